@@ -1,0 +1,17 @@
+//! Types shared by the eBPF programs, the `mpi-observer` daemon and the
+//! layering shim: the one MPI function ID space, the probe cookie that tells a
+//! probe which function it sits on, and the layouts of the BPF maps.
+#![no_std]
+#![warn(missing_docs)]
+
+pub mod cookie;
+pub mod functions;
+pub mod maps;
+
+/// Code generated from the MPI Forum's `apis.json` by `cargo xtask codegen`.
+pub mod generated {
+    pub mod functions;
+}
+
+pub use functions::{FunctionInfo, function_by_name};
+pub use generated::functions::{FUNCTION_COUNT, FUNCTIONS, FunctionId};

@@ -1,0 +1,295 @@
+//! Harness for the end-to-end tests: real MPI jobs, real eBPF, real scrapes.
+//!
+//! Every test first calls [`require`] for what it needs. Outside CI a missing
+//! prerequisite skips the test with a message; with `CI=true` it fails it,
+//! because a CI run that skipped its real tests proves nothing.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+/// What a test needs from the machine.
+#[derive(Clone, Copy, Debug)]
+pub enum Need {
+    /// Effective uid 0 (BPF, uprobes, bpftool).
+    Root,
+    /// An MPI implementation's compiler wrapper and launcher.
+    Mpi(Mpi),
+    /// A command on PATH, e.g. `promtool`.
+    Command(&'static str),
+}
+
+/// The MPI implementations we test against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mpi {
+    /// Debian's Open MPI 4.1.
+    OpenMpi,
+    /// Debian's MPICH 4.0.
+    Mpich,
+}
+
+impl Mpi {
+    /// Both implementations.
+    pub const ALL: [Mpi; 2] = [Mpi::OpenMpi, Mpi::Mpich];
+
+    /// The C compiler wrapper.
+    pub fn mpicc(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "mpicc.openmpi",
+            Mpi::Mpich => "mpicc.mpich",
+        }
+    }
+
+    /// The Fortran compiler wrapper.
+    pub fn mpifort(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "mpifort.openmpi",
+            Mpi::Mpich => "mpifort.mpich",
+        }
+    }
+
+    /// The launcher.
+    pub fn mpirun(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "mpirun.openmpi",
+            Mpi::Mpich => "mpirun.mpich",
+        }
+    }
+
+    /// A launcher command for `np` ranks, with what running as root in a
+    /// small VM requires; append the program and its arguments.
+    pub fn launcher(self, np: u32) -> Command {
+        let mut c = Command::new(self.mpirun());
+        match self {
+            Mpi::OpenMpi => {
+                c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                    // No network beyond loopback here: keep Open MPI off probing it.
+                    .env("OMPI_MCA_btl", "self,vader")
+                    .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+                    .args(["--oversubscribe", "-np", &np.to_string()]);
+            }
+            Mpi::Mpich => {
+                c.args(["-launcher", "fork", "-np", &np.to_string()]);
+            }
+        }
+        c
+    }
+
+    /// A short lowercase name for file names and labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "openmpi",
+            Mpi::Mpich => "mpich",
+        }
+    }
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+fn on_path(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Returns whether everything in `needs` is present. When something is
+/// missing: panics under `CI=true`, otherwise prints why and returns false so
+/// the test can return early.
+pub fn require(needs: &[Need]) -> bool {
+    for need in needs {
+        let missing = match need {
+            Need::Root => (unsafe { geteuid() } != 0).then(|| "root (euid 0)".to_string()),
+            Need::Mpi(m) => {
+                (!on_path(m.mpicc()) || !on_path(m.mpirun())).then(|| format!("{m:?} ({})", m.mpicc()))
+            }
+            Need::Command(c) => (!on_path(c)).then(|| c.to_string()),
+        };
+        if let Some(what) = missing {
+            if in_ci() {
+                panic!("CI=true and this test needs {what}: install it (cargo xtask setup) instead of skipping");
+            }
+            eprintln!("SKIPPED: needs {what}");
+            return false;
+        }
+    }
+    true
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Cargo's target directory.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// The release `mpi-observer` binary; `cargo xtask test` builds it first.
+pub fn observer_bin() -> PathBuf {
+    let p = target_dir().join("release/mpi-observer");
+    assert!(p.exists(), "{} is missing: run `cargo xtask build` first", p.display());
+    p
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = target_dir().join("e2e").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Compiles a C (or Fortran, by extension) MPI source with the
+/// implementation's wrapper; panics with the compiler's output on failure.
+pub fn compile(mpi: Mpi, src: &Path, out: &Path, extra: &[&str]) {
+    let fortran = src.extension().is_some_and(|e| e == "f90" || e == "f");
+    let cc = if fortran { mpi.mpifort() } else { mpi.mpicc() };
+    let o = Command::new(cc)
+        .arg("-O2")
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .args(extra)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cc} {} failed:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A test program shipped in `tests/programs/`.
+pub fn program(name: &str) -> PathBuf {
+    workspace_root().join("tests/programs").join(name)
+}
+
+/// Runs a command to completion with a deadline, returning its output;
+/// panics (after killing it) if the deadline passes.
+pub fn run_with_timeout(cmd: &mut Command, limit: Duration) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    wait_with_timeout(child, limit)
+}
+
+/// Waits for a child with a deadline; panics after killing it on timeout.
+pub fn wait_with_timeout(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One HTTP GET over a plain TCP socket; returns (status code, body).
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf)?;
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((code, body.to_string()))
+}
+
+/// Polls `f` every 100 ms until it returns `Some`, or panics with `what`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Parses Prometheus text exposition into (name, labels, value) samples.
+pub fn parse_metrics(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let mut map = Vec::new();
+            let mut rest = labels;
+            while let Some((k, v)) = rest.split_once("=\"") {
+                let end = v.find('"')?;
+                map.push((k.trim_start_matches(',').to_string(), v[..end].to_string()));
+                rest = &v[end + 1..];
+            }
+            Some(Sample { name: name.to_string(), labels: map, value: value.parse().ok()? })
+        })
+        .collect()
+}
+
+/// One sample of a scrape.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// Metric name.
+    pub name: String,
+    /// Label pairs in exposition order.
+    pub labels: Vec<(String, String)>,
+    /// Value.
+    pub value: f64,
+}
+
+impl Sample {
+    /// A label's value, if present.
+    pub fn label(&self, k: &str) -> Option<&str> {
+        self.labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sum of the samples named `name` whose labels include all of `want`.
+pub fn sum(samples: &[Sample], name: &str, want: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name && want.iter().all(|(k, v)| s.label(k) == Some(*v)))
+        .map(|s| s.value)
+        .sum()
+}
