@@ -1,8 +1,9 @@
-//! Project automation: `cargo xtask <codegen|build|demo|test|bench|setup>`.
+//! Project automation: `cargo xtask <setup|codegen|build|test|demo|bench>`.
 mod codegen;
 mod semantics;
+mod setup;
 
-use std::path::PathBuf;
+use std::{path::PathBuf, process::Command};
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -16,24 +17,77 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Install what this machine lacks: MPI, bpftool, Prometheus, rust-src,
+    /// bpf-linker.
+    Setup,
     /// Regenerate code from the MPI Forum's apis.json.
     Codegen {
         /// Fail if the committed output is stale instead of rewriting it.
         #[arg(long)]
         check: bool,
     },
+    /// Build the daemon (with its eBPF object) and the shim, release mode.
+    Build,
+    /// Everything CI runs: setup, generated-code check, fmt, clippy, unit
+    /// and end-to-end tests.
+    Test {
+        /// Only run end-to-end tests whose name contains this.
+        filter: Option<String>,
+    },
 }
 
-fn workspace_root() -> PathBuf {
+pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask lives in the workspace")
         .to_path_buf()
 }
 
+/// `cargo` with the workspace root as working directory.
+pub fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(workspace_root());
+    c
+}
+
+/// Packages built in release mode for the demo and the tests.
+const RELEASE_PACKAGES: &[&str] = &["mpi-observer", "mpi-observer-shim"];
+
+fn build() -> Result<()> {
+    let mut c = cargo();
+    c.args(["build", "--release"]);
+    for p in RELEASE_PACKAGES {
+        c.args(["-p", p]);
+    }
+    setup::run_cmd(&mut c)
+}
+
+fn test(filter: Option<String>) -> Result<()> {
+    setup::run()?;
+    codegen::run(&workspace_root(), true)?;
+    setup::run_cmd(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    setup::run_cmd(cargo().args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
+    build()?;
+    setup::run_cmd(cargo().args(["test", "--release", "--workspace", "--exclude", "observer-ebpf", "--exclude", "e2e"]))?;
+    let mut e2e = cargo();
+    e2e.args(["test", "--release", "-p", "e2e", "--"]);
+    if let Some(f) = filter {
+        e2e.arg(f);
+    }
+    // The tests share two cores, BPF and mpirun: one at a time.
+    e2e.args(["--test-threads=1"]);
+    setup::run_cmd(&mut e2e)
+}
+
 fn main() -> Result<()> {
     let root = workspace_root();
     match Cli::parse().cmd {
+        Cmd::Setup => setup::run(),
         Cmd::Codegen { check } => codegen::run(&root, check),
+        Cmd::Build => {
+            setup::run()?;
+            build()
+        }
+        Cmd::Test { filter } => test(filter),
     }
 }

@@ -1,0 +1,1 @@
+//! The layering shim (issue 3).
