@@ -67,7 +67,9 @@ pub fn load(root: &Path) -> Result<(Vec<Procedure>, u64)> {
     let path = apis_json_path(root)?;
     let raw = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let json: Value = serde_json::from_slice(&raw).context("parsing apis.json")?;
-    let obj = json.as_object().context("apis.json: top level is not an object")?;
+    let obj = json
+        .as_object()
+        .context("apis.json: top level is not an object")?;
     let mut out = BTreeMap::new();
     for entry in obj.values() {
         let attrs = &entry["attributes"];
@@ -76,7 +78,9 @@ pub fn load(root: &Path) -> Result<(Vec<Procedure>, u64)> {
             continue;
         }
         let name = entry["name"].as_str().context("procedure without a name")?;
-        let base = name.strip_prefix("MPI_").context("name without MPI_ prefix")?;
+        let base = name
+            .strip_prefix("MPI_")
+            .context("name without MPI_ prefix")?;
         let params = entry["parameters"]
             .as_array()
             .context("parameters is not a list")?;
@@ -240,7 +244,11 @@ pub fn render(procs: &[Procedure], digest: u64) -> Result<String> {
     for p in procs {
         let parts = byte_parts(p);
         if parts.len() > 2 {
-            bail!("{} has {} byte parts; the cookie holds two", p.name, parts.len());
+            bail!(
+                "{} has {} byte parts; the cookie holds two",
+                p.name,
+                parts.len()
+            );
         }
         let mut bytes = parts;
         while bytes.len() < 2 {
@@ -265,7 +273,9 @@ pub fn render(procs: &[Procedure], digest: u64) -> Result<String> {
 /// Regenerates everything; with `check`, fails if the committed files differ.
 pub fn run(root: &Path, check: bool) -> Result<()> {
     let (procs, digest) = load(root)?;
-    let outputs = [(FUNCTIONS_RS, render(&procs, digest)?)];
+    let outputs = [(FUNCTIONS_RS, render(&procs, digest)?)]
+        .into_iter()
+        .chain(crate::codegen_shim::outputs(root, &procs, digest)?);
     let mut stale = Vec::new();
     for (rel, text) in outputs {
         let path = root.join(rel);

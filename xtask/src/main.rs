@@ -1,5 +1,6 @@
 //! Project automation: `cargo xtask <setup|codegen|build|test|demo|bench>`.
 mod codegen;
+mod codegen_shim;
 mod semantics;
 mod setup;
 
@@ -66,9 +67,24 @@ fn test(filter: Option<String>) -> Result<()> {
     setup::run()?;
     codegen::run(&workspace_root(), true)?;
     setup::run_cmd(cargo().args(["fmt", "--all", "--", "--check"]))?;
-    setup::run_cmd(cargo().args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
+    setup::run_cmd(cargo().args([
+        "clippy",
+        "--release",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     build()?;
-    setup::run_cmd(cargo().args(["test", "--release", "--workspace", "--exclude", "observer-ebpf", "--exclude", "e2e"]))?;
+    setup::run_cmd(cargo().args([
+        "test",
+        "--release",
+        "--workspace",
+        "--exclude",
+        "observer-ebpf",
+        "--exclude",
+        "e2e",
+    ]))?;
     let mut e2e = cargo();
     e2e.args(["test", "--release", "-p", "e2e", "--"]);
     if let Some(f) = filter {

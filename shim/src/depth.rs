@@ -1,0 +1,55 @@
+//! The per-thread call depth: the level the current thread is executing in.
+//!
+//! It must be cheap: every layered call reads it once and writes it twice.
+//! Rust's `thread_local!` in a cdylib compiles to the general-dynamic TLS
+//! model (a `__tls_get_addr` call per access) and stable Rust cannot choose
+//! the model, so the variable is defined in assembly and read with the
+//! initial-exec model: one GOT load and one `%fs`-relative access. The linker
+//! marks the object `STATIC_TLS`, which an `LD_PRELOAD`ed library (or one
+//! dlopened into glibc's surplus static TLS) satisfies.
+
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".p2align 2",
+    // Global so every codegen unit can reach it, hidden so it is not exported.
+    ".globl mpi_observer_shim_depth",
+    ".hidden mpi_observer_shim_depth",
+    ".type mpi_observer_shim_depth,@object",
+    ".size mpi_observer_shim_depth,4",
+    "mpi_observer_shim_depth:",
+    ".zero 4",
+    ".popsection",
+);
+
+/// The calling thread's current level; 0 on a new thread.
+#[inline(always)]
+pub(crate) fn get() -> u32 {
+    let v: u32;
+    // SAFETY: reads the 4-byte TLS variable defined above through its
+    // initial-exec offset; it exists in every thread's static TLS block.
+    unsafe {
+        core::arch::asm!(
+            "mov {off}, qword ptr [rip + mpi_observer_shim_depth@GOTTPOFF]",
+            "mov {v:e}, dword ptr fs:[{off}]",
+            off = out(reg) _,
+            v = lateout(reg) v,
+            options(nostack, readonly, preserves_flags),
+        );
+    }
+    v
+}
+
+/// Sets the calling thread's current level.
+#[inline(always)]
+pub(crate) fn set(v: u32) {
+    // SAFETY: as in `get`; the variable is private to this thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {off}, qword ptr [rip + mpi_observer_shim_depth@GOTTPOFF]",
+            "mov dword ptr fs:[{off}], {v:e}",
+            off = out(reg) _,
+            v = in(reg) v,
+            options(nostack, preserves_flags),
+        );
+    }
+}

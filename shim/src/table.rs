@@ -1,0 +1,186 @@
+//! The dispatch table and the hot path.
+//!
+//! There is one row per layered entry point: the C procedures first, indexed
+//! by the project-wide [`FunctionId`](observer_common::FunctionId), then one
+//! row per Fortran symbol family (see [`crate::generated::fortran`]). A row
+//! has one slot per *start level*: the level a call begins its search at
+//! (`depth` for `MPI_X`, `depth + 1` for `PMPI_X`). Each slot already holds
+//! the answer of the seed's search loop — the first level at or below the
+//! start that defines the function, and that level's function pointer — so
+//! a layered call is a TLS load, one table load, a TLS store, the indirect
+//! call and a TLS store to restore the depth.
+//!
+//! Before initialisation every slot is empty; an empty slot sends the call
+//! to the cold path, which initialises the layers once and retries, or
+//! reports a function no layer defines.
+
+use core::ffi::c_void;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+use observer_common::FUNCTION_COUNT;
+
+use crate::generated::fortran::FORTRAN_COUNT;
+
+/// Most levels a stack can have, counting the Fortran layer and the MPI
+/// library at the bottom.
+pub(crate) const MAX_LEVELS: usize = 16;
+
+/// Rows: C procedures, then Fortran symbol families.
+pub(crate) const ROWS: usize = FUNCTION_COUNT + FORTRAN_COUNT;
+
+/// A raw function pointer that can sit in a `static`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Raw(pub *const c_void);
+
+// SAFETY: it only ever holds addresses of functions, which are immutable.
+unsafe impl Sync for Raw {}
+// SAFETY: as above.
+unsafe impl Send for Raw {}
+
+impl Raw {
+    /// No function.
+    pub(crate) const NONE: Raw = Raw(core::ptr::null());
+
+    /// Whether this is [`Raw::NONE`].
+    pub(crate) fn is_none(self) -> bool {
+        self.0.is_null()
+    }
+}
+
+/// One Fortran symbol family: the spellings of one binding of one procedure.
+pub(crate) struct FortranRow {
+    /// The procedure, for messages.
+    #[expect(
+        dead_code,
+        reason = "kept so the table reads as data; messages use the spellings"
+    )]
+    pub(crate) function: observer_common::FunctionId,
+    /// Spellings that enter at the caller's level, the canonical one first.
+    pub(crate) mpi: &'static [&'static str],
+    /// Profiling spellings, which continue one level below the caller.
+    pub(crate) pmpi: &'static [&'static str],
+}
+
+/// The resolved target of a call starting at some level.
+pub(crate) struct Slot {
+    f: AtomicPtr<c_void>,
+    level: AtomicU32,
+}
+
+/// `SLOTS[row][start]`. `start` ranges over `0..=MAX_LEVELS` because a
+/// `PMPI_X` call from the bottom level starts one past it.
+static SLOTS: [[Slot; MAX_LEVELS + 1]; ROWS] = [const {
+    [const {
+        Slot {
+            f: AtomicPtr::new(core::ptr::null_mut()),
+            level: AtomicU32::new(0),
+        }
+    }; MAX_LEVELS + 1]
+}; ROWS];
+
+/// Publishes the target of `row` for calls starting at `start`. Called only
+/// during initialisation, before the `Once` that guards it completes.
+pub(crate) fn publish(row: usize, start: usize, f: Raw, level: u32) {
+    let s = &SLOTS[row][start];
+    s.level.store(level, Ordering::Relaxed);
+    // Release pairs with the Acquire in `target`: a reader that sees the
+    // pointer also sees its level.
+    s.f.store(f.0.cast_mut(), Ordering::Release);
+}
+
+/// The function and level a call of `row` starting at `start` goes to.
+#[inline(always)]
+pub(crate) fn target(row: usize, start: u32) -> (*const c_void, u32) {
+    // SAFETY: `row` is a generated constant below ROWS, and the depth is only
+    // ever set to a level below MAX_LEVELS, so `start <= MAX_LEVELS`.
+    let s = unsafe { SLOTS.get_unchecked(row).get_unchecked(start as usize) };
+    // Acquire is a plain load on x86_64.
+    let f = s.f.load(Ordering::Acquire);
+    if f.is_null() {
+        return miss(row, start);
+    }
+    (f, s.level.load(Ordering::Relaxed))
+}
+
+/// The cold path: first call of the process (initialise, then retry), or a
+/// function that no layer defines (fatal).
+#[cold]
+#[inline(never)]
+fn miss(row: usize, start: u32) -> (*const c_void, u32) {
+    crate::layers::ensure();
+    let s = &SLOTS[row][start as usize];
+    let f = s.f.load(Ordering::Acquire);
+    if f.is_null() {
+        crate::layers::fatal(&format!(
+            "{} is not defined by any layer, nor by the MPI library",
+            crate::layers::row_name(row)
+        ));
+    }
+    (f, s.level.load(Ordering::Relaxed))
+}
+
+/// Expands to `usize` whatever its argument: one machine word per parameter.
+macro_rules! word {
+    ($a:ident) => {
+        usize
+    };
+}
+
+/// The layered call itself: `dispatch!(row, pmpi, Ret, (a0, a1, ...))`.
+///
+/// Every argument of every MPI procedure but `MPI_Pcontrol`'s varargs is of
+/// the INTEGER class in the x86_64 SysV ABI (handles are pointers in Open MPI
+/// and `int`s in MPICH, the rest are pointers, integers or `MPI_Aint`s), so
+/// forwarding N machine words in the same registers and stack slots passes
+/// them through unchanged without knowing either `mpi.h`.
+macro_rules! dispatch {
+    ($row:expr, $pmpi:expr, $ret:ty, ($($a:ident),*)) => {{
+        let depth = $crate::depth::get();
+        let (f, level) = $crate::table::target($row, depth + $pmpi);
+        $crate::depth::set(level);
+        // SAFETY: `f` is the address of this procedure (or Fortran symbol) in
+        // some layer, which takes these words and returns this type.
+        let f: unsafe extern "C" fn($(word!($a)),*) -> $ret = unsafe { core::mem::transmute(f) };
+        let r = unsafe { f($($a),*) };
+        $crate::depth::set(depth);
+        r
+    }};
+}
+
+/// A C procedure returning `int`: exports `MPI_X` (resolved at the current
+/// level) and `PMPI_X` (resolved at the next level down).
+macro_rules! c_procedure {
+    ($row:expr, $mpi:ident, $pmpi:ident, $ret:ty, ($($a:ident),*)) => {
+        #[doc = concat!("Layered `", stringify!($mpi), "`: enters the stack at the caller's level.")]
+        #[unsafe(no_mangle)]
+        unsafe extern "C" fn $mpi($($a: usize),*) -> $ret {
+            dispatch!($row, 0, $ret, ($($a),*))
+        }
+        #[doc = concat!("Layered `", stringify!($pmpi), "`: continues one level below the caller.")]
+        #[unsafe(no_mangle)]
+        pub(crate) unsafe extern "C" fn $pmpi($($a: usize),*) -> $ret {
+            dispatch!($row, 1, $ret, ($($a),*))
+        }
+    };
+}
+
+/// A Fortran symbol family: every spelling in `[mpi ...]` enters at the
+/// caller's level, every spelling in `[pmpi ...]` one level below.
+/// `$index` counts Fortran rows; the row is `FUNCTION_COUNT + $index`.
+macro_rules! fortran_procedure {
+    ($index:literal, $ret:ty, $args:tt, [$($mpi:ident),*], [$($pmpi:ident),*]) => {
+        $( fortran_entry!(observer_common::FUNCTION_COUNT + $index, 0, $ret, $mpi, $args); )*
+        $( fortran_entry!(observer_common::FUNCTION_COUNT + $index, 1, $ret, $pmpi, $args); )*
+    };
+}
+
+/// One exported Fortran spelling.
+macro_rules! fortran_entry {
+    ($row:expr, $pmpi:expr, $ret:ty, $name:ident, ($($a:ident),*)) => {
+        #[doc = concat!("Layered Fortran `", stringify!($name), "`.")]
+        #[unsafe(no_mangle)]
+        unsafe extern "C" fn $name($($a: usize),*) -> $ret {
+            dispatch!($row, $pmpi, $ret, ($($a),*))
+        }
+    };
+}

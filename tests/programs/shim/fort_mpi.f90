@@ -1,0 +1,18 @@
+! `use mpi` (mpif.h-style symbols): rank 0 sends three messages to rank 1.
+program fort_mpi
+  use mpi
+  implicit none
+  integer :: rank, ierr, i, buf(4), st(MPI_STATUS_SIZE)
+  call MPI_Init(ierr)
+  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+  buf = rank
+  do i = 1, 3
+    if (rank == 0) then
+      call MPI_Send(buf, 4, MPI_INTEGER, 1, i, MPI_COMM_WORLD, ierr)
+    else if (rank == 1) then
+      call MPI_Recv(buf, 4, MPI_INTEGER, 0, i, MPI_COMM_WORLD, st, ierr)
+    end if
+  end do
+  print '(a,i0,a,i0)', 'shimtest fortran rank=', rank, ' buf=', buf(1)
+  call MPI_Finalize(ierr)
+end program fort_mpi
