@@ -21,35 +21,35 @@ core::arch::global_asm!(
     ".popsection",
 );
 
+/// The address of the calling thread's depth: `%fs:0` (the thread pointer)
+/// plus the variable's initial-exec offset. Taken once per call, so the
+/// compiler keeps it in a register across the layer's call.
+#[inline(always)]
+pub(crate) fn slot() -> *mut u32 {
+    let p: *mut u32;
+    // SAFETY: reads the thread pointer and the GOT entry of the TLS variable
+    // defined above; no memory is written.
+    unsafe {
+        core::arch::asm!(
+            "mov {p}, qword ptr fs:[0]",
+            "add {p}, qword ptr [rip + mpi_observer_shim_depth@GOTTPOFF]",
+            p = out(reg) p,
+            options(nostack, pure, readonly),
+        );
+    }
+    p
+}
+
 /// The calling thread's current level; 0 on a new thread.
 #[inline(always)]
 pub(crate) fn get() -> u32 {
-    let v: u32;
-    // SAFETY: reads the 4-byte TLS variable defined above through its
-    // initial-exec offset; it exists in every thread's static TLS block.
-    unsafe {
-        core::arch::asm!(
-            "mov {off}, qword ptr [rip + mpi_observer_shim_depth@GOTTPOFF]",
-            "mov {v:e}, dword ptr fs:[{off}]",
-            off = out(reg) _,
-            v = lateout(reg) v,
-            options(nostack, readonly, preserves_flags),
-        );
-    }
-    v
+    // SAFETY: `slot` is this thread's live, aligned TLS variable.
+    unsafe { slot().read() }
 }
 
 /// Sets the calling thread's current level.
 #[inline(always)]
 pub(crate) fn set(v: u32) {
     // SAFETY: as in `get`; the variable is private to this thread.
-    unsafe {
-        core::arch::asm!(
-            "mov {off}, qword ptr [rip + mpi_observer_shim_depth@GOTTPOFF]",
-            "mov dword ptr fs:[{off}], {v:e}",
-            off = out(reg) _,
-            v = in(reg) v,
-            options(nostack, preserves_flags),
-        );
-    }
+    unsafe { slot().write(v) }
 }

@@ -22,14 +22,14 @@ const MPI_SUCCESS: c_int = 0;
 #[unsafe(no_mangle)]
 unsafe extern "C" fn MPI_Init(argc: usize, argv: usize) -> c_int {
     layers::ensure();
-    dispatch!(F::Init as usize, 0, c_int, (argc, argv))
+    dispatch!(MPI_Init, F::Init as usize, 0, c_int, (argc, argv))
 }
 
 /// Layered `PMPI_Init`.
 #[unsafe(no_mangle)]
 pub(crate) unsafe extern "C" fn PMPI_Init(argc: usize, argv: usize) -> c_int {
     layers::ensure();
-    dispatch!(F::Init as usize, 1, c_int, (argc, argv))
+    dispatch!(PMPI_Init, F::Init as usize, 1, c_int, (argc, argv))
 }
 
 /// Layered `MPI_Init_thread`.
@@ -42,6 +42,7 @@ unsafe extern "C" fn MPI_Init_thread(
 ) -> c_int {
     layers::ensure();
     dispatch!(
+        MPI_Init_thread,
         F::InitThread as usize,
         0,
         c_int,
@@ -59,6 +60,7 @@ pub(crate) unsafe extern "C" fn PMPI_Init_thread(
 ) -> c_int {
     layers::ensure();
     dispatch!(
+        PMPI_Init_thread,
         F::InitThread as usize,
         1,
         c_int,

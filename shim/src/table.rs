@@ -88,35 +88,42 @@ pub(crate) fn publish(row: usize, start: usize, f: Raw, level: u32) {
     s.f.store(f.0.cast_mut(), Ordering::Release);
 }
 
-/// The function and level a call of `row` starting at `start` goes to.
+/// The function and level a call of `row` starting at `start` goes to; a
+/// null function if the slot is empty (see [`fill`]).
 #[inline(always)]
-pub(crate) fn target(row: usize, start: u32) -> (*const c_void, u32) {
+pub(crate) fn lookup(row: usize, start: u32) -> (*const c_void, u32) {
     // SAFETY: `row` is a generated constant below ROWS, and the depth is only
     // ever set to a level below MAX_LEVELS, so `start <= MAX_LEVELS`.
     let s = unsafe { SLOTS.get_unchecked(row).get_unchecked(start as usize) };
     // Acquire is a plain load on x86_64.
-    let f = s.f.load(Ordering::Acquire);
-    if f.is_null() {
-        return miss(row, start);
-    }
-    (f, s.level.load(Ordering::Relaxed))
+    (s.f.load(Ordering::Acquire), s.level.load(Ordering::Relaxed))
 }
 
-/// The cold path: first call of the process (initialise, then retry), or a
-/// function that no layer defines (fatal).
+/// [`lookup`] that builds the stack first if needed, for callers off the
+/// hot path.
+pub(crate) fn target(row: usize, start: u32) -> (*const c_void, u32) {
+    let t = lookup(row, start);
+    if t.0.is_null() {
+        fill(row, start);
+        return lookup(row, start);
+    }
+    t
+}
+
+/// The cold path of an empty slot: the first call of the process builds the
+/// stack (the caller then calls itself again); a slot still empty after that
+/// is a function no layer defines, which is fatal. Kept out of line, and
+/// the retry done by the caller, so the hot path never saves its arguments.
 #[cold]
 #[inline(never)]
-fn miss(row: usize, start: u32) -> (*const c_void, u32) {
+pub(crate) fn fill(row: usize, start: u32) {
     crate::layers::ensure();
-    let s = &SLOTS[row][start as usize];
-    let f = s.f.load(Ordering::Acquire);
-    if f.is_null() {
+    if lookup(row, start).0.is_null() {
         crate::layers::fatal(&format!(
             "{} is not defined by any layer, nor by the MPI library",
             crate::layers::row_name(row)
         ));
     }
-    (f, s.level.load(Ordering::Relaxed))
 }
 
 /// Expands to `usize` whatever its argument: one machine word per parameter.
@@ -126,7 +133,8 @@ macro_rules! word {
     };
 }
 
-/// The layered call itself: `dispatch!(row, pmpi, Ret, (a0, a1, ...))`.
+/// The layered call itself: `dispatch!(this_fn, row, pmpi, Ret, (a0, a1, ...))`
+/// in the body of `this_fn`, which it re-enters once after building the stack.
 ///
 /// Every argument of every MPI procedure but `MPI_Pcontrol`'s varargs is of
 /// the INTEGER class in the x86_64 SysV ABI (handles are pointers in Open MPI
@@ -134,15 +142,31 @@ macro_rules! word {
 /// forwarding N machine words in the same registers and stack slots passes
 /// them through unchanged without knowing either `mpi.h`.
 macro_rules! dispatch {
-    ($row:expr, $pmpi:expr, $ret:ty, ($($a:ident),*)) => {{
-        let depth = $crate::depth::get();
-        let (f, level) = $crate::table::target($row, depth + $pmpi);
-        $crate::depth::set(level);
+    ($self:ident, $row:expr, $pmpi:expr, $ret:ty, ($($a:ident),*)) => {{
+        let slot = $crate::depth::slot();
+        // SAFETY: this thread's depth variable.
+        let depth = unsafe { slot.read() };
+        let (f, level) = $crate::table::lookup($row, depth + $pmpi);
+        if f.is_null() {
+            // Out of line and entered by a tail call with the same words,
+            // so the hot path never has to keep its arguments alive.
+            #[cold]
+            #[inline(never)]
+            unsafe extern "C" fn cold($($a: usize),*) -> $ret {
+                // SAFETY: this thread's depth variable.
+                let start = unsafe { $crate::depth::slot().read() } + $pmpi;
+                $crate::table::fill($row, start);
+                // SAFETY: the same call again, now that the slot is filled.
+                unsafe { $self($($a),*) }
+            }
+            return unsafe { cold($($a),*) };
+        }
+        unsafe { slot.write(level) };
         // SAFETY: `f` is the address of this procedure (or Fortran symbol) in
         // some layer, which takes these words and returns this type.
         let f: unsafe extern "C" fn($(word!($a)),*) -> $ret = unsafe { core::mem::transmute(f) };
         let r = unsafe { f($($a),*) };
-        $crate::depth::set(depth);
+        unsafe { slot.write(depth) };
         r
     }};
 }
@@ -154,12 +178,12 @@ macro_rules! c_procedure {
         #[doc = concat!("Layered `", stringify!($mpi), "`: enters the stack at the caller's level.")]
         #[unsafe(no_mangle)]
         unsafe extern "C" fn $mpi($($a: usize),*) -> $ret {
-            dispatch!($row, 0, $ret, ($($a),*))
+            dispatch!($mpi, $row, 0, $ret, ($($a),*))
         }
         #[doc = concat!("Layered `", stringify!($pmpi), "`: continues one level below the caller.")]
         #[unsafe(no_mangle)]
         pub(crate) unsafe extern "C" fn $pmpi($($a: usize),*) -> $ret {
-            dispatch!($row, 1, $ret, ($($a),*))
+            dispatch!($pmpi, $row, 1, $ret, ($($a),*))
         }
     };
 }
@@ -180,7 +204,7 @@ macro_rules! fortran_entry {
         #[doc = concat!("Layered Fortran `", stringify!($name), "`.")]
         #[unsafe(no_mangle)]
         unsafe extern "C" fn $name($($a: usize),*) -> $ret {
-            dispatch!($row, $pmpi, $ret, ($($a),*))
+            dispatch!($name, $row, $pmpi, $ret, ($($a),*))
         }
     };
 }

@@ -1,4 +1,5 @@
 //! Project automation: `cargo xtask <setup|codegen|build|test|demo|bench>`.
+mod bench_shim;
 mod codegen;
 mod codegen_shim;
 mod semantics;
@@ -34,6 +35,11 @@ enum Cmd {
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
+    },
+    /// Benchmarks: `shim` (the layering shim's dispatch cost and latency).
+    Bench {
+        /// Which benchmark to run.
+        which: String,
     },
 }
 
@@ -105,5 +111,9 @@ fn main() -> Result<()> {
             build()
         }
         Cmd::Test { filter } => test(filter),
+        Cmd::Bench { which } => match which.as_str() {
+            "shim" => bench_shim::run(&root),
+            other => anyhow::bail!("unknown benchmark `{other}` (known: shim)"),
+        },
     }
 }

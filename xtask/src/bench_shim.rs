@@ -1,0 +1,286 @@
+//! `cargo xtask bench shim`: what the layering shim costs.
+//!
+//! - Dispatch: ns per `MPI_Comm_rank` without the shim, and with the shim and
+//!   0, 1, 2 and 4 pass-through tools (`shim/bench/passthrough.c`).
+//! - Latency: 8-byte ping-pong without the shim and with the shim and two
+//!   pass-through tools.
+//!
+//! Every configuration runs `REPS` times, round-robin so that drift on a
+//! shared VM hits all of them alike; each run prints its own median and the
+//! report quotes the median of those. The results are written to
+//! `docs/benchmarks-shim.md` with the command and the machine.
+
+use std::{
+    fmt::Write as _,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{cargo, setup::run_cmd};
+
+/// Runs per configuration; odd, so the median is a run.
+const REPS: usize = 7;
+
+#[derive(Clone, Copy)]
+enum Mpi {
+    OpenMpi,
+    Mpich,
+}
+
+impl Mpi {
+    fn name(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "Open MPI",
+            Mpi::Mpich => "MPICH",
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "openmpi",
+            Mpi::Mpich => "mpich",
+        }
+    }
+
+    /// `np` ranks with the shim and `list` when `shim` is given.
+    fn job(self, np: u32, shim: Option<(&Path, &str)>, prog: &Path) -> Command {
+        let mut c = Command::new(format!("mpirun.{}", self.suffix()));
+        match self {
+            Mpi::OpenMpi => {
+                c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                    .env("OMPI_MCA_btl", "self,vader")
+                    .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+                    .args(["--oversubscribe", "-np", &np.to_string()]);
+                if let Some((lib, list)) = shim {
+                    c.args([
+                        "-x",
+                        &format!("LD_PRELOAD={}", lib.display()),
+                        "-x",
+                        &format!("MPI_TOOLS_ENTRY={list}"),
+                    ]);
+                }
+            }
+            Mpi::Mpich => {
+                c.args(["-launcher", "fork", "-np", &np.to_string()]);
+                if let Some((lib, list)) = shim {
+                    c.args([
+                        "-genv",
+                        "LD_PRELOAD",
+                        &lib.display().to_string(),
+                        "-genv",
+                        "MPI_TOOLS_ENTRY",
+                        list,
+                    ]);
+                }
+            }
+        }
+        c.arg(prog);
+        c
+    }
+}
+
+fn mpicc(mpi: Mpi, args: &[&str], src: &Path, out: &Path) -> Result<()> {
+    run_cmd(
+        Command::new(format!("mpicc.{}", mpi.suffix()))
+            .args(["-O2"])
+            .args(args)
+            .arg("-o")
+            .arg(out)
+            .arg(src),
+    )
+}
+
+/// Runs a job and returns the number after `key=` in its output.
+fn measure(mut c: Command, key: &str) -> Result<f64> {
+    let o = c.output().with_context(|| format!("running {c:?}"))?;
+    let out = String::from_utf8_lossy(&o.stdout);
+    if !o.status.success() {
+        bail!(
+            "{c:?} failed:\n{out}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    out.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+        .with_context(|| format!("no {key}= in output of {c:?}:\n{out}"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn first_line(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+fn machine() -> String {
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']))
+        .unwrap_or("unknown CPU");
+    let cores = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    let os = fs::read_to_string("/etc/os-release")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("PRETTY_NAME=")
+                .map(|s| s.trim_matches('"').to_string())
+        })
+        .unwrap_or_default();
+    format!(
+        "{model}, {cores} cores (VM), {os}, Linux {}; {}; {}; rustc: {}",
+        first_line("uname", &["-r"]),
+        first_line("mpirun.openmpi", &["--version"]),
+        first_line("mpichversion", &[])
+            .replace("MPICH Version:", "MPICH")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+        first_line("rustc", &["--version"]),
+    )
+}
+
+struct Built {
+    dispatch: PathBuf,
+    pingpong: PathBuf,
+    tools: Vec<PathBuf>,
+}
+
+fn build(mpi: Mpi, src: &Path, dir: &Path) -> Result<Built> {
+    let dir = dir.join(mpi.suffix());
+    fs::create_dir_all(&dir)?;
+    let b = Built {
+        dispatch: dir.join("dispatch"),
+        pingpong: dir.join("pingpong"),
+        tools: (1..=4)
+            .map(|i| dir.join(format!("libpass{i}.so")))
+            .collect(),
+    };
+    mpicc(mpi, &[], &src.join("dispatch.c"), &b.dispatch)?;
+    mpicc(mpi, &[], &src.join("pingpong.c"), &b.pingpong)?;
+    for t in &b.tools {
+        mpicc(mpi, &["-shared", "-fPIC"], &src.join("passthrough.c"), t)?;
+    }
+    Ok(b)
+}
+
+fn list(tools: &[PathBuf]) -> String {
+    tools
+        .iter()
+        .map(|t| t.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `cargo xtask bench shim`.
+pub fn run(root: &Path) -> Result<()> {
+    run_cmd(cargo().args(["build", "--release", "-p", "mpi-observer-shim"]))?;
+    let shim = root.join("target/release/libmpi_observer_shim.so");
+    let src = root.join("shim/bench");
+    let dir = root.join("target/bench-shim");
+    let mut report = String::new();
+    writeln!(
+        report,
+        "# Shim benchmarks\n\n\
+         Command: `cargo xtask bench shim` (writes this file; sources in `shim/bench/`).\n\n\
+         Machine: {}.\n\n\
+         Every figure is the median of {REPS} runs, taken round-robin across configurations \
+         in one invocation; each run itself reports the median of 9 timed loops. \
+         Ratios compare figures from the same invocation.\n",
+        machine()
+    )?;
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
+        let b = build(mpi, &src, &dir)?;
+        // Dispatch cost.
+        let configs: Vec<(String, Option<String>)> = std::iter::once(("no shim".to_string(), None))
+            .chain(
+                [0usize, 1, 2, 4].map(|n| (format!("shim, {n} layers"), Some(list(&b.tools[..n])))),
+            )
+            .collect();
+        let mut samples = vec![Vec::new(); configs.len()];
+        for _ in 0..REPS {
+            for (i, (_, l)) in configs.iter().enumerate() {
+                let job = mpi.job(1, l.as_deref().map(|l| (shim.as_path(), l)), &b.dispatch);
+                samples[i].push(measure(job, "dispatch_ns")?);
+            }
+        }
+        let med: Vec<f64> = samples.into_iter().map(median).collect();
+        writeln!(
+            report,
+            "## {}: dispatch cost, `MPI_Comm_rank`\n",
+            mpi.name()
+        )?;
+        writeln!(
+            report,
+            "| configuration | ns/call | added vs no shim | per layer vs 0 layers |\n|---|---:|---:|---:|"
+        )?;
+        for (i, (name, _)) in configs.iter().enumerate() {
+            let layers = [0.0, 0.0, 1.0, 2.0, 4.0][i];
+            let per = if layers > 0.0 {
+                format!("{:.2} ns", (med[i] - med[1]) / layers)
+            } else {
+                "-".into()
+            };
+            writeln!(
+                report,
+                "| {name} | {:.2} | {:+.2} ns | {per} |",
+                med[i],
+                med[i] - med[0]
+            )?;
+        }
+        writeln!(report)?;
+        // Ping-pong latency.
+        let two = list(&b.tools[..2]);
+        let (mut base, mut layered) = (Vec::new(), Vec::new());
+        for _ in 0..REPS {
+            base.push(measure(mpi.job(2, None, &b.pingpong), "pingpong_ns")?);
+            layered.push(measure(
+                mpi.job(2, Some((shim.as_path(), two.as_str())), &b.pingpong),
+                "pingpong_ns",
+            )?);
+        }
+        let (base, layered) = (median(base), median(layered));
+        writeln!(
+            report,
+            "## {}: 8-byte ping-pong, one-way latency\n",
+            mpi.name()
+        )?;
+        writeln!(
+            report,
+            "| configuration | latency | ratio |\n|---|---:|---:|"
+        )?;
+        writeln!(report, "| no shim | {base:.0} ns | 1.000 |")?;
+        writeln!(
+            report,
+            "| shim + 2 pass-through tools | {layered:.0} ns | {:.3} |\n",
+            layered / base
+        )?;
+    }
+    let out = root.join("docs/benchmarks-shim.md");
+    fs::create_dir_all(out.parent().unwrap())?;
+    fs::write(&out, &report)?;
+    print!("{report}");
+    println!("wrote {}", out.display());
+    Ok(())
+}
