@@ -10,6 +10,8 @@ pub mod maps;
 
 /// Code generated from the MPI Forum's `apis.json` by `cargo xtask codegen`.
 pub mod generated {
+    //! Do not edit: run `cargo xtask codegen`.
+    /// The function table and ID enum.
     pub mod functions;
 }
 

@@ -1,1 +1,207 @@
-//! stub
+//! Names and value layouts of the BPF maps, shared by the programs that
+//! write them and the daemon that reads them at scrape time.
+
+/// Per-(process, function) call statistics, a per-CPU hash summed at scrape.
+pub const STATS: &str = "MPI_STATS";
+/// Calls in progress, per thread (LRU hash keyed by pid_tgid).
+pub const INFLIGHT: &str = "MPI_INFLIGHT";
+/// Per-process facts the probes need ([`ProcConfig`]), keyed by tgid.
+pub const PROCS: &str = "MPI_PROCS";
+/// Open MPI predefined datatype addresses and their sizes ([`TypeKey`]).
+pub const OMPI_TYPES: &str = "MPI_OMPI_TYPES";
+/// Per-CPU error counters, indexed by [`ErrorCounter`].
+pub const ERRORS: &str = "MPI_ERRORS";
+/// A one-element array holding an all-zero [`CallStats`], the template for
+/// new stats entries (too large for the BPF stack).
+pub const ZERO: &str = "MPI_ZERO";
+
+/// Capacity of [`STATS`]: 256 ranks times 128 functions.
+pub const STATS_CAPACITY: u32 = 32_768;
+/// Capacity of [`INFLIGHT`]: threads inside an MPI call at once.
+pub const INFLIGHT_CAPACITY: u32 = 65_536;
+/// Capacity of [`PROCS`].
+pub const PROCS_CAPACITY: u32 = 4_096;
+/// Capacity of [`OMPI_TYPES`]: about 70 predefined types per rank.
+pub const OMPI_TYPES_CAPACITY: u32 = 32_768;
+
+/// Number of latency histogram slots: slot `i < 31` counts calls that took
+/// `[2^i, 2^(i+1))` ns; the last slot everything from 2^31 ns (2.1 s) up.
+pub const HIST_SLOTS: usize = 32;
+
+/// Depth of the per-thread stack of probed functions. Deeper nesting is
+/// still balanced by the depth counter; only the function check is lost.
+pub const STACK_DEPTH: usize = 8;
+
+/// MPI library flavours the probes know how to read arguments of.
+pub mod lib_kind {
+    /// Open MPI: handles are pointers, `MPI_IN_PLACE` is `(void *)1`.
+    pub const OPEN_MPI: u32 = 1;
+    /// MPICH ABI (also Intel MPI, MVAPICH, Cray): handles are `int`s,
+    /// `MPI_IN_PLACE` is `(void *)-1`.
+    pub const MPICH: u32 = 2;
+}
+
+/// Key of [`STATS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StatKey {
+    /// Process (thread group) ID.
+    pub tgid: u32,
+    /// MPI function ID.
+    pub func: u32,
+}
+
+/// Value of [`STATS`], one per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallStats {
+    /// Completed calls.
+    pub calls: u64,
+    /// Total time inside completed calls.
+    pub time_ns: u64,
+    /// Bytes per direction (0 = send, 1 = recv).
+    pub bytes: [u64; 2],
+    /// Calls whose byte figure for that direction could not be known.
+    pub bytes_unknown: [u64; 2],
+    /// log2 latency histogram, see [`HIST_SLOTS`].
+    pub hist: [u64; HIST_SLOTS],
+}
+
+impl CallStats {
+    /// All zero.
+    pub const ZERO: CallStats = CallStats {
+        calls: 0,
+        time_ns: 0,
+        bytes: [0; 2],
+        bytes_unknown: [0; 2],
+        hist: [0; HIST_SLOTS],
+    };
+
+    /// Adds another CPU's (or process's) figures to these.
+    pub fn add(&mut self, o: &CallStats) {
+        self.calls += o.calls;
+        self.time_ns += o.time_ns;
+        for i in 0..2 {
+            self.bytes[i] += o.bytes[i];
+            self.bytes_unknown[i] += o.bytes_unknown[i];
+        }
+        for (a, b) in self.hist.iter_mut().zip(o.hist.iter()) {
+            *a += b;
+        }
+    }
+}
+
+/// Value of [`INFLIGHT`]: the outermost probed call a thread is in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Inflight {
+    /// `bpf_ktime_get_ns` at entry of the outermost call.
+    pub start_ns: u64,
+    /// Bytes the outermost call moves, per direction.
+    pub bytes: [u64; 2],
+    /// Probed calls currently open on this thread (1 = just the outermost).
+    pub depth: u32,
+    /// Bit `d` set: direction `d`'s byte figure is unknown.
+    pub unknown: u32,
+    /// Function IDs of the open calls, outermost first.
+    pub stack: [u16; STACK_DEPTH],
+}
+
+/// Value of [`PROCS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcConfig {
+    /// One of [`lib_kind`].
+    pub lib: u32,
+    /// Non-zero: account bytes for this process.
+    pub bytes: u32,
+    /// Address of Open MPI's `ompi_datatype_t_class` in this process, 0 if
+    /// derived-datatype sizes cannot be read safely.
+    pub ompi_dt_class: u64,
+    /// Offset of the `size` field in Open MPI's datatype object, validated
+    /// at attach time against predefined types; 0 if not validated.
+    pub ompi_dt_size_offset: u64,
+}
+
+/// Key of [`OMPI_TYPES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TypeKey {
+    /// Process ID.
+    pub tgid: u32,
+    /// Padding, always zero.
+    pub pad: u32,
+    /// Address of the predefined datatype object in that process.
+    pub addr: u64,
+}
+
+/// Indices of [`ERRORS`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCounter {
+    /// A stats entry could not be created (map full).
+    StatsUpdate = 0,
+    /// An in-flight entry could not be created.
+    InflightUpdate = 1,
+}
+
+/// Number of [`ErrorCounter`]s.
+pub const ERROR_COUNTERS: u32 = 2;
+
+/// The slot of a duration in the histogram: floor(log2(ns)), capped.
+#[inline(always)]
+pub const fn hist_slot(ns: u64) -> usize {
+    // A branch-light binary search: BPF has no count-leading-zeros.
+    let mut v = ns;
+    let mut l = 0;
+    if v >> 32 != 0 {
+        v >>= 32;
+        l += 32;
+    }
+    if v >> 16 != 0 {
+        v >>= 16;
+        l += 16;
+    }
+    if v >> 8 != 0 {
+        v >>= 8;
+        l += 8;
+    }
+    if v >> 4 != 0 {
+        v >>= 4;
+        l += 4;
+    }
+    if v >> 2 != 0 {
+        v >>= 2;
+        l += 2;
+    }
+    if v >> 1 != 0 {
+        l += 1;
+    }
+    if l >= HIST_SLOTS { HIST_SLOTS - 1 } else { l }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: all of these are repr(C), Copy, and made of integers with
+    // explicit padding, so any bit pattern is valid.
+    unsafe impl aya::Pod for StatKey {}
+    unsafe impl aya::Pod for CallStats {}
+    unsafe impl aya::Pod for Inflight {}
+    unsafe impl aya::Pod for ProcConfig {}
+    unsafe impl aya::Pod for TypeKey {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_slots() {
+        assert_eq!(hist_slot(0), 0);
+        assert_eq!(hist_slot(1), 0);
+        assert_eq!(hist_slot(1023), 9);
+        assert_eq!(hist_slot(1024), 10);
+        assert_eq!(hist_slot(u64::MAX), HIST_SLOTS - 1);
+    }
+}

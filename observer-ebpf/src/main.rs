@@ -1,2 +1,57 @@
+//! eBPF programs of mpi-observer: uprobes and uretprobes on the PMPI entry
+//! points of a rank's MPI library. One module per family of calls; all of
+//! them share the timing machinery in [`calls`].
 #![no_std]
 #![no_main]
+
+mod args;
+mod bytes;
+mod calls;
+mod collectives;
+mod datatype;
+mod p2p;
+
+use aya_ebpf::{
+    bindings::BPF_F_NO_PREALLOC,
+    macros::map,
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+};
+use observer_common::maps::{
+    CallStats, ERROR_COUNTERS, INFLIGHT_CAPACITY, Inflight, OMPI_TYPES_CAPACITY, PROCS_CAPACITY,
+    ProcConfig, STATS_CAPACITY, StatKey, TypeKey,
+};
+
+/// Per-(process, function) statistics. Not preallocated: a big node would
+/// otherwise pay capacity x CPUs x 300 bytes up front.
+#[map(name = "MPI_STATS")]
+static STATS: PerCpuHashMap<StatKey, CallStats> =
+    PerCpuHashMap::with_max_entries(STATS_CAPACITY, BPF_F_NO_PREALLOC);
+
+/// The outermost probed call each thread is in, keyed by pid_tgid. LRU, so a
+/// thread that never returns (MPI_Abort) cannot fill it up.
+#[map(name = "MPI_INFLIGHT")]
+static INFLIGHT: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(INFLIGHT_CAPACITY, 0);
+
+#[map(name = "MPI_PROCS")]
+static PROCS: HashMap<u32, ProcConfig> = HashMap::with_max_entries(PROCS_CAPACITY, 0);
+
+#[map(name = "MPI_OMPI_TYPES")]
+static OMPI_TYPES: HashMap<TypeKey, u64> = HashMap::with_max_entries(OMPI_TYPES_CAPACITY, 0);
+
+#[map(name = "MPI_ERRORS")]
+static ERRORS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ERROR_COUNTERS, 0);
+
+/// Template for new [`STATS`] entries: never written, always zero.
+#[map(name = "MPI_ZERO")]
+static ZERO: Array<CallStats> = Array::with_max_entries(1, 0);
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+// bpf_probe_read_user is GPL-only; the programs are dual-licensed.
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

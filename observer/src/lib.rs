@@ -1,0 +1,39 @@
+//! mpi-observer: attach eBPF probes to the PMPI entry points of running MPI
+//! ranks and export exact per-rank statistics to Prometheus.
+//!
+//! Rooms: [`procfs`] and [`symbols`] find what to probe, [`probes`] attaches,
+//! [`metrics`] is the metric model, [`registry`] tracks ranks, [`daemon`]
+//! runs it all, [`server`] speaks HTTP.
+
+pub mod checks;
+pub mod cli;
+pub mod daemon;
+pub mod datatypes;
+pub mod functions;
+pub mod metrics;
+pub mod multi;
+pub mod probes;
+pub mod procfs;
+pub mod registry;
+pub mod server;
+pub mod summary;
+pub mod symbols;
+
+/// The eBPF object built by build.rs.
+pub static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer-ebpf"));
+
+/// Prints an error and its causes as one line.
+pub fn one_line(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s.replace('\n', " ")
+}

@@ -1,1 +1,33 @@
-fn main(){}
+//! The `mpi-observer` command; all logic lives in the library.
+use std::process::ExitCode;
+
+use mpi_observer::{cli, daemon, functions, one_line};
+use observer_common::FUNCTIONS;
+
+fn main() -> ExitCode {
+    let result = match cli::parse().command {
+        cli::Command::Attach(args) => {
+            daemon::run(args).map_err(|e| Box::new(e) as Box<dyn std::error::Error>)
+        }
+        cli::Command::Functions { functions: list } => functions::select(list.as_deref())
+            .map(|ids| {
+                for id in ids {
+                    let f = &FUNCTIONS[id as usize];
+                    let d = if functions::is_default(id) {
+                        "default"
+                    } else {
+                        "-"
+                    };
+                    println!("{:<40} {:<11} {d}", f.name, f.family.as_str());
+                }
+            })
+            .map_err(|e| Box::new(e) as Box<dyn std::error::Error>),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mpi-observer: error: {}", one_line(&*e));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Timing shared by every family: entry pushes the function on the thread's
+//! stack of open MPI calls, return pops it, and only the outermost call is
+//! counted, so an MPI call that the library implements with other PMPI calls
+//! counts once, as the application made it.
+
+use aya_ebpf::{
+    EbpfContext as _,
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated::bpf_get_attach_cookie},
+    macros::{uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+use observer_common::{
+    cookie,
+    maps::{ErrorCounter, Inflight, STACK_DEPTH, StatKey, hist_slot},
+};
+
+use crate::{ERRORS, INFLIGHT, STATS, ZERO, bytes};
+
+/// Entry of a call that moves no data of its own (synchronisation, request
+/// completion, one-sided, I/O, everything else).
+#[uprobe]
+pub fn mpi_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, false);
+    0
+}
+
+/// Return of any probed call.
+#[uretprobe]
+pub fn mpi_return(ctx: RetProbeContext) -> u32 {
+    leave(&ctx);
+    0
+}
+
+fn bump(counter: ErrorCounter) {
+    if let Some(p) = ERRORS.get_ptr_mut(counter as u32) {
+        unsafe { *p += 1 };
+    }
+}
+
+/// Common entry: `with_bytes` decodes the call's data arguments too.
+#[inline(always)]
+pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let func = cookie::function(cookie) as u16;
+    let id = bpf_get_current_pid_tgid();
+    if let Some(e) = INFLIGHT.get_ptr_mut(&id) {
+        // Nested inside another probed call: remember it, count nothing.
+        let e = unsafe { &mut *e };
+        let d = e.depth as usize;
+        if d < STACK_DEPTH {
+            e.stack[d] = func;
+        }
+        e.depth += 1;
+        return;
+    }
+    let mut e = Inflight {
+        start_ns: 0,
+        bytes: [0; 2],
+        depth: 1,
+        unknown: 0,
+        stack: [0; STACK_DEPTH],
+    };
+    e.stack[0] = func;
+    if with_bytes && cookie::has_bytes(cookie) {
+        bytes::account(ctx, cookie, (id >> 32) as u32, &mut e);
+    }
+    // Read the clock last so argument decoding is not charged to the call.
+    e.start_ns = unsafe { bpf_ktime_get_ns() };
+    if INFLIGHT.insert(&id, &e, 0).is_err() {
+        bump(ErrorCounter::InflightUpdate);
+    }
+}
+
+#[inline(always)]
+fn leave(ctx: &RetProbeContext) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let func = cookie::function(cookie) as u16;
+    let id = bpf_get_current_pid_tgid();
+    let Some(e) = INFLIGHT.get_ptr_mut(&id) else {
+        // The call began before we attached: it is not ours to time.
+        return;
+    };
+    let e = unsafe { &mut *e };
+    let d = e.depth as usize;
+    if d == 0 {
+        return;
+    }
+    // A return whose entry we never saw (its entry probe was not attached
+    // yet when the call began) must not unwind someone else's call.
+    if d <= STACK_DEPTH && e.stack[(d - 1) & (STACK_DEPTH - 1)] != func {
+        return;
+    }
+    if d > 1 {
+        e.depth -= 1;
+        return;
+    }
+    let done = *e;
+    let _ = INFLIGHT.remove(&id);
+    record(
+        StatKey {
+            tgid: (id >> 32) as u32,
+            func: u32::from(done.stack[0]),
+        },
+        now.saturating_sub(done.start_ns),
+        &done,
+    );
+}
+
+#[inline(always)]
+fn record(key: StatKey, ns: u64, done: &Inflight) {
+    let s = match STATS.get_ptr_mut(&key) {
+        Some(s) => s,
+        None => {
+            let Some(zero) = ZERO.get_ptr(0) else { return };
+            // Another CPU may have created it meanwhile: NOEXIST failing is fine.
+            let _ = STATS.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
+            match STATS.get_ptr_mut(&key) {
+                Some(s) => s,
+                None => {
+                    bump(ErrorCounter::StatsUpdate);
+                    return;
+                }
+            }
+        }
+    };
+    let s = unsafe { &mut *s };
+    s.calls += 1;
+    s.time_ns += ns;
+    s.hist[hist_slot(ns)] += 1;
+    for dir in 0..2 {
+        if done.unknown & (1 << dir) != 0 {
+            s.bytes_unknown[dir] += 1;
+        } else {
+            s.bytes[dir] += done.bytes[dir];
+        }
+    }
+}

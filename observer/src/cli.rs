@@ -1,0 +1,75 @@
+//! Command-line interface.
+
+use std::{ffi::OsString, net::SocketAddr};
+
+use clap::{Args, Parser, Subcommand};
+
+/// The default listen address. Port 9479 is documented in the README.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9479";
+
+/// Observe running MPI jobs: per-rank call counts, time, bytes and latency
+/// from eBPF probes on the PMPI entry points, served to Prometheus.
+#[derive(Debug, Parser)]
+#[command(name = "mpi-observer", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Attach to running MPI ranks and serve their statistics at /metrics.
+    Attach(AttachArgs),
+    /// List MPI functions with their family and whether they are probed by
+    /// default (or match --functions).
+    Functions {
+        /// Comma-separated globs or @family keywords, as for attach.
+        #[arg(long)]
+        functions: Option<String>,
+    },
+}
+
+/// Options of `attach`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("targets").required(true).multiple(true).args(["pid", "all"]))]
+pub struct AttachArgs {
+    /// A rank's pid; repeat for several ranks.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pid: Vec<u32>,
+    /// Attach to every process on this machine that maps an MPI library,
+    /// now and as they appear.
+    #[arg(long)]
+    pub all: bool,
+    /// Where to serve /metrics.
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Functions to probe: comma-separated globs over standard names
+    /// (MPI_Send, 'MPI_*reduce*') or keywords @default, @all, @p2p,
+    /// @collective, @sync, @completion, @rma, @io, @local.
+    #[arg(long, value_name = "GLOB,...")]
+    pub functions: Option<String>,
+    /// Seconds an exited rank's final figures stay exported.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub retain_exited: u64,
+    /// Also export the latency histogram per rank (more series).
+    #[arg(long)]
+    pub per_rank_histograms: bool,
+    /// Do not decode data arguments (no mpi_bytes_total): cheaper probes.
+    #[arg(long)]
+    pub no_bytes: bool,
+    /// Print a live per-rank summary table every second.
+    #[arg(long)]
+    pub summary: bool,
+}
+
+/// Parses the command line.
+pub fn parse() -> Cli {
+    Cli::parse()
+}
+
+/// Parses from an explicit argument list (tests).
+pub fn parse_from(args: impl IntoIterator<Item = OsString>) -> Cli {
+    Cli::parse_from(args)
+}

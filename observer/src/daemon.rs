@@ -1,0 +1,197 @@
+//! `mpi-observer attach`: checks, attaches, serves, follows ranks as they
+//! come and go, and detaches everything on SIGINT or SIGTERM. A `kill -9`
+//! needs no code: the kernel closes our perf events and removes the probes.
+
+use std::{
+    io::{IsTerminal as _, Write as _},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use thiserror::Error;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    EBPF_OBJECT,
+    checks::{self, PreflightError},
+    cli::AttachArgs,
+    functions::{self, SelectError},
+    metrics::RenderOptions,
+    probes::{ProbeError, Probes},
+    procfs,
+    registry::{AttachError, State},
+    server::{self, ServeError},
+    summary,
+};
+
+/// Why `attach` stopped with an error.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    /// A preflight check failed.
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
+    /// A bad --functions list.
+    #[error(transparent)]
+    Select(#[from] SelectError),
+    /// A --pid could not be attached.
+    #[error(transparent)]
+    Attach(#[from] AttachError),
+    /// The listener could not be set up.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// The programs could not be loaded.
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    /// The async runtime could not start.
+    #[error("cannot start the runtime: {source}")]
+    Runtime {
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// How often ranks are checked for exit and `--all` scans for new ones.
+const TICK: Duration = Duration::from_millis(250);
+
+/// Runs `attach` to completion.
+pub fn run(args: AttachArgs) -> Result<(), DaemonError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| DaemonError::Runtime { source })?
+        .block_on(run_async(args))
+}
+
+async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
+    checks::capabilities()?;
+    checks::kernel()?;
+    let functions = functions::select(args.functions.as_deref())?;
+    // Validate every --pid before touching anything, so bad input costs the
+    // job nothing.
+    for &pid in &args.pid {
+        procfs::start_ticks(pid).map_err(AttachError::from)?;
+        if procfs::mpi_library(pid)
+            .map_err(AttachError::from)?
+            .is_none()
+        {
+            return Err(AttachError::NoMpiLibrary {
+                pid,
+                comm: procfs::comm(pid),
+            }
+            .into());
+        }
+    }
+    let listener = server::bind(args.listen).await?;
+    let probes = Probes::load(EBPF_OBJECT)?;
+    let render = RenderOptions {
+        per_rank_histograms: args.per_rank_histograms,
+    };
+    let state = Arc::new(Mutex::new(State::new(
+        probes,
+        functions,
+        !args.no_bytes,
+        render,
+    )));
+    {
+        let mut st = state.lock().expect("not poisoned yet");
+        for &pid in &args.pid {
+            let t = Instant::now();
+            st.attach(pid)?;
+            eprintln!(
+                "mpi-observer: attached to pid {pid} ({} probes, {:.0} ms)",
+                st.ranks.get(&pid).map_or(0, |_| st.selfm.probes.get()),
+                t.elapsed().as_secs_f64() * 1e3
+            );
+        }
+    }
+    eprintln!("mpi-observer: serving http://{}/metrics", args.listen);
+    let server = tokio::spawn(server::serve(listener, state.clone(), None));
+
+    let mut sigint = signal(SignalKind::interrupt()).expect("signal handler");
+    let mut sigterm = signal(SignalKind::terminate()).expect("signal handler");
+    let mut tick = tokio::time::interval(TICK);
+    let retain = Duration::from_secs(args.retain_exited);
+    let mut last_summary = Instant::now();
+    let mut last_scan = Instant::now() - Duration::from_secs(60);
+    loop {
+        tokio::select! {
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+            _ = tick.tick() => {}
+        }
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        for pid in st.reap(retain) {
+            eprintln!(
+                "mpi-observer: pid {pid} exited; keeping its figures for {}s",
+                retain.as_secs()
+            );
+        }
+        if args.all && last_scan.elapsed() >= Duration::from_secs(1) {
+            last_scan = Instant::now();
+            scan(&mut st);
+        }
+        if args.summary && last_summary.elapsed() >= Duration::from_secs(1) {
+            last_summary = Instant::now();
+            print_summary(&st);
+        }
+        if !args.all && st.ranks.is_empty() {
+            break;
+        }
+    }
+    server.abort();
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    if args.summary {
+        print_summary(&st);
+    }
+    st.detach_all();
+    eprintln!("mpi-observer: detached, exiting");
+    Ok(())
+}
+
+/// `--all`: attach to MPI processes not seen before.
+fn scan(st: &mut State) {
+    let me = std::process::id();
+    for pid in procfs::all_pids() {
+        if pid == me || st.ranks.contains_key(&pid) {
+            continue;
+        }
+        let Ok(ticks) = procfs::start_ticks(pid) else {
+            continue;
+        };
+        if st.not_mpi.contains(&(pid, ticks)) {
+            continue;
+        }
+        match procfs::mpi_library(pid) {
+            Ok(Some(_)) => match st.attach(pid) {
+                Ok(()) => eprintln!(
+                    "mpi-observer: attached to pid {pid} ({})",
+                    procfs::comm(pid)
+                ),
+                Err(e) => {
+                    eprintln!("mpi-observer: pid {pid}: {e}");
+                    st.not_mpi.insert((pid, ticks));
+                }
+            },
+            Ok(None) => {
+                // Kernel threads and ordinary programs: look again only if
+                // they dlopen MPI later, which is rare; re-check costs a read
+                // of /proc/PID/maps, so do it on a slower cadence.
+                st.not_mpi.insert((pid, ticks));
+            }
+            Err(_) => {}
+        }
+    }
+    // Forget entries of processes that are gone, so the set stays small.
+    st.not_mpi
+        .retain(|(pid, ticks)| procfs::alive(*pid, *ticks));
+}
+
+fn print_summary(st: &State) {
+    let table = summary::table(&st.ranks, &st.read_stats());
+    let mut out = std::io::stdout().lock();
+    if out.is_terminal() {
+        let _ = write!(out, "\x1b[H\x1b[2J");
+    }
+    let _ = writeln!(out, "{table}");
+    let _ = out.flush();
+}

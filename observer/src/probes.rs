@@ -1,0 +1,244 @@
+//! Loading the eBPF programs once and attaching them to ranks: one uprobe and
+//! one uretprobe per unique PMPI function address, scoped to that pid, as a
+//! handful of uprobe_multi links per process (see [`crate::multi`]).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    os::fd::OwnedFd,
+    path::Path,
+    thread::JoinHandle,
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, MapData},
+};
+use observer_common::{
+    FUNCTIONS, cookie,
+    functions::Family,
+    maps::{self, ProcConfig, TypeKey},
+};
+use thiserror::Error;
+
+use crate::{
+    multi::{self, MultiError},
+    symbols::Library,
+};
+
+/// The entry program for each family, by name in the eBPF object.
+const ENTER_PLAIN: &str = "mpi_enter";
+const ENTER_P2P: &str = "mpi_p2p_enter";
+const ENTER_COLL: &str = "mpi_coll_enter";
+const RETURN: &str = "mpi_return";
+const PROGRAMS: [&str; 4] = [ENTER_PLAIN, ENTER_P2P, ENTER_COLL, RETURN];
+
+/// Errors loading or attaching probes.
+#[derive(Debug, Error)]
+pub enum ProbeError {
+    /// The kernel refused to load the eBPF object or a program.
+    #[error(
+        "cannot load the eBPF programs: {reason}; the kernel needs BPF (CONFIG_BPF_SYSCALL), uprobes (CONFIG_UPROBE_EVENTS) and uprobe_multi links (Linux 6.6+), and we need CAP_BPF and CAP_PERFMON"
+    )]
+    Load {
+        /// What failed.
+        reason: String,
+    },
+    /// Probes could not be attached.
+    #[error("cannot attach to pid {pid}: {source}")]
+    Attach {
+        /// Target pid.
+        pid: u32,
+        /// The loader's error.
+        source: MultiError,
+    },
+    /// A map update failed.
+    #[error("cannot update BPF map {map}: {source}")]
+    Map {
+        /// Map name.
+        map: &'static str,
+        /// The error.
+        source: aya::maps::MapError,
+    },
+}
+
+/// The probes attached to one process.
+#[derive(Debug, Default)]
+pub struct Attachment {
+    links: Vec<OwnedFd>,
+    /// Uprobe plus uretprobe sites attached.
+    pub probes: usize,
+    /// Predefined datatype entries loaded for this process.
+    type_keys: Vec<TypeKey>,
+}
+
+/// The loaded eBPF object: maps (created by aya) and programs.
+pub struct Probes {
+    ebpf: Ebpf,
+    progs: HashMap<&'static str, OwnedFd>,
+    /// Link sets being closed in the background; joined at shutdown.
+    closing: Vec<JoinHandle<()>>,
+}
+
+impl Probes {
+    /// Loads the embedded eBPF object: creates its maps and loads its
+    /// programs into the kernel.
+    pub fn load(object: &[u8]) -> Result<Self, ProbeError> {
+        let ebpf = EbpfLoader::new()
+            .load(object)
+            .map_err(|e| ProbeError::Load {
+                reason: e.to_string(),
+            })?;
+        let progs = multi::load_programs(object, &ebpf, &PROGRAMS).map_err(|e| {
+            if std::env::var_os("MPI_OBSERVER_VERIFIER_LOG").is_some() {
+                if let MultiError::Load { log, .. } = &e {
+                    eprintln!("{log}");
+                }
+            }
+            ProbeError::Load {
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(Self {
+            ebpf,
+            progs,
+            closing: Vec::new(),
+        })
+    }
+
+    /// Direct access to the maps, for the collector.
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
+    /// Mutable access to the maps.
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    /// Attaches to `functions` (IDs) of `lib` in process `pid`. Return probes
+    /// go in before entry probes, so no call can be entered without its
+    /// return being seen; on failure everything attached so far is removed.
+    pub fn attach(
+        &mut self,
+        pid: u32,
+        lib_path: &Path,
+        lib: &Library,
+        config: ProcConfig,
+        datatypes: &BTreeMap<u64, u64>,
+        functions: &[u16],
+    ) -> Result<Attachment, ProbeError> {
+        let mut att = Attachment::default();
+        let mut procs: BpfHashMap<&mut MapData, u32, ProcConfig> =
+            BpfHashMap::try_from(self.ebpf.map_mut(maps::PROCS).expect("PROCS map in object"))
+                .map_err(|source| ProbeError::Map {
+                    map: maps::PROCS,
+                    source,
+                })?;
+        procs
+            .insert(pid, config, 0)
+            .map_err(|source| ProbeError::Map {
+                map: maps::PROCS,
+                source,
+            })?;
+        let mut types: BpfHashMap<&mut MapData, TypeKey, u64> = BpfHashMap::try_from(
+            self.ebpf
+                .map_mut(maps::OMPI_TYPES)
+                .expect("OMPI_TYPES map in object"),
+        )
+        .map_err(|source| ProbeError::Map {
+            map: maps::OMPI_TYPES,
+            source,
+        })?;
+        for (&addr, &size) in datatypes {
+            let key = TypeKey {
+                tgid: pid,
+                pad: 0,
+                addr,
+            };
+            if types.insert(key, size, 0).is_ok() {
+                att.type_keys.push(key);
+            }
+        }
+        // Group the sites by entry program; every site also gets a return.
+        let mut sites: BTreeMap<&'static str, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+        for &id in functions {
+            let Some(entry) = lib.entries.get(&id) else {
+                continue;
+            };
+            let info = &FUNCTIONS[id as usize];
+            let enter = match info.family {
+                Family::PointToPoint => ENTER_P2P,
+                Family::Collective => ENTER_COLL,
+                _ => ENTER_PLAIN,
+            };
+            let c = cookie::encode(id, info, config.bytes != 0);
+            for prog in [RETURN, enter] {
+                let (offs, cookies) = sites.entry(prog).or_default();
+                offs.push(entry.file_offset);
+                cookies.push(c);
+            }
+        }
+        let order = [RETURN, ENTER_PLAIN, ENTER_P2P, ENTER_COLL];
+        for prog in order {
+            let Some((offs, cookies)) = sites.get(prog) else {
+                continue;
+            };
+            let link = multi::attach(
+                prog,
+                &self.progs[prog],
+                lib_path,
+                offs,
+                cookies,
+                pid,
+                prog == RETURN,
+            );
+            match link {
+                Ok(fd) => {
+                    att.links.push(fd);
+                    att.probes += offs.len();
+                }
+                Err(source) => {
+                    self.detach(pid, att);
+                    return Err(ProbeError::Attach { pid, source });
+                }
+            }
+        }
+        Ok(att)
+    }
+
+    /// Removes a process's probes. Entry links close before the return link
+    /// (they were pushed after it; we close in reverse), so no new call
+    /// starts being timed while its return probe goes away. The closing
+    /// waits for an RCU grace period, so it runs on a background thread.
+    /// Statistics stay in the map until the rank is forgotten.
+    pub fn detach(&mut self, pid: u32, mut att: Attachment) {
+        let links: Vec<OwnedFd> = att.links.drain(..).rev().collect();
+        if !links.is_empty() {
+            self.closing.push(std::thread::spawn(move || {
+                for l in links {
+                    drop(l);
+                }
+            }));
+        }
+        self.closing.retain(|h| !h.is_finished());
+        if let Some(m) = self.ebpf.map_mut(maps::OMPI_TYPES) {
+            if let Ok(mut types) = BpfHashMap::<&mut MapData, TypeKey, u64>::try_from(m) {
+                for k in &att.type_keys {
+                    let _ = types.remove(k);
+                }
+            }
+        }
+        if let Some(m) = self.ebpf.map_mut(maps::PROCS) {
+            if let Ok(mut procs) = BpfHashMap::<&mut MapData, u32, ProcConfig>::try_from(m) {
+                let _ = procs.remove(&pid);
+            }
+        }
+    }
+
+    /// Waits until every detached link is really gone from the kernel.
+    pub fn finish_detaching(&mut self) {
+        for h in self.closing.drain(..) {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The ranks the daemon observes: attaching to a process, noticing that it
+//! exited, keeping its final figures for `--retain-exited`, then forgetting
+//! it. One [`State`] behind a mutex is shared by the control loop and the
+//! HTTP server.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    time::{Duration, Instant, SystemTime},
+};
+
+use aya::maps::{MapData, PerCpuHashMap};
+use observer_common::maps::{self, CallStats, StatKey};
+use thiserror::Error;
+
+use crate::{
+    datatypes,
+    metrics::{self, RenderOptions, SelfMetrics},
+    probes::{Attachment, ProbeError, Probes},
+    procfs::{self, Identity, ProcError},
+    symbols::{self, SymbolError},
+};
+
+/// Errors attaching to one process.
+#[derive(Debug, Error)]
+pub enum AttachError {
+    /// Reading /proc failed.
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+    /// The process maps no MPI library.
+    #[error(
+        "process {pid} ({comm}) has no MPI library mapped (looked for libmpi.so* and libmpich.so* in /proc/{pid}/maps): \
+         give the pid of an MPI rank, not of mpirun, and attach after it started"
+    )]
+    NoMpiLibrary {
+        /// The pid.
+        pid: u32,
+        /// Its command name.
+        comm: String,
+    },
+    /// The library could not be read.
+    #[error(transparent)]
+    Symbols(#[from] SymbolError),
+    /// Probes could not be attached.
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+}
+
+/// One observed rank.
+#[derive(Debug)]
+pub struct Rank {
+    /// Process ID.
+    pub pid: u32,
+    /// Start time in ticks since boot; identifies the process with the pid.
+    pub ticks: u64,
+    /// Rank, size, job, from /proc/PID/environ.
+    pub identity: Identity,
+    /// `jobid="...",rank="..."`, pre-rendered.
+    pub labels: String,
+    /// `jobid="..."`, pre-rendered.
+    pub jobid_label: String,
+    /// "openmpi" or "mpich".
+    pub library: &'static str,
+    /// Library version.
+    pub version: String,
+    /// Command name.
+    pub comm: String,
+    /// When the process started.
+    pub started_at: SystemTime,
+    /// When the probes went in.
+    pub attached_at: SystemTime,
+    /// When we noticed it exited.
+    pub exited_at: Option<Instant>,
+    /// The same, as wall-clock time.
+    pub exited_wall: Option<SystemTime>,
+    attachment: Option<Attachment>,
+}
+
+/// What the daemon knows and holds.
+pub struct State {
+    /// The loaded programs and maps.
+    pub probes: Probes,
+    /// Observed ranks by pid.
+    pub ranks: BTreeMap<u32, Rank>,
+    /// Self-metrics.
+    pub selfm: SelfMetrics,
+    /// Function IDs to probe.
+    pub functions: Vec<u16>,
+    /// Whether to account bytes.
+    pub bytes: bool,
+    /// Exposition options.
+    pub render: RenderOptions,
+    /// Processes already looked at by `--all` and found not to be MPI, with
+    /// their start ticks, so they are not re-read every tick.
+    pub not_mpi: HashSet<(u32, u64)>,
+}
+
+fn boot_time() -> SystemTime {
+    let btime = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    SystemTime::UNIX_EPOCH + Duration::from_secs(btime)
+}
+
+fn ticks_to_time(ticks: u64) -> SystemTime {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    boot_time() + Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz)
+}
+
+impl State {
+    /// A state with nothing attached yet.
+    pub fn new(probes: Probes, functions: Vec<u16>, bytes: bool, render: RenderOptions) -> Self {
+        Self {
+            probes,
+            ranks: BTreeMap::new(),
+            selfm: SelfMetrics::new(),
+            functions,
+            bytes,
+            render,
+            not_mpi: HashSet::new(),
+        }
+    }
+
+    /// Attaches to `pid`. Re-attaching to a pid already observed is a no-op.
+    pub fn attach(&mut self, pid: u32) -> Result<(), AttachError> {
+        let ticks = procfs::start_ticks(pid)?;
+        if self.ranks.get(&pid).is_some_and(|r| r.ticks == ticks) {
+            return Ok(());
+        }
+        let result = self.try_attach(pid, ticks);
+        if result.is_err() {
+            self.selfm.attach_failures.inc();
+        }
+        result
+    }
+
+    fn try_attach(&mut self, pid: u32, ticks: u64) -> Result<(), AttachError> {
+        let map = procfs::mpi_library(pid)?.ok_or_else(|| AttachError::NoMpiLibrary {
+            pid,
+            comm: procfs::comm(pid),
+        })?;
+        let identity = procfs::identity(pid)?;
+        let host_path = map.host_path(pid);
+        let lib = symbols::read_library(&host_path)?;
+        let dt = datatypes::inspect(pid, &lib, &map);
+        let config = datatypes::proc_config(&lib, &dt, self.bytes);
+        let attachment =
+            self.probes
+                .attach(pid, &host_path, &lib, config, &dt.sizes, &self.functions)?;
+        self.selfm.probes.add(attachment.probes as i64);
+        let jobid_label = format!("jobid=\"{}\"", metrics::escape(&identity.jobid));
+        let labels = format!("{jobid_label},rank=\"{}\"", metrics::escape(&identity.rank));
+        // A new process reusing the pid of an exited rank: drop the old one.
+        if self.ranks.contains_key(&pid) {
+            self.forget(pid);
+        }
+        self.ranks.insert(
+            pid,
+            Rank {
+                pid,
+                ticks,
+                identity,
+                labels,
+                jobid_label,
+                library: lib.name,
+                version: lib.version.clone(),
+                comm: procfs::comm(pid),
+                started_at: ticks_to_time(ticks),
+                attached_at: SystemTime::now(),
+                exited_at: None,
+                exited_wall: None,
+                attachment: Some(attachment),
+            },
+        );
+        self.selfm.attached.set(self.attached_count() as i64);
+        Ok(())
+    }
+
+    fn attached_count(&self) -> usize {
+        self.ranks
+            .values()
+            .filter(|r| r.attachment.is_some())
+            .count()
+    }
+
+    /// Notices ranks that exited (detaching their probes) and forgets those
+    /// exited longer than `retain` ago. Returns the pids that just exited.
+    pub fn reap(&mut self, retain: Duration) -> Vec<u32> {
+        let mut exited = Vec::new();
+        for r in self.ranks.values_mut() {
+            if r.exited_at.is_none() && !procfs::alive(r.pid, r.ticks) {
+                r.exited_at = Some(Instant::now());
+                r.exited_wall = Some(SystemTime::now());
+                exited.push(r.pid);
+            }
+        }
+        for pid in &exited {
+            self.detach(*pid);
+        }
+        let expired: Vec<u32> = self
+            .ranks
+            .values()
+            .filter(|r| r.exited_at.is_some_and(|t| t.elapsed() >= retain))
+            .map(|r| r.pid)
+            .collect();
+        for pid in expired {
+            self.forget(pid);
+        }
+        exited
+    }
+
+    fn detach(&mut self, pid: u32) {
+        if let Some(att) = self.ranks.get_mut(&pid).and_then(|r| r.attachment.take()) {
+            self.selfm.probes.sub(att.probes as i64);
+            self.probes.detach(pid, att);
+        }
+        self.selfm.attached.set(self.attached_count() as i64);
+    }
+
+    /// Drops a rank and its statistics.
+    pub fn forget(&mut self, pid: u32) {
+        self.detach(pid);
+        self.ranks.remove(&pid);
+        if let Some(m) = self.probes.ebpf_mut().map_mut(maps::STATS) {
+            if let Ok(mut stats) = PerCpuHashMap::<&mut MapData, StatKey, CallStats>::try_from(m) {
+                let keys: Vec<StatKey> = stats
+                    .keys()
+                    .filter_map(Result::ok)
+                    .filter(|k| k.tgid == pid)
+                    .collect();
+                for k in keys {
+                    let _ = stats.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// Detaches everything (shutdown).
+    pub fn detach_all(&mut self) {
+        let pids: Vec<u32> = self.ranks.keys().copied().collect();
+        for pid in pids {
+            self.detach(pid);
+        }
+        self.probes.finish_detaching();
+    }
+
+    /// Reads the per-process statistics from the maps.
+    pub fn read_stats(&self) -> BTreeMap<u32, metrics::ProcStats> {
+        metrics::stats_map(self.probes.ebpf())
+            .map(|m| metrics::read_stats(&m))
+            .unwrap_or_default()
+    }
+
+    /// One scrape's exposition text.
+    pub fn scrape(&self, extra: &str) -> String {
+        let started = Instant::now();
+        let stats = self.read_stats();
+        let errors = metrics::errors_map(self.probes.ebpf())
+            .map(|m| metrics::read_errors(&m))
+            .unwrap_or_default();
+        metrics::render(
+            &self.ranks,
+            &stats,
+            &errors,
+            &self.selfm,
+            self.render,
+            started,
+            extra,
+        )
+    }
+
+    /// Whether any rank is still running.
+    pub fn any_running(&self) -> bool {
+        self.ranks.values().any(|r| r.exited_at.is_none())
+    }
+}
