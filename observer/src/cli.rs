@@ -22,6 +22,19 @@ pub struct Cli {
 pub enum Command {
     /// Attach to running MPI ranks and serve their statistics at /metrics.
     Attach(AttachArgs),
+    /// Print the absolute path of the layering shim, libmpi_observer_shim.so.
+    ShimPath,
+    /// Run CMD with the layering shim preloaded and the tools list set, as in
+    /// `mpirun -np 4 mpi-observer run --tools a.so,b.so -- ./app`.
+    Run {
+        /// The tools_entry list (sets MPI_TOOLS_ENTRY); without it the
+        /// environment's list is used.
+        #[arg(long, value_name = "LIST")]
+        tools: Option<String>,
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+        cmd: Vec<OsString>,
+    },
     /// List MPI functions with their family and whether they are probed by
     /// default (or match --functions).
     Functions {

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod daemon;
 pub mod datatypes;
 pub mod functions;
+pub mod launcher;
 pub mod metrics;
 pub mod multi;
 pub mod probes;

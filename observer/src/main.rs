@@ -1,7 +1,7 @@
 //! The `mpi-observer` command; all logic lives in the library.
 use std::process::ExitCode;
 
-use mpi_observer::{cli, daemon, functions, one_line};
+use mpi_observer::{cli, daemon, functions, launcher, one_line};
 use observer_common::FUNCTIONS;
 
 fn main() -> ExitCode {
@@ -9,6 +9,13 @@ fn main() -> ExitCode {
         cli::Command::Attach(args) => {
             daemon::run(args).map_err(|e| Box::new(e) as Box<dyn std::error::Error>)
         }
+        cli::Command::ShimPath => launcher::shim_path()
+            .map(|p| println!("{}", p.display()))
+            .map_err(|e| Box::new(e) as Box<dyn std::error::Error>),
+        cli::Command::Run { tools, cmd } => match launcher::run(tools.as_deref(), &cmd) {
+            Ok(never) => match never {},
+            Err(e) => Err(Box::new(e) as Box<dyn std::error::Error>),
+        },
         cli::Command::Functions { functions: list } => functions::select(list.as_deref())
             .map(|ids| {
                 for id in ids {
