@@ -1,0 +1,708 @@
+//! End-to-end tests of `mpi-observer attach`: real eBPF probes on real MPI
+//! jobs (Open MPI and MPICH), real HTTP scrapes, real bpftool and promtool.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use e2e::{
+    Mpi, Need, Sample, compile, free_port, http_get, observer_bin, parse_metrics, program, require,
+    run_with_timeout, scratch, sum, wait_for, wait_with_timeout,
+};
+
+/// Iterations of the counted phase of tests/programs/mix.c.
+const ITERS: u64 = 40;
+const NP: u32 = 3;
+
+/// A running MPI job of tests/programs/mix.c, held at its go file.
+struct Job {
+    child: Option<Child>,
+    /// (rank, pid) as the ranks printed them.
+    ranks: Vec<(u32, u32)>,
+    go: PathBuf,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Job {
+    fn start(mpi: Mpi, dir: &Path, np: u32, iters: u64) -> Job {
+        let exe = dir.join(format!("mix-{}", mpi.name()));
+        if !exe.exists() {
+            compile(mpi, &program("mix.c"), &exe, &[]);
+        }
+        let go = dir.join(format!("go-{}", std::process::id()));
+        let _ = std::fs::remove_file(&go);
+        let mut child = mpi
+            .launcher(np)
+            .arg(&exe)
+            .arg(iters.to_string())
+            .arg(&go)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start mpirun");
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut ranks = Vec::new();
+        while ranks.len() < np as usize {
+            let l = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the job's ranks to print READY");
+            if let Some(rest) = l.strip_prefix("READY ") {
+                let mut f = rest.split_whitespace().map(|x| x.parse::<u32>().unwrap());
+                ranks.push((f.next().unwrap(), f.next().unwrap()));
+            }
+        }
+        ranks.sort();
+        Job {
+            child: Some(child),
+            ranks,
+            go,
+            lines: rx,
+        }
+    }
+
+    fn go(&self) {
+        std::fs::write(&self.go, b"go").unwrap();
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.ranks.iter().map(|r| r.1).collect()
+    }
+
+    /// Waits for the job; asserts it succeeded and every rank checked its
+    /// results ("OK <rank>").
+    fn finish(mut self) {
+        let out = wait_with_timeout(self.child.take().unwrap(), Duration::from_secs(120));
+        let mut oks = 0;
+        // The reader thread may lag behind the exit: drain until EOF.
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(10)) {
+            oks += usize::from(l.starts_with("OK "));
+        }
+        assert!(out.status.success(), "the MPI job failed: {:?}", out.status);
+        assert_eq!(oks, self.ranks.len(), "every rank must verify its results");
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.go);
+    }
+}
+
+/// A running daemon.
+struct Daemon {
+    child: Option<Child>,
+    addr: String,
+}
+
+impl Daemon {
+    fn start(args: &[String]) -> Daemon {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(observer_bin());
+        cmd.arg("attach").args(args).args(["--listen", &addr]);
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[daemon] {l}");
+            }
+        });
+        let mut d = Daemon {
+            child: Some(child),
+            addr,
+        };
+        wait_for(
+            "the daemon to serve /metrics",
+            Duration::from_secs(30),
+            || {
+                if let Some(st) = d.child.as_mut().unwrap().try_wait().unwrap() {
+                    panic!("the daemon exited early: {st}");
+                }
+                http_get(&d.addr, "/metrics")
+                    .ok()
+                    .filter(|(c, _)| *c == 200)
+            },
+        );
+        d
+    }
+
+    fn scrape(&self) -> (String, Vec<Sample>) {
+        let (code, body) = http_get(&self.addr, "/metrics").expect("scrape");
+        assert_eq!(code, 200);
+        let s = parse_metrics(&body);
+        (body, s)
+    }
+
+    /// Sends `sig` and waits for a clean exit.
+    fn stop(mut self, sig: i32) -> std::process::ExitStatus {
+        let child = self.child.take().unwrap();
+        unsafe { kill(child.id() as i32, sig) };
+        wait_with_timeout(child, Duration::from_secs(30)).status
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+const SIGTERM: i32 = 15;
+const SIGINT: i32 = 2;
+const SIGKILL: i32 = 9;
+
+/// Our program names, as the kernel lists them (truncated to 15 chars).
+const PROGRAMS: [&str; 4] = ["mpi_enter", "mpi_p2p_enter", "mpi_coll_enter", "mpi_return"];
+
+/// Waits until no program of ours is loaded in the kernel: links keep their
+/// programs alive, so no program means no uprobe left behind.
+fn assert_no_probes_left() {
+    wait_for(
+        "every probe to be gone (bpftool prog show)",
+        Duration::from_secs(30),
+        || {
+            let out = Command::new("bpftool")
+                .args(["prog", "show"])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "bpftool prog show failed");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let left: Vec<&str> = text
+                .lines()
+                .filter(|l| PROGRAMS.iter().any(|p| l.contains(&format!(" name {p} "))))
+                .collect();
+            left.is_empty().then_some(())
+        },
+    );
+    let links = Command::new("bpftool")
+        .args(["link", "show"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&links.stdout);
+    assert!(
+        !text.contains("uprobe_multi"),
+        "uprobe_multi links remain:\n{text}"
+    );
+}
+
+/// Expected (function, calls, send bytes, recv bytes, unknown send calls)
+/// for one rank of mix.c; `derived_known` says whether the library lets the
+/// probe read a derived datatype's size.
+fn expected(rank: u32, derived_known: bool) -> BTreeMap<&'static str, (u64, u64, u64, u64)> {
+    let i = ITERS;
+    let mut e = BTreeMap::new();
+    e.insert("MPI_Isend", (i, 64 * i, 0, 0));
+    e.insert("MPI_Irecv", (i, 0, 64 * i, 0));
+    e.insert("MPI_Waitall", (i, 0, 0, 0));
+    e.insert("MPI_Sendrecv", (i, 64 * i, 64 * i, 0));
+    e.insert("MPI_Bcast", (i, 0, 128 * i, 0));
+    e.insert("MPI_Allreduce", (i, 32 * i, 32 * i, 0));
+    e.insert("MPI_Reduce", (i, 8 * i, 0, 0));
+    e.insert("MPI_Barrier", (i, 0, 0, 0));
+    e.insert("MPI_Gather", (i, 4 * i, 0, 0));
+    e.insert("MPI_Alltoall", (i, 8 * i, 8 * i, 0));
+    e.insert("MPI_Allgather", (i, 4 * i, 4 * i, 0));
+    e.insert("MPI_Finalize", (1, 0, 0, 0));
+    match rank {
+        0 => {
+            e.insert("MPI_Send", (i, 100 * i, 0, 0));
+            let (bytes, unknown) = if derived_known { (24 * i, 0) } else { (0, i) };
+            e.insert("MPI_Ssend", (i, bytes, 0, unknown));
+        }
+        1 => {
+            e.insert("MPI_Recv", (i, 0, 100 * i, 0));
+        }
+        2 => {
+            e.insert("MPI_Recv", (i, 0, 24 * i, 0));
+        }
+        _ => {}
+    }
+    e
+}
+
+fn check_exact(samples: &[Sample], mpi: Mpi, jobid: &str) {
+    for rank in 0..NP {
+        let r = rank.to_string();
+        let want = expected(rank, mpi == Mpi::OpenMpi);
+        let seen: BTreeMap<String, u64> = samples
+            .iter()
+            .filter(|s| {
+                s.name == "mpi_calls_total"
+                    && s.label("rank") == Some(&r)
+                    && s.label("jobid") == Some(jobid)
+            })
+            .filter(|s| s.value > 0.0)
+            .map(|s| (s.label("function").unwrap().to_string(), s.value as u64))
+            .collect();
+        let want_calls: BTreeMap<String, u64> =
+            want.iter().map(|(f, v)| (f.to_string(), v.0)).collect();
+        assert_eq!(
+            seen, want_calls,
+            "{mpi:?} rank {rank}: per-function call counts"
+        );
+        for (f, (_, send, recv, unknown_send)) in &want {
+            let l = |d: &'static str| {
+                [
+                    ("jobid", jobid),
+                    ("rank", r.as_str()),
+                    ("function", *f),
+                    ("direction", d),
+                ]
+            };
+            assert_eq!(
+                sum(samples, "mpi_bytes_total", &l("send")) as u64,
+                *send,
+                "{mpi:?} rank {rank} {f} send bytes"
+            );
+            assert_eq!(
+                sum(samples, "mpi_bytes_total", &l("recv")) as u64,
+                *recv,
+                "{mpi:?} rank {rank} {f} recv bytes"
+            );
+            assert_eq!(
+                sum(samples, "mpi_bytes_unknown_calls_total", &l("send")) as u64,
+                *unknown_send,
+                "{mpi:?} rank {rank} {f} unknown send calls"
+            );
+            let secs = sum(
+                samples,
+                "mpi_call_seconds_total",
+                &[("jobid", jobid), ("rank", r.as_str()), ("function", *f)],
+            );
+            assert!(secs > 0.0, "{mpi:?} rank {rank} {f}: time must be recorded");
+        }
+        // The histogram aggregates the node's ranks per job and function.
+        let count = sum(
+            samples,
+            "mpi_call_duration_seconds_count",
+            &[("jobid", jobid), ("function", "MPI_Allreduce")],
+        );
+        assert_eq!(
+            count as u64,
+            ITERS * u64::from(NP),
+            "histogram count of MPI_Allreduce"
+        );
+    }
+}
+
+fn jobid_of(samples: &[Sample], pid: u32) -> Option<String> {
+    samples
+        .iter()
+        .find(|s| s.name == "mpi_rank_info" && s.label("pid") == Some(&pid.to_string()))
+        .and_then(|s| s.label("jobid").map(str::to_string))
+}
+
+fn promtool_check(body: &str) {
+    let mut c = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    c.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = c.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics is not clean:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn exact_counts(mpi: Mpi) {
+    if !require(&[
+        Need::Root,
+        Need::Mpi(mpi),
+        Need::Command("bpftool"),
+        Need::Command("promtool"),
+    ]) {
+        return;
+    }
+    let dir = scratch(&format!("exact-{}", mpi.name()));
+    let job = Job::start(mpi, &dir, NP, ITERS);
+    let mut args = Vec::new();
+    for pid in job.pids() {
+        args.extend(["--pid".to_string(), pid.to_string()]);
+    }
+    let daemon = Daemon::start(&args);
+    let (_, s) = daemon.scrape();
+    assert_eq!(sum(&s, "mpi_observer_attached_processes", &[]) as u32, NP);
+    let jobid = jobid_of(&s, job.ranks[0].1).expect("rank info for rank 0");
+    for (rank, pid) in &job.ranks {
+        let info = s
+            .iter()
+            .find(|x| x.name == "mpi_rank_info" && x.label("pid") == Some(&pid.to_string()))
+            .unwrap();
+        assert_eq!(info.label("rank"), Some(rank.to_string().as_str()));
+        assert_eq!(info.label("size"), Some(NP.to_string().as_str()));
+        assert_eq!(
+            info.label("jobid"),
+            Some(jobid.as_str()),
+            "one job id for all ranks"
+        );
+        assert_eq!(info.label("library"), Some(mpi.name()));
+    }
+    job.go();
+    job.finish();
+    // The ranks exited: their final figures are retained and exact.
+    let (body, s) = wait_for(
+        "the daemon to notice the exits",
+        Duration::from_secs(10),
+        || {
+            let (b, s) = daemon.scrape();
+            (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some((b, s))
+        },
+    );
+    check_exact(&s, mpi, &jobid);
+    assert_eq!(sum(&s, "mpi_observer_attached_processes", &[]), 0.0);
+    promtool_check(&body);
+    for forbidden in ["job=\"", "instance=\""] {
+        assert!(
+            !body.contains(forbidden),
+            "label {forbidden} belongs to Prometheus"
+        );
+    }
+    let status = daemon.stop(SIGTERM);
+    assert!(status.success(), "daemon exit on SIGTERM: {status}");
+    assert_no_probes_left();
+}
+
+#[test]
+fn exact_counts_open_mpi() {
+    exact_counts(Mpi::OpenMpi);
+}
+
+#[test]
+fn exact_counts_mpich() {
+    exact_counts(Mpi::Mpich);
+}
+
+#[test]
+fn all_mode_picks_up_a_job_started_later_and_retains_it() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Root, Need::Mpi(mpi), Need::Command("bpftool")]) {
+        return;
+    }
+    let dir = scratch("all-mode");
+    let daemon = Daemon::start(&["--all".into(), "--retain-exited".into(), "300".into()]);
+    let job = Job::start(mpi, &dir, NP, ITERS);
+    let pids = job.pids();
+    let jobid = wait_for(
+        "--all to attach to the new ranks",
+        Duration::from_secs(20),
+        || {
+            let (_, s) = daemon.scrape();
+            let attached = pids.iter().all(|p| jobid_of(&s, *p).is_some());
+            attached.then(|| jobid_of(&s, pids[0]).unwrap())
+        },
+    );
+    job.go();
+    job.finish();
+    let s = wait_for("the exits to be noticed", Duration::from_secs(10), || {
+        let (_, s) = daemon.scrape();
+        (sum(&s, "mpi_rank_up", &[("jobid", &jobid)]) == 0.0).then_some(s)
+    });
+    // Retained after exit, exact.
+    check_exact(&s, mpi, &jobid);
+    assert_eq!(
+        s.iter()
+            .filter(|x| x.name == "mpi_rank_exit_time_seconds" && x.label("jobid") == Some(&jobid))
+            .count(),
+        NP as usize
+    );
+    let status = daemon.stop(SIGINT);
+    assert!(status.success(), "daemon exit on SIGINT: {status}");
+    assert_no_probes_left();
+}
+
+#[test]
+fn kill_9_leaves_no_probe_and_the_job_finishes_correctly() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Root, Need::Mpi(mpi), Need::Command("bpftool")]) {
+        return;
+    }
+    let dir = scratch("kill9");
+    // Long enough to be mid-run when the daemon dies.
+    let job = Job::start(mpi, &dir, NP, 3000);
+    let mut args = Vec::new();
+    for pid in job.pids() {
+        args.extend(["--pid".to_string(), pid.to_string()]);
+    }
+    let daemon = Daemon::start(&args);
+    job.go();
+    wait_for("calls to be counted", Duration::from_secs(20), || {
+        let (_, s) = daemon.scrape();
+        (sum(&s, "mpi_calls_total", &[("function", "MPI_Allreduce")]) > 10.0).then_some(())
+    });
+    let status = daemon.stop(SIGKILL);
+    assert!(!status.success());
+    assert_no_probes_left();
+    job.finish();
+}
+
+/// Runs the daemon expecting failure: one line on stderr, non-zero exit.
+fn expect_one_line_error(cmd: &mut Command, needle: &str) -> String {
+    let out = run_with_timeout(cmd, Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !out.status.success(),
+        "expected failure, got success; stderr: {err}"
+    );
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "exactly one line expected:\n{err}"
+    );
+    assert!(err.contains(needle), "expected {needle:?} in: {err}");
+    assert!(err.starts_with("mpi-observer: error: "), "{err}");
+    err
+}
+
+fn attach_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(observer_bin());
+    c.arg("attach")
+        .args(args)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())]);
+    c
+}
+
+#[test]
+fn bad_input_nonexistent_pid() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    expect_one_line_error(
+        &mut attach_cmd(&["--pid", &pid.to_string()]),
+        &format!("no process with pid {pid}"),
+    );
+}
+
+#[test]
+fn bad_input_process_without_mpi() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let err = expect_one_line_error(
+        &mut attach_cmd(&["--pid", &sleeper.id().to_string()]),
+        "has no MPI library mapped",
+    );
+    assert!(err.contains("(sleep)"), "{err}");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
+#[test]
+fn bad_input_not_root_names_the_capabilities() {
+    if !require(&[Need::Root, Need::Command("setpriv")]) {
+        return;
+    }
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+    ])
+    .arg(observer_bin())
+    .args(["attach", "--pid", "1"]);
+    let err = expect_one_line_error(&mut c, "missing capabilities");
+    for cap in ["CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE"] {
+        assert!(err.contains(cap), "{cap} not named: {err}");
+    }
+}
+
+/// A launcher that makes bpf() fail with ENOSYS, exactly as on a kernel
+/// without CONFIG_BPF_SYSCALL, then execs its arguments.
+const NO_BPF_C: &str = r#"
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_bpf, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog p = { sizeof f / sizeof f[0], f };
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p)) return 99;
+    execv(argv[1], argv + 1);
+    return 98;
+}
+"#;
+
+#[test]
+fn bad_input_kernel_without_bpf() {
+    if !require(&[Need::Root, Need::Command("cc")]) {
+        return;
+    }
+    let dir = scratch("nobpf");
+    let src = dir.join("nobpf.c");
+    std::fs::write(&src, NO_BPF_C).unwrap();
+    let exe = dir.join("nobpf");
+    let o = Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut c = Command::new(&exe);
+    c.arg(observer_bin()).args(["attach", "--pid", "1"]);
+    expect_one_line_error(&mut c, "no BPF support");
+}
+
+#[test]
+fn bad_input_kernel_without_uprobes() {
+    if !require(&[Need::Root, Need::Command("unshare")]) {
+        return;
+    }
+    // In a private mount namespace, hide the uprobe PMU as a kernel built
+    // without CONFIG_UPROBE_EVENTS would not have it.
+    let script = format!(
+        "mount -t tmpfs none /sys/bus/event_source/devices/uprobe && exec {} attach --pid 1",
+        observer_bin().display()
+    );
+    let mut c = Command::new("unshare");
+    c.args(["-m", "--propagation", "private", "sh", "-c", &script]);
+    expect_one_line_error(&mut c, "no uprobe support");
+}
+
+#[test]
+fn bad_input_listen_address_in_use_leaves_the_job_unharmed() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Root, Need::Mpi(mpi)]) {
+        return;
+    }
+    let dir = scratch("inuse");
+    let job = Job::start(mpi, &dir, NP, 5);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let mut c = Command::new(observer_bin());
+    c.args([
+        "attach",
+        "--pid",
+        &job.ranks[0].1.to_string(),
+        "--listen",
+        &addr,
+    ]);
+    expect_one_line_error(&mut c, "already in use");
+    job.go();
+    job.finish();
+}
+
+#[test]
+fn bad_input_library_without_dynamic_symbols() {
+    if !require(&[Need::Root, Need::Command("cc")]) {
+        return;
+    }
+    let dir = scratch("nosyms");
+    // A library named like Open MPI's that exports no PMPI entry point.
+    std::fs::write(dir.join("fake.c"), "int not_mpi(void) { return 1; }\n").unwrap();
+    let lib = dir.join("libmpi.so.99");
+    let o = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(dir.join("fake.c"))
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    std::fs::write(
+        dir.join("host.c"),
+        "#include <dlfcn.h>\n#include <unistd.h>\nint main(int c, char **v) { if (!dlopen(v[1], RTLD_NOW)) return 2; sleep(30); return 0; }\n",
+    )
+    .unwrap();
+    let host = dir.join("host");
+    let o = Command::new("cc")
+        .arg("-o")
+        .arg(&host)
+        .arg(dir.join("host.c"))
+        .arg("-ldl")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let mut h = Command::new(&host).arg(&lib).spawn().unwrap();
+    let pid = h.id();
+    wait_for(
+        "the host to map the fake library",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(format!("/proc/{pid}/maps"))
+                .ok()?
+                .contains("libmpi.so.99")
+                .then_some(())
+        },
+    );
+    expect_one_line_error(
+        &mut attach_cmd(&["--pid", &pid.to_string()]),
+        "exports no dynamic PMPI_* symbols",
+    );
+    let _ = h.kill();
+    let _ = h.wait();
+}
+
+#[test]
+fn bad_functions_pattern_is_named() {
+    let mut c = Command::new(observer_bin());
+    c.args(["functions", "--functions", "MPI_Sned"]);
+    expect_one_line_error(&mut c, "'MPI_Sned' matches no MPI function");
+}
+
+#[test]
+fn landing_page_and_404() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    let daemon = Daemon::start(&["--all".into()]);
+    let (code, body) = http_get(&daemon.addr, "/").unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("href=\"/metrics\""), "{body}");
+    assert_eq!(http_get(&daemon.addr, "/nope").unwrap().0, 404);
+    let (_, s) = daemon.scrape();
+    for m in [
+        "mpi_observer_attached_processes",
+        "mpi_observer_probes",
+        "mpi_observer_scrape_duration_seconds",
+        "mpi_observer_attach_failures_total",
+    ] {
+        assert!(s.iter().any(|x| x.name == m), "{m} missing");
+    }
+    assert!(daemon.stop(SIGTERM).success());
+}
