@@ -10,7 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use e2e::{Mpi, Need, compile, program, require, run_with_timeout, scratch, target_dir};
+use e2e::{
+    Mpi, Need, compile, observer_bin, program, require, run_with_timeout, scratch, target_dir,
+};
 
 /// Generous for a job of a second or two; a hang fails instead of blocking.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -139,31 +141,55 @@ fn counts(events: &[(String, String)], tool: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// How the tools list reaches the ranks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// `MPI_TOOLS_ENTRY` in the ranks' environment.
+    Env,
+    /// `mpirun --mca ompi_tools_entry LIST`.
+    Mca,
+    /// `mpirun -np 4 mpi-observer run --tools LIST -- ./app`, with `preload`.
+    Run,
+}
+
 /// Two tools, A above B; B's MPI_Allreduce calls MPI_Barrier. Checks list
 /// order at Init and Finalize, that B's MPI_Barrier reaches B's own wrapper
 /// and not A's, Pcontrol reaching both, and the app's results.
-fn order_and_resolution(mpi: Mpi, via_mca: bool) {
-    let kit = Kit::new(mpi, if via_mca { "order-mca" } else { "order" });
+fn order_and_resolution(mpi: Mpi, via: Via) {
+    let name = match via {
+        Via::Env => "order",
+        Via::Mca => "order-mca",
+        Via::Run => "order-run",
+    };
+    let kit = Kit::new(mpi, name);
     let a = kit.tool("A", false);
     let b = kit.tool("B", true);
     let app = kit.program("app.c", &[]);
     let list = format!("v,{},{}", a.display(), b.display());
-    let o = if via_mca {
-        run_with_timeout(&mut kit.job(3, &[], Some(&list), &app), DEADLINE)
-    } else {
-        run_with_timeout(
-            &mut kit.job(3, &[("MPI_TOOLS_ENTRY", &list)], None, &app),
-            DEADLINE,
-        )
+    let np = if via == Via::Run { 4 } else { 3 };
+    let mut job = match via {
+        Via::Env => kit.job(np, &[("MPI_TOOLS_ENTRY", &list)], None, &app),
+        Via::Mca => kit.job(np, &[], Some(&list), &app),
+        Via::Run => {
+            let mut c = mpi.launcher(np);
+            c.current_dir(&kit.dir)
+                .arg(observer_bin())
+                .args(["run", "--tools", &format!("preload,{list}"), "--"])
+                .arg(&app);
+            c
+        }
     };
+    let o = run_with_timeout(&mut job, DEADLINE);
     let (out, err) = assert_ok(&o);
+    let n = np as usize;
+    let sum = format!("sum={0} expected={0}", n * (n - 1) / 2);
 
     // `v`: one line per rank, both tools in list order below the Fortran layer.
     let v: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with("mpi-observer-shim: pid "))
         .collect();
-    assert_eq!(v.len(), 3, "one `v` line per rank:\n{err}");
+    assert_eq!(v.len(), n, "one `v` line per rank:\n{err}");
     for l in &v {
         let (ia, ib) = (
             l.find("libshimtoolA.so").unwrap(),
@@ -179,22 +205,20 @@ fn order_and_resolution(mpi: Mpi, via_mca: bool) {
         .lines()
         .filter(|l| l.starts_with("shimtest app "))
         .collect();
-    assert_eq!(apps.len(), 3, "{out}");
+    assert_eq!(apps.len(), n, "{out}");
     for l in &apps {
-        assert!(
-            l.contains("sum=3 expected=3") && l.contains("wtick_ok=1"),
-            "{l}"
-        );
+        assert!(l.contains(&sum) && l.contains("wtick_ok=1"), "{l}");
     }
-    // The ring adds 1 + 2 on its way back to rank 0.
+    // The ring adds every rank's number on its way back to rank 0.
+    let token = format!("token={}", n * (n - 1) / 2);
     assert!(
         apps.iter()
-            .any(|l| l.contains("rank=0 ") && l.contains("token=3")),
+            .any(|l| l.contains("rank=0 ") && l.contains(&token)),
         "{out}"
     );
 
     let events = tool_events(&out);
-    assert_eq!(events.len(), 3, "tool output from every rank:\n{out}");
+    assert_eq!(events.len(), n, "tool output from every rank:\n{out}");
     for (pid, ev) in &events {
         let order: Vec<String> = ev
             .iter()
@@ -251,7 +275,7 @@ fn shim_order_and_resolution_openmpi_env() {
     if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
         return;
     }
-    order_and_resolution(Mpi::OpenMpi, false);
+    order_and_resolution(Mpi::OpenMpi, Via::Env);
 }
 
 #[test]
@@ -259,7 +283,7 @@ fn shim_order_and_resolution_openmpi_mca() {
     if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
         return;
     }
-    order_and_resolution(Mpi::OpenMpi, true);
+    order_and_resolution(Mpi::OpenMpi, Via::Mca);
 }
 
 #[test]
@@ -267,7 +291,23 @@ fn shim_order_and_resolution_mpich() {
     if !require(&[Need::Mpi(Mpi::Mpich)]) {
         return;
     }
-    order_and_resolution(Mpi::Mpich, false);
+    order_and_resolution(Mpi::Mpich, Via::Env);
+}
+
+#[test]
+fn shim_launcher_run_openmpi() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
+        return;
+    }
+    order_and_resolution(Mpi::OpenMpi, Via::Run);
+}
+
+#[test]
+fn shim_launcher_run_mpich() {
+    if !require(&[Need::Mpi(Mpi::Mpich)]) {
+        return;
+    }
+    order_and_resolution(Mpi::Mpich, Via::Run);
 }
 
 /// `use mpi` and `use mpi_f08`: a C tool wrapping MPI_Send/MPI_Recv sees the
