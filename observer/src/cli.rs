@@ -32,7 +32,12 @@ pub enum Command {
         #[arg(long, value_name = "LIST")]
         tools: Option<String>,
         /// The command and its arguments.
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
         cmd: Vec<OsString>,
     },
     /// List MPI functions with their family and whether they are probed by
@@ -55,6 +60,11 @@ pub struct AttachArgs {
     /// now and as they appear.
     #[arg(long)]
     pub all: bool,
+    /// With --all, only attach to processes in this daemon's network
+    /// namespace: for several observers on one machine (containers, or the
+    /// multi-node test's namespaces), each owning its "node"'s ranks.
+    #[arg(long, requires = "all")]
+    pub same_netns: bool,
     /// Where to serve /metrics.
     #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,

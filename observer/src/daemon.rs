@@ -128,7 +128,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
         if args.all && last_scan.elapsed() >= Duration::from_secs(1) {
             last_scan = Instant::now();
-            scan(&mut st);
+            scan(&mut st, args.same_netns);
         }
         if args.summary && last_summary.elapsed() >= Duration::from_secs(1) {
             last_summary = Instant::now();
@@ -149,10 +149,14 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
 }
 
 /// `--all`: attach to MPI processes not seen before.
-fn scan(st: &mut State) {
+fn scan(st: &mut State, same_netns: bool) {
     let me = std::process::id();
+    let my_netns = procfs::net_namespace(me);
     for pid in procfs::all_pids() {
         if pid == me || st.ranks.contains_key(&pid) {
+            continue;
+        }
+        if same_netns && procfs::net_namespace(pid) != my_netns {
             continue;
         }
         let Ok(ticks) = procfs::start_ticks(pid) else {

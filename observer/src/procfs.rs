@@ -77,6 +77,11 @@ pub fn alive(pid: u32, ticks: u64) -> bool {
     same && state != "Z" && state != "X"
 }
 
+/// The network namespace of a process (`net:[inode]`), if readable.
+pub fn net_namespace(pid: u32) -> Option<PathBuf> {
+    fs::read_link(format!("/proc/{pid}/ns/net")).ok()
+}
+
 /// Every pid currently in `/proc`.
 pub fn all_pids() -> Vec<u32> {
     let Ok(dir) = fs::read_dir("/proc") else {
