@@ -8,9 +8,9 @@ pub mod cookie;
 pub mod functions;
 pub mod maps;
 
-/// Code generated from the MPI Forum's `apis.json` by `cargo xtask codegen`.
+/// Code generated from the MPI Forum's `apis.json` by `cargo xtask codegen`;
+/// do not edit it by hand.
 pub mod generated {
-    //! Do not edit: run `cargo xtask codegen`.
     /// The function table and ID enum.
     pub mod functions;
 }

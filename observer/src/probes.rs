@@ -89,10 +89,10 @@ impl Probes {
                 reason: e.to_string(),
             })?;
         let progs = multi::load_programs(object, &ebpf, &PROGRAMS).map_err(|e| {
-            if std::env::var_os("MPI_OBSERVER_VERIFIER_LOG").is_some() {
-                if let MultiError::Load { log, .. } = &e {
-                    eprintln!("{log}");
-                }
+            if let (Some(_), MultiError::Load { log, .. }) =
+                (std::env::var_os("MPI_OBSERVER_VERIFIER_LOG"), &e)
+            {
+                eprintln!("{log}");
             }
             ProbeError::Load {
                 reason: e.to_string(),
@@ -221,17 +221,21 @@ impl Probes {
             }));
         }
         self.closing.retain(|h| !h.is_finished());
-        if let Some(m) = self.ebpf.map_mut(maps::OMPI_TYPES) {
-            if let Ok(mut types) = BpfHashMap::<&mut MapData, TypeKey, u64>::try_from(m) {
-                for k in &att.type_keys {
-                    let _ = types.remove(k);
-                }
+        if let Some(Ok(mut types)) = self
+            .ebpf
+            .map_mut(maps::OMPI_TYPES)
+            .map(BpfHashMap::<&mut MapData, TypeKey, u64>::try_from)
+        {
+            for k in &att.type_keys {
+                let _ = types.remove(k);
             }
         }
-        if let Some(m) = self.ebpf.map_mut(maps::PROCS) {
-            if let Ok(mut procs) = BpfHashMap::<&mut MapData, u32, ProcConfig>::try_from(m) {
-                let _ = procs.remove(&pid);
-            }
+        if let Some(Ok(mut procs)) = self
+            .ebpf
+            .map_mut(maps::PROCS)
+            .map(BpfHashMap::<&mut MapData, u32, ProcConfig>::try_from)
+        {
+            let _ = procs.remove(&pid);
         }
     }
 

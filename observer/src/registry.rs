@@ -225,16 +225,19 @@ impl State {
     pub fn forget(&mut self, pid: u32) {
         self.detach(pid);
         self.ranks.remove(&pid);
-        if let Some(m) = self.probes.ebpf_mut().map_mut(maps::STATS) {
-            if let Ok(mut stats) = PerCpuHashMap::<&mut MapData, StatKey, CallStats>::try_from(m) {
-                let keys: Vec<StatKey> = stats
-                    .keys()
-                    .filter_map(Result::ok)
-                    .filter(|k| k.tgid == pid)
-                    .collect();
-                for k in keys {
-                    let _ = stats.remove(&k);
-                }
+        if let Some(Ok(mut stats)) = self
+            .probes
+            .ebpf_mut()
+            .map_mut(maps::STATS)
+            .map(PerCpuHashMap::<&mut MapData, StatKey, CallStats>::try_from)
+        {
+            let keys: Vec<StatKey> = stats
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|k| k.tgid == pid)
+                .collect();
+            for k in keys {
+                let _ = stats.remove(&k);
             }
         }
     }

@@ -18,7 +18,7 @@ pub fn table(ranks: &BTreeMap<u32, Rank>, stats: &BTreeMap<u32, ProcStats>) -> S
             let mut top: Vec<(u16, u64)> = s
                 .map(|s| s.iter().map(|(id, c)| (*id, c.time_ns)).collect())
                 .unwrap_or_default();
-            top.sort_by(|a, b| b.1.cmp(&a.1));
+            top.sort_by_key(|t| std::cmp::Reverse(t.1));
             let top = top
                 .iter()
                 .take(3)
