@@ -166,7 +166,7 @@ macro_rules! dispatch {
         // some layer, which takes these words and returns this type.
         let f: unsafe extern "C" fn($(word!($a)),*) -> $ret = unsafe { core::mem::transmute(f) };
         let r = unsafe { f($($a),*) };
-        unsafe { slot.write(depth) };
+        unsafe { $crate::depth::slot_again().write(depth) };
         r
     }};
 }

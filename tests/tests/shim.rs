@@ -152,7 +152,8 @@ enum Via {
     Run,
 }
 
-/// Two tools, A above B; B's MPI_Allreduce calls MPI_Barrier. Checks list
+/// Two tools, A above B, with the built-in `stats` layer between them; B's
+/// MPI_Allreduce calls MPI_Barrier. Checks list
 /// order at Init and Finalize, that B's MPI_Barrier reaches B's own wrapper
 /// and not A's, Pcontrol reaching both, and the app's results.
 fn order_and_resolution(mpi: Mpi, via: Via) {
@@ -165,7 +166,9 @@ fn order_and_resolution(mpi: Mpi, via: Via) {
     let a = kit.tool("A", false);
     let b = kit.tool("B", true);
     let app = kit.program("app.c", &[]);
-    let list = format!("v,{},{}", a.display(), b.display());
+    // `stats` (a pass-through until issue 4) sits between them: it must
+    // change neither order nor counts, and take Pcontrol without repeating it.
+    let list = format!("v,{},stats,{}", a.display(), b.display());
     let np = if via == Via::Run { 4 } else { 3 };
     let mut job = match via {
         Via::Env => kit.job(np, &[("MPI_TOOLS_ENTRY", &list)], None, &app),
@@ -191,12 +194,17 @@ fn order_and_resolution(mpi: Mpi, via: Via) {
         .collect();
     assert_eq!(v.len(), n, "one `v` line per rank:\n{err}");
     for l in &v {
-        let (ia, ib) = (
-            l.find("libshimtoolA.so").unwrap(),
-            l.find("libshimtoolB.so").unwrap(),
+        let (ia, is, ib) = (
+            l.find("[1] /").unwrap(),
+            l.find("[2] stats (built-in)").unwrap(),
+            l.find("[3] /").unwrap(),
         );
         assert!(
-            l.contains("[0] fortran") && ia < ib && l.contains("[3] mpi"),
+            l[ia..is].contains("libshimtoolA.so") && l[ib..].contains("libshimtoolB.so"),
+            "{l}"
+        );
+        assert!(
+            l.contains("[0] fortran") && ia < is && is < ib && l.contains("[4] mpi"),
             "{l}"
         );
     }
