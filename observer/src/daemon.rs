@@ -120,17 +120,24 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             _ = tick.tick() => {}
         }
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-        for pid in st.reap(retain) {
+        let exited = st.notice_exits();
+        for pid in &exited {
             eprintln!(
                 "mpi-observer: pid {pid} exited; keeping its figures for {}s",
                 retain.as_secs()
             );
         }
+        if args.summary && !exited.is_empty() && !st.any_running() {
+            // The final figures, before --retain-exited lets them go.
+            print_summary(&st);
+        }
+        st.expire(retain);
         if args.all && last_scan.elapsed() >= Duration::from_secs(1) {
             last_scan = Instant::now();
             scan(&mut st, args.same_netns);
         }
-        if args.summary && last_summary.elapsed() >= Duration::from_secs(1) {
+        if args.summary && !st.ranks.is_empty() && last_summary.elapsed() >= Duration::from_secs(1)
+        {
             last_summary = Instant::now();
             print_summary(&st);
         }
@@ -140,9 +147,6 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     }
     server.abort();
     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-    if args.summary {
-        print_summary(&st);
-    }
     st.detach_all();
     eprintln!("mpi-observer: detached, exiting");
     Ok(())

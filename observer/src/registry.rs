@@ -187,9 +187,9 @@ impl State {
             .count()
     }
 
-    /// Notices ranks that exited (detaching their probes) and forgets those
-    /// exited longer than `retain` ago. Returns the pids that just exited.
-    pub fn reap(&mut self, retain: Duration) -> Vec<u32> {
+    /// Notices ranks that exited, detaching their probes; their figures stay.
+    /// Returns the pids that just exited.
+    pub fn notice_exits(&mut self) -> Vec<u32> {
         let mut exited = Vec::new();
         for r in self.ranks.values_mut() {
             if r.exited_at.is_none() && !procfs::alive(r.pid, r.ticks) {
@@ -201,6 +201,11 @@ impl State {
         for pid in &exited {
             self.detach(*pid);
         }
+        exited
+    }
+
+    /// Forgets ranks that exited longer than `retain` ago.
+    pub fn expire(&mut self, retain: Duration) {
         let expired: Vec<u32> = self
             .ranks
             .values()
@@ -210,7 +215,6 @@ impl State {
         for pid in expired {
             self.forget(pid);
         }
-        exited
     }
 
     fn detach(&mut self, pid: u32) {

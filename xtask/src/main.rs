@@ -2,6 +2,7 @@
 mod bench_shim;
 mod codegen;
 mod codegen_shim;
+mod demo;
 mod semantics;
 mod setup;
 
@@ -30,6 +31,12 @@ enum Cmd {
     },
     /// Build the daemon (with its eBPF object) and the shim, release mode.
     Build,
+    /// The main job: a real 4-rank Open MPI job, observed live.
+    Demo {
+        /// How long the job runs.
+        #[arg(long, default_value_t = 20)]
+        seconds: u32,
+    },
     /// Everything CI runs: setup, generated-code check, fmt, clippy, unit
     /// and end-to-end tests.
     Test {
@@ -111,6 +118,11 @@ fn main() -> Result<()> {
             build()
         }
         Cmd::Test { filter } => test(filter),
+        Cmd::Demo { seconds } => {
+            setup::run()?;
+            build()?;
+            demo::run(seconds)
+        }
         Cmd::Bench { which } => match which.as_str() {
             "shim" => bench_shim::run(&root),
             other => anyhow::bail!("unknown benchmark `{other}` (known: shim)"),

@@ -1,0 +1,58 @@
+/* The demo's MPI job: about 20 s of mixed traffic on 4 ranks.
+ *
+ * Each step does a ring exchange (Isend/Irecv/Waitall), a halo Sendrecv,
+ * an Allreduce, and every 10th step a Bcast, an Alltoall and a Barrier.
+ * Rank 3 computes a little longer each step, so the others wait for it in
+ * the collectives: the live table shows that imbalance as MPI time.
+ * usage: traffic [SECONDS] */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static double work(int rank, int step) {
+    double x = 0;
+    long n = 200000 + (rank == 3 ? 400000 : 0);
+    for (long i = 0; i < n; i++) x += (double)((i ^ step) & 7) * 1e-9;
+    return x;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    double seconds = argc > 1 ? atof(argv[1]) : 20.0;
+    printf("READY %d %d\n", rank, (int)getpid());
+    fflush(stdout);
+    enum { N = 4096 };
+    static double a[N], b[N], halo_out[256], halo_in[256];
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    double t0 = MPI_Wtime(), acc = 0;
+    int stop = 0, step = 0;
+    while (!stop) {
+        acc += work(rank, step);
+        MPI_Request r[2];
+        MPI_Isend(a, N, MPI_DOUBLE, right, 0, MPI_COMM_WORLD, &r[0]);
+        MPI_Irecv(b, N, MPI_DOUBLE, left, 0, MPI_COMM_WORLD, &r[1]);
+        MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+        MPI_Sendrecv(halo_out, 256, MPI_DOUBLE, right, 1, halo_in, 256, MPI_DOUBLE, left, 1,
+                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        double local = acc, global;
+        MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        if (step % 10 == 0) {
+            int cfg[16] = {step};
+            MPI_Bcast(cfg, 16, MPI_INT, 0, MPI_COMM_WORLD);
+            int out[64], in[64];
+            for (int i = 0; i < 64; i++) out[i] = rank;
+            MPI_Alltoall(out, 64 / size, MPI_INT, in, 64 / size, MPI_INT, MPI_COMM_WORLD);
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        if (rank == 0) stop = MPI_Wtime() - t0 >= seconds;
+        MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        step++;
+    }
+    if (rank == 0) printf("DONE %d steps in %.1f s\n", step, MPI_Wtime() - t0);
+    MPI_Finalize();
+    return 0;
+}

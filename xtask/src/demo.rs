@@ -1,0 +1,102 @@
+//! `cargo xtask demo`: a real Open MPI job, observed live.
+//!
+//! Builds everything, starts the bundled 4-rank job (xtask/demo/traffic.c,
+//! about 20 s of mixed traffic), attaches `mpi-observer` to every rank as
+//! soon as they print their pids, shows the live per-rank table while
+//! /metrics is served, and ends when the job does.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    net::TcpListener,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::workspace_root;
+
+const RANKS: usize = 4;
+
+pub fn run(seconds: u32) -> Result<()> {
+    let root = workspace_root();
+    let out_dir = root.join("target/demo");
+    std::fs::create_dir_all(&out_dir)?;
+    let exe = out_dir.join("traffic");
+    crate::setup::run_cmd(
+        Command::new("mpicc.openmpi")
+            .args(["-O2", "-o"])
+            .arg(&exe)
+            .arg(root.join("xtask/demo/traffic.c")),
+    )?;
+    let observer = root.join("target/release/mpi-observer");
+    // The documented port, or any free one if something already has it.
+    let listen = match TcpListener::bind("127.0.0.1:9479") {
+        Ok(_) => "127.0.0.1:9479".to_string(),
+        Err(_) => TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string(),
+    };
+    eprintln!("demo: starting a 4-rank Open MPI job ({seconds} s of mixed traffic)");
+    let mut job = Command::new("mpirun.openmpi")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        .args(["--oversubscribe", "-np", &RANKS.to_string()])
+        .arg(&exe)
+        .arg(seconds.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting mpirun.openmpi")?;
+    let mut lines = BufReader::new(job.stdout.take().expect("piped")).lines();
+    let mut pids = Vec::new();
+    let started = Instant::now();
+    while pids.len() < RANKS {
+        let Some(line) = lines.next() else {
+            bail!("the job ended before its {RANKS} ranks started");
+        };
+        let line = line?;
+        if let Some(rest) = line.strip_prefix("READY ") {
+            pids.push(
+                rest.split_whitespace()
+                    .nth(1)
+                    .context("READY line")?
+                    .to_string(),
+            );
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!("the ranks did not start within a minute");
+        }
+    }
+    // Keep echoing the job's own output (its DONE line) after the table.
+    let echo = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        for l in lines.map_while(Result::ok) {
+            out.push(l);
+        }
+        out
+    });
+    eprintln!(
+        "demo: ranks are pids {}; attaching, metrics at http://{listen}/metrics",
+        pids.join(" ")
+    );
+    let mut cmd = Command::new(&observer);
+    cmd.arg("attach");
+    for p in &pids {
+        cmd.args(["--pid", p]);
+    }
+    // --retain-exited 0: the observer ends with the job.
+    cmd.args(["--summary", "--retain-exited", "0", "--listen", &listen]);
+    let daemon = cmd.status().context("running mpi-observer")?;
+    let job_status = job.wait()?;
+    for l in echo.join().unwrap_or_default() {
+        println!("job: {l}");
+    }
+    if !daemon.success() {
+        bail!("mpi-observer failed: {daemon}");
+    }
+    if !job_status.success() {
+        bail!("the MPI job failed: {job_status}");
+    }
+    eprintln!("demo: the job finished and the observer detached cleanly");
+    Ok(())
+}
