@@ -339,7 +339,7 @@ fn fortran(mpi: Mpi) {
             let (out, _) = assert_ok(&o);
             assert_eq!(
                 out.lines()
-                    .filter(|l| l.starts_with("shimtest fortran rank=1 buf=0"))
+                    .filter(|l| l.starts_with("shimtest fortran rank=1 buf=0 tick_ok=T"))
                     .count(),
                 1,
                 "{src}: {out}"

@@ -22,7 +22,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::{cargo, setup::run_cmd};
 
 /// Runs per configuration; odd, so the median is a run.
-const REPS: usize = 7;
+const REPS: usize = 11;
 
 #[derive(Clone, Copy)]
 enum Mpi {
@@ -129,6 +129,11 @@ fn first_line(cmd: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
+fn loadavg() -> String {
+    let l = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
 fn machine() -> String {
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
@@ -199,6 +204,7 @@ pub fn run(root: &Path) -> Result<()> {
     let shim = root.join("target/release/libmpi_observer_shim.so");
     let src = root.join("shim/bench");
     let dir = root.join("target/bench-shim");
+    let load_before = loadavg();
     let mut report = String::new();
     writeln!(
         report,
@@ -277,6 +283,12 @@ pub fn run(root: &Path) -> Result<()> {
             layered / base
         )?;
     }
+    writeln!(
+        report,
+        "Load average (1/5/15 min) before and after the run: {load_before} / {}. \
+         The machine is shared: figures taken under load are noisier and higher.",
+        loadavg()
+    )?;
     let out = root.join("docs/benchmarks-shim.md");
     fs::create_dir_all(out.parent().unwrap())?;
     fs::write(&out, &report)?;

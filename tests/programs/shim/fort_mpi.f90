@@ -13,6 +13,8 @@ program fort_mpi
       call MPI_Recv(buf, 4, MPI_INTEGER, 0, i, MPI_COMM_WORLD, st, ierr)
     end if
   end do
-  print '(a,i0,a,i0)', 'shimtest fortran rank=', rank, ' buf=', buf(1)
+  ! MPI_Wtick returns a double through the shim's Fortran entry point.
+  print '(a,i0,a,i0,a,l1)', 'shimtest fortran rank=', rank, ' buf=', buf(1), &
+    ' tick_ok=', MPI_Wtick() > 0d0 .and. MPI_Wtick() < 1d0
   call MPI_Finalize(ierr)
 end program fort_mpi
