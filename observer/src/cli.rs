@@ -40,6 +40,13 @@ pub enum Command {
         )]
         cmd: Vec<OsString>,
     },
+    /// List the probe sites of an MPI library: one per unique PMPI function
+    /// address, with its first instruction bytes and whether x86-64 uprobes
+    /// emulate that instruction (cheap) or single-step it (dear).
+    Sites {
+        /// Path of libmpi.so* or libmpich.so*.
+        library: std::path::PathBuf,
+    },
     /// List MPI functions with their family and whether they are probed by
     /// default (or match --functions).
     Functions {

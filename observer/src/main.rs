@@ -16,6 +16,31 @@ fn main() -> ExitCode {
             Ok(never) => match never {},
             Err(e) => Err(Box::new(e) as Box<dyn std::error::Error>),
         },
+        cli::Command::Sites { library } => mpi_observer::symbols::read_library(&library)
+            .map(|lib| {
+                for e in lib.entries.values() {
+                    let hex: Vec<String> =
+                        e.first_bytes.iter().map(|b| format!("{b:02x}")).collect();
+                    let class = if e.first_insn_emulated {
+                        "emulated"
+                    } else {
+                        "single-stepped"
+                    };
+                    let f = &FUNCTIONS[e.id as usize];
+                    let d = if functions::is_default(e.id) {
+                        "default"
+                    } else {
+                        "-"
+                    };
+                    println!(
+                        "{:<40} {:#010x} {} {class:<14} {d}",
+                        f.name,
+                        e.file_offset,
+                        hex.join(" ")
+                    );
+                }
+            })
+            .map_err(|e| Box::new(e) as Box<dyn std::error::Error>),
         cli::Command::Functions { functions: list } => functions::select(list.as_deref())
             .map(|ids| {
                 for id in ids {

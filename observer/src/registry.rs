@@ -75,6 +75,35 @@ pub struct Rank {
     attachment: Option<Attachment>,
 }
 
+impl Rank {
+    /// A rank with no process behind it, for benchmarks of the metric model
+    /// (scrape time and memory at scale with synthetic map entries).
+    #[doc(hidden)]
+    pub fn synthetic(pid: u32, rank: u32, jobid: &str) -> Rank {
+        let identity = Identity {
+            rank: rank.to_string(),
+            size: "256".into(),
+            jobid: jobid.to_string(),
+        };
+        let jobid_label = format!("jobid=\"{}\"", metrics::escape(jobid));
+        Rank {
+            pid,
+            ticks: 0,
+            labels: format!("{jobid_label},rank=\"{rank}\""),
+            jobid_label,
+            identity,
+            library: "openmpi",
+            version: "synthetic".into(),
+            comm: "synthetic".into(),
+            started_at: SystemTime::now(),
+            attached_at: SystemTime::now(),
+            exited_at: None,
+            exited_wall: None,
+            attachment: None,
+        }
+    }
+}
+
 /// What the daemon knows and holds.
 pub struct State {
     /// The loaded programs and maps.

@@ -48,6 +48,8 @@ pub struct Entry {
     /// Whether the kernel emulates this function's first instruction
     /// (cheap probe) or must single-step it out of line (about 10x dearer).
     pub first_insn_emulated: bool,
+    /// The function's first bytes, for `mpi-observer sites`.
+    pub first_bytes: [u8; 8],
 }
 
 /// What the daemon needs from an MPI library.
@@ -130,12 +132,19 @@ pub fn read_library(path: &Path) -> Result<Library, SymbolError> {
             continue;
         };
         let first = function_bytes(&data, off);
+        let mut first_bytes = [0u8; 8];
+        if let Some(b) = first {
+            for (d, s) in first_bytes.iter_mut().zip(b) {
+                *d = *s;
+            }
+        }
         entries.insert(
             id,
             Entry {
                 id,
                 file_offset: off,
                 first_insn_emulated: first.is_some_and(emulated_first_insn),
+                first_bytes,
             },
         );
     }
