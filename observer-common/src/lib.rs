@@ -7,6 +7,7 @@
 pub mod cookie;
 pub mod functions;
 pub mod maps;
+pub mod segment;
 
 /// Code generated from the MPI Forum's `apis.json` by `cargo xtask codegen`;
 /// do not edit it by hand.
