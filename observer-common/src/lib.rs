@@ -7,6 +7,8 @@
 pub mod cookie;
 pub mod functions;
 pub mod maps;
+// Atomics the BPF target lacks; the programs never touch the segment.
+#[cfg(not(target_arch = "bpf"))]
 pub mod segment;
 
 /// Code generated from the MPI Forum's `apis.json` by `cargo xtask codegen`;

@@ -89,6 +89,10 @@ pub struct AttachArgs {
     /// Do not decode data arguments (no mpi_bytes_total): cheaper probes.
     #[arg(long)]
     pub no_bytes: bool,
+    /// No eBPF: serve only the shim's stats-layer figures (per-peer traffic,
+    /// request health) of your own processes, without privileges.
+    #[arg(long)]
+    pub no_bpf: bool,
     /// Print a live per-rank summary table every second.
     #[arg(long)]
     pub summary: bool,

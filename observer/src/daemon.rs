@@ -63,8 +63,10 @@ pub fn run(args: AttachArgs) -> Result<(), DaemonError> {
 }
 
 async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
-    checks::capabilities()?;
-    checks::kernel()?;
+    if !args.no_bpf {
+        checks::capabilities()?;
+        checks::kernel()?;
+    }
     let functions = functions::select(args.functions.as_deref())?;
     // Validate every --pid before touching anything, so bad input costs the
     // job nothing.
@@ -82,7 +84,11 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
     }
     let listener = server::bind(args.listen).await?;
-    let probes = Probes::load(EBPF_OBJECT)?;
+    let probes = if args.no_bpf {
+        None
+    } else {
+        Some(Probes::load(EBPF_OBJECT)?)
+    };
     let render = RenderOptions {
         per_rank_histograms: args.per_rank_histograms,
     };

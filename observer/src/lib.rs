@@ -16,6 +16,7 @@ pub mod multi;
 pub mod probes;
 pub mod procfs;
 pub mod registry;
+pub mod segment;
 pub mod server;
 pub mod summary;
 pub mod symbols;

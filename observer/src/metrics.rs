@@ -37,6 +37,7 @@ pub struct SelfMetrics {
     /// Duration of the last scrape's collection.
     pub scrape_seconds: Gauge,
     map_failures: IntCounterVec,
+    segment_errors: IntCounterVec,
 }
 
 impl SelfMetrics {
@@ -71,8 +72,20 @@ impl SelfMetrics {
             &["map"],
         )
         .expect("valid metric");
+        let segment_errors = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_segment_errors_total",
+                "Stats segments skipped: untrusted (owner or permissions), corrupt, version (layout or function IDs), truncated (shrank while read).",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
+        for reason in ["untrusted", "corrupt", "version", "truncated"] {
+            segment_errors.with_label_values(&[reason]);
+        }
         for m in [
-            Box::new(attached.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(segment_errors.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(attached.clone()),
             Box::new(probes.clone()),
             Box::new(attach_failures.clone()),
             Box::new(scrape_seconds.clone()),
@@ -87,7 +100,13 @@ impl SelfMetrics {
             attach_failures,
             scrape_seconds,
             map_failures,
+            segment_errors,
         }
+    }
+
+    /// Counts a skipped stats segment.
+    pub fn segment_error(&self, p: crate::segment::SegmentProblem) {
+        self.segment_errors.with_label_values(&[p.as_str()]).inc();
     }
 
     fn set_map_failures(&self, errors: &[u64; ERROR_COUNTERS as usize]) {
@@ -379,11 +398,184 @@ pub fn render(
             );
         }
     }
+    render_segments(&mut out, ranks);
     out.push_str(extra);
     selfm.set_map_failures(errors);
     selfm.scrape_seconds.set(started.elapsed().as_secs_f64());
     selfm.encode(&mut out);
     out
+}
+
+/// The shim's argument-level figures, from each rank's stats segment.
+fn render_segments(out: &mut String, ranks: &BTreeMap<u32, Rank>) {
+    let with: Vec<(&Rank, &crate::segment::Figures)> = ranks
+        .values()
+        .filter_map(|r| r.figures.as_ref().map(|f| (r, f)))
+        .collect();
+    if with.is_empty() {
+        return;
+    }
+    const DIRS: [&str; 2] = ["send", "recv"];
+    header(
+        out,
+        "mpi_peer_messages_total",
+        "counter",
+        "Point-to-point messages per peer (its MPI_COMM_WORLD rank) and direction, from the shim's stats layer.",
+    );
+    for (r, f) in &with {
+        for (peer, (m, _)) in &f.peers {
+            for d in 0..2 {
+                let _ = writeln!(
+                    out,
+                    "mpi_peer_messages_total{{{},peer=\"{peer}\",direction=\"{}\"}} {}",
+                    r.labels, DIRS[d], m[d]
+                );
+            }
+        }
+    }
+    header(
+        out,
+        "mpi_peer_bytes_total",
+        "counter",
+        "Point-to-point bytes per peer and direction (actual received sizes), from the shim's stats layer.",
+    );
+    for (r, f) in &with {
+        for (peer, (_, b)) in &f.peers {
+            for d in 0..2 {
+                let _ = writeln!(
+                    out,
+                    "mpi_peer_bytes_total{{{},peer=\"{peer}\",direction=\"{}\"}} {}",
+                    r.labels, DIRS[d], b[d]
+                );
+            }
+        }
+    }
+    header(
+        out,
+        "mpi_requests_outstanding",
+        "gauge",
+        "Nonblocking and started persistent requests not yet completed.",
+    );
+    for (r, f) in &with {
+        let _ = writeln!(
+            out,
+            "mpi_requests_outstanding{{{}}} {}",
+            r.labels, f.outstanding
+        );
+    }
+    header(
+        out,
+        "mpi_request_oldest_age_seconds",
+        "gauge",
+        "Age of the oldest outstanding request; 0 when none (frozen at exit for exited ranks).",
+    );
+    let now = crate::segment::monotonic_ns();
+    for (r, f) in &with {
+        let age = match (f.oldest_started_ns, r.exited_at) {
+            (Some(t), None) => now.saturating_sub(t) as f64 / 1e9,
+            _ => 0.0,
+        };
+        let _ = writeln!(out, "mpi_request_oldest_age_seconds{{{}}} {age}", r.labels);
+    }
+    header(
+        out,
+        "mpi_requests_persistent",
+        "gauge",
+        "Persistent requests by state: active (started, not completed) or inactive.",
+    );
+    for (r, f) in &with {
+        let _ = writeln!(
+            out,
+            "mpi_requests_persistent{{{},state=\"active\"}} {}",
+            r.labels, f.persistent.0
+        );
+        let _ = writeln!(
+            out,
+            "mpi_requests_persistent{{{},state=\"inactive\"}} {}",
+            r.labels, f.persistent.1
+        );
+    }
+    for (i, (name, help)) in [
+        (
+            "mpi_requests_started_total",
+            "Nonblocking and persistent requests started.",
+        ),
+        (
+            "mpi_requests_completed_total",
+            "Requests seen completing through the Wait and Test families.",
+        ),
+        ("mpi_requests_cancelled_total", "Requests cancelled."),
+        (
+            "mpi_request_table_full_total",
+            "Requests not tracked because the per-process table (4096 slots) was full.",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        header(out, name, "counter", help);
+        for (r, f) in &with {
+            let _ = writeln!(out, "{name}{{{}}} {}", r.labels, f.requests[i]);
+        }
+    }
+    header(
+        out,
+        "mpi_peer_overflow_messages_total",
+        "counter",
+        "Messages with world ranks beyond the segment's 65536 peer slots.",
+    );
+    for (r, f) in &with {
+        let _ = writeln!(
+            out,
+            "mpi_peer_overflow_messages_total{{{}}} {}",
+            r.labels, f.overflow[0]
+        );
+    }
+    header(
+        out,
+        "mpi_unattributed_messages_total",
+        "counter",
+        "Messages whose peer or size the stats layer could not determine.",
+    );
+    for (r, f) in &with {
+        let _ = writeln!(
+            out,
+            "mpi_unattributed_messages_total{{{}}} {}",
+            r.labels, f.overflow[1]
+        );
+    }
+    header(
+        out,
+        "mpi_layer_calls_total",
+        "counter",
+        "Calls seen by the shim's stats layer, per function (collectives and point-to-point).",
+    );
+    for (r, f) in &with {
+        for (id, (calls, _)) in &f.functions {
+            let _ = writeln!(
+                out,
+                "mpi_layer_calls_total{{{},function=\"{}\"}} {calls}",
+                r.labels, FUNCTIONS[*id as usize].name
+            );
+        }
+    }
+    header(
+        out,
+        "mpi_layer_bytes_total",
+        "counter",
+        "Bytes per function and direction by the stats layer's definition (root-only arguments at the root only); see the README.",
+    );
+    for (r, f) in &with {
+        for (id, (_, b)) in &f.functions {
+            for d in 0..2 {
+                let _ = writeln!(
+                    out,
+                    "mpi_layer_bytes_total{{{},function=\"{}\",direction=\"{}\"}} {}",
+                    r.labels, FUNCTIONS[*id as usize].name, DIRS[d], b[d]
+                );
+            }
+        }
+    }
 }
 
 fn histogram(out: &mut String, labels: &str, id: u16, st: &CallStats) {

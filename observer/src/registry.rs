@@ -17,6 +17,7 @@ use crate::{
     metrics::{self, RenderOptions, SelfMetrics},
     probes::{Attachment, ProbeError, Probes},
     procfs::{self, Identity, ProcError},
+    segment::{Figures, Segment, SegmentProblem},
     symbols::{self, SymbolError},
 };
 
@@ -73,6 +74,12 @@ pub struct Rank {
     /// The same, as wall-clock time.
     pub exited_wall: Option<SystemTime>,
     attachment: Option<Attachment>,
+    /// The shim's stats segment, held open once found.
+    segment: Option<Segment>,
+    /// The last problem met with the segment, counted once per change.
+    segment_problem: Option<SegmentProblem>,
+    /// The segment's figures as of the last scrape.
+    pub figures: Option<Figures>,
 }
 
 impl Rank {
@@ -100,14 +107,17 @@ impl Rank {
             exited_at: None,
             exited_wall: None,
             attachment: None,
+            segment: None,
+            segment_problem: None,
+            figures: None,
         }
     }
 }
 
 /// What the daemon knows and holds.
 pub struct State {
-    /// The loaded programs and maps.
-    pub probes: Probes,
+    /// The loaded programs and maps; `None` with `--no-bpf`.
+    pub probes: Option<Probes>,
     /// Observed ranks by pid.
     pub ranks: BTreeMap<u32, Rank>,
     /// Self-metrics.
@@ -142,7 +152,12 @@ fn ticks_to_time(ticks: u64) -> SystemTime {
 
 impl State {
     /// A state with nothing attached yet.
-    pub fn new(probes: Probes, functions: Vec<u16>, bytes: bool, render: RenderOptions) -> Self {
+    pub fn new(
+        probes: Option<Probes>,
+        functions: Vec<u16>,
+        bytes: bool,
+        render: RenderOptions,
+    ) -> Self {
         Self {
             probes,
             ranks: BTreeMap::new(),
@@ -177,10 +192,13 @@ impl State {
         let lib = symbols::read_library(&host_path)?;
         let dt = datatypes::inspect(pid, &lib, &map);
         let config = datatypes::proc_config(&lib, &dt, self.bytes);
-        let attachment =
-            self.probes
-                .attach(pid, &host_path, &lib, config, &dt.sizes, &self.functions)?;
-        self.selfm.probes.add(attachment.probes as i64);
+        let attachment = match self.probes.as_mut() {
+            Some(p) => Some(p.attach(pid, &host_path, &lib, config, &dt.sizes, &self.functions)?),
+            None => None,
+        };
+        if let Some(a) = &attachment {
+            self.selfm.probes.add(a.probes as i64);
+        }
         let jobid_label = format!("jobid=\"{}\"", metrics::escape(&identity.jobid));
         let labels = format!("{jobid_label},rank=\"{}\"", metrics::escape(&identity.rank));
         // A new process reusing the pid of an exited rank: drop the old one.
@@ -202,7 +220,10 @@ impl State {
                 attached_at: SystemTime::now(),
                 exited_at: None,
                 exited_wall: None,
-                attachment: Some(attachment),
+                attachment,
+                segment: None,
+                segment_problem: None,
+                figures: None,
             },
         );
         self.selfm.attached.set(self.attached_count() as i64);
@@ -249,7 +270,9 @@ impl State {
     fn detach(&mut self, pid: u32) {
         if let Some(att) = self.ranks.get_mut(&pid).and_then(|r| r.attachment.take()) {
             self.selfm.probes.sub(att.probes as i64);
-            self.probes.detach(pid, att);
+            if let Some(p) = self.probes.as_mut() {
+                p.detach(pid, att);
+            }
         }
         self.selfm.attached.set(self.attached_count() as i64);
     }
@@ -260,8 +283,8 @@ impl State {
         self.ranks.remove(&pid);
         if let Some(Ok(mut stats)) = self
             .probes
-            .ebpf_mut()
-            .map_mut(maps::STATS)
+            .as_mut()
+            .and_then(|p| p.ebpf_mut().map_mut(maps::STATS))
             .map(PerCpuHashMap::<&mut MapData, StatKey, CallStats>::try_from)
         {
             let keys: Vec<StatKey> = stats
@@ -281,21 +304,63 @@ impl State {
         for pid in pids {
             self.detach(pid);
         }
-        self.probes.finish_detaching();
+        if let Some(p) = self.probes.as_mut() {
+            p.finish_detaching();
+        }
     }
 
     /// Reads the per-process statistics from the maps.
     pub fn read_stats(&self) -> BTreeMap<u32, metrics::ProcStats> {
-        metrics::stats_map(self.probes.ebpf())
+        self.probes
+            .as_ref()
+            .and_then(|p| metrics::stats_map(p.ebpf()))
             .map(|m| metrics::read_stats(&m))
             .unwrap_or_default()
     }
 
+    /// Finds segments not found yet and reads every segment's figures.
+    /// A segment that fails is skipped (its figures are dropped) and counted
+    /// once per change of problem.
+    pub fn read_segments(&mut self) {
+        for r in self.ranks.values_mut() {
+            if r.segment.is_none() && r.exited_at.is_none() {
+                match Segment::open(r.pid) {
+                    Ok(seg) => r.segment = seg,
+                    Err(p) => {
+                        if r.segment_problem != Some(p) {
+                            self.selfm.segment_error(p);
+                            r.segment_problem = Some(p);
+                        }
+                        continue;
+                    }
+                }
+            }
+            let Some(seg) = &r.segment else { continue };
+            match seg.read() {
+                Ok(f) => {
+                    r.figures = Some(f);
+                    r.segment_problem = None;
+                }
+                Err(p) => {
+                    r.figures = None;
+                    if r.segment_problem != Some(p) {
+                        self.selfm.segment_error(p);
+                        r.segment_problem = Some(p);
+                    }
+                }
+            }
+        }
+    }
+
     /// One scrape's exposition text.
-    pub fn scrape(&self, extra: &str) -> String {
+    pub fn scrape(&mut self, extra: &str) -> String {
         let started = Instant::now();
+        self.read_segments();
         let stats = self.read_stats();
-        let errors = metrics::errors_map(self.probes.ebpf())
+        let errors = self
+            .probes
+            .as_ref()
+            .and_then(|p| metrics::errors_map(p.ebpf()))
             .map(|m| metrics::read_errors(&m))
             .unwrap_or_default();
         metrics::render(

@@ -95,7 +95,7 @@ async fn handle(
         ("GET", "/metrics") => {
             let body = tokio::task::spawn_blocking(move || {
                 let extra = extra.map(|f| f()).unwrap_or_default();
-                let st = state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                 st.scrape(&extra)
             })
             .await

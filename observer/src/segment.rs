@@ -1,0 +1,531 @@
+//! Reading the shim's stats segments (`/dev/shm/mpi-observer.<pid>`).
+//!
+//! Trust: a segment belongs to the process with that pid only if the file
+//! is a regular file owned by that process's uid, with no group or other
+//! write permission. Labels never come from it. It is mapped read-only and
+//! every header field is checked against the layout before any array is
+//! read; if the owner truncates the file while we read it, the SIGBUS is
+//! caught, the faulting page is replaced by zeros, and the figures of that
+//! read are discarded. A bad segment is skipped and counted, never fatal.
+//!
+//! The daemon keeps the segment's file open from the first read on, so a
+//! rank's final figures stay readable after it exits and unlinks it.
+
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    os::{
+        fd::AsRawFd as _,
+        unix::fs::{MetadataExt as _, OpenOptionsExt as _},
+    },
+    sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+};
+
+use observer_common::{
+    FUNCTION_COUNT,
+    generated::functions::SPEC_FINGERPRINT,
+    segment::{self, Header, MAGIC, MAX_SEGMENT_BYTES, VERSION, request_state},
+};
+
+/// Why a segment was skipped; the label of `mpi_observer_segment_errors_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SegmentProblem {
+    /// Not a regular file, wrong owner, or writable by others.
+    Untrusted,
+    /// Header or sizes do not match the layout.
+    Corrupt,
+    /// A different layout version or function ID space.
+    Version,
+    /// The file shrank while being read.
+    Truncated,
+}
+
+impl SegmentProblem {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SegmentProblem::Untrusted => "untrusted",
+            SegmentProblem::Corrupt => "corrupt",
+            SegmentProblem::Version => "version",
+            SegmentProblem::Truncated => "truncated",
+        }
+    }
+}
+
+/// One read of a segment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Figures {
+    /// `MPI_COMM_WORLD` size the process reported.
+    pub world_size: u32,
+    /// Peer world rank to (messages, bytes) per direction; only non-zero.
+    pub peers: BTreeMap<u32, ([u64; 2], [u64; 2])>,
+    /// Function ID to (calls, bytes per direction); only non-zero.
+    pub functions: BTreeMap<u16, (u64, [u64; 2])>,
+    /// Requests started, completed, cancelled, not tracked (table full).
+    pub requests: [u64; 4],
+    /// Messages beyond the peer array, and unattributed messages.
+    pub overflow: [u64; 2],
+    /// Outstanding requests now (active nonblocking or started persistent).
+    pub outstanding: u64,
+    /// `CLOCK_MONOTONIC` start of the oldest outstanding request.
+    pub oldest_started_ns: Option<u64>,
+    /// Persistent requests: (active, inactive).
+    pub persistent: (u64, u64),
+}
+
+/// An open segment of one rank.
+#[derive(Debug)]
+pub struct Segment {
+    file: File,
+}
+
+/// The segment path of a pid.
+pub fn path(pid: u32) -> String {
+    format!("{}{pid}", segment::PATH_PREFIX)
+}
+
+fn real_uid(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+impl Segment {
+    /// Opens `pid`'s segment if it has one. `Ok(None)`: no segment (yet).
+    pub fn open(pid: u32) -> Result<Option<Segment>, SegmentProblem> {
+        Self::open_at(&path(pid), pid)
+    }
+
+    fn open_at(path: &str, pid: u32) -> Result<Option<Segment>, SegmentProblem> {
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(_) => return Err(SegmentProblem::Untrusted),
+        };
+        let meta = file.metadata().map_err(|_| SegmentProblem::Untrusted)?;
+        let owner_ok = real_uid(pid).is_some_and(|uid| uid == meta.uid());
+        if !meta.file_type().is_file() || !owner_ok || meta.mode() & 0o022 != 0 {
+            return Err(SegmentProblem::Untrusted);
+        }
+        Ok(Some(Segment { file }))
+    }
+
+    /// Reads the current figures.
+    pub fn read(&self) -> Result<Figures, SegmentProblem> {
+        let size = self
+            .file
+            .metadata()
+            .map_err(|_| SegmentProblem::Corrupt)?
+            .len();
+        let header_size = size_of::<Header>() as u64;
+        if size < header_size || size > MAX_SEGMENT_BYTES {
+            return Err(SegmentProblem::Corrupt);
+        }
+        let map = Mapping::new(&self.file, size as usize)?;
+        let figures = map.figures(size);
+        let faulted = map.faulted();
+        drop(map);
+        if faulted {
+            return Err(SegmentProblem::Truncated);
+        }
+        figures
+    }
+}
+
+/// A read-only mapping registered with the SIGBUS guard while it lives.
+struct Mapping {
+    base: *const u8,
+    len: usize,
+    slot: usize,
+}
+
+/// Mappings being read, for the SIGBUS handler: (start, len) pairs and a
+/// fault flag per slot. A handful of slots suffice: reads are serialised by
+/// the daemon's state lock, and the fixed size keeps the handler lock-free.
+const GUARD_SLOTS: usize = 8;
+static GUARD_START: [AtomicUsize; GUARD_SLOTS] = [const { AtomicUsize::new(0) }; GUARD_SLOTS];
+static GUARD_LEN: [AtomicUsize; GUARD_SLOTS] = [const { AtomicUsize::new(0) }; GUARD_SLOTS];
+static GUARD_FAULT: [AtomicBool; GUARD_SLOTS] = [const { AtomicBool::new(false) }; GUARD_SLOTS];
+static HANDLER: std::sync::Once = std::sync::Once::new();
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    for i in 0..GUARD_SLOTS {
+        let start = GUARD_START[i].load(Ordering::Acquire);
+        let len = GUARD_LEN[i].load(Ordering::Acquire);
+        if start != 0 && start != usize::MAX && addr >= start && addr - start < len {
+            GUARD_FAULT[i].store(true, Ordering::Release);
+            // Put a zero page where the file's page vanished and resume.
+            let page = addr & !4095;
+            // SAFETY: the page lies inside our own mapping of the segment;
+            // replacing it with anonymous zeros cannot affect anything else.
+            unsafe {
+                libc::mmap(
+                    page as *mut libc::c_void,
+                    4096,
+                    libc::PROT_READ,
+                    libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            return;
+        }
+    }
+    // Not ours: restore the default action and let the fault kill us.
+    // SAFETY: plain signal-disposition calls.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+fn install_handler() {
+    HANDLER.call_once(|| {
+        // SAFETY: installs a handler that only touches atomics and mmap.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_sigbus as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+        }
+    });
+}
+
+impl Mapping {
+    fn new(file: &File, len: usize) -> Result<Self, SegmentProblem> {
+        install_handler();
+        // SAFETY: a fresh read-only shared mapping of a file we hold open.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(SegmentProblem::Corrupt);
+        }
+        let slot = (0..GUARD_SLOTS)
+            .find(|i| {
+                GUARD_START[*i]
+                    .compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            })
+            .ok_or(SegmentProblem::Corrupt);
+        let slot = match slot {
+            Ok(s) => s,
+            Err(e) => {
+                // SAFETY: unmapping what we just mapped.
+                unsafe { libc::munmap(p, len) };
+                return Err(e);
+            }
+        };
+        GUARD_FAULT[slot].store(false, Ordering::Release);
+        GUARD_LEN[slot].store(len, Ordering::Release);
+        GUARD_START[slot].store(p as usize, Ordering::Release);
+        Ok(Mapping {
+            base: p as *const u8,
+            len,
+            slot,
+        })
+    }
+
+    fn faulted(&self) -> bool {
+        GUARD_FAULT[self.slot].load(Ordering::Acquire)
+    }
+
+    /// An atomic u64 load at a validated, aligned offset.
+    fn u64_at(&self, off: u64) -> u64 {
+        debug_assert!(off as usize + 8 <= self.len && off.is_multiple_of(8));
+        // SAFETY: callers pass offsets checked against the mapping's length
+        // and 8-byte aligned; an atomic load is a plain load on x86-64 and
+        // never writes, so read-only memory is fine.
+        unsafe { (*(self.base.add(off as usize) as *const AtomicU64)).load(Ordering::Relaxed) }
+    }
+
+    fn u32_at(&self, off: u64) -> u32 {
+        let w = self.u64_at(off & !7);
+        if off.is_multiple_of(8) {
+            w as u32
+        } else {
+            (w >> 32) as u32
+        }
+    }
+
+    fn figures(&self, size: u64) -> Result<Figures, SegmentProblem> {
+        use std::mem::{offset_of, size_of};
+        let mut magic = [0u8; 8];
+        magic.copy_from_slice(&self.u64_at(0).to_ne_bytes());
+        if magic != MAGIC {
+            return Err(SegmentProblem::Corrupt);
+        }
+        let h = |field: usize| field as u64;
+        if self.u32_at(h(offset_of!(Header, ready))) != 1 {
+            // Not initialised yet: nothing to read, not an error.
+            return Ok(Figures::default());
+        }
+        if self.u32_at(h(offset_of!(Header, version))) != VERSION
+            || self.u64_at(h(offset_of!(Header, spec_fingerprint))) != SPEC_FINGERPRINT
+        {
+            return Err(SegmentProblem::Version);
+        }
+        let world_size = self.u32_at(h(offset_of!(Header, world_size)));
+        let peer_slots = self.u32_at(h(offset_of!(Header, peer_slots)));
+        let function_slots = self.u32_at(h(offset_of!(Header, function_slots)));
+        let request_slots = self.u32_at(h(offset_of!(Header, request_slots)));
+        let header_ok = self.u32_at(h(offset_of!(Header, header_size))) as usize
+            == size_of::<Header>()
+            && peer_slots <= segment::MAX_PEER_SLOTS
+            && peer_slots <= world_size
+            && function_slots as usize == FUNCTION_COUNT
+            && request_slots <= segment::REQUEST_SLOTS
+            && self.u64_at(h(offset_of!(Header, total_size))) == size
+            && segment::segment_size(peer_slots, function_slots, request_slots) == size;
+        let (co, po, fo, ro) = segment::offsets(peer_slots, function_slots);
+        let offsets_ok = self.u64_at(h(offset_of!(Header, counters_offset))) == co
+            && self.u64_at(h(offset_of!(Header, peers_offset))) == po
+            && self.u64_at(h(offset_of!(Header, functions_offset))) == fo
+            && self.u64_at(h(offset_of!(Header, requests_offset))) == ro;
+        if !header_ok || !offsets_ok {
+            return Err(SegmentProblem::Corrupt);
+        }
+        use observer_common::segment::{
+            FunctionCounters as F, PeerCounters as P, RankCounters as C, RequestSlot as R,
+        };
+        let mut out = Figures {
+            world_size,
+            ..Figures::default()
+        };
+        let c = |f: usize| self.u64_at(co + f as u64);
+        out.requests = [
+            c(offset_of!(C, requests_started)),
+            c(offset_of!(C, requests_completed)),
+            c(offset_of!(C, requests_cancelled)),
+            c(offset_of!(C, request_table_full)),
+        ];
+        out.overflow = [
+            c(offset_of!(C, peer_overflow_messages)),
+            c(offset_of!(C, unattributed_messages)),
+        ];
+        for peer in 0..u64::from(peer_slots) {
+            let b = po + peer * size_of::<P>() as u64;
+            let m = [self.u64_at(b), self.u64_at(b + 8)];
+            let y = [self.u64_at(b + 16), self.u64_at(b + 24)];
+            if m != [0, 0] || y != [0, 0] {
+                out.peers.insert(peer as u32, (m, y));
+            }
+        }
+        for f in 0..u64::from(function_slots) {
+            let b = fo + f * size_of::<F>() as u64;
+            let calls = self.u64_at(b);
+            if calls != 0 {
+                out.functions
+                    .insert(f as u16, (calls, [self.u64_at(b + 8), self.u64_at(b + 16)]));
+            }
+        }
+        let mut oldest = u64::MAX;
+        for r in 0..u64::from(request_slots) {
+            let b = ro + r * size_of::<R>() as u64;
+            let state = self.u32_at(b + offset_of!(R, state) as u64);
+            match state {
+                request_state::ACTIVE | request_state::PERSISTENT_ACTIVE => {
+                    out.outstanding += 1;
+                    oldest = oldest.min(self.u64_at(b + offset_of!(R, started_ns) as u64));
+                    if state == request_state::PERSISTENT_ACTIVE {
+                        out.persistent.0 += 1;
+                    }
+                }
+                request_state::PERSISTENT_INACTIVE => out.persistent.1 += 1,
+                _ => {}
+            }
+        }
+        out.oldest_started_ns = (oldest != u64::MAX).then_some(oldest);
+        Ok(out)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        GUARD_START[self.slot].store(0, Ordering::Release);
+        // SAFETY: unmapping our own mapping, no references to it remain.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock the shim stamps with.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use observer_common::segment::{
+        FunctionCounters, Header, PeerCounters, RankCounters, RequestSlot,
+    };
+
+    use super::*;
+
+    /// A well-formed segment image: 4 peers, peer 2 has sent 3 messages of
+    /// 24 bytes; two requests outstanding, one persistent inactive.
+    fn image(now: u64) -> Vec<u8> {
+        let (peers, funcs, reqs) = (4u32, FUNCTION_COUNT as u32, 8u32);
+        let size = segment::segment_size(peers, funcs, reqs) as usize;
+        let (co, po, fo, ro) = segment::offsets(peers, funcs);
+        let mut b = vec![0u8; size];
+        let put64 =
+            |b: &mut Vec<u8>, off: usize, v: u64| b[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+        let put32 =
+            |b: &mut Vec<u8>, off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        use std::mem::offset_of;
+        b[..8].copy_from_slice(&MAGIC);
+        put32(&mut b, offset_of!(Header, version), VERSION);
+        put32(
+            &mut b,
+            offset_of!(Header, header_size),
+            size_of::<Header>() as u32,
+        );
+        put64(&mut b, offset_of!(Header, total_size), size as u64);
+        put64(
+            &mut b,
+            offset_of!(Header, spec_fingerprint),
+            SPEC_FINGERPRINT,
+        );
+        put32(&mut b, offset_of!(Header, world_size), 4);
+        put32(&mut b, offset_of!(Header, peer_slots), peers);
+        put32(&mut b, offset_of!(Header, function_slots), funcs);
+        put32(&mut b, offset_of!(Header, request_slots), reqs);
+        put64(&mut b, offset_of!(Header, counters_offset), co);
+        put64(&mut b, offset_of!(Header, peers_offset), po);
+        put64(&mut b, offset_of!(Header, functions_offset), fo);
+        put64(&mut b, offset_of!(Header, requests_offset), ro);
+        put32(&mut b, offset_of!(Header, ready), 1);
+        put64(
+            &mut b,
+            co as usize + offset_of!(RankCounters, requests_started),
+            7,
+        );
+        let p2 = po as usize + 2 * size_of::<PeerCounters>();
+        put64(&mut b, p2 + offset_of!(PeerCounters, messages), 3);
+        put64(&mut b, p2 + offset_of!(PeerCounters, bytes), 72);
+        let f5 = fo as usize + 5 * size_of::<FunctionCounters>();
+        put64(&mut b, f5, 9);
+        for (i, (state, t)) in [
+            (request_state::ACTIVE, now - 2_000_000_000),
+            (request_state::PERSISTENT_ACTIVE, now - 1_000_000_000),
+            (request_state::PERSISTENT_INACTIVE, 0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let r = ro as usize + i * size_of::<RequestSlot>();
+            put64(
+                &mut b,
+                r + offset_of!(RequestSlot, handle),
+                0x1000 + i as u64,
+            );
+            put32(&mut b, r + offset_of!(RequestSlot, state), state);
+            put64(&mut b, r + offset_of!(RequestSlot, started_ns), t);
+        }
+        b
+    }
+
+    fn write(name: &str, bytes: &[u8], mode: u32) -> String {
+        let p = format!("/dev/shm/mpi-observer-test.{}.{name}", std::process::id());
+        std::fs::write(&p, bytes).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    }
+
+    fn read(name: &str, bytes: &[u8], mode: u32) -> Result<Figures, SegmentProblem> {
+        let p = write(name, bytes, mode);
+        let r = Segment::open_at(&p, std::process::id()).map(|s| s.expect("present").read());
+        let _ = std::fs::remove_file(&p);
+        r?
+    }
+
+    #[test]
+    fn reads_a_well_formed_segment() {
+        let now = monotonic_ns();
+        let f = read("ok", &image(now), 0o600).unwrap();
+        assert_eq!(f.world_size, 4);
+        assert_eq!(f.peers.get(&2), Some(&([3, 0], [72, 0])));
+        assert_eq!(f.peers.len(), 1);
+        assert_eq!(f.functions.get(&5), Some(&(9, [0, 0])));
+        assert_eq!(f.requests[0], 7);
+        assert_eq!(f.outstanding, 2);
+        assert_eq!(f.persistent, (1, 1));
+        assert_eq!(f.oldest_started_ns, Some(now - 2_000_000_000));
+    }
+
+    #[test]
+    fn rejects_bad_segments() {
+        let good = image(monotonic_ns());
+        let mut bad_magic = good.clone();
+        bad_magic[0] = b'X';
+        assert_eq!(
+            read("magic", &bad_magic, 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
+        assert_eq!(
+            read("short", &good[..good.len() - 8], 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
+        assert_eq!(
+            read("tiny", &good[..10], 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
+        let mut bad_peers = good.clone();
+        let off = std::mem::offset_of!(Header, peer_slots);
+        bad_peers[off..off + 4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert_eq!(
+            read("peers", &bad_peers, 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
+        let mut other_ids = good.clone();
+        let off = std::mem::offset_of!(Header, spec_fingerprint);
+        other_ids[off] ^= 1;
+        assert_eq!(read("ids", &other_ids, 0o600), Err(SegmentProblem::Version));
+        assert_eq!(read("perm", &good, 0o666), Err(SegmentProblem::Untrusted));
+        let garbage: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        assert!(read("garbage", &garbage, 0o600).is_err());
+    }
+
+    #[test]
+    fn a_segment_that_shrinks_under_the_reader_is_caught() {
+        // Map two pages of a one-page file: touching the second raises
+        // SIGBUS, which the guard turns into a zero page and a flag.
+        let p = write("shrink", &[7u8; 4096], 0o600);
+        let f = File::open(&p).unwrap();
+        let m = Mapping::new(&f, 8192).unwrap();
+        assert_eq!(m.u64_at(0), u64::from_ne_bytes([7; 8]));
+        assert!(!m.faulted());
+        assert_eq!(m.u64_at(4096), 0);
+        assert!(m.faulted());
+        drop(m);
+        let _ = std::fs::remove_file(&p);
+    }
+}
