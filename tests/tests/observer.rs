@@ -30,16 +30,22 @@ struct Job {
 
 impl Job {
     fn start(mpi: Mpi, dir: &Path, np: u32, iters: u64) -> Job {
-        let exe = dir.join(format!("mix-{}", mpi.name()));
+        Job::start_program(mpi, dir, np, "mix.c", &[iters.to_string()])
+    }
+
+    /// Starts `program` (in tests/programs) with `args` then the go file.
+    fn start_program(mpi: Mpi, dir: &Path, np: u32, program_name: &str, args: &[String]) -> Job {
+        let stem = program_name.trim_end_matches(".c");
+        let exe = dir.join(format!("{stem}-{}", mpi.name()));
         if !exe.exists() {
-            compile(mpi, &program("mix.c"), &exe, &[]);
+            compile(mpi, &program(program_name), &exe, &[]);
         }
         let go = dir.join(format!("go-{}", std::process::id()));
         let _ = std::fs::remove_file(&go);
         let mut child = mpi
             .launcher(np)
             .arg(&exe)
-            .arg(iters.to_string())
+            .args(args)
             .arg(&go)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -467,6 +473,46 @@ fn kill_9_leaves_no_probe_and_the_job_finishes_correctly() {
     assert!(!status.success());
     assert_no_probes_left();
     job.finish();
+}
+
+#[test]
+fn a_call_in_flight_at_attach_time_is_not_counted() {
+    for mpi in Mpi::ALL {
+        if !require(&[Need::Root, Need::Mpi(mpi)]) {
+            return;
+        }
+        let dir = scratch(&format!("inflight-{}", mpi.name()));
+        let job = Job::start_program(mpi, &dir, NP, "inflight.c", &[]);
+        // Let rank 1 get well into its MPI_Recv before the probes go in.
+        std::thread::sleep(Duration::from_millis(500));
+        let mut args = Vec::new();
+        for pid in job.pids() {
+            args.extend(["--pid".to_string(), pid.to_string()]);
+        }
+        let daemon = Daemon::start(&args);
+        job.go();
+        job.finish();
+        let s = wait_for("the exits", Duration::from_secs(10), || {
+            let (_, s) = daemon.scrape();
+            (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some(s)
+        });
+        let calls =
+            |rank: &str, f: &str| sum(&s, "mpi_calls_total", &[("rank", rank), ("function", f)]);
+        assert_eq!(
+            calls("1", "MPI_Recv"),
+            0.0,
+            "{mpi:?}: the receive began before attach"
+        );
+        assert_eq!(calls("0", "MPI_Send"), 1.0, "{mpi:?}");
+        for r in ["0", "1", "2"] {
+            assert_eq!(
+                calls(r, "MPI_Barrier"),
+                10.0,
+                "{mpi:?} rank {r}: barriers after the in-flight call"
+            );
+        }
+        assert!(daemon.stop(SIGTERM).success());
+    }
 }
 
 /// Runs the daemon expecting failure: one line on stderr, non-zero exit.
