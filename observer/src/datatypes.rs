@@ -115,13 +115,15 @@ pub fn inspect(pid: u32, lib: &Library, map: &MappedLib) -> Datatypes {
                 .map(|v| runtime_addr(lib, map, *v))
         })
     };
+    // The fixed LP64 sizes: the whole table when the layout cannot be
+    // checked, and the reference the check compares against.
+    let known = || {
+        KNOWN
+            .iter()
+            .filter_map(|(name, size)| Some((addr(name)?, *size)))
+    };
     let Ok(mem) = File::open(format!("/proc/{pid}/mem")) else {
-        // Without /proc/PID/mem, use the fixed LP64 sizes only.
-        for (name, size) in KNOWN {
-            if let Some(a) = addr(name) {
-                out.sizes.insert(a, *size);
-            }
-        }
+        out.sizes.extend(known());
         return out;
     };
     let class = |a: u64| read_u64(&mem, a);
@@ -142,11 +144,7 @@ pub fn inspect(pid: u32, lib: &Library, map: &MappedLib) -> Datatypes {
         predefined_class = Some(c);
     }
     let Some(pclass) = predefined_class.filter(|_| valid) else {
-        for (name, size) in KNOWN {
-            if let Some(a) = addr(name) {
-                out.sizes.insert(a, *size);
-            }
-        }
+        out.sizes.extend(known());
         return out;
     };
     for name in lib.ompi_datatypes.keys() {

@@ -117,70 +117,54 @@ pub fn is_mpi_library(file_name: &str) -> bool {
     file_name.starts_with("libmpi.so") || file_name.starts_with("libmpich.so")
 }
 
-/// The MPI library mapped by `pid`, if any.
-pub fn mpi_library(pid: u32) -> Result<Option<MappedLib>, ProcError> {
+/// The lowest mapping of the first file in `pid`'s maps that `wanted`
+/// accepts (given the file's path): its load base and file offset.
+fn lowest_mapping(
+    pid: u32,
+    wanted: impl Fn(&Path) -> bool,
+) -> Result<Option<MappedLib>, ProcError> {
     let maps = read(pid, "maps")?;
     let mut found: Option<MappedLib> = None;
-    for line in maps.lines() {
-        let Ok(line) = line else { continue };
+    for line in maps.lines().map_while(Result::ok) {
         // address perms offset dev inode path
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(_inode)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [range, _perms, offset, _dev, _inode, path, ..] = f[..] else {
             continue;
         };
-        let Some(path) = f.next() else { continue };
-        let file = Path::new(path)
-            .file_name()
-            .and_then(|s| s.to_str())
-            .unwrap_or("");
-        if !is_mpi_library(file) {
+        let path = Path::new(path);
+        if !wanted(path) || found.as_ref().is_some_and(|l| l.path != path) {
             continue;
         }
         let start = range
             .split('-')
             .next()
             .and_then(|s| u64::from_str_radix(s, 16).ok());
-        let offset = u64::from_str_radix(offset, 16).ok();
-        let (Some(start), Some(offset)) = (start, offset) else {
+        let (Some(start), Ok(offset)) = (start, u64::from_str_radix(offset, 16)) else {
             continue;
         };
-        match &found {
-            Some(l) if l.path == Path::new(path) && l.base <= start => {}
-            Some(l) if l.path != Path::new(path) => {}
-            _ => {
-                found = Some(MappedLib {
-                    path: PathBuf::from(path),
-                    base: start,
-                    base_offset: offset,
-                })
-            }
-        }
-    }
-    Ok(found)
-}
-
-/// The lowest mapping of the file at `path` in `pid`'s address space.
-pub fn mapping_of(pid: u32, path: &Path) -> Option<MappedLib> {
-    let maps = read(pid, "maps").ok()?;
-    let mut best: Option<MappedLib> = None;
-    for line in maps.lines().map_while(Result::ok) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 6 || Path::new(f[5]) != path {
-            continue;
-        }
-        let start = u64::from_str_radix(f[0].split('-').next()?, 16).ok()?;
-        let offset = u64::from_str_radix(f[2], 16).ok()?;
-        if best.as_ref().is_none_or(|b| start < b.base) {
-            best = Some(MappedLib {
+        if found.as_ref().is_none_or(|l| start < l.base) {
+            found = Some(MappedLib {
                 path: path.to_path_buf(),
                 base: start,
                 base_offset: offset,
             });
         }
     }
-    best
+    Ok(found)
+}
+
+/// The MPI library mapped by `pid`, if any.
+pub fn mpi_library(pid: u32) -> Result<Option<MappedLib>, ProcError> {
+    lowest_mapping(pid, |p| {
+        p.file_name()
+            .and_then(|s| s.to_str())
+            .is_some_and(is_mpi_library)
+    })
+}
+
+/// The lowest mapping of the file at `path` in `pid`'s address space.
+pub fn mapping_of(pid: u32, path: &Path) -> Option<MappedLib> {
+    lowest_mapping(pid, |p| p == path).ok().flatten()
 }
 
 /// Who a rank is, read from its environment.
