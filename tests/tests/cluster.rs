@@ -1,0 +1,1507 @@
+//! The cluster deployment of issue 5, end to end: three "nodes" (network
+//! namespaces made here), one observer daemon per node, one real Prometheus
+//! scraping them with the project's rules, and one MPI job whose ranks are
+//! split across the nodes. Every PromQL expression of every dashboard in
+//! `dashboards/grafana/` must return data while the job runs, and the
+//! cluster-wide totals must be exact once it has ended.
+//!
+//! Also here: the rules and dashboards checked on their own (promtool,
+//! dashboard JSON structure), and the systemd unit's capability set proven
+//! sufficient by running the daemon unprivileged with exactly that set.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::TcpStream,
+    os::unix::fs::{MetadataExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use e2e::{
+    Mpi, Need, compile, free_port, http_get, observer_bin, parse_metrics, program, require,
+    run_with_timeout, scratch, sum, wait_for, wait_with_timeout, workspace_root,
+};
+use serde_json::Value;
+
+/// Iterations of the counted phase of tests/programs/cluster/steady.c.
+const ITERS: u64 = 300;
+/// "Nodes" (network namespaces), each with its own daemon.
+const NODES: usize = 3;
+/// Ranks per node.
+const PER_NODE: usize = 2;
+const NP: usize = NODES * PER_NODE;
+/// The port every daemon listens on, at its node's address.
+const OBSERVER_PORT: u16 = 9479;
+/// The scrape job name the alerts and the overview dashboard expect.
+const SCRAPE_JOB: &str = "mpi-observer";
+
+/// Metric families that only observers with argument-level metrics (issue 4)
+/// export. Expressions that need them must be valid and may be empty while
+/// no daemon exports them; as soon as one does, they must return data.
+const OPTIONAL_FAMILIES: [&str; 4] = [
+    "mpi_peer_messages_total",
+    "mpi_peer_bytes_total",
+    "mpi_requests_outstanding",
+    "mpi_request_oldest_age_seconds",
+];
+
+fn dashboards_dir() -> PathBuf {
+    workspace_root().join("dashboards")
+}
+
+/// The dashboard JSON files.
+fn dashboard_files() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dashboards_dir().join("grafana"))
+        .expect("dashboards/grafana")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    v.sort();
+    assert_eq!(v.len(), 3, "three dashboards: cluster, job, rank");
+    v
+}
+
+/// The Prometheus rules files: every YAML file under dashboards/ with a
+/// top-level `groups:` key.
+fn rules_files() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dashboards_dir().join("prometheus"))
+        .expect("dashboards/prometheus")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yml" || e == "yaml"))
+        .filter(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .any(|l| l == "groups:")
+        })
+        .collect();
+    v.sort();
+    assert!(v.len() >= 2, "recording rules and alerts: {v:?}");
+    v
+}
+
+fn read_json(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: invalid JSON: {e}", p.display()))
+}
+
+// ---------------------------------------------------------------- HTTP
+
+/// One HTTP/1.0 request (so the answer is never chunked); returns (status,
+/// body).
+fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(15)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let buf = String::from_utf8_lossy(&buf);
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((code, body.to_string()))
+}
+
+/// Percent-encodes a form value.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// One sample of an instant query.
+#[derive(Debug, Clone)]
+struct PromSample {
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// A client of Prometheus's HTTP API.
+struct Prom {
+    addr: String,
+}
+
+impl Prom {
+    fn get_json(&self, path: &str) -> Value {
+        let (code, body) = http(&self.addr, "GET", path, "")
+            .unwrap_or_else(|e| panic!("GET {path} from Prometheus: {e}"));
+        assert_eq!(code, 200, "GET {path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    }
+
+    /// Evaluates `expr` now. Err carries Prometheus's error for an invalid
+    /// expression.
+    fn query(&self, expr: &str) -> Result<Vec<PromSample>, String> {
+        let (code, body) = http(
+            &self.addr,
+            "POST",
+            "/api/v1/query",
+            &format!("query={}", encode(expr)),
+        )
+        .map_err(|e| format!("request failed: {e}"))?;
+        let v: Value = serde_json::from_str(&body)
+            .map_err(|e| format!("HTTP {code}, not JSON ({e}): {body}"))?;
+        if v["status"] != "success" {
+            return Err(format!(
+                "HTTP {code}: {} {}",
+                v["errorType"].as_str().unwrap_or("?"),
+                v["error"].as_str().unwrap_or(&body)
+            ));
+        }
+        let value = |pair: &Value| -> f64 {
+            let s = pair[1].as_str().unwrap_or("NaN");
+            match s {
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                _ => s.parse().unwrap_or(f64::NAN),
+            }
+        };
+        let data = &v["data"];
+        Ok(match data["resultType"].as_str() {
+            Some("vector") => data["result"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| PromSample {
+                    labels: r["metric"]
+                        .as_object()
+                        .unwrap()
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                        .collect(),
+                    value: value(&r["value"]),
+                })
+                .collect(),
+            Some("scalar") => vec![PromSample {
+                labels: BTreeMap::new(),
+                value: value(&data["result"]),
+            }],
+            other => return Err(format!("unexpected result type {other:?}: {body}")),
+        })
+    }
+
+    /// The single value of an aggregating `expr`, if it has one yet.
+    fn value(&self, expr: &str) -> Option<f64> {
+        let r = self
+            .query(expr)
+            .unwrap_or_else(|e| panic!("query {expr}: {e}"));
+        assert!(r.len() <= 1, "{expr} returned several series: {r:?}");
+        r.first().map(|s| s.value)
+    }
+
+    /// Waits until `expr` has the value `want`; panics with the last value.
+    fn wait_value(&self, expr: &str, want: f64, limit: Duration) {
+        let start = Instant::now();
+        loop {
+            let got = self.value(expr);
+            if got == Some(want) {
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "Prometheus: {expr} is {got:?} after {limit:?}, want {want}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Values of a label over the series matching `selector`, as Grafana's
+    /// `label_values(selector, label)` asks for them.
+    fn label_values(&self, selector: &str, label: &str) -> Vec<String> {
+        let v = self.get_json(&format!(
+            "/api/v1/label/{label}/values?match[]={}",
+            encode(selector)
+        ));
+        assert_eq!(v["status"], "success", "label values: {v}");
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------- processes
+
+/// A child process killed and reaped on drop, with its stderr in a log file.
+struct Proc {
+    name: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Proc {
+        let f = std::fs::File::create(&log).unwrap();
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name} ({cmd:?}): {e}"));
+        Proc {
+            name: name.to_string(),
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Panics with the log if the process has exited.
+    fn assert_running(&mut self) {
+        if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!(
+                "{} exited early ({st}); its log:\n{}",
+                self.name,
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> std::process::Output {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("ip {args:?}: {e}"))
+}
+
+fn ip_ok(args: &[&str]) {
+    let o = ip(args);
+    assert!(
+        o.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The test's network: a bridge in the root namespace and one namespace per
+/// node, each joined to the bridge by a veth pair, all in 10.213.N.0/24.
+/// Everything is named after the test process (`mo<pid>...`) so a run
+/// killed before its cleanup can be recognised and removed by the next.
+struct Net {
+    tag: String,
+    octet: u32,
+    namespaces: Vec<String>,
+}
+
+impl Net {
+    fn create() -> Net {
+        Self::remove_stale();
+        let pid = std::process::id();
+        // At most 7 pid digits: "mo<pid>br" fits an interface name.
+        let tag = format!("mo{pid}");
+        // 10.213.64.0/24 ... 10.213.191.0/24: private and, with the pid in
+        // it, distinct between concurrent runs.
+        let octet = 64 + pid % 128;
+        let mut net = Net {
+            tag: tag.clone(),
+            octet,
+            namespaces: Vec::new(),
+        };
+        let br = net.bridge();
+        ip_ok(&["link", "add", &br, "type", "bridge"]);
+        ip_ok(&[
+            "addr",
+            "add",
+            &format!("{}/24", net.host_addr()),
+            "dev",
+            &br,
+        ]);
+        ip_ok(&["link", "set", &br, "up"]);
+        for i in 0..NODES {
+            let ns = format!("{tag}n{i}");
+            ip_ok(&["netns", "add", &ns]);
+            net.namespaces.push(ns.clone());
+            let veth = format!("{tag}v{i}");
+            ip_ok(&[
+                "link", "add", &veth, "type", "veth", "peer", "name", "nic0", "netns", &ns,
+            ]);
+            ip_ok(&["link", "set", &veth, "master", &br, "up"]);
+            ip_ok(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", net.node_addr(i)),
+                "dev",
+                "nic0",
+            ]);
+            ip_ok(&["-n", &ns, "link", "set", "nic0", "up"]);
+            ip_ok(&["-n", &ns, "link", "set", "lo", "up"]);
+        }
+        net
+    }
+
+    fn bridge(&self) -> String {
+        format!("{}br", self.tag)
+    }
+
+    fn subnet(&self) -> String {
+        format!("10.213.{}.0/24", self.octet)
+    }
+
+    fn host_addr(&self) -> String {
+        format!("10.213.{}.1", self.octet)
+    }
+
+    fn node_addr(&self, i: usize) -> String {
+        format!("10.213.{}.{}", self.octet, 11 + i)
+    }
+
+    /// The inode of node `i`'s network namespace, as /proc/PID/ns/net shows.
+    fn ns_inode(&self, i: usize) -> u64 {
+        std::fs::metadata(format!("/run/netns/{}", self.namespaces[i]))
+            .unwrap()
+            .ino()
+    }
+
+    /// Removes namespaces and bridges left by earlier runs that were killed
+    /// (their test process, named in the tag, is gone).
+    fn remove_stale() {
+        let dead_owner = |digits: &str| {
+            !digits.is_empty()
+                && digits.chars().all(|c| c.is_ascii_digit())
+                && digits.parse::<u32>().is_ok_and(|p| !pid_alive(p))
+        };
+        let out = ip(&["netns", "list"]);
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or("");
+            if let Some((digits, node)) = name.strip_prefix("mo").and_then(|r| r.split_once('n'))
+                && node.chars().all(|c| c.is_ascii_digit())
+                && dead_owner(digits)
+            {
+                let _ = ip(&["netns", "delete", name]);
+            }
+        }
+        let out = ip(&["-o", "link", "show", "type", "bridge"]);
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let name = line.split(':').nth(1).unwrap_or("").trim();
+            if name
+                .strip_prefix("mo")
+                .and_then(|r| r.strip_suffix("br"))
+                .is_some_and(dead_owner)
+            {
+                let _ = ip(&["link", "delete", name]);
+            }
+        }
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its veth end, and with it the peer.
+        for ns in &self.namespaces {
+            let _ = ip(&["netns", "delete", ns]);
+        }
+        let _ = ip(&["link", "delete", &self.bridge()]);
+    }
+}
+
+/// Open MPI's rsh agent for the test's nodes: `AGENT [options] HOST CMD...`
+/// runs CMD in HOST's network namespace, in a UTS namespace of its own with
+/// HOST as the hostname (Open MPI tells nodes apart by hostname).
+const RSH_AGENT: &str = r#"#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
+host=$1
+shift
+exec ip netns exec "$host" unshare --uts sh -c "hostname '$host' && exec $*"
+"#;
+
+/// The MPI job: tests/programs/cluster/steady.c across the nodes.
+struct Job {
+    child: Option<Child>,
+    /// (rank, pid) as the ranks printed them.
+    ranks: Vec<(u32, u32)>,
+    lines: mpsc::Receiver<String>,
+    go: PathBuf,
+    stop: PathBuf,
+}
+
+impl Job {
+    fn start(mut cmd: Command, dir: &Path, iters: u64, np: usize) -> Job {
+        let exe = dir.join("steady");
+        compile(Mpi::OpenMpi, &program("cluster/steady.c"), &exe, &[]);
+        let go = dir.join("go");
+        let stop = dir.join("stop");
+        let mut child = cmd
+            .arg(&exe)
+            .arg(iters.to_string())
+            .arg(&go)
+            .arg(&stop)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start mpirun");
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut job = Job {
+            child: Some(child),
+            ranks: Vec::new(),
+            lines: rx,
+            go,
+            stop,
+        };
+        for l in job.wait_lines("READY", np, Duration::from_secs(60)) {
+            let mut f = l.split_whitespace().skip(1).map(|x| x.parse().unwrap());
+            job.ranks.push((f.next().unwrap(), f.next().unwrap()));
+        }
+        job.ranks.sort();
+        job
+    }
+
+    /// Waits for `n` lines starting with `word`.
+    fn wait_lines(&mut self, word: &str, n: usize, limit: Duration) -> Vec<String> {
+        let start = Instant::now();
+        let mut got = Vec::new();
+        while got.len() < n {
+            let left = limit.saturating_sub(start.elapsed());
+            match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
+                Ok(l) if l.starts_with(&format!("{word} ")) => got.push(l),
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "the job printed {} of {n} {word} lines within {limit:?}",
+                    got.len()
+                ),
+            }
+        }
+        got
+    }
+
+    /// Lets the ranks stop holding, waits for the job and asserts that every
+    /// rank checked its results.
+    fn finish(mut self) {
+        std::fs::write(&self.stop, b"stop").unwrap();
+        let n = self.ranks.len();
+        let oks = self.wait_lines("OK", n, Duration::from_secs(60));
+        assert_eq!(oks.len(), n);
+        let out = wait_with_timeout(self.child.take().unwrap(), Duration::from_secs(60));
+        assert!(out.status.success(), "the MPI job failed: {:?}", out.status);
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Calls each rank of steady.c makes: (function, per rank).
+fn expected_calls() -> Vec<(&'static str, u64)> {
+    vec![
+        ("MPI_Isend", ITERS),
+        ("MPI_Irecv", ITERS + 1),
+        ("MPI_Waitall", ITERS),
+        ("MPI_Allreduce", ITERS),
+        ("MPI_Bcast", ITERS),
+        ("MPI_Alltoall", ITERS),
+        ("MPI_Barrier", ITERS),
+        ("MPI_Send", 1),
+        ("MPI_Wait", 1),
+        ("MPI_Finalize", 1),
+    ]
+}
+
+// ---------------------------------------------------------------- dashboards
+
+/// A PromQL expression of a dashboard and where it comes from.
+struct DashExpr {
+    place: String,
+    expr: String,
+}
+
+/// Every panel, rows' nested panels included.
+fn panels(dash: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    for p in dash["panels"].as_array().expect("panels") {
+        out.push(p);
+        if let Some(inner) = p["panels"].as_array() {
+            out.extend(inner.iter());
+        }
+    }
+    out
+}
+
+/// Every target expression of every panel of the dashboard.
+fn panel_exprs(path: &Path, dash: &Value) -> Vec<DashExpr> {
+    let file = path.file_name().unwrap().to_string_lossy().into_owned();
+    let mut out = Vec::new();
+    for p in panels(dash) {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            out.push(DashExpr {
+                place: format!(
+                    "{file}: panel {:?} target {}",
+                    p["title"].as_str().unwrap_or(""),
+                    t["refId"].as_str().unwrap_or("?")
+                ),
+                expr: t["expr"].as_str().unwrap_or_default().to_string(),
+            });
+        }
+    }
+    out
+}
+
+/// The dashboard's query variables: (name, label_values selector, label).
+fn label_values_vars(dash: &Value) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if v["type"] != "query" {
+            continue;
+        }
+        let q = v["query"]["query"]
+            .as_str()
+            .or(v["query"].as_str())
+            .unwrap_or_default();
+        let inner = q
+            .strip_prefix("label_values(")
+            .and_then(|r| r.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("variable {}: not a label_values query: {q}", v["name"]));
+        let (sel, label) = inner.rsplit_once(',').unwrap();
+        out.push((
+            v["name"].as_str().unwrap().to_string(),
+            sel.trim().to_string(),
+            label.trim().to_string(),
+        ));
+    }
+    out
+}
+
+/// Grafana's built-in variables the dashboards may use in expressions.
+const BUILTINS: [&str; 3] = ["__rate_interval", "__interval", "__range"];
+
+/// The `$name` and `${name...}` variable references in `s`.
+fn var_refs(s: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'$' {
+            let braced = b.get(i + 1) == Some(&b'{');
+            let start = i + 1 + usize::from(braced);
+            let mut end = start;
+            while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
+                end += 1;
+            }
+            if end > start {
+                out.insert(s[start..end].to_string());
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Replaces the template variables in `s` by `vars`, in the `$x`, `${x}`
+/// and `${x:format}` forms.
+fn substitute(s: &str, vars: &BTreeMap<&str, String>) -> String {
+    let mut out = s.to_string();
+    // Longest names first, so `$__rate_interval` is not cut short by a
+    // variable named `__rate`.
+    let mut names: Vec<&&str> = vars.keys().collect();
+    names.sort_by_key(|n| std::cmp::Reverse(n.len()));
+    for n in names {
+        let v = &vars[*n];
+        while let Some(pos) = out.find(&format!("${{{n}:")) {
+            let end = pos + out[pos..].find('}').unwrap();
+            out.replace_range(pos..=end, v);
+        }
+        out = out.replace(&format!("${{{n}}}"), v);
+        out = out.replace(&format!("${n}"), v);
+    }
+    out
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn dashboards_are_valid_grafana_json() {
+    let mut uids = BTreeSet::new();
+    let mut vars_seen = BTreeSet::new();
+    for path in dashboard_files() {
+        let d = read_json(&path);
+        let f = path.display();
+        assert!(
+            d["schemaVersion"].as_u64().is_some_and(|v| v >= 39),
+            "{f}: schemaVersion must be >= 39"
+        );
+        for k in ["title", "uid"] {
+            assert!(d[k].as_str().is_some_and(|s| !s.is_empty()), "{f}: no {k}");
+        }
+        assert!(
+            uids.insert(d["uid"].as_str().unwrap().to_string()),
+            "{f}: uid reused"
+        );
+        assert!(d["time"]["from"].is_string(), "{f}: no time range");
+
+        // Templating: a Prometheus datasource variable first, then
+        // label_values variables that query through it.
+        let vars = d["templating"]["list"].as_array().expect("templating.list");
+        let ds = vars
+            .iter()
+            .find(|v| v["type"] == "datasource")
+            .unwrap_or_else(|| panic!("{f}: no datasource variable"));
+        assert_eq!(ds["name"], "datasource", "{f}");
+        assert_eq!(ds["query"], "prometheus", "{f}: datasource variable type");
+        let mut names = BTreeSet::new();
+        for v in vars {
+            let name = v["name"].as_str().expect("variable name");
+            assert!(names.insert(name), "{f}: variable {name} defined twice");
+            if v["type"] == "query" {
+                assert_eq!(
+                    v["datasource"]["uid"], "${datasource}",
+                    "{f}: variable {name}"
+                );
+            }
+        }
+        for (name, sel, label) in label_values_vars(&d) {
+            assert!(!sel.is_empty() && !label.is_empty(), "{f}: variable {name}");
+            vars_seen.insert(name);
+        }
+        assert!(names.contains("jobid"), "{f}: no jobid variable");
+        assert!(names.contains("function"), "{f}: no function variable");
+
+        // Panels: unique ids, inside the 24-column grid, every query through
+        // the datasource variable.
+        let mut ids = BTreeSet::new();
+        let mut targets = 0;
+        for p in panels(&d) {
+            let title = p["title"].as_str().unwrap_or("");
+            assert!(p["type"].is_string(), "{f}: panel {title}: no type");
+            assert!(
+                ids.insert(p["id"].as_u64().expect("panel id")),
+                "{f}: panel id reused"
+            );
+            let g = &p["gridPos"];
+            let (x, w) = (g["x"].as_u64().unwrap(), g["w"].as_u64().unwrap());
+            assert!(
+                x + w <= 24 && g["h"].as_u64().unwrap() > 0,
+                "{f}: {title}: gridPos"
+            );
+            if p["type"] == "row" {
+                continue;
+            }
+            assert_eq!(
+                p["datasource"]["uid"], "${datasource}",
+                "{f}: panel {title}"
+            );
+            assert_eq!(p["datasource"]["type"], "prometheus", "{f}: panel {title}");
+            let ts = p["targets"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{f}: {title}: no targets"));
+            assert!(!ts.is_empty(), "{f}: panel {title} has no targets");
+            for t in ts {
+                targets += 1;
+                assert_eq!(
+                    t["datasource"]["uid"], "${datasource}",
+                    "{f}: panel {title}"
+                );
+                let expr = t["expr"].as_str().unwrap_or_default();
+                assert!(!expr.trim().is_empty(), "{f}: panel {title}: empty expr");
+                for r in var_refs(expr) {
+                    assert!(
+                        names.contains(r.as_str()) || BUILTINS.contains(&r.as_str()),
+                        "{f}: panel {title} uses undefined variable ${r}"
+                    );
+                }
+            }
+        }
+        assert!(targets >= 10, "{f}: only {targets} queries");
+
+        // No datasource pinned by UID anywhere: every "datasource" object
+        // names the variable (or Grafana's own annotation source).
+        fn walk(v: &Value, f: &str) {
+            match v {
+                Value::Object(m) => {
+                    if let Some(ds) = m.get("datasource") {
+                        let uid = match ds {
+                            Value::Object(o) => o.get("uid").and_then(Value::as_str),
+                            Value::String(s) => Some(s.as_str()),
+                            _ => None,
+                        };
+                        if let Some(uid) = uid {
+                            assert!(
+                                uid.starts_with("${") || uid == "-- Grafana --",
+                                "{f}: hard-coded datasource {uid:?}"
+                            );
+                        }
+                    }
+                    m.values().for_each(|x| walk(x, f));
+                }
+                Value::Array(a) => a.iter().for_each(|x| walk(x, f)),
+                _ => {}
+            }
+        }
+        walk(&d, &f.to_string());
+    }
+    for v in ["jobid", "rank", "function"] {
+        assert!(vars_seen.contains(v), "no label_values variable {v}");
+    }
+}
+
+#[test]
+fn rules_pass_promtool() {
+    if !require(&[Need::Command("promtool")]) {
+        return;
+    }
+    let dir = dashboards_dir().join("prometheus");
+    for f in rules_files() {
+        let o = run_with_timeout(
+            Command::new("promtool").arg("check").arg("rules").arg(&f),
+            Duration::from_secs(60),
+        );
+        assert!(
+            o.status.success(),
+            "promtool check rules {}:\n{}{}",
+            f.display(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // The alert thresholds, pinned by unit tests.
+    let o = run_with_timeout(
+        Command::new("promtool")
+            .current_dir(&dir)
+            .args(["test", "rules", "alerts.test.yml"]),
+        Duration::from_secs(60),
+    );
+    assert!(
+        o.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The example configuration, with its paths pointed into the checkout.
+    let tmp = scratch("cluster-config");
+    let example = std::fs::read_to_string(dir.join("prometheus.yml")).unwrap();
+    let cfg = example
+        .replace(
+            "/etc/prometheus/rules/mpi-observer",
+            &dir.display().to_string(),
+        )
+        .replace(
+            "/etc/prometheus/targets/mpi-observer",
+            &dir.join("targets").display().to_string(),
+        );
+    assert_ne!(
+        cfg, example,
+        "the example config's paths changed: update this test"
+    );
+    std::fs::write(tmp.join("prometheus.yml"), cfg).unwrap();
+    let o = run_with_timeout(
+        Command::new("promtool")
+            .args(["check", "config"])
+            .arg(tmp.join("prometheus.yml")),
+        Duration::from_secs(60),
+    );
+    assert!(
+        o.status.success(),
+        "promtool check config (example):\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The capabilities the systemd unit grants.
+fn unit_capabilities() -> Vec<String> {
+    let unit =
+        std::fs::read_to_string(dashboards_dir().join("deploy/mpi-observer.service")).unwrap();
+    let line = |key: &str| -> Vec<String> {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("the unit has no {key}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let ambient = line("AmbientCapabilities=");
+    assert_eq!(
+        ambient,
+        line("CapabilityBoundingSet="),
+        "the bounding set must be exactly the ambient set"
+    );
+    ambient
+}
+
+#[test]
+fn systemd_unit_verifies() {
+    if !require(&[Need::Command("systemd-analyze")]) {
+        return;
+    }
+    let dir = scratch("cluster-unit");
+    let unit =
+        std::fs::read_to_string(dashboards_dir().join("deploy/mpi-observer.service")).unwrap();
+    assert!(
+        unit.contains("ExecStart=/usr/local/bin/mpi-observer attach --all --listen 0.0.0.0:9479")
+    );
+    assert!(unit.contains("NoNewPrivileges=yes") && unit.contains("DynamicUser=yes"));
+    // verify checks that ExecStart exists: point it at the built binary.
+    let local = unit.replace(
+        "/usr/local/bin/mpi-observer",
+        &observer_bin().display().to_string(),
+    );
+    let path = dir.join("mpi-observer.service");
+    std::fs::write(&path, local).unwrap();
+    let o = run_with_timeout(
+        Command::new("systemd-analyze").arg("verify").arg(&path),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "systemd-analyze verify:\n{err}");
+    assert!(
+        !err.contains("mpi-observer.service"),
+        "systemd-analyze verify warns about the unit:\n{err}"
+    );
+}
+
+/// Runs the daemon as an unprivileged user (nobody) holding exactly the
+/// unit's capabilities, on a real job of root-owned ranks: the counts must
+/// be exact.
+#[test]
+fn least_privilege_capabilities_suffice() {
+    if !require(&[
+        Need::Root,
+        Need::Mpi(Mpi::OpenMpi),
+        Need::Command("setpriv"),
+    ]) {
+        return;
+    }
+    let dir = scratch("cluster-least-privilege");
+    let caps = unit_capabilities();
+    let set = caps
+        .iter()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut daemon = Proc::spawn(
+        "unprivileged daemon",
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(format!("--inh-caps=-all,{set}"))
+            .arg(format!("--ambient-caps=-all,{set}"))
+            .arg(format!("--bounding-set=-all,{set}"))
+            .arg("--no-new-privs")
+            .arg(observer_bin())
+            .args(["attach", "--all", "--listen", &addr]),
+        dir.join("daemon.log"),
+    );
+    wait_for(
+        "the unprivileged daemon to serve",
+        Duration::from_secs(30),
+        || {
+            daemon.assert_running();
+            http_get(&addr, "/metrics").ok().filter(|(c, _)| *c == 200)
+        },
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert!(
+        field("Uid:").starts_with("65534"),
+        "the daemon runs as nobody"
+    );
+    let want: u64 = caps
+        .iter()
+        .map(|c| {
+            1u64 << match c.as_str() {
+                "CAP_DAC_READ_SEARCH" => 2,
+                "CAP_SYS_PTRACE" => 19,
+                "CAP_PERFMON" => 38,
+                "CAP_BPF" => 39,
+                other => panic!("unexpected capability {other} in the unit"),
+            }
+        })
+        .sum();
+    assert_eq!(
+        u64::from_str_radix(&field("CapEff:"), 16).unwrap(),
+        want,
+        "the daemon holds exactly the unit's capabilities"
+    );
+
+    let iters = 50;
+    let job = Job::start(Mpi::OpenMpi.launcher(2), &dir, iters, 2);
+    let jobid = wait_for(
+        "the daemon to attach to both ranks",
+        Duration::from_secs(30),
+        || {
+            daemon.assert_running();
+            let (_, body) = http_get(&addr, "/metrics").ok()?;
+            let s = parse_metrics(&body);
+            let ours: Vec<_> = s
+                .iter()
+                .filter(|x| {
+                    x.name == "mpi_rank_info"
+                        && job
+                            .ranks
+                            .iter()
+                            .any(|r| x.label("pid") == Some(&r.1.to_string()))
+                })
+                .collect();
+            (ours.len() == 2).then(|| ours[0].label("jobid").unwrap().to_string())
+        },
+    );
+    std::fs::write(&job.go, b"go").unwrap();
+    job.finish();
+    let (_, body) = http_get(&addr, "/metrics").unwrap();
+    let s = parse_metrics(&body);
+    for rank in ["0", "1"] {
+        for (f, n) in [
+            ("MPI_Isend", iters),
+            ("MPI_Allreduce", iters),
+            ("MPI_Finalize", 1),
+        ] {
+            assert_eq!(
+                sum(
+                    &s,
+                    "mpi_calls_total",
+                    &[("jobid", &jobid), ("rank", rank), ("function", f)]
+                ),
+                n as f64,
+                "rank {rank} {f} as seen by the unprivileged daemon"
+            );
+        }
+        // Message sizes come from reading the rank's memory.
+        assert_eq!(
+            sum(
+                &s,
+                "mpi_bytes_total",
+                &[
+                    ("jobid", &jobid),
+                    ("rank", rank),
+                    ("function", "MPI_Isend"),
+                    ("direction", "send")
+                ]
+            ),
+            (64 * iters) as f64
+        );
+    }
+    assert_eq!(sum(&s, "mpi_observer_attach_failures_total", &[]), 0.0);
+}
+
+/// The multi-node run: see the module documentation.
+#[test]
+fn dashboards_on_a_three_node_cluster() {
+    if !require(&[
+        Need::Root,
+        Need::Mpi(Mpi::OpenMpi),
+        Need::Command("prometheus"),
+        Need::Command("promtool"),
+        Need::Command("ip"),
+        Need::Command("unshare"),
+    ]) {
+        return;
+    }
+    let started = Instant::now();
+    let dir = scratch("cluster");
+    // Dropped last (declared first): namespaces outlive what runs in them.
+    let net = Net::create();
+
+    // One daemon per node, listening on the node's address. Node 0 exports
+    // per-rank histograms, the others the node-aggregated ones, so the
+    // dashboards are checked against both.
+    let mut daemons: Vec<(Proc, String)> = (0..NODES)
+        .map(|i| {
+            let addr = format!("{}:{OBSERVER_PORT}", net.node_addr(i));
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &net.namespaces[i]])
+                .arg(observer_bin())
+                .args(["attach", "--all", "--same-netns", "--listen", &addr]);
+            if i == 0 {
+                cmd.arg("--per-rank-histograms");
+            }
+            let p = Proc::spawn(
+                &format!("daemon on node {i}"),
+                &mut cmd,
+                dir.join(format!("daemon{i}.log")),
+            );
+            (p, addr)
+        })
+        .collect();
+    for (d, addr) in &mut daemons {
+        wait_for(
+            "a daemon to serve /metrics",
+            Duration::from_secs(30),
+            || {
+                d.assert_running();
+                http_get(addr, "/metrics").ok().filter(|(c, _)| *c == 200)
+            },
+        );
+    }
+
+    // Prometheus, discovering the daemons from a file_sd target file, with
+    // the project's rules.
+    let targets: Vec<String> = daemons.iter().map(|(_, a)| format!("\"{a}\"")).collect();
+    std::fs::write(
+        dir.join("targets.json"),
+        format!(
+            "[{{\"targets\": [{}], \"labels\": {{\"cluster\": \"test\"}}}}]\n",
+            targets.join(", ")
+        ),
+    )
+    .unwrap();
+    let rules: Vec<String> = rules_files()
+        .iter()
+        .map(|p| format!("  - {}\n", p.display()))
+        .collect();
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
+             rule_files:\n{}\
+             scrape_configs:\n  - job_name: {SCRAPE_JOB}\n    file_sd_configs:\n      - files: ['{}']\n        refresh_interval: 1s\n",
+            rules.concat(),
+            dir.join("targets.json").display()
+        ),
+    )
+    .unwrap();
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let mut prometheus = Proc::spawn(
+        "prometheus",
+        Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .arg("--log.level=warn"),
+        dir.join("prometheus.log"),
+    );
+    let prom = Prom {
+        addr: prom_addr.clone(),
+    };
+    wait_for("Prometheus to be ready", Duration::from_secs(60), || {
+        prometheus.assert_running();
+        http(&prom_addr, "GET", "/-/ready", "")
+            .ok()
+            .filter(|(c, _)| *c == 200)
+    });
+    prom.wait_value(
+        &format!("sum(up{{job=\"{SCRAPE_JOB}\"}})"),
+        NODES as f64,
+        Duration::from_secs(30),
+    );
+
+    // The job: two ranks per node, launched into the namespaces by Open MPI's
+    // rsh agent; TCP between the nodes, shared memory within one.
+    let agent = dir.join("ns-agent");
+    std::fs::write(&agent, RSH_AGENT).unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hostfile = dir.join("hosts");
+    std::fs::write(
+        &hostfile,
+        net.namespaces
+            .iter()
+            .map(|n| format!("{n} slots={PER_NODE}\n"))
+            .collect::<String>(),
+    )
+    .unwrap();
+    let mut mpirun = Command::new(Mpi::OpenMpi.mpirun());
+    mpirun
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_plm_rsh_agent", &agent)
+        .env("OMPI_MCA_plm_rsh_no_tree_spawn", "1")
+        .env("OMPI_MCA_pml", "ob1")
+        .env("OMPI_MCA_btl", "self,vader,tcp")
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        .env("OMPI_MCA_btl_tcp_if_include", net.subnet())
+        .env("OMPI_MCA_oob_tcp_if_include", net.subnet())
+        .arg("--hostfile")
+        .arg(&hostfile)
+        .args(["-np", &NP.to_string()]);
+    let mut job = Job::start(mpirun, &dir, ITERS, NP);
+
+    // The ranks really are split across the nodes.
+    let node_of: BTreeMap<u32, usize> = job
+        .ranks
+        .iter()
+        .map(|&(rank, pid)| {
+            let link = std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+            let ino: u64 = link
+                .to_string_lossy()
+                .trim_start_matches("net:[")
+                .trim_end_matches(']')
+                .parse()
+                .unwrap();
+            let node = (0..NODES)
+                .find(|&i| net.ns_inode(i) == ino)
+                .unwrap_or_else(|| panic!("rank {rank} (pid {pid}) runs in none of the nodes"));
+            (rank, node)
+        })
+        .collect();
+    for n in 0..NODES {
+        assert_eq!(
+            node_of.values().filter(|&&x| x == n).count(),
+            PER_NODE,
+            "ranks per node: {node_of:?}"
+        );
+    }
+
+    // Each daemon owns exactly its node's ranks, and they agree on the job.
+    let mut jobids = BTreeSet::new();
+    for (i, (d, addr)) in daemons.iter_mut().enumerate() {
+        let want: BTreeSet<String> = node_of
+            .iter()
+            .filter(|(_, n)| **n == i)
+            .map(|(r, _)| r.to_string())
+            .collect();
+        let jobid = wait_for(
+            "each daemon to attach to its node's ranks",
+            Duration::from_secs(30),
+            || {
+                d.assert_running();
+                let (_, body) = http_get(addr, "/metrics").ok()?;
+                let s = parse_metrics(&body);
+                let info: Vec<_> = s.iter().filter(|x| x.name == "mpi_rank_info").collect();
+                let ranks: BTreeSet<String> = info
+                    .iter()
+                    .map(|x| x.label("rank").unwrap().to_string())
+                    .collect();
+                (ranks == want).then(|| info[0].label("jobid").unwrap().to_string())
+            },
+        );
+        jobids.insert(jobid);
+    }
+    assert_eq!(jobids.len(), 1, "one job id across the nodes: {jobids:?}");
+    let jobid = jobids.into_iter().next().unwrap();
+    let sel = format!("jobid=\"{jobid}\"");
+    prom.wait_value(
+        &format!("count(mpi_rank_info{{{sel}}})"),
+        NP as f64,
+        Duration::from_secs(30),
+    );
+
+    // Run the counted phase; the ranks then hold, alive, with one request
+    // outstanding each.
+    std::fs::write(&job.go, b"go").unwrap();
+    job.wait_lines("DONE", NP, Duration::from_secs(120));
+    let total = |f: &str| format!("sum(mpi_calls_total{{{sel}, function=\"{f}\"}})");
+    prom.wait_value(
+        &total("MPI_Allreduce"),
+        (ITERS * NP as u64) as f64,
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        prom.value(&format!("sum(mpi_rank_up{{{sel}}})")),
+        Some(NP as f64),
+        "every rank is still running"
+    );
+
+    // Every dashboard expression, with the variables set to this job, a
+    // rank on node 0 (which has per-rank histograms) and a collective.
+    let rank = node_of
+        .iter()
+        .find(|(_, n)| **n == 0)
+        .map(|(r, _)| r.to_string())
+        .unwrap();
+    let function = "MPI_Allreduce";
+    let vars: BTreeMap<&str, String> = [
+        ("jobid", jobid.clone()),
+        ("rank", rank.clone()),
+        ("function", function.to_string()),
+        ("scrape_job", SCRAPE_JOB.to_string()),
+        ("__rate_interval", "10s".to_string()),
+        ("__interval", "1s".to_string()),
+        ("__range", "5m".to_string()),
+    ]
+    .into_iter()
+    .collect();
+    check_dashboards_return_data(&prom, &vars);
+    // The rules evaluate cleanly (recording rules over absent families too).
+    let rules = prom.get_json("/api/v1/rules");
+    let mut n_rules = 0;
+    for g in rules["data"]["groups"].as_array().unwrap() {
+        for r in g["rules"].as_array().unwrap() {
+            n_rules += 1;
+            assert_eq!(
+                r["health"], "ok",
+                "rule {} is unhealthy: {}",
+                r["name"], r["lastError"]
+            );
+        }
+    }
+    assert!(
+        n_rules >= 20,
+        "the rules files were loaded ({n_rules} rules)"
+    );
+    // The straggler picture is there: per-rank MPI time fractions of the
+    // whole run are sane.
+    let fractions = prom
+        .query(&format!("jobid_rank:mpi_time_fraction:ratio{{{sel}}}"))
+        .unwrap();
+    assert_eq!(fractions.len(), NP);
+    for s in &fractions {
+        assert!(
+            s.value > 0.0 && s.value <= 1.05,
+            "MPI time fraction out of range: {s:?}"
+        );
+    }
+    eprintln!(
+        "MPI time fraction per rank: {:?}",
+        fractions
+            .iter()
+            .map(|s| (
+                s.labels["rank"].clone(),
+                (s.value * 1000.0).round() / 1000.0
+            ))
+            .collect::<BTreeMap<_, _>>()
+    );
+
+    // End the job. Exited ranks stay exported (--retain-exited), so the
+    // cluster-wide totals in Prometheus must be exact.
+    job.finish();
+    prom.wait_value(
+        &format!("count(mpi_rank_exit_time_seconds{{{sel}}})"),
+        NP as f64,
+        Duration::from_secs(30),
+    );
+    assert_eq!(prom.value(&format!("sum(mpi_rank_up{{{sel}}})")), Some(0.0));
+    // Let one more scrape of every node land after the exits were seen.
+    std::thread::sleep(Duration::from_secs(2));
+    for (f, per_rank) in expected_calls() {
+        let want = (per_rank * NP as u64) as f64;
+        prom.wait_value(&total(f), want, Duration::from_secs(10));
+    }
+    let nodes = prom
+        .query(&format!(
+            "sum by (instance) (mpi_calls_total{{{sel}, function=\"MPI_Barrier\"}})"
+        ))
+        .unwrap();
+    assert_eq!(nodes.len(), NODES, "every node contributes: {nodes:?}");
+    for s in &nodes {
+        assert_eq!(s.value, (ITERS * PER_NODE as u64) as f64, "per node: {s:?}");
+    }
+    let bytes = |f: &str, dir: &str| {
+        prom.value(&format!(
+            "sum(mpi_bytes_total{{{sel}, function=\"{f}\", direction=\"{dir}\"}})"
+        ))
+    };
+    let np = NP as u64;
+    assert_eq!(bytes("MPI_Isend", "send"), Some((64 * ITERS * np) as f64));
+    assert_eq!(
+        bytes("MPI_Allreduce", "send"),
+        Some((32 * ITERS * np) as f64)
+    );
+    assert_eq!(bytes("MPI_Bcast", "recv"), Some((32 * ITERS * np) as f64));
+    // The histogram sums up across nodes whether a node exports it per rank
+    // or aggregated.
+    for m in [
+        format!("sum(mpi_call_duration_seconds_count{{{sel}, function=\"MPI_Allreduce\"}})"),
+        format!(
+            "sum(mpi_call_duration_seconds_bucket{{{sel}, function=\"MPI_Allreduce\", le=\"+Inf\"}})"
+        ),
+    ] {
+        assert_eq!(prom.value(&m), Some((ITERS * np) as f64), "{m}");
+    }
+    // Prometheus holds exactly what the daemons serve.
+    let mut direct = 0.0;
+    for (_, addr) in &daemons {
+        let (_, body) = http_get(addr, "/metrics").unwrap();
+        direct += sum(
+            &parse_metrics(&body),
+            "mpi_calls_total",
+            &[("jobid", &jobid)],
+        );
+    }
+    assert_eq!(
+        prom.value(&format!("sum(mpi_calls_total{{{sel}}})")),
+        Some(direct),
+        "Prometheus's cluster-wide total equals the sum of the daemons' scrapes"
+    );
+    // The lifetime fraction now uses the exit time as its end.
+    let ended = prom
+        .query(&format!("jobid_rank:mpi_observed_seconds{{{sel}}}"))
+        .unwrap();
+    assert_eq!(ended.len(), NP);
+    let now = prom.value("time()").unwrap();
+    let exits = prom
+        .query(&format!("mpi_rank_exit_time_seconds{{{sel}}}"))
+        .unwrap();
+    assert!(exits.iter().all(|e| e.value <= now));
+    for (d, _) in &mut daemons {
+        d.assert_running();
+    }
+    eprintln!("cluster test took {:?}", started.elapsed());
+}
+
+/// Evaluates every panel expression and every variable query of every
+/// dashboard in Prometheus with `vars` filled in. Each must be valid and
+/// return data, except that expressions needing a metric family of
+/// [`OPTIONAL_FAMILIES`] no daemon exports yet need only be valid.
+fn check_dashboards_return_data(prom: &Prom, vars: &BTreeMap<&str, String>) {
+    // Which optional families exist now, and which recording rules derive
+    // from them (so panels reading those rules are optional too).
+    let present: BTreeSet<&str> = OPTIONAL_FAMILIES
+        .iter()
+        .copied()
+        .filter(|f| {
+            !prom
+                .query(&format!("group({{__name__=\"{f}\"}})"))
+                .unwrap()
+                .is_empty()
+        })
+        .collect();
+    let rules = prom.get_json("/api/v1/rules");
+    let mut derived: BTreeMap<String, String> = BTreeMap::new();
+    for g in rules["data"]["groups"].as_array().unwrap() {
+        for r in g["rules"].as_array().unwrap() {
+            if r["type"] == "recording" {
+                derived.insert(
+                    r["name"].as_str().unwrap().to_string(),
+                    r["query"].as_str().unwrap().to_string(),
+                );
+            }
+        }
+    }
+    let needs = |expr: &str| -> BTreeSet<&'static str> {
+        // Expand recording rule names into their queries, transitively.
+        let mut text = expr.to_string();
+        for _ in 0..4 {
+            let mut more = String::new();
+            for (name, q) in &derived {
+                if text.contains(name.as_str()) && !more.contains(q.as_str()) {
+                    more.push(' ');
+                    more.push_str(q);
+                }
+            }
+            text.push_str(&more);
+        }
+        OPTIONAL_FAMILIES
+            .iter()
+            .copied()
+            .filter(|f| text.contains(f))
+            .collect()
+    };
+
+    let mut strict = 0;
+    let mut lenient = Vec::new();
+    let mut failures = Vec::new();
+    for path in dashboard_files() {
+        let d = read_json(&path);
+        for DashExpr { place, expr } in panel_exprs(&path, &d) {
+            let q = substitute(&expr, vars);
+            assert!(!q.contains('$'), "{place}: unfilled variable in {q}");
+            let missing: Vec<&str> = needs(&q)
+                .into_iter()
+                .filter(|f| !present.contains(f))
+                .collect();
+            if missing.is_empty() {
+                strict += 1;
+                // Recording rules and rate windows may need a few more
+                // evaluations: retry briefly.
+                let deadline = Instant::now() + Duration::from_secs(20);
+                loop {
+                    match prom.query(&q) {
+                        Ok(r) if !r.is_empty() => break,
+                        Ok(_) if Instant::now() < deadline => {
+                            std::thread::sleep(Duration::from_millis(500))
+                        }
+                        Ok(_) => {
+                            failures.push(format!("{place}: no data for {q}"));
+                            break;
+                        }
+                        Err(e) => {
+                            failures.push(format!("{place}: {e} in {q}"));
+                            break;
+                        }
+                    }
+                }
+            } else {
+                match prom.query(&q) {
+                    Ok(r) if r.is_empty() => lenient.push(format!("{place} (needs {missing:?})")),
+                    Ok(r) => failures.push(format!(
+                        "{place}: {missing:?} are absent yet {q} returned {r:?}"
+                    )),
+                    Err(e) => failures.push(format!("{place}: {e} in {q}")),
+                }
+            }
+        }
+        for (name, sel, label) in label_values_vars(&d) {
+            let s = substitute(&sel, vars);
+            let values = prom.label_values(&s, &label);
+            let want = vars
+                .get(name.as_str())
+                .unwrap_or_else(|| panic!("{}: no test value for variable {name}", path.display()));
+            if !values.contains(want) {
+                failures.push(format!(
+                    "{}: variable {name} = label_values({s}, {label}) gives {values:?}, not {want}",
+                    path.display()
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "dashboards: {strict} expressions returned data; {} valid but empty because the observer does not export {:?} yet:\n  {}",
+        lenient.len(),
+        OPTIONAL_FAMILIES
+            .iter()
+            .filter(|f| !present.contains(*f))
+            .collect::<Vec<_>>(),
+        lenient.join("\n  ")
+    );
+    assert!(
+        failures.is_empty(),
+        "{} dashboard queries failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        strict >= 40,
+        "only {strict} expressions were checked strictly"
+    );
+}
