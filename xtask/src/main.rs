@@ -1,4 +1,5 @@
 //! Project automation: `cargo xtask <setup|codegen|build|test|demo|bench>`.
+mod bench_observer;
 mod bench_shim;
 mod codegen;
 mod codegen_shim;
@@ -99,7 +100,9 @@ fn test(filter: Option<String>) -> Result<()> {
         "e2e",
     ]))?;
     let mut e2e = cargo();
-    e2e.args(["test", "--release", "-p", "e2e", "--"]);
+    // --tests: no doc-test run after the real ones, so the log ends on the
+    // end-to-end results.
+    e2e.args(["test", "--release", "-p", "e2e", "--tests", "--"]);
     if let Some(f) = filter {
         e2e.arg(f);
     }
@@ -125,6 +128,7 @@ fn main() -> Result<()> {
         }
         Cmd::Bench { which } => match which.as_str() {
             "shim" => bench_shim::run(&root),
+            "observer" => bench_observer::run(&root),
             other => anyhow::bail!("unknown benchmark `{other}` (known: shim)"),
         },
     }
