@@ -1,0 +1,188 @@
+//! Scrape time and memory at scale: `cargo bench -p mpi-observer --bench scrape`.
+//!
+//! Loads the real eBPF object (needs root, like the daemon), fills the
+//! per-CPU `MPI_STATS` map with 256 ranks × 60 functions of synthetic
+//! figures (every CPU's slot non-zero: calls, time, bytes, a spread-out
+//! histogram), registers 256 synthetic ranks, then times
+//! [`State::scrape`] and a real HTTP scrape through the daemon's server.
+//! Prints `key=value` lines that `cargo xtask bench observer` reads.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    sync::{Arc, Mutex, mpsc},
+    time::Instant,
+};
+
+use anyhow::{Context as _, Result, bail};
+use aya::maps::{MapData, PerCpuHashMap, PerCpuValues};
+use mpi_observer::{
+    EBPF_OBJECT, functions,
+    metrics::RenderOptions,
+    probes::Probes,
+    registry::{Rank, State},
+    server,
+};
+use observer_common::maps::{self, CallStats, HIST_SLOTS, StatKey};
+
+const RANKS: u32 = 256;
+const FUNCTIONS: usize = 60;
+const SCRAPES: usize = 31;
+const HTTP_SCRAPES: usize = 11;
+/// Synthetic pids start here, far above any real pid on a small machine.
+const PID_BASE: u32 = 3_000_000;
+
+fn median_ms(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+fn fill(probes: &mut Probes, ids: &[u16]) -> Result<()> {
+    let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+    let map = probes
+        .ebpf_mut()
+        .map_mut(maps::STATS)
+        .context("MPI_STATS map in the object")?;
+    let mut stats = PerCpuHashMap::<&mut MapData, StatKey, CallStats>::try_from(map)?;
+    for r in 0..RANKS {
+        for (j, &id) in ids.iter().enumerate() {
+            let per_cpu: Vec<CallStats> = (0..cpus as u64)
+                .map(|c| {
+                    let mut s = CallStats::ZERO;
+                    s.calls = 1000 + j as u64 + c;
+                    s.time_ns = s.calls * 1500;
+                    s.bytes = [s.calls * 64, s.calls * 32];
+                    s.bytes_unknown = [c, 0];
+                    for (k, h) in s.hist.iter_mut().enumerate().take(HIST_SLOTS) {
+                        *h = (k as u64 + r as u64 + c) % 7;
+                    }
+                    s
+                })
+                .collect();
+            stats.insert(
+                StatKey {
+                    tgid: PID_BASE + r,
+                    func: id as u32,
+                },
+                PerCpuValues::try_from(per_cpu)?,
+                0,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn http_get(addr: SocketAddr) -> Result<usize> {
+    let mut c = TcpStream::connect(addr)?;
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")?;
+    let mut body = Vec::new();
+    c.read_to_end(&mut body)?;
+    if !body.starts_with(b"HTTP/1.1 200") {
+        bail!(
+            "scrape answered {}",
+            String::from_utf8_lossy(&body[..body.len().min(80)])
+        );
+    }
+    Ok(body.len())
+}
+
+fn main() -> Result<()> {
+    // `cargo bench` passes `--bench`; there are no options to parse.
+    let mut probes = Probes::load(EBPF_OBJECT).context("loading the eBPF object (run as root)")?;
+    let ids: Vec<u16> = functions::select(None)?
+        .into_iter()
+        .take(FUNCTIONS)
+        .collect();
+    if ids.len() != FUNCTIONS {
+        bail!("only {} default functions", ids.len());
+    }
+    fill(&mut probes, &ids)?;
+    let mut state = State::new(Some(probes), ids, true, RenderOptions::default());
+    for r in 0..RANKS {
+        state
+            .ranks
+            .insert(PID_BASE + r, Rank::synthetic(PID_BASE + r, r, "bench-job"));
+    }
+
+    let mut out_len = 0;
+    let mut series = 0;
+    let mut times = Vec::new();
+    for _ in 0..SCRAPES {
+        let t = Instant::now();
+        let text = state.scrape("");
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        out_len = text.len();
+        series = text.lines().filter(|l| !l.starts_with('#')).count();
+    }
+    let scrape_ms = median_ms(times);
+
+    state.render.per_rank_histograms = true;
+    let mut times = Vec::new();
+    let mut series_per_rank = 0;
+    for _ in 0..SCRAPES {
+        let t = Instant::now();
+        let text = state.scrape("");
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        series_per_rank = text.lines().filter(|l| !l.starts_with('#')).count();
+    }
+    let scrape_per_rank_ms = median_ms(times);
+    state.render.per_rank_histograms = false;
+
+    // The same through the daemon's HTTP server, on its own runtime thread.
+    let state = Arc::new(Mutex::new(state));
+    let (tx, rx) = mpsc::channel();
+    let served = state.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        rt.block_on(async move {
+            let l = server::bind("127.0.0.1:0".parse().expect("address"))
+                .await
+                .expect("bind 127.0.0.1:0");
+            tx.send(l.local_addr().expect("local address"))
+                .expect("bench waits");
+            server::serve(l, served, None).await;
+        });
+    });
+    let addr = rx.recv()?;
+    let mut times = Vec::new();
+    let mut http_len = 0;
+    for _ in 0..HTTP_SCRAPES {
+        let t = Instant::now();
+        http_len = http_get(addr)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let http_ms = median_ms(times);
+
+    println!("ranks={RANKS}");
+    println!("functions={FUNCTIONS}");
+    println!("map_entries={}", RANKS as usize * FUNCTIONS);
+    println!("cpus={}", aya::util::nr_cpus().unwrap_or(0));
+    println!("series={series}");
+    println!("exposition_bytes={out_len}");
+    println!("scrape_ms={scrape_ms:.2}");
+    println!("series_per_rank_hist={series_per_rank}");
+    println!("scrape_per_rank_hist_ms={scrape_per_rank_ms:.2}");
+    println!("http_scrape_ms={http_ms:.2}");
+    println!("http_response_bytes={http_len}");
+    println!("vmhwm_kib={}", status_kib("VmHWM:"));
+    println!("vmrss_kib={}", status_kib("VmRSS:"));
+    Ok(())
+}

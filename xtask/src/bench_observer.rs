@@ -1,0 +1,1315 @@
+//! `cargo xtask bench observer`: what observing a rank costs.
+//!
+//! 1. Probe cost per call on `PMPI_Comm_rank`: no probe, our entry+return
+//!    pair (`attach --functions MPI_Comm_rank`), and a bpftrace entry+return
+//!    program doing the same work, for Open MPI and MPICH.
+//! 2. Single-step against emulate: the added cost of our probes on cheap
+//!    functions whose first instruction the kernel emulates and on ones it
+//!    must single-step, beside `mpi-observer sites`' static classification.
+//! 3. Ping-pong latency, 8 B and 1 MiB, with and without the observer.
+//! 4. Attach time for one rank with the default functions.
+//! 5. Scrape time and RSS at 256 ranks x 60 functions
+//!    (`cargo bench -p mpi-observer --bench scrape`).
+//!
+//! Configurations run round-robin, `REPS` times, so drift on a shared VM hits
+//! them alike; the order rotates every repetition. Each run reports its own
+//! median over batches and the report quotes the median of the runs. Results
+//! go to `docs/benchmarks-observer.md`, with the command and the machine.
+
+use std::{
+    fmt::Write as _,
+    fs,
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc::{self, Receiver},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{cargo, setup::run_cmd};
+
+/// Repetitions of every configuration; odd, so the median is a run.
+const REPS: usize = 9;
+/// Timed batches per probe-cost run, and calls per batch.
+const BATCHES: u32 = 15;
+const CALLS: u32 = 4000;
+/// How long any one step may take before the bench gives up.
+const STEP: Duration = Duration::from_secs(90);
+/// Pause between the probes going in (or not) and the timed part, the same
+/// in every configuration, so start-up work of the launcher and the tools
+/// settles first.
+const SETTLE: Duration = Duration::from_millis(200);
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mpi {
+    OpenMpi,
+    Mpich,
+}
+
+/// A cheap function the probe-cost program can call: its name there, its
+/// standard name, and the instruction it starts with in this library.
+struct Probe {
+    arg: &'static str,
+    name: &'static str,
+}
+
+impl Mpi {
+    fn name(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "Open MPI 4.1.4",
+            Mpi::Mpich => "MPICH 4.0.2",
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "openmpi",
+            Mpi::Mpich => "mpich",
+        }
+    }
+
+    fn lib_pattern(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "libmpi.so",
+            Mpi::Mpich => "libmpich.so",
+        }
+    }
+
+    /// Cheap functions covering each first-instruction class this library's
+    /// probe sites start with (see `mpi-observer sites`).
+    fn class_functions(self) -> &'static [Probe] {
+        const WTIME: Probe = Probe {
+            arg: "wtime",
+            name: "MPI_Wtime",
+        };
+        const WTICK: Probe = Probe {
+            arg: "wtick",
+            name: "MPI_Wtick",
+        };
+        const QUERY: Probe = Probe {
+            arg: "query_thread",
+            name: "MPI_Query_thread",
+        };
+        match self {
+            Mpi::OpenMpi => &[WTIME, QUERY],
+            Mpi::Mpich => &[WTIME, WTICK, QUERY],
+        }
+    }
+
+    fn env(self, c: &mut Command) {
+        if self == Mpi::OpenMpi {
+            c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                .env("OMPI_MCA_btl", "self,vader")
+                .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
+        }
+    }
+
+    /// `mpirun` for `np` ranks of `prog args`.
+    fn mpirun(self, np: u32, prog: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(format!("mpirun.{}", self.suffix()));
+        self.env(&mut c);
+        match self {
+            Mpi::OpenMpi => c.args(["--oversubscribe", "-np", &np.to_string()]),
+            Mpi::Mpich => c.args(["-launcher", "fork", "-np", &np.to_string()]),
+        };
+        c.arg(prog).args(args);
+        c
+    }
+}
+
+const COMM_RANK: Probe = Probe {
+    arg: "comm_rank",
+    name: "MPI_Comm_rank",
+};
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Lines of a child's pipe, read on a thread so waits can time out.
+fn lines(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        // Keep draining after the receiver is gone: a closed pipe would
+        // make the child's next write fail.
+        for l in BufReader::new(r).lines() {
+            let Ok(l) = l else { break };
+            let _ = tx.send(l);
+        }
+    });
+    rx
+}
+
+/// Waits for a line containing `needle`; returns it and the lines before.
+fn wait_line(rx: &Receiver<String>, needle: &str, what: &str) -> Result<(String, Vec<String>)> {
+    let deadline = Instant::now() + STEP;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.contains(needle) => return Ok((l, seen)),
+            Ok(l) => seen.push(l),
+            Err(e) => bail!(
+                "waiting for `{needle}` from {what}: {e}; got:\n{}",
+                seen.join("\n")
+            ),
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// GET /metrics, or None while nothing listens.
+fn scrape(port: u16) -> Option<String> {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut s = String::new();
+    c.read_to_string(&mut s).ok()?;
+    Some(s)
+}
+
+/// The value of `mpi_calls_total` for `function` in an exposition.
+fn calls(text: &str, function: &str) -> Option<u64> {
+    let label = format!("function=\"{function}\"");
+    text.lines()
+        .filter(|l| l.starts_with("mpi_calls_total{") && l.contains(&label))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+fn signal(child: &Child, sig: &str) {
+    let _ = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status();
+}
+
+/// Waits up to STEP for `child`, then kills it.
+fn reap(child: &mut Child, what: &str) -> Result<()> {
+    let deadline = Instant::now() + STEP;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            if !st.success() {
+                bail!("{what} exited with {st}");
+            }
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} did not exit within {STEP:?}");
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The MPI library file a process maps.
+fn mapped_library(pid: u32, pattern: &str) -> Result<String> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.rsplit('/').next().is_some_and(|f| f.starts_with(pattern)))
+        .map(str::to_string)
+        .with_context(|| format!("pid {pid} maps no {pattern}"))
+}
+
+struct Paths {
+    observer: PathBuf,
+    probecost: PathBuf,
+    pingpong: PathBuf,
+    work: PathBuf,
+}
+
+fn build(root: &Path, mpi: Mpi) -> Result<Paths> {
+    let work = root.join("target/bench-observer").join(mpi.suffix());
+    fs::create_dir_all(&work)?;
+    let src = root.join("xtask/bench");
+    let p = Paths {
+        observer: root.join("target/release/mpi-observer"),
+        probecost: work.join("probecost"),
+        pingpong: work.join("pingpong"),
+        work,
+    };
+    for (exe, c) in [(&p.probecost, "probecost.c"), (&p.pingpong, "pingpong.c")] {
+        run_cmd(
+            Command::new(format!("mpicc.{}", mpi.suffix()))
+                .arg("-O2")
+                .arg("-o")
+                .arg(exe)
+                .arg(src.join(c)),
+        )?;
+    }
+    Ok(p)
+}
+
+/// What is attached to the probe-cost rank.
+#[derive(Clone, Copy, PartialEq)]
+enum Tool {
+    None,
+    /// Our daemon on `MPI_Comm_rank` only.
+    Ours,
+    /// Our daemon on the class functions.
+    OursClasses,
+    Bpftrace,
+}
+
+/// One singleton run of the probe-cost program with `tool` attached.
+/// Returns (function argument, CPU ns/call) and (argument + `_wall`, wall
+/// ns/call) pairs.
+fn probecost_run(mpi: Mpi, p: &Paths, tool: Tool) -> Result<Vec<(String, f64)>> {
+    let funcs: Vec<&Probe> = match tool {
+        Tool::None => std::iter::once(&COMM_RANK)
+            .chain(mpi.class_functions())
+            .collect(),
+        Tool::Ours | Tool::Bpftrace => vec![&COMM_RANK],
+        Tool::OursClasses => mpi.class_functions().iter().collect(),
+    };
+    let go = p.work.join("go");
+    let _ = fs::remove_file(&go);
+    let mut c = Command::new(&p.probecost);
+    mpi.env(&mut c);
+    c.arg(&go)
+        .arg(BATCHES.to_string())
+        .arg(CALLS.to_string())
+        .args(funcs.iter().map(|f| f.arg))
+        .stdout(Stdio::piped());
+    let mut rank = c.spawn().with_context(|| format!("{c:?}"))?;
+    let out = lines(rank.stdout.take().context("stdout")?);
+    let (ready, _) = wait_line(&out, "ready pid=", "probecost")?;
+    let pid: u32 = ready
+        .trim_start_matches("ready pid=")
+        .trim()
+        .parse()
+        .context("pid")?;
+    let port = free_port()?;
+    let mut tool_child = None;
+    let mut bt_out = None;
+    match tool {
+        Tool::None => {}
+        Tool::Ours | Tool::OursClasses => {
+            let list = funcs.iter().map(|f| f.name).collect::<Vec<_>>().join(",");
+            let mut d = Command::new(&p.observer)
+                .args(["attach", "--pid", &pid.to_string(), "--functions", &list])
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .args(["--retain-exited", "0"])
+                .stderr(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()?;
+            let err = lines(d.stderr.take().context("stderr")?);
+            wait_line(&err, "attached to pid", "mpi-observer")?;
+            tool_child = Some(d);
+        }
+        Tool::Bpftrace => {
+            let lib = mapped_library(pid, mpi.lib_pattern())?;
+            let prog = format!(
+                "BEGIN {{ printf(\"attached\\n\"); }} \
+                 uprobe:{lib}:PMPI_Comm_rank {{ @s[tid] = nsecs; }} \
+                 uretprobe:{lib}:PMPI_Comm_rank /@s[tid]/ {{ $d = nsecs - @s[tid]; \
+                 @n = count(); @t = sum($d); @h = hist($d); delete(@s[tid]); }}"
+            );
+            let mut b = Command::new("bpftrace")
+                .args(["-p", &pid.to_string(), "-e", &prog])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()?;
+            let o = lines(b.stdout.take().context("stdout")?);
+            wait_line(&o, "attached", "bpftrace")?;
+            bt_out = Some(o);
+            tool_child = Some(b);
+        }
+    }
+    thread::sleep(SETTLE);
+    fs::write(&go, "")?;
+    let (_, results) = wait_line(&out, "done", "probecost")?;
+    // Every timed call must have been seen by the probe.
+    let expected = u64::from(BATCHES * CALLS);
+    if matches!(tool, Tool::Ours | Tool::OursClasses) {
+        let text = scrape(port).context("scraping the observer")?;
+        for f in &funcs {
+            let n = calls(&text, f.name).unwrap_or(0);
+            if n < expected {
+                bail!(
+                    "observer counted {n} {} calls, expected >= {expected}",
+                    f.name
+                );
+            }
+        }
+    }
+    fs::remove_file(&go)?;
+    reap(&mut rank, "probecost")?;
+    if let Some(mut t) = tool_child {
+        reap(&mut t, "probe tool")?;
+    }
+    if let Some(o) = bt_out {
+        let n: u64 = o
+            .iter()
+            .find_map(|l| l.strip_prefix("@n: ")?.trim().parse().ok())
+            .context("bpftrace printed no @n")?;
+        if n < expected {
+            bail!("bpftrace counted {n} calls, expected >= {expected}");
+        }
+    }
+    let mut v = Vec::new();
+    for f in funcs {
+        for (key, name) in [
+            (format!("{}_cpu=", f.arg), f.arg.to_string()),
+            (format!("{}=", f.arg), format!("{}_wall", f.arg)),
+        ] {
+            let ns = results
+                .iter()
+                .find_map(|l| l.strip_prefix(&key)?.parse().ok())
+                .with_context(|| format!("no {key} in {results:?}"))?;
+            v.push((name, ns));
+        }
+    }
+    Ok(v)
+}
+
+/// Static classification of a function's probe site from `mpi-observer sites`.
+struct Site {
+    bytes: String,
+    class: String,
+}
+
+fn sites(observer: &Path, lib: &str) -> Result<Vec<(String, Site, bool)>> {
+    let o = Command::new(observer).args(["sites", lib]).output()?;
+    if !o.status.success() {
+        bail!(
+            "mpi-observer sites {lib}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            if w.len() < 5 {
+                return None;
+            }
+            let n = w.len();
+            Some((
+                w[0].to_string(),
+                Site {
+                    bytes: w[2..n - 2].join(" "),
+                    class: w[n - 2].to_string(),
+                },
+                w[n - 1] == "default",
+            ))
+        })
+        .collect())
+}
+
+fn library_file(mpi: Mpi) -> &'static str {
+    match mpi {
+        Mpi::OpenMpi => "/usr/lib/x86_64-linux-gnu/libmpi.so.40",
+        Mpi::Mpich => "/usr/lib/x86_64-linux-gnu/libmpich.so.12",
+    }
+}
+
+/// Disassembles the first instruction at `bytes` (hex, space-separated).
+fn first_insn(bytes: &str) -> String {
+    let hex: Vec<u8> = bytes
+        .split_whitespace()
+        .filter_map(|b| u8::from_str_radix(b, 16).ok())
+        .collect();
+    let tmp = std::env::temp_dir().join(format!("bench-observer-insn-{}", std::process::id()));
+    if fs::write(&tmp, &hex).is_err() {
+        return "?".into();
+    }
+    let out = Command::new("objdump")
+        .args(["-D", "-b", "binary", "-m", "i386:x86-64"])
+        .arg(&tmp)
+        .output();
+    let _ = fs::remove_file(&tmp);
+    out.ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find(|l| l.trim_start().starts_with("0:"))
+                .and_then(|l| l.split('\t').nth(2))
+                .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+fn probe_section(
+    mpi: Mpi,
+    p: &Paths,
+    report: &mut String,
+    table: &mut Vec<Row>,
+    disagreements: &mut Vec<String>,
+) -> Result<()> {
+    let tools = [Tool::None, Tool::Ours, Tool::Bpftrace, Tool::OursClasses];
+    let mut samples: Vec<Vec<(String, f64)>> = vec![Vec::new(); tools.len()];
+    for rep in 0..REPS {
+        for k in 0..tools.len() {
+            let i = (k + rep) % tools.len();
+            samples[i].extend(probecost_run(mpi, p, tools[i])?);
+        }
+    }
+    // One function's figures under one tool, in repetition order.
+    let series = |i: usize, f: &str| -> Vec<f64> {
+        samples[i]
+            .iter()
+            .filter(|(a, _)| *a == f)
+            .map(|(_, x)| *x)
+            .collect()
+    };
+    let med = |i: usize, f: &str| median(&series(i, f));
+    let none = med(0, "comm_rank");
+    let ours = med(1, "comm_rank");
+    let bt = med(2, "comm_rank");
+    let ratio = (ours - none) / (bt - none);
+    let (none_w, ours_w, bt_w) = (
+        med(0, "comm_rank_wall"),
+        med(1, "comm_rank_wall"),
+        med(2, "comm_rank_wall"),
+    );
+    // Per-repetition ratios, to show the spread.
+    let (n, o, b) = (
+        series(0, "comm_rank"),
+        series(1, "comm_rank"),
+        series(2, "comm_rank"),
+    );
+    let per_rep: Vec<f64> = (0..REPS).map(|r| (o[r] - n[r]) / (b[r] - n[r])).collect();
+    let (lo, hi) = (
+        per_rep.iter().copied().fold(f64::INFINITY, f64::min),
+        per_rep.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    );
+    writeln!(
+        report,
+        "### {}: probe cost on `PMPI_Comm_rank`\n\n\
+         | configuration | CPU ns/call | added | wall ns/call | added |\n|---|---:|---:|---:|---:|\n\
+         | no probe | {none:.1} | - | {none_w:.1} | - |\n\
+         | mpi-observer (`--functions MPI_Comm_rank`) | {ours:.1} | {:.1} | {ours_w:.1} | {:.1} |\n\
+         | bpftrace entry+return | {bt:.1} | {:.1} | {bt_w:.1} | {:.1} |\n\n\
+         Ours / bpftrace, added CPU time: **{ratio:.2}x** (goal <= 1.1x; per-repetition ratios \
+         {lo:.2}-{hi:.2}); in wall time {:.2}x.\n",
+        mpi.name(),
+        ours - none,
+        ours_w - none_w,
+        bt - none,
+        bt_w - none_w,
+        (ours_w - none_w) / (bt_w - none_w),
+    )?;
+    table.push(Row {
+        what: format!("{}: probe cost, ours / bpftrace", mpi.name()),
+        value: format!(
+            "+{:.0} ns vs +{:.0} ns CPU per call: {ratio:.2}x",
+            ours - none,
+            bt - none
+        ),
+        goal: "<= 1.1x".into(),
+        met: Some(ratio <= 1.1),
+    });
+
+    // Classes.
+    let all = sites(&p.observer, library_file(mpi))?;
+    let count = |class: &str, default: Option<bool>| {
+        all.iter()
+            .filter(|(_, s, d)| s.class == class && default.is_none_or(|x| x == *d))
+            .count()
+    };
+    writeln!(
+        report,
+        "### {}: single-stepped or emulated\n\n\
+         Static classification (`mpi-observer sites {}`), one row per probe site:\n\n\
+         | | emulated | single-stepped |\n|---|---:|---:|\n\
+         | default functions | {} | {} |\n| all PMPI functions | {} | {} |\n",
+        mpi.name(),
+        library_file(mpi),
+        count("emulated", Some(true)),
+        count("single-stepped", Some(true)),
+        count("emulated", None),
+        count("single-stepped", None),
+    )?;
+    let stepped: Vec<&str> = all
+        .iter()
+        .filter(|(_, s, d)| *d && s.class == "single-stepped")
+        .map(|(n, _, _)| n.as_str())
+        .collect();
+    writeln!(
+        report,
+        "Single-stepped default functions: {}.\n",
+        stepped.join(", ")
+    )?;
+    writeln!(
+        report,
+        "Measured: our probes' added cost per call on one cheap function of each first-instruction \
+         class (no-probe baseline from the same repetitions).\n\n\
+         A function counts as measured single-stepped when its added cost is more than twice \
+         `MPI_Comm_rank`'s (emulated `push`); on this machine the two differ by an order of magnitude.\n\n\
+         | function | first instruction | classifier | no probe ns | probed ns | added ns | measured | agrees |\n\
+         |---|---|---|---:|---:|---:|---|---|"
+    )?;
+    for f in std::iter::once(&COMM_RANK).chain(mpi.class_functions()) {
+        let probed = if f.arg == "comm_rank" {
+            ours
+        } else {
+            med(3, f.arg)
+        };
+        let base = med(0, f.arg);
+        let (insn, class) = all
+            .iter()
+            .find(|(n, _, _)| n == f.name)
+            .map(|(_, s, _)| (first_insn(&s.bytes), s.class.clone()))
+            .unwrap_or_else(|| ("?".into(), "?".into()));
+        let added = probed - base;
+        let measured = if f.arg != "comm_rank" && added > 2.0 * (ours - none) {
+            "single-stepped"
+        } else {
+            "emulated"
+        };
+        let agrees = if measured == class { "yes" } else { "**no**" };
+        if measured != class {
+            disagreements.push(format!("{} {} (`{insn}`)", mpi.name(), f.name));
+        }
+        writeln!(
+            report,
+            "| {} | `{insn}` | {class} | {base:.1} | {probed:.1} | {added:.1} | {measured} | {agrees} |",
+            f.name,
+        )?;
+    }
+    writeln!(report)?;
+    Ok(())
+}
+
+/// A first-instruction class: the function of `xtask/bench/insns.c` that
+/// starts with one, and a byte pattern (mask, value per byte) matching
+/// library probe sites that start with an instruction of the same class.
+struct InsnClass {
+    func: &'static str,
+    example: &'static str,
+    class: &'static str,
+    pattern: &'static [(u8, u8)],
+}
+
+/// REX.W, with any R and B bits.
+const REX_W: (u8, u8) = (0xfa, 0x48);
+/// ModRM with mod = 11: register operand.
+const MOD_REG: (u8, u8) = (0xc0, 0xc0);
+/// ModRM with mod = 00, rm = 101: RIP-relative memory operand.
+const MOD_RIP: (u8, u8) = (0xc7, 0x05);
+
+const INSN_CLASSES: &[InsnClass] = &[
+    InsnClass {
+        func: "f_push_rbp",
+        example: "55 push %rbp",
+        class: "push r64",
+        pattern: &[(0xf8, 0x50)],
+    },
+    InsnClass {
+        func: "f_push_r15",
+        example: "41 57 push %r15",
+        class: "push r8-r15",
+        pattern: &[(0xff, 0x41), (0xf8, 0x50)],
+    },
+    InsnClass {
+        func: "f_sub_rsp",
+        example: "48 83 ec 28 sub $0x28,%rsp",
+        class: "ALU r64, imm8",
+        pattern: &[REX_W, (0xff, 0x83), MOD_REG],
+    },
+    InsnClass {
+        func: "f_cmp_imm32",
+        example: "48 81 fa ff ff ff 7f cmp $0x7fffffff,%rdx",
+        class: "ALU r64, imm32",
+        pattern: &[REX_W, (0xff, 0x81), MOD_REG],
+    },
+    InsnClass {
+        func: "f_mov_rr",
+        example: "48 89 d1 mov %rdx,%rcx",
+        class: "mov r64, r64",
+        pattern: &[REX_W, (0xff, 0x89), MOD_REG],
+    },
+    InsnClass {
+        func: "f_mov_rip",
+        example: "48 8b 05 .. mov X(%rip),%rax",
+        class: "mov r64, RIP-relative",
+        pattern: &[REX_W, (0xff, 0x8b), MOD_RIP],
+    },
+    InsnClass {
+        func: "f_lea_rip",
+        example: "48 8d 05 .. lea X(%rip),%rax",
+        class: "lea RIP-relative",
+        pattern: &[REX_W, (0xff, 0x8d), MOD_RIP],
+    },
+    InsnClass {
+        func: "f_endbr64",
+        example: "f3 0f 1e fa endbr64",
+        class: "endbr64",
+        pattern: &[(0xff, 0xf3), (0xff, 0x0f), (0xff, 0x1e), (0xff, 0xfa)],
+    },
+    InsnClass {
+        func: "f_nop",
+        example: "90 nop",
+        class: "nop",
+        pattern: &[(0xff, 0x90)],
+    },
+    InsnClass {
+        func: "f_nopl",
+        example: "0f 1f 40 00 nopl 0x0(%rax)",
+        class: "multi-byte nop",
+        pattern: &[(0xff, 0x0f), (0xff, 0x1f)],
+    },
+    InsnClass {
+        func: "f_jmp8",
+        example: "eb 00 jmp rel8",
+        class: "jmp rel8",
+        pattern: &[(0xff, 0xeb)],
+    },
+    InsnClass {
+        func: "f_jmp32",
+        example: "e9 00 00 00 00 jmp rel32",
+        class: "jmp rel32",
+        pattern: &[(0xff, 0xe9)],
+    },
+    InsnClass {
+        func: "f_call",
+        example: "e8 00 00 00 00 call rel32",
+        class: "call rel32",
+        pattern: &[(0xff, 0xe8)],
+    },
+    InsnClass {
+        func: "f_jcc",
+        example: "75 00 jne rel8",
+        class: "jcc rel8",
+        pattern: &[(0xf0, 0x70)],
+    },
+];
+
+const INSN_BATCHES: u32 = 9;
+const INSN_CALLS: u32 = 1000;
+
+/// One run of the instruction-class program, with or without an entry
+/// uprobe (bpftrace) on every `f_*`. Returns CPU ns/call per function.
+fn insns_run(bin: &Path, dir: &Path, probed: bool) -> Result<Vec<(String, f64)>> {
+    let go = dir.join("go-insns");
+    let _ = fs::remove_file(&go);
+    let mut prog = Command::new(bin)
+        .arg(&go)
+        .args([INSN_BATCHES.to_string(), INSN_CALLS.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let out = lines(prog.stdout.take().context("stdout")?);
+    let (ready, _) = wait_line(&out, "ready pid=", "insns")?;
+    let pid = ready.trim_start_matches("ready pid=").trim().to_string();
+    let mut tool = None;
+    if probed {
+        let script = format!(
+            "BEGIN {{ printf(\"attached\\n\"); }} uprobe:{}:f_* {{ @[probe] = count(); }}",
+            bin.display()
+        );
+        let mut b = Command::new("bpftrace")
+            .args(["-p", &pid, "-e", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let o = lines(b.stdout.take().context("stdout")?);
+        wait_line(&o, "attached", "bpftrace")?;
+        tool = Some((b, o));
+    }
+    thread::sleep(SETTLE);
+    fs::write(&go, "")?;
+    let (_, results) = wait_line(&out, "done", "insns")?;
+    reap(&mut prog, "insns")?;
+    let _ = fs::remove_file(&go);
+    if let Some((mut b, o)) = tool {
+        reap(&mut b, "bpftrace")?;
+        let counted: Vec<u64> = o
+            .try_iter()
+            .filter(|l| l.starts_with("@[uprobe:"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        let expected = u64::from(INSN_BATCHES * INSN_CALLS);
+        if counted.len() != INSN_CLASSES.len() || counted.iter().any(|n| *n < expected) {
+            bail!(
+                "bpftrace counts {counted:?}, expected {} x >= {expected}",
+                INSN_CLASSES.len()
+            );
+        }
+    }
+    results
+        .iter()
+        .filter_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .map(Ok)
+        .collect()
+}
+
+fn hex_bytes(s: &str) -> Vec<u8> {
+    s.split_whitespace()
+        .filter_map(|b| u8::from_str_radix(b, 16).ok())
+        .collect()
+}
+
+/// Index in [`INSN_CLASSES`] of the class `bytes` starts with.
+fn class_of(bytes: &[u8]) -> Option<usize> {
+    INSN_CLASSES.iter().position(|c| {
+        c.pattern.len() <= bytes.len()
+            && c.pattern
+                .iter()
+                .zip(bytes)
+                .all(|((mask, value), b)| b & mask == *value)
+    })
+}
+
+fn insns_section(
+    root: &Path,
+    libs: &[(Mpi, &Paths)],
+    report: &mut String,
+    disagreements: &mut Vec<String>,
+) -> Result<()> {
+    let dir = root.join("target/bench-observer");
+    let bin = dir.join("insns");
+    run_cmd(
+        Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(&bin)
+            .arg(root.join("xtask/bench/insns.c")),
+    )?;
+    let mut none: Vec<(String, f64)> = Vec::new();
+    let mut probed: Vec<(String, f64)> = Vec::new();
+    for rep in 0..REPS {
+        for k in 0..2 {
+            if (k + rep) % 2 == 0 {
+                none.extend(insns_run(&bin, &dir, false)?);
+            } else {
+                probed.extend(insns_run(&bin, &dir, true)?);
+            }
+        }
+    }
+    let med = |v: &[(String, f64)], f: &str| {
+        median(
+            &v.iter()
+                .filter(|(k, _)| k == f)
+                .map(|(_, x)| *x)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let added: Vec<f64> = INSN_CLASSES
+        .iter()
+        .map(|c| med(&probed, c.func) - med(&none, c.func))
+        .collect();
+    // `push` is emulated on every kernel since 6.10 or so; everything much
+    // dearer than it is being single-stepped.
+    let reference = added[0];
+    let stepped: Vec<bool> = added.iter().map(|a| *a > 3.0 * reference).collect();
+    writeln!(
+        report,
+        "### Every first-instruction class, measured\n\n\
+         Real MPI functions cover only some classes cheaply. `xtask/bench/insns.c` has one tiny \
+         function per class found at PMPI entries (and a few the classifier names); the bench \
+         puts an entry uprobe on each (`bpftrace -p P -e 'uprobe:BIN:f_* {{ @[probe] = count(); }}'`) \
+         and compares the thread's CPU ns/call with the unprobed program, {REPS} runs each, \
+         alternating. A class counts as single-stepped when its added cost is over three times \
+         that of `push %rbp`.\n\n\
+         | class | example | added CPU ns/call | kernel |\n|---|---|---:|---|"
+    )?;
+    for ((c, a), s) in INSN_CLASSES.iter().zip(&added).zip(&stepped) {
+        writeln!(
+            report,
+            "| {} | `{}` | {a:.0} | {} |",
+            c.class,
+            c.example,
+            if *s { "single-stepped" } else { "emulated" }
+        )?;
+    }
+    writeln!(
+        report,
+        "\nEvery probe site of both libraries checked against the measured class of its first \
+         instruction:\n\n\
+         | library | sites | in a measured class | classifier agrees | classifier wrong | not covered |\n\
+         |---|---:|---:|---:|---:|---:|"
+    )?;
+    let mut wrong_lines = Vec::new();
+    for (mpi, p) in libs {
+        let all = sites(&p.observer, library_file(*mpi))?;
+        let (mut covered, mut agree, mut wrong, mut uncovered) = (0, 0, 0, 0);
+        for (name, site, default) in &all {
+            let bytes = hex_bytes(&site.bytes);
+            let Some(i) = class_of(&bytes) else {
+                uncovered += 1;
+                continue;
+            };
+            covered += 1;
+            let measured = if stepped[i] {
+                "single-stepped"
+            } else {
+                "emulated"
+            };
+            if site.class == measured {
+                agree += 1;
+            } else {
+                wrong += 1;
+                wrong_lines.push(format!(
+                    "| {} | {name}{} | `{}` | {} | {measured} |",
+                    mpi.name(),
+                    if *default { " (default)" } else { "" },
+                    site.bytes,
+                    site.class
+                ));
+                disagreements.push(format!("{} {name} ({})", mpi.name(), INSN_CLASSES[i].class));
+            }
+        }
+        writeln!(
+            report,
+            "| {} | {} | {covered} | {agree} | {wrong} | {uncovered} |",
+            mpi.name(),
+            all.len()
+        )?;
+    }
+    if !wrong_lines.is_empty() {
+        writeln!(
+            report,
+            "\nSites the classifier gets wrong:\n\n\
+             | library | function | first bytes | classifier | measured |\n|---|---|---|---|---|\n{}",
+            wrong_lines.join("\n")
+        )?;
+    }
+    let classes = |want: bool| {
+        INSN_CLASSES
+            .iter()
+            .zip(&stepped)
+            .filter(|(_, s)| **s == want)
+            .map(|(c, _)| c.class)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    writeln!(
+        report,
+        "\nOn this kernel ({}), emulated: {}; single-stepped: {}.\n",
+        first_line("uname", &["-r"]),
+        classes(false),
+        classes(true)
+    )?;
+    Ok(())
+}
+
+/// One ping-pong job; `observe` attaches the daemon (default functions) to
+/// both ranks before the timed part. Returns (8 B, 1 MiB) one-way µs.
+fn pingpong_run(mpi: Mpi, p: &Paths, observe: bool) -> Result<(f64, f64)> {
+    let dir = p.work.join("pp");
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir)?;
+    let dir_s = dir.display().to_string();
+    let mut job = mpi
+        .mpirun(2, &p.pingpong, &[&dir_s])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let out = lines(job.stdout.take().context("stdout")?);
+    let deadline = Instant::now() + STEP;
+    let pids: Vec<String> = loop {
+        let got: Vec<String> = (0..2)
+            .filter_map(|r| fs::read_to_string(dir.join(format!("pid.{r}"))).ok())
+            .filter(|s| s.ends_with('\n'))
+            .map(|s| s.trim().to_string())
+            .collect();
+        if got.len() == 2 {
+            break got;
+        }
+        if Instant::now() > deadline {
+            let _ = job.kill();
+            bail!("ping-pong ranks did not start");
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    let mut daemon = None;
+    if observe {
+        let port = free_port()?;
+        let mut d = Command::new(&p.observer);
+        d.arg("attach");
+        for pid in &pids {
+            d.args(["--pid", pid]);
+        }
+        let mut d = d
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--retain-exited", "0"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()?;
+        let err = lines(d.stderr.take().context("stderr")?);
+        for _ in &pids {
+            wait_line(&err, "attached to pid", "mpi-observer")?;
+        }
+        daemon = Some(d);
+    }
+    thread::sleep(SETTLE);
+    fs::write(dir.join("go"), "")?;
+    let (l, _) = wait_line(&out, "lat8=", "pingpong")?;
+    reap(&mut job, "ping-pong job")?;
+    if let Some(mut d) = daemon {
+        reap(&mut d, "mpi-observer")?;
+    }
+    let get = |k: &str| -> Result<f64> {
+        l.split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.parse().ok())
+            .with_context(|| format!("no {k} in `{l}`"))
+    };
+    Ok((get("lat8=")?, get("lat1m=")?))
+}
+
+fn pingpong_section(mpi: Mpi, p: &Paths, report: &mut String, table: &mut Vec<Row>) -> Result<()> {
+    let (mut base, mut obs) = (Vec::new(), Vec::new());
+    for rep in 0..REPS {
+        for k in 0..2 {
+            if (k + rep) % 2 == 0 {
+                base.push(pingpong_run(mpi, p, false)?);
+            } else {
+                obs.push(pingpong_run(mpi, p, true)?);
+            }
+        }
+    }
+    let m = |v: &[(f64, f64)], big: bool| {
+        median(
+            &v.iter()
+                .map(|x| if big { x.1 } else { x.0 })
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (b8, o8, b1, o1) = (
+        m(&base, false),
+        m(&obs, false),
+        m(&base, true),
+        m(&obs, true),
+    );
+    // The spread of the runs, to judge the noise.
+    let range = |v: &[(f64, f64)], big: bool| {
+        let x = v.iter().map(|x| if big { x.1 } else { x.0 });
+        let lo = x.clone().fold(f64::INFINITY, f64::min);
+        let hi = x.fold(f64::NEG_INFINITY, f64::max);
+        if big {
+            format!("{lo:.0}-{hi:.0}")
+        } else {
+            format!("{lo:.2}-{hi:.2}")
+        }
+    };
+    writeln!(
+        report,
+        "### {}: ping-pong, one-way latency (2 ranks)\n\n\
+         | message | no observer | observer attached (default functions) | added | ratio | runs without / with |\n\
+         |---|---:|---:|---:|---:|---|\n\
+         | 8 B | {b8:.2} µs | {o8:.2} µs | {:+.2} µs | {:.2} | {} / {} µs |\n\
+         | 1 MiB | {b1:.1} µs | {o1:.1} µs | {:+.1} µs | {:.3} | {} / {} µs |\n",
+        mpi.name(),
+        o8 - b8,
+        o8 / b8,
+        range(&base, false),
+        range(&obs, false),
+        o1 - b1,
+        o1 / b1,
+        range(&base, true),
+        range(&obs, true),
+    )?;
+    table.push(Row {
+        what: format!("{}: ping-pong 8 B / 1 MiB, added", mpi.name()),
+        value: format!(
+            "{b8:.2} → {o8:.2} µs ({:+.2}); {b1:.0} → {o1:.0} µs ({:+.1}%)",
+            o8 - b8,
+            100.0 * (o1 / b1 - 1.0)
+        ),
+        goal: "-".into(),
+        met: None,
+    });
+    Ok(())
+}
+
+/// One attach: exec to /metrics showing the rank, the daemon's own figure,
+/// probes, and the daemon's peak RSS.
+fn attach_run(mpi: Mpi, p: &Paths) -> Result<(f64, f64, u64, u64)> {
+    let go = p.work.join("go");
+    let _ = fs::remove_file(&go);
+    let mut c = Command::new(&p.probecost);
+    mpi.env(&mut c);
+    let mut rank = c.arg(&go).args(["0", "0"]).stdout(Stdio::piped()).spawn()?;
+    let out = lines(rank.stdout.take().context("stdout")?);
+    let (ready, _) = wait_line(&out, "ready pid=", "probecost")?;
+    let pid = ready.trim_start_matches("ready pid=").trim().to_string();
+    let port = free_port()?;
+    let want = format!("pid=\"{pid}\"");
+    let t0 = Instant::now();
+    let mut d = Command::new(&p.observer)
+        .args(["attach", "--pid", &pid])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--retain-exited", "0"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()?;
+    let e2e = loop {
+        if let Some(text) = scrape(port)
+            && text
+                .lines()
+                .any(|l| l.starts_with("mpi_rank_info{") && l.contains(&want))
+        {
+            break t0.elapsed().as_secs_f64() * 1e3;
+        }
+        if t0.elapsed() > STEP {
+            bail!("the observer never showed pid {pid}");
+        }
+        thread::sleep(Duration::from_millis(1));
+    };
+    let err = lines(d.stderr.take().context("stderr")?);
+    let (l, _) = wait_line(&err, "attached to pid", "mpi-observer")?;
+    // "(P probes, T ms)"
+    let inner = l.rsplit('(').next().unwrap_or("").trim_end_matches(')');
+    let mut nums = inner
+        .split(|c: char| !c.is_ascii_digit() && c != '.')
+        .filter(|s| !s.is_empty());
+    let probes: u64 = nums.next().context("probes")?.parse()?;
+    let own: f64 = nums.next().context("ms")?.parse()?;
+    let hwm = fs::read_to_string(format!("/proc/{}/status", d.id()))?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmHWM:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    signal(&d, "-TERM");
+    reap(&mut d, "mpi-observer")?;
+    fs::write(&go, "")?;
+    wait_line(&out, "done", "probecost")?;
+    fs::remove_file(&go)?;
+    reap(&mut rank, "probecost")?;
+    Ok((e2e, own, probes, hwm))
+}
+
+fn attach_section(mpi: Mpi, p: &Paths, report: &mut String, table: &mut Vec<Row>) -> Result<()> {
+    let runs: Vec<_> = (0..REPS)
+        .map(|_| attach_run(mpi, p))
+        .collect::<Result<_>>()?;
+    let e2e = median(&runs.iter().map(|r| r.0).collect::<Vec<_>>());
+    let own = median(&runs.iter().map(|r| r.1).collect::<Vec<_>>());
+    let max = runs.iter().map(|r| r.0).fold(0.0, f64::max);
+    let probes = runs[0].2;
+    let hwm = median(&runs.iter().map(|r| r.3 as f64).collect::<Vec<_>>());
+    writeln!(
+        report,
+        "### {}: attach time, one rank, default functions ({probes} probes)\n\n\
+         | | median | max of {REPS} |\n|---|---:|---:|\n\
+         | exec of `mpi-observer attach` until /metrics shows the rank | {e2e:.0} ms | {max:.0} ms |\n\
+         | the daemon's own attach figure (stderr) | {own:.0} ms | - |\n\n\
+         Daemon peak RSS (VmHWM) after attaching: {:.1} MiB.\n",
+        mpi.name(),
+        hwm / 1024.0
+    )?;
+    table.push(Row {
+        what: format!("{}: attach, one rank, {probes} probes", mpi.name()),
+        value: format!("{e2e:.0} ms end to end ({own:.0} ms attach step)"),
+        goal: "<= 250 ms".into(),
+        met: Some(e2e <= 250.0),
+    });
+    Ok(())
+}
+
+fn scrape_section(report: &mut String, table: &mut Vec<Row>) -> Result<()> {
+    let o = cargo()
+        .args(["bench", "-p", "mpi-observer", "--bench", "scrape"])
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !o.status.success() {
+        bail!("cargo bench -p mpi-observer --bench scrape failed");
+    }
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let get = |k: &str| -> Result<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
+            .with_context(|| format!("no {k}= in the scrape bench's output:\n{text}"))
+    };
+    let (ms, http, hwm, rss) = (
+        get("scrape_ms")?,
+        get("http_scrape_ms")?,
+        get("vmhwm_kib")? / 1024.0,
+        get("vmrss_kib")? / 1024.0,
+    );
+    writeln!(
+        report,
+        "### Scrape time and memory: {} ranks x {} functions ({} per-CPU map entries, {} CPUs)\n\n\
+         Command: `cargo bench -p mpi-observer --bench scrape` (`observer/benches/scrape.rs`; needs root).\n\n\
+         | | figure |\n|---|---:|\n\
+         | `State::scrape`, median of 31 ({} series, {:.1} MB of text) | {ms:.1} ms |\n\
+         | the same with per-rank histograms ({} series) | {:.1} ms |\n\
+         | real HTTP GET /metrics through the daemon's server, median of 11 | {http:.1} ms |\n\
+         | process peak RSS (VmHWM) / RSS at the end | {hwm:.1} MiB / {rss:.1} MiB |\n",
+        get("ranks")?,
+        get("functions")?,
+        get("map_entries")?,
+        get("cpus")?,
+        get("series")?,
+        get("exposition_bytes")? / 1e6,
+        get("series_per_rank_hist")?,
+        get("scrape_per_rank_hist_ms")?,
+    )?;
+    table.push(Row {
+        what: "Scrape, 256 ranks x 60 functions".into(),
+        value: format!("{ms:.1} ms (HTTP {http:.1} ms)"),
+        goal: "<= 50 ms".into(),
+        met: Some(ms <= 50.0 && http <= 50.0),
+    });
+    table.push(Row {
+        what: "Daemon RSS at that scale (VmHWM)".into(),
+        value: format!("{hwm:.1} MiB"),
+        goal: "<= 64 MiB".into(),
+        met: Some(hwm <= 64.0),
+    });
+    Ok(())
+}
+
+struct Row {
+    what: String,
+    value: String,
+    goal: String,
+    met: Option<bool>,
+}
+
+fn first_line(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn machine() -> String {
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']))
+        .unwrap_or("unknown CPU");
+    format!(
+        "{model}; `nproc` {}; Linux {}; bpftrace {}",
+        first_line("nproc", &[]),
+        first_line("uname", &["-r"]),
+        first_line("bpftrace", &["--version"]).trim_start_matches("bpftrace "),
+    )
+}
+
+/// `cargo xtask bench observer`.
+pub fn run(root: &Path) -> Result<()> {
+    run_cmd(cargo().args(["build", "--release", "-p", "mpi-observer"]))?;
+    let started = Instant::now();
+    let load_before = loadavg();
+    let mut report = String::new();
+    let mut table = Vec::new();
+    let mut disagreements = Vec::new();
+    let mpis = [Mpi::OpenMpi, Mpi::Mpich];
+    let paths: Vec<Paths> = mpis
+        .iter()
+        .map(|m| build(root, *m))
+        .collect::<Result<_>>()?;
+    writeln!(report, "## Probe cost per call\n")?;
+    writeln!(
+        report,
+        "A singleton rank (`xtask/bench/probecost.c`) waits until the probes are in, then calls \
+         `PMPI_Comm_rank` in {BATCHES} batches of {CALLS} calls and reports the median ns/call, \
+         in the thread's CPU time (user + system: the probe's trap and BPF programs count, time \
+         spent descheduled by other load on this shared 2-core VM does not) and in wall time. \
+         Configurations: no probe; `mpi-observer attach --pid P --functions MPI_Comm_rank`; \
+         `bpftrace -p P` with `uprobe:LIB:PMPI_Comm_rank {{ @s[tid] = nsecs; }} \
+         uretprobe:LIB:PMPI_Comm_rank /@s[tid]/ {{ $d = nsecs - @s[tid]; @n = count(); @t = sum($d); \
+         @h = hist($d); delete(@s[tid]); }}`. Each run checks that the tool counted every timed call.\n"
+    )?;
+    for (m, p) in mpis.iter().zip(&paths) {
+        probe_section(*m, p, &mut report, &mut table, &mut disagreements)?;
+    }
+    let libs: Vec<(Mpi, &Paths)> = mpis.iter().copied().zip(&paths).collect();
+    insns_section(root, &libs, &mut report, &mut disagreements)?;
+    writeln!(
+        report,
+        "Classifier against measurement: {}.\n",
+        if disagreements.is_empty() {
+            "every measured function agrees with `mpi-observer sites`".to_string()
+        } else {
+            format!("**disagreements**: {}", disagreements.join(", "))
+        }
+    )?;
+    writeln!(report, "## Ping-pong latency\n")?;
+    writeln!(
+        report,
+        "`mpirun -np 2 xtask/bench/pingpong.c`: each size runs 15 timed batches (2000 round \
+         trips at 8 B, 40 at 1 MiB) after a warm-up; a run reports the median batch's half \
+         round-trip time. With the observer, `mpi-observer attach --pid R0 --pid R1 \
+         --retain-exited 0` (default functions, bytes on) attaches before the timed part.\n"
+    )?;
+    for (m, p) in mpis.iter().zip(&paths) {
+        pingpong_section(*m, p, &mut report, &mut table)?;
+    }
+    writeln!(report, "## Attach time\n")?;
+    writeln!(
+        report,
+        "`mpi-observer attach --pid P --listen 127.0.0.1:PORT --retain-exited 0` on a waiting \
+         singleton rank, default functions; the end-to-end figure runs from spawning the daemon \
+         until `GET /metrics` holds the rank's `mpi_rank_info` (polled every millisecond). \
+         {REPS} repetitions.\n"
+    )?;
+    for (m, p) in mpis.iter().zip(&paths) {
+        attach_section(*m, p, &mut report, &mut table)?;
+    }
+    writeln!(report, "## Scrape\n")?;
+    scrape_section(&mut report, &mut table)?;
+
+    let mut summary = String::new();
+    writeln!(
+        summary,
+        "| benchmark | result | goal | met |\n|---|---|---|---|"
+    )?;
+    for r in &table {
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "-",
+        };
+        writeln!(summary, "| {} | {} | {} | {met} |", r.what, r.value, r.goal)?;
+    }
+    let doc = format!(
+        "# Observer benchmarks\n\n\
+         Command: `cargo xtask bench observer` (writes this file; runs as root; about {:.0} minutes). \
+         Sources: `xtask/src/bench_observer.rs`, `xtask/bench/probecost.c`, `xtask/bench/pingpong.c`, \
+         `observer/benches/scrape.rs`.\n\n\
+         Machine: {}. Load average before: {load_before}; after: {}.\n\n\
+         Every figure is the median of {REPS} runs taken round-robin across configurations in one \
+         invocation (the order rotates each repetition); each run itself reports a median over \
+         batches. Ratios compare figures from the same invocation.\n\n\
+         ## Summary\n\n{summary}\n{report}",
+        started.elapsed().as_secs_f64() / 60.0,
+        machine(),
+        loadavg(),
+    );
+    print!("{summary}");
+    let path = root.join("docs/benchmarks-observer.md");
+    fs::write(&path, doc)?;
+    println!("\nwrote {}", path.display());
+    Ok(())
+}
