@@ -172,7 +172,13 @@ fn order_and_resolution(mpi: Mpi, via: Via) {
     let np = if via == Via::Run { 4 } else { 3 };
     let mut job = match via {
         Via::Env => kit.job(np, &[("MPI_TOOLS_ENTRY", &list)], None, &app),
-        Via::Mca => kit.job(np, &[], Some(&list), &app),
+        // Here the loader finds the tools: A by short name, B by file name.
+        Via::Mca => kit.job(
+            np,
+            &[("LD_LIBRARY_PATH", kit.dir.to_str().unwrap())],
+            Some("v,shimtoolA,stats,libshimtoolB.so"),
+            &app,
+        ),
         Via::Run => {
             let mut c = mpi.launcher(np);
             c.current_dir(&kit.dir)
@@ -195,9 +201,9 @@ fn order_and_resolution(mpi: Mpi, via: Via) {
     assert_eq!(v.len(), n, "one `v` line per rank:\n{err}");
     for l in &v {
         let (ia, is, ib) = (
-            l.find("[1] /").unwrap(),
+            l.find("[1] ").unwrap(),
             l.find("[2] stats (built-in)").unwrap(),
-            l.find("[3] /").unwrap(),
+            l.find("[3] ").unwrap(),
         );
         assert!(
             l[ia..is].contains("libshimtoolA.so") && l[ib..].contains("libshimtoolB.so"),
