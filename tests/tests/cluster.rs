@@ -304,6 +304,24 @@ fn ip_ok(args: &[&str]) {
     );
 }
 
+/// Kills what still runs in one of the test's namespaces (on a failed run:
+/// orted and ranks the test started there), then deletes it.
+fn delete_namespace(ns: &str) {
+    let out = ip(&["netns", "pids", ns]);
+    for pid in String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+    {
+        unsafe { kill(pid, SIGKILL) };
+    }
+    let _ = ip(&["netns", "delete", ns]);
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+const SIGKILL: i32 = 9;
+
 fn pid_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -404,7 +422,7 @@ impl Net {
                 && node.chars().all(|c| c.is_ascii_digit())
                 && dead_owner(digits)
             {
-                let _ = ip(&["netns", "delete", name]);
+                delete_namespace(name);
             }
         }
         let out = ip(&["-o", "link", "show", "type", "bridge"]);
@@ -425,7 +443,7 @@ impl Drop for Net {
     fn drop(&mut self) {
         // Deleting a namespace deletes its veth end, and with it the peer.
         for ns in &self.namespaces {
-            let _ = ip(&["netns", "delete", ns]);
+            delete_namespace(ns);
         }
         let _ = ip(&["link", "delete", &self.bridge()]);
     }
