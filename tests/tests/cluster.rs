@@ -1381,16 +1381,17 @@ fn dashboards_on_a_three_node_cluster() {
         Some(direct),
         "Prometheus's cluster-wide total equals the sum of the daemons' scrapes"
     );
-    // The lifetime fraction now uses the exit time as its end.
-    let ended = prom
-        .query(&format!("jobid_rank:mpi_observed_seconds{{{sel}}}"))
-        .unwrap();
-    assert_eq!(ended.len(), NP);
-    let now = prom.value("time()").unwrap();
-    let exits = prom
-        .query(&format!("mpi_rank_exit_time_seconds{{{sel}}}"))
-        .unwrap();
-    assert!(exits.iter().all(|e| e.value <= now));
+    // Exited ranks' observed time (the base of the lifetime MPI fraction)
+    // now ends at their exit, not at the evaluation time.
+    prom.wait_value(
+        &format!(
+            "max(abs(jobid_rank:mpi_observed_seconds{{{sel}}} - on (jobid, rank, instance) \
+             (max by (jobid, rank, instance) (mpi_rank_exit_time_seconds{{{sel}}}) \
+             - max by (jobid, rank, instance) (mpi_rank_attach_time_seconds{{{sel}}}))))"
+        ),
+        0.0,
+        Duration::from_secs(10),
+    );
     for (d, _) in &mut daemons {
         d.assert_running();
     }
