@@ -1,0 +1,420 @@
+//! Collectives: calls and bytes per function (the segment's function
+//! counters), by one definition applied to every collective (docs/stats.md):
+//!
+//! - **send**: the size of this rank's contribution as its arguments describe
+//!   it; with `MPI_IN_PLACE`, the block(s) the standard takes from the
+//!   receive buffer instead;
+//! - **recv**: the size of the receive buffer the arguments describe (every
+//!   block, the rank's own included);
+//! - arguments the standard calls significant only at the root count only at
+//!   the root (`MPI_ROOT` on an inter-communicator; the root group's other
+//!   members, `MPI_PROC_NULL`, count nothing); an argument the standard
+//!   ignores counts 0.
+//!
+//! Nonblocking collectives count the same at their post and are tracked in
+//! the request table (peer -1) until they complete.
+
+use core::ffi::c_int;
+
+use super::{
+    abi::int,
+    comms::{CommInfo, info},
+    p2p::next,
+    requests::{self, Entry, Kind},
+    segment::{State, state},
+};
+
+/// Bytes of `count` elements of `dt` (0 if unknown).
+fn b(s: &State, count: i64, dt: usize) -> u64 {
+    s.abi.bytes(count, s.abi.handle(dt)).unwrap_or(0)
+}
+
+/// Sum of `n` `int` counts at `counts` (0 for a null array).
+fn sum(counts: usize, n: i32) -> i64 {
+    if counts == 0 {
+        return 0;
+    }
+    (0..n.max(0) as usize)
+        // SAFETY: the caller's array of (at least) `n` counts.
+        .map(|i| unsafe { *(counts as *const c_int).add(i) } as i64)
+        .sum()
+}
+
+/// Element `i` of an `int` count array.
+fn at(counts: usize, i: i32) -> i64 {
+    if counts == 0 || i < 0 {
+        return 0;
+    }
+    // SAFETY: the caller's array, indexed by a rank of the communicator.
+    unsafe { *(counts as *const c_int).add(i as usize) as i64 }
+}
+
+/// How this rank takes part in a rooted collective.
+#[derive(PartialEq)]
+enum Role {
+    Root,
+    Other,
+    /// The root group's non-root members on an inter-communicator.
+    Idle,
+}
+
+fn role(s: &State, c: &CommInfo, root: usize) -> Role {
+    let root = int(root);
+    if c.inter {
+        if root == s.abi.c.root {
+            Role::Root
+        } else if root == s.abi.c.proc_null {
+            Role::Idle
+        } else {
+            Role::Other
+        }
+    } else if root == c.rank {
+        Role::Root
+    } else {
+        Role::Other
+    }
+}
+
+fn comm(s: &State, comm: usize) -> Option<&'static CommInfo> {
+    info(s, s.abi.handle(comm))
+}
+
+fn in_place(s: &State, buf: usize) -> bool {
+    buf == s.abi.c.in_place
+}
+
+type Bytes = fn(&State, &[usize]) -> (u64, u64);
+
+fn none(_: &State, _: &[usize]) -> (u64, u64) {
+    (0, 0)
+}
+
+// (buf, count, dt, root, comm)
+fn bcast(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[4]) else {
+        return (0, 0);
+    };
+    let n = b(s, int(a[1]).into(), a[2]);
+    match role(s, c, a[3]) {
+        Role::Root => (n, 0),
+        Role::Other => (0, n),
+        Role::Idle => (0, 0),
+    }
+}
+
+// (sbuf, rbuf, count, dt, op, root, comm)
+fn reduce(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[6]) else {
+        return (0, 0);
+    };
+    let n = b(s, int(a[2]).into(), a[3]);
+    match (role(s, c, a[5]), c.inter) {
+        (Role::Root, false) => (n, n),
+        (Role::Root, true) => (0, n),
+        (Role::Other, _) => (n, 0),
+        (Role::Idle, _) => (0, 0),
+    }
+}
+
+// (sbuf, rbuf, count, dt, op, comm): Allreduce, Scan, Exscan.
+fn allreduce(s: &State, a: &[usize]) -> (u64, u64) {
+    let n = b(s, int(a[2]).into(), a[3]);
+    (n, n)
+}
+
+// (sbuf, scount, stype, rbuf, rcount, rtype, root, comm)
+fn gather(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[7]) else {
+        return (0, 0);
+    };
+    let rblock = b(s, int(a[4]).into(), a[5]);
+    match role(s, c, a[6]) {
+        Role::Root => {
+            let send = match (c.inter, in_place(s, a[0])) {
+                (true, _) => 0,
+                (false, true) => rblock,
+                (false, false) => b(s, int(a[1]).into(), a[2]),
+            };
+            (send, rblock * c.size as u64)
+        }
+        Role::Other => (b(s, int(a[1]).into(), a[2]), 0),
+        Role::Idle => (0, 0),
+    }
+}
+
+// (sbuf, scount, stype, rbuf, rcounts, displs, rtype, root, comm)
+fn gatherv(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[8]) else {
+        return (0, 0);
+    };
+    match role(s, c, a[7]) {
+        Role::Root => {
+            let send = match (c.inter, in_place(s, a[0])) {
+                (true, _) => 0,
+                (false, true) => b(s, at(a[4], c.rank), a[6]),
+                (false, false) => b(s, int(a[1]).into(), a[2]),
+            };
+            (send, b(s, sum(a[4], c.size), a[6]))
+        }
+        Role::Other => (b(s, int(a[1]).into(), a[2]), 0),
+        Role::Idle => (0, 0),
+    }
+}
+
+// (sbuf, scount, stype, rbuf, rcount, rtype, root, comm)
+fn scatter(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[7]) else {
+        return (0, 0);
+    };
+    match role(s, c, a[6]) {
+        Role::Root => {
+            let recv = if c.inter || in_place(s, a[3]) {
+                0
+            } else {
+                b(s, int(a[4]).into(), a[5])
+            };
+            (b(s, int(a[1]).into(), a[2]) * c.size as u64, recv)
+        }
+        Role::Other => (0, b(s, int(a[4]).into(), a[5])),
+        Role::Idle => (0, 0),
+    }
+}
+
+// (sbuf, scounts, displs, stype, rbuf, rcount, rtype, root, comm)
+fn scatterv(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[8]) else {
+        return (0, 0);
+    };
+    match role(s, c, a[7]) {
+        Role::Root => {
+            let recv = if c.inter || in_place(s, a[4]) {
+                0
+            } else {
+                b(s, int(a[5]).into(), a[6])
+            };
+            (b(s, sum(a[1], c.size), a[3]), recv)
+        }
+        Role::Other => (0, b(s, int(a[5]).into(), a[6])),
+        Role::Idle => (0, 0),
+    }
+}
+
+// (sbuf, scount, stype, rbuf, rcount, rtype, comm)
+fn allgather(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[6]) else {
+        return (0, 0);
+    };
+    let rblock = b(s, int(a[4]).into(), a[5]);
+    let send = if in_place(s, a[0]) {
+        rblock
+    } else {
+        b(s, int(a[1]).into(), a[2])
+    };
+    (send, rblock * c.size as u64)
+}
+
+// (sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm)
+fn allgatherv(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[7]) else {
+        return (0, 0);
+    };
+    let send = if in_place(s, a[0]) {
+        b(s, at(a[4], c.rank), a[6])
+    } else {
+        b(s, int(a[1]).into(), a[2])
+    };
+    (send, b(s, sum(a[4], c.size), a[6]))
+}
+
+// (sbuf, scount, stype, rbuf, rcount, rtype, comm)
+fn alltoall(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[6]) else {
+        return (0, 0);
+    };
+    let recv = b(s, int(a[4]).into(), a[5]) * c.size as u64;
+    let send = if in_place(s, a[0]) {
+        recv
+    } else {
+        b(s, int(a[1]).into(), a[2]) * c.size as u64
+    };
+    (send, recv)
+}
+
+// (sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm)
+fn alltoallv(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[8]) else {
+        return (0, 0);
+    };
+    let recv = b(s, sum(a[5], c.size), a[7]);
+    let send = if in_place(s, a[0]) {
+        recv
+    } else {
+        b(s, sum(a[1], c.size), a[3])
+    };
+    (send, recv)
+}
+
+// (sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm)
+fn alltoallw(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[8]) else {
+        return (0, 0);
+    };
+    let typed = |counts: usize, types: usize| -> u64 {
+        if counts == 0 || types == 0 {
+            return 0;
+        }
+        (0..c.size.max(0))
+            // SAFETY: the caller's arrays of `size` counts and datatypes.
+            .map(|i| {
+                b(s, at(counts, i), unsafe {
+                    s.abi.handle_at(types, i as usize)
+                })
+            })
+            .sum()
+    };
+    let recv = typed(a[5], a[7]);
+    let send = if in_place(s, a[0]) {
+        recv
+    } else {
+        typed(a[1], a[3])
+    };
+    (send, recv)
+}
+
+// (sbuf, rbuf, rcounts, dt, op, comm)
+fn reduce_scatter(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[5]) else {
+        return (0, 0);
+    };
+    (b(s, sum(a[2], c.size), a[3]), b(s, at(a[2], c.rank), a[3]))
+}
+
+// (sbuf, rbuf, rcount, dt, op, comm)
+fn reduce_scatter_block(s: &State, a: &[usize]) -> (u64, u64) {
+    let Some(c) = comm(s, a[5]) else {
+        return (0, 0);
+    };
+    let n = b(s, int(a[2]).into(), a[3]);
+    (n * c.size as u64, n)
+}
+
+#[inline(always)]
+fn count(row: usize, bytes: Bytes, args: &[usize]) {
+    if let Some(s) = state() {
+        let (send, recv) = bytes(s, args);
+        s.call(row, send, recv);
+    }
+}
+
+fn track(row: usize, bytes: Bytes, args: &[usize], req: usize) {
+    if let Some(s) = state() {
+        let (send, recv) = bytes(s, args);
+        s.call(row, send, recv);
+        // SAFETY: the library just stored the new request there.
+        let handle = unsafe { s.abi.handle_at(req, 0) };
+        requests::track(
+            s,
+            Entry {
+                handle,
+                kind: Kind::Collective,
+                persistent: false,
+                comm: 0,
+                peer: -1,
+                bytes: 0,
+            },
+        );
+    }
+}
+
+/// Defines a blocking collective wrapper and its nonblocking twin (the
+/// same arguments and a request).
+macro_rules! collective {
+    ($blocking:ident / $nonblocking:ident, $bytes:expr, ($($a:ident),*)) => {
+        #[doc = concat!("`MPI_", stringify!($blocking), "` (by function row).")]
+        pub(crate) unsafe extern "C" fn $blocking<const ROW: usize>($($a: usize),*) -> c_int {
+            let rc = next!(ROW; $($a),*);
+            if rc == 0 {
+                count(ROW, $bytes, &[$($a),*]);
+            }
+            rc
+        }
+        #[doc = concat!("`MPI_", stringify!($nonblocking), "` (by function row).")]
+        pub(crate) unsafe extern "C" fn $nonblocking<const ROW: usize>($($a: usize,)* req: usize) -> c_int {
+            let rc = next!(ROW; $($a,)* req);
+            if rc == 0 {
+                track(ROW, $bytes, &[$($a),*], req);
+            }
+            rc
+        }
+    };
+}
+
+collective!(barrier / ibarrier, none, (comm));
+collective!(bcast_ / ibcast, bcast, (buf, n, dt, root, comm));
+collective!(
+    reduce_ / ireduce,
+    reduce,
+    (sbuf, rbuf, n, dt, op, root, comm)
+);
+collective!(
+    allreduce_ / iallreduce,
+    allreduce,
+    (sbuf, rbuf, n, dt, op, comm)
+);
+collective!(
+    gather_ / igather,
+    gather,
+    (sbuf, sn, st, rbuf, rn, rt, root, comm)
+);
+collective!(
+    gatherv_ / igatherv,
+    gatherv,
+    (sbuf, sn, st, rbuf, rns, ds, rt, root, comm)
+);
+collective!(
+    scatter_ / iscatter,
+    scatter,
+    (sbuf, sn, st, rbuf, rn, rt, root, comm)
+);
+collective!(
+    scatterv_ / iscatterv,
+    scatterv,
+    (sbuf, sns, ds, st, rbuf, rn, rt, root, comm)
+);
+collective!(
+    allgather_ / iallgather,
+    allgather,
+    (sbuf, sn, st, rbuf, rn, rt, comm)
+);
+collective!(
+    allgatherv_ / iallgatherv,
+    allgatherv,
+    (sbuf, sn, st, rbuf, rns, ds, rt, comm)
+);
+collective!(
+    alltoall_ / ialltoall,
+    alltoall,
+    (sbuf, sn, st, rbuf, rn, rt, comm)
+);
+collective!(
+    alltoallv_ / ialltoallv,
+    alltoallv,
+    (sbuf, sns, sds, st, rbuf, rns, rds, rt, comm)
+);
+collective!(
+    alltoallw_ / ialltoallw,
+    alltoallw,
+    (sbuf, sns, sds, sts, rbuf, rns, rds, rts, comm)
+);
+collective!(
+    reduce_scatter_ / ireduce_scatter,
+    reduce_scatter,
+    (sbuf, rbuf, rns, dt, op, comm)
+);
+collective!(
+    reduce_scatter_block_ / ireduce_scatter_block,
+    reduce_scatter_block,
+    (sbuf, rbuf, rn, dt, op, comm)
+);
+collective!(scan_ / iscan, allreduce, (sbuf, rbuf, n, dt, op, comm));
+collective!(exscan_ / iexscan, allreduce, (sbuf, rbuf, n, dt, op, comm));

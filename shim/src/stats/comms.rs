@@ -1,0 +1,253 @@
+//! Communicator rank → `MPI_COMM_WORLD` rank, cached per communicator, and
+//! the small lock-free handle map it (and matched probes) are built on.
+//!
+//! A communicator's translation is computed once, on its first sight, with
+//! one `MPI_Group_translate_ranks` over the whole group (the only allocation,
+//! off the common path); every later call is a hash probe and an array load.
+//! `MPI_COMM_WORLD` needs no table at all. The cache is bounded
+//! ([`COMM_SLOTS`]); a communicator that finds it full is not translated and
+//! its messages are counted as unattributed.
+
+use core::{
+    ffi::c_int,
+    sync::atomic::{AtomicU64, AtomicUsize, Ordering::*},
+};
+
+use super::segment::State;
+
+/// A peer that is `MPI_PROC_NULL`: no message at all.
+pub(crate) const NULL_PEER: i32 = i32::MIN;
+/// A peer the layer cannot name (not in `MPI_COMM_WORLD`, or cache full).
+pub(crate) const UNKNOWN_PEER: i32 = -1;
+
+/// Hash probes before a map gives up: keeps a miss cheap and bounded.
+const PROBE: usize = 32;
+/// A removed key; probes continue past it.
+const TOMBSTONE: usize = usize::MAX;
+
+/// A bounded open-addressing map from a handle (never 0) to a `u64`, for
+/// any number of threads: insertion claims a key with a CAS, lookups scan
+/// the whole probe window (so removals never break a chain).
+pub(crate) struct HandleMap<const N: usize> {
+    keys: [AtomicUsize; N],
+    values: [AtomicU64; N],
+}
+
+impl<const N: usize> HandleMap<N> {
+    /// An empty map.
+    pub(crate) const fn new() -> Self {
+        HandleMap {
+            keys: [const { AtomicUsize::new(0) }; N],
+            values: [const { AtomicU64::new(0) }; N],
+        }
+    }
+
+    #[inline(always)]
+    fn start(key: usize) -> usize {
+        // Fibonacci hashing: pointers (aligned) and MPICH's sequential ints
+        // both spread over the table.
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % N
+    }
+
+    /// The slot holding `key`.
+    #[inline(always)]
+    fn find(&self, key: usize) -> Option<usize> {
+        let h = Self::start(key);
+        (0..PROBE.min(N))
+            .map(|i| (h + i) % N)
+            .find(|&i| self.keys[i].load(Acquire) == key)
+    }
+
+    /// The value stored for `key` (0 while an insertion is publishing it).
+    #[inline(always)]
+    pub(crate) fn get(&self, key: usize) -> Option<u64> {
+        self.find(key).map(|i| self.values[i].load(Acquire))
+    }
+
+    /// Stores `value` for `key`; false if the probe window is full.
+    pub(crate) fn insert(&self, key: usize, value: u64) -> bool {
+        let h = Self::start(key);
+        for i in (0..PROBE.min(N)).map(|i| (h + i) % N) {
+            let k = self.keys[i].load(Relaxed);
+            if (k == 0 || k == TOMBSTONE)
+                && self.keys[i]
+                    .compare_exchange(k, key, AcqRel, Relaxed)
+                    .is_ok()
+            {
+                self.values[i].store(value, Release);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Removes every entry of `key` (two threads may have inserted it at
+    /// once) and returns the values removed, so the caller can free them.
+    pub(crate) fn remove(&self, key: usize, mut each: impl FnMut(u64)) {
+        let h = Self::start(key);
+        for i in (0..PROBE.min(N)).map(|i| (h + i) % N) {
+            if self.keys[i].load(Acquire) == key {
+                each(self.values[i].swap(0, AcqRel));
+                self.keys[i].store(TOMBSTONE, Release);
+            }
+        }
+    }
+}
+
+/// Communicators cached at once.
+pub(crate) const COMM_SLOTS: usize = 1024;
+
+/// What the layer keeps about a communicator.
+pub(crate) struct CommInfo {
+    /// This process's rank in it.
+    pub(crate) rank: i32,
+    /// Its size; the remote group's size for an inter-communicator.
+    pub(crate) size: i32,
+    /// Whether it is an inter-communicator (peers are remote ranks).
+    pub(crate) inter: bool,
+    /// Peer rank → world rank, `UNKNOWN_PEER` for a process outside
+    /// `MPI_COMM_WORLD` (spawned or connected).
+    pub(crate) world: Box<[i32]>,
+}
+
+static COMMS: HandleMap<COMM_SLOTS> = HandleMap::new();
+
+/// The cached description of `comm`, building it on first sight; `None` if
+/// the cache is full or the library refuses the queries.
+#[inline(always)]
+pub(crate) fn info(s: &State, comm: usize) -> Option<&'static CommInfo> {
+    match COMMS.get(comm) {
+        // SAFETY: a leaked CommInfo, freed only when the communicator is
+        // freed (using it after that would be the program's error).
+        Some(p) if p != 0 => Some(unsafe { &*(p as *const CommInfo) }),
+        _ => first_sight(s, comm),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn first_sight(s: &State, comm: usize) -> Option<&'static CommInfo> {
+    if let Some(p) = COMMS.get(comm) {
+        // Another thread is publishing it: wait the few instructions left.
+        for _ in 0..1000 {
+            let v = COMMS.get(comm).unwrap_or(p);
+            if v != 0 {
+                // SAFETY: as in `info`.
+                return Some(unsafe { &*(v as *const CommInfo) });
+            }
+            std::thread::yield_now();
+        }
+        return None;
+    }
+    let built = Box::into_raw(Box::new(describe(s, comm)?));
+    if COMMS.insert(comm, built as u64) {
+        // SAFETY: just leaked, now owned by the map.
+        Some(unsafe { &*built })
+    } else {
+        // SAFETY: not published; ours to free.
+        drop(unsafe { Box::from_raw(built) });
+        None
+    }
+}
+
+/// Asks the library about `comm` once.
+fn describe(s: &State, comm: usize) -> Option<CommInfo> {
+    let a = &s.abi;
+    let (mut rank, mut inter, mut size) = (0 as c_int, 0 as c_int, 0 as c_int);
+    // SAFETY: the library's queries with out-pointers.
+    unsafe {
+        if (a.comm_rank)(comm, &mut rank) != 0 || (a.comm_test_inter)(comm, &mut inter) != 0 {
+            return None;
+        }
+        let rc = if inter != 0 {
+            (a.comm_remote_size)(comm, &mut size)
+        } else {
+            (a.comm_size)(comm, &mut size)
+        };
+        if rc != 0 || size < 0 {
+            return None;
+        }
+    }
+    let world = if comm == a.comm_world {
+        (0..size).collect::<Box<[i32]>>()
+    } else {
+        let (mut g, mut wg) = (0usize, 0usize);
+        let ranks: Vec<c_int> = (0..size).collect();
+        let mut out = vec![a.c.undefined; size as usize];
+        // SAFETY: the library's group queries; `ranks` and `out` hold
+        // `size` ints; both groups are freed before returning.
+        unsafe {
+            let get = if inter != 0 {
+                a.comm_remote_group
+            } else {
+                a.comm_group
+            };
+            if get(comm, &mut g) != 0 {
+                return None;
+            }
+            if (a.comm_group)(a.comm_world, &mut wg) != 0 {
+                (a.group_free)(&mut g);
+                return None;
+            }
+            let rc = (a.group_translate_ranks)(g, size, ranks.as_ptr(), wg, out.as_mut_ptr());
+            (a.group_free)(&mut g);
+            (a.group_free)(&mut wg);
+            if rc != 0 {
+                return None;
+            }
+        }
+        out.into_iter()
+            .map(|w| if w < 0 { UNKNOWN_PEER } else { w })
+            .collect()
+    };
+    Some(CommInfo {
+        rank,
+        size,
+        inter: inter != 0,
+        world,
+    })
+}
+
+/// The world rank of `rank` in `comm`: [`NULL_PEER`] for `MPI_PROC_NULL`,
+/// [`UNKNOWN_PEER`] when it cannot be named (wildcards included).
+#[inline(always)]
+pub(crate) fn peer(s: &State, comm: usize, rank: i32) -> i32 {
+    if rank == s.abi.c.proc_null {
+        return NULL_PEER;
+    }
+    // MPI_ANY_SOURCE, or a bad rank the library will reject.
+    if rank == s.abi.c.any_source || rank < 0 {
+        return UNKNOWN_PEER;
+    }
+    if comm == s.abi.comm_world {
+        return if (rank as u32) < s.world_size {
+            rank
+        } else {
+            UNKNOWN_PEER
+        };
+    }
+    info(s, comm)
+        .and_then(|i| i.world.get(rank as usize).copied())
+        .unwrap_or(UNKNOWN_PEER)
+}
+
+/// Forgets `comm` (after `MPI_Comm_free` or `MPI_Comm_disconnect`): MPICH
+/// reuses handle values, so a stale entry would misname a later
+/// communicator's peers.
+pub(crate) fn forget(comm: usize) {
+    COMMS.remove(comm, |p| {
+        if p != 0 {
+            // SAFETY: the map owned this leaked CommInfo; the communicator
+            // is gone, so no call can be using it.
+            drop(unsafe { Box::from_raw(p as *mut CommInfo) });
+        }
+    });
+}
+
+/// Matched-probe messages waiting for their `MPI_Mrecv`/`MPI_Imrecv`: the
+/// message handle → the sender's world rank (the receive itself names no
+/// communicator). Bounded like the communicator cache.
+pub(crate) static MESSAGES: HandleMap<1024> = HandleMap::new();
+
+/// Marks a world rank stored in [`MESSAGES`] (whose 0 means "none").
+pub(crate) const MESSAGE_TAG: u64 = 1 << 40;

@@ -1,0 +1,403 @@
+//! Point-to-point wrappers: sends counted when posted (or started), receives
+//! when they complete, from the status (the actual source and size), with a
+//! status of the layer's own when the caller passes `MPI_STATUS_IGNORE`.
+//!
+//! Each wrapper continues down the stack through the shim's own `PMPI_X`
+//! (`next!`), then updates the segment if the call succeeded. The common
+//! path is a state load, a handle compare, a size query and two relaxed
+//! atomic adds: no lock, no allocation.
+
+use core::ffi::c_int;
+
+use observer_common::segment::{RECV, SEND};
+
+use super::{
+    abi::{Status, count, int},
+    comms::{MESSAGE_TAG, MESSAGES, NULL_PEER, UNKNOWN_PEER, peer},
+    requests::{self, Entry, Kind},
+    segment::{State, state},
+};
+
+/// Calls the shim's `PMPI_X` for `row` with these words: the next level.
+macro_rules! next {
+    ($row:expr; $($a:ident),*) => {{
+        let f = crate::generated::c::PMPI_SELF[$row].0;
+        // SAFETY: PMPI_SELF[row] is the shim's PMPI_X for this row, which
+        // takes this many words and returns an int.
+        let f: unsafe extern "C" fn($(next!(@word $a)),*) -> core::ffi::c_int =
+            unsafe { core::mem::transmute(f) };
+        unsafe { f($($a),*) }
+    }};
+    (@word $a:ident) => { usize };
+}
+pub(crate) use next;
+
+/// Counts a send of `count` elements of `datatype` to `dest` in `comm`.
+#[inline(always)]
+fn sent(s: &State, count: i64, datatype: usize, dest: usize, comm: usize) -> (i32, Option<u64>) {
+    let comm = s.abi.handle(comm);
+    let p = peer(s, comm, int(dest));
+    let bytes = s.abi.bytes(count, s.abi.handle(datatype));
+    if p != NULL_PEER {
+        s.message(p, SEND, bytes);
+    }
+    (p, bytes)
+}
+
+/// Counts a completed receive on `comm` from its status.
+///
+/// # Safety
+/// `status` is a status the library filled for the receive.
+#[inline(always)]
+pub(crate) unsafe fn received(s: &State, comm: usize, status: *const u8) {
+    // SAFETY: per the caller.
+    let src = unsafe { s.abi.source(status) };
+    if src == s.abi.c.proc_null {
+        return;
+    }
+    let p = peer(s, comm, src);
+    // SAFETY: per the caller.
+    s.message(p, RECV, unsafe { s.abi.received(status) });
+}
+
+/// The status to hand the library: the caller's, or `own` in place of
+/// `MPI_STATUS_IGNORE`.
+#[inline(always)]
+pub(crate) fn status_or(s: &State, status: usize, own: &mut Status) -> usize {
+    if status == s.abi.c.status_ignore {
+        own.0.as_mut_ptr() as usize
+    } else {
+        status
+    }
+}
+
+/// `MPI_Send`, `MPI_Bsend`, `MPI_Ssend`, `MPI_Rsend` and their `_c` forms.
+pub(crate) unsafe extern "C" fn send<const ROW: usize, const L: bool>(
+    buf: usize,
+    n: usize,
+    dt: usize,
+    dest: usize,
+    tag: usize,
+    comm: usize,
+) -> c_int {
+    let rc = next!(ROW; buf, n, dt, dest, tag, comm);
+    if rc == 0
+        && let Some(s) = state()
+    {
+        sent(s, count::<L>(n), dt, dest, comm);
+    }
+    rc
+}
+
+/// `MPI_Isend`, `MPI_Ibsend`, `MPI_Issend`, `MPI_Irsend` and `_c` forms.
+pub(crate) unsafe extern "C" fn isend<const ROW: usize, const L: bool>(
+    buf: usize,
+    n: usize,
+    dt: usize,
+    dest: usize,
+    tag: usize,
+    comm: usize,
+    req: usize,
+) -> c_int {
+    let rc = next!(ROW; buf, n, dt, dest, tag, comm, req);
+    if rc == 0
+        && let Some(s) = state()
+    {
+        let (p, bytes) = sent(s, count::<L>(n), dt, dest, comm);
+        // SAFETY: the library just stored the new request there.
+        let handle = unsafe { s.abi.handle_at(req, 0) };
+        requests::track(
+            s,
+            Entry {
+                handle,
+                kind: Kind::Send,
+                persistent: false,
+                comm: 0,
+                peer: p,
+                bytes: bytes.unwrap_or(0),
+            },
+        );
+    }
+    rc
+}
+
+/// `MPI_Send_init`, `MPI_Bsend_init`, `MPI_Ssend_init`, `MPI_Rsend_init`
+/// and `_c` forms: nothing is sent until `MPI_Start`.
+pub(crate) unsafe extern "C" fn send_init<const ROW: usize, const L: bool>(
+    buf: usize,
+    n: usize,
+    dt: usize,
+    dest: usize,
+    tag: usize,
+    comm: usize,
+    req: usize,
+) -> c_int {
+    let rc = next!(ROW; buf, n, dt, dest, tag, comm, req);
+    if rc == 0
+        && let Some(s) = state()
+    {
+        let p = peer(s, s.abi.handle(comm), int(dest));
+        let bytes = s.abi.bytes(count::<L>(n), s.abi.handle(dt));
+        // SAFETY: the library just stored the new request there.
+        let handle = unsafe { s.abi.handle_at(req, 0) };
+        requests::track(
+            s,
+            Entry {
+                handle,
+                kind: Kind::Send,
+                persistent: true,
+                comm: 0,
+                // An unknown size makes every start unattributed.
+                peer: if bytes.is_none() && p != NULL_PEER {
+                    UNKNOWN_PEER
+                } else {
+                    p
+                },
+                bytes: bytes.unwrap_or(0),
+            },
+        );
+    }
+    rc
+}
+
+/// `MPI_Recv` and `MPI_Recv_c`.
+pub(crate) unsafe extern "C" fn recv<const ROW: usize, const L: bool>(
+    buf: usize,
+    n: usize,
+    dt: usize,
+    src: usize,
+    tag: usize,
+    comm: usize,
+    status: usize,
+) -> c_int {
+    let Some(s) = state() else {
+        return next!(ROW; buf, n, dt, src, tag, comm, status);
+    };
+    let mut own = Status::new();
+    let st = status_or(s, status, &mut own);
+    let rc = next!(ROW; buf, n, dt, src, tag, comm, st);
+    if rc == 0 {
+        // SAFETY: the library filled `st`.
+        unsafe { received(s, s.abi.handle(comm), st as *const u8) };
+    }
+    rc
+}
+
+/// `MPI_Irecv`, `MPI_Recv_init` and their `_c` forms (`PERSISTENT`).
+pub(crate) unsafe extern "C" fn irecv<const ROW: usize, const L: bool, const PERSISTENT: bool>(
+    buf: usize,
+    n: usize,
+    dt: usize,
+    src: usize,
+    tag: usize,
+    comm: usize,
+    req: usize,
+) -> c_int {
+    let rc = next!(ROW; buf, n, dt, src, tag, comm, req);
+    if rc == 0
+        && let Some(s) = state()
+    {
+        let comm = s.abi.handle(comm);
+        // SAFETY: the library just stored the new request there.
+        let handle = unsafe { s.abi.handle_at(req, 0) };
+        requests::track(
+            s,
+            Entry {
+                handle,
+                kind: Kind::Recv,
+                persistent: PERSISTENT,
+                comm,
+                peer: peer(s, comm, int(src)),
+                bytes: s.abi.bytes(count::<L>(n), s.abi.handle(dt)).unwrap_or(0),
+            },
+        );
+    }
+    rc
+}
+
+/// `MPI_Sendrecv` and `MPI_Sendrecv_c`.
+pub(crate) unsafe extern "C" fn sendrecv<const ROW: usize, const L: bool>(
+    sbuf: usize,
+    scount: usize,
+    stype: usize,
+    dest: usize,
+    stag: usize,
+    rbuf: usize,
+    rcount: usize,
+    rtype: usize,
+    src: usize,
+    rtag: usize,
+    comm: usize,
+    status: usize,
+) -> c_int {
+    let Some(s) = state() else {
+        return next!(ROW; sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, status);
+    };
+    let mut own = Status::new();
+    let st = status_or(s, status, &mut own);
+    let rc = next!(ROW; sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, st);
+    if rc == 0 {
+        sent(s, count::<L>(scount), stype, dest, comm);
+        // SAFETY: the library filled `st`.
+        unsafe { received(s, s.abi.handle(comm), st as *const u8) };
+    }
+    rc
+}
+
+/// `MPI_Sendrecv_replace` and `MPI_Sendrecv_replace_c`.
+pub(crate) unsafe extern "C" fn sendrecv_replace<const ROW: usize, const L: bool>(
+    buf: usize,
+    n: usize,
+    dt: usize,
+    dest: usize,
+    stag: usize,
+    src: usize,
+    rtag: usize,
+    comm: usize,
+    status: usize,
+) -> c_int {
+    let Some(s) = state() else {
+        return next!(ROW; buf, n, dt, dest, stag, src, rtag, comm, status);
+    };
+    let mut own = Status::new();
+    let st = status_or(s, status, &mut own);
+    let rc = next!(ROW; buf, n, dt, dest, stag, src, rtag, comm, st);
+    if rc == 0 {
+        sent(s, count::<L>(n), dt, dest, comm);
+        // SAFETY: the library filled `st`.
+        unsafe { received(s, s.abi.handle(comm), st as *const u8) };
+    }
+    rc
+}
+
+/// Remembers the sender of a matched message for its `MPI_Mrecv`.
+fn matched(s: &State, comm: usize, message: usize, status: usize) {
+    // SAFETY: the library stored the message handle and filled the status.
+    let (m, src) = unsafe {
+        (
+            s.abi.handle_at(message, 0),
+            s.abi.source(status as *const u8),
+        )
+    };
+    if m == s.abi.message_no_proc {
+        return;
+    }
+    let p = peer(s, s.abi.handle(comm), src);
+    // With no room the receive is counted as unattributed.
+    let _ = MESSAGES.insert(m, MESSAGE_TAG | p as u32 as u64);
+}
+
+/// The sender remembered for message `m`, and forgets it.
+fn take_message(s: &State, m: usize) -> i32 {
+    if m == s.abi.message_no_proc {
+        return NULL_PEER;
+    }
+    let mut p = UNKNOWN_PEER;
+    MESSAGES.remove(m, |v| {
+        if v & MESSAGE_TAG != 0 {
+            p = v as u32 as i32;
+        }
+    });
+    p
+}
+
+/// `MPI_Mprobe`.
+pub(crate) unsafe extern "C" fn mprobe<const ROW: usize>(
+    src: usize,
+    tag: usize,
+    comm: usize,
+    message: usize,
+    status: usize,
+) -> c_int {
+    let Some(s) = state() else {
+        return next!(ROW; src, tag, comm, message, status);
+    };
+    let mut own = Status::new();
+    let st = status_or(s, status, &mut own);
+    let rc = next!(ROW; src, tag, comm, message, st);
+    if rc == 0 {
+        matched(s, comm, message, st);
+    }
+    rc
+}
+
+/// `MPI_Improbe`.
+pub(crate) unsafe extern "C" fn improbe<const ROW: usize>(
+    src: usize,
+    tag: usize,
+    comm: usize,
+    flag: usize,
+    message: usize,
+    status: usize,
+) -> c_int {
+    let Some(s) = state() else {
+        return next!(ROW; src, tag, comm, flag, message, status);
+    };
+    let mut own = Status::new();
+    let st = status_or(s, status, &mut own);
+    let rc = next!(ROW; src, tag, comm, flag, message, st);
+    // SAFETY: the library set the flag.
+    if rc == 0 && unsafe { *(flag as *const c_int) } != 0 {
+        matched(s, comm, message, st);
+    }
+    rc
+}
+
+/// `MPI_Mrecv` and `MPI_Mrecv_c`.
+pub(crate) unsafe extern "C" fn mrecv<const ROW: usize, const L: bool>(
+    buf: usize,
+    n: usize,
+    dt: usize,
+    message: usize,
+    status: usize,
+) -> c_int {
+    let Some(s) = state() else {
+        return next!(ROW; buf, n, dt, message, status);
+    };
+    // Read before the call, which sets it to MPI_MESSAGE_NULL.
+    // SAFETY: the caller's message handle.
+    let m = unsafe { s.abi.handle_at(message, 0) };
+    let mut own = Status::new();
+    let st = status_or(s, status, &mut own);
+    let rc = next!(ROW; buf, n, dt, message, st);
+    if rc == 0 {
+        let p = take_message(s, m);
+        if p != NULL_PEER {
+            // SAFETY: the library filled `st`.
+            s.message(p, RECV, unsafe { s.abi.received(st as *const u8) });
+        }
+    }
+    rc
+}
+
+/// `MPI_Imrecv` and `MPI_Imrecv_c`.
+pub(crate) unsafe extern "C" fn imrecv<const ROW: usize, const L: bool>(
+    buf: usize,
+    n: usize,
+    dt: usize,
+    message: usize,
+    req: usize,
+) -> c_int {
+    let Some(s) = state() else {
+        return next!(ROW; buf, n, dt, message, req);
+    };
+    // SAFETY: the caller's message handle.
+    let m = unsafe { s.abi.handle_at(message, 0) };
+    let rc = next!(ROW; buf, n, dt, message, req);
+    if rc == 0 {
+        // SAFETY: the library just stored the new request there.
+        let handle = unsafe { s.abi.handle_at(req, 0) };
+        requests::track(
+            s,
+            Entry {
+                handle,
+                kind: Kind::Mrecv,
+                persistent: false,
+                comm: 0,
+                peer: take_message(s, m),
+                bytes: s.abi.bytes(count::<L>(n), s.abi.handle(dt)).unwrap_or(0),
+            },
+        );
+    }
+    rc
+}

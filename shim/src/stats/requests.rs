@@ -1,0 +1,251 @@
+//! Request tracking, the Vftrace model: a request is entered in the
+//! segment's table when it is posted (or a persistent one created), and
+//! leaves it when the Wait/Test family completes it or `MPI_Request_free`
+//! frees it, so nothing leaks. The daemon reads the outstanding count and
+//! the oldest start from the table itself.
+//!
+//! The table is an open-addressing hash on the handle's value, probed over a
+//! bounded window: a request that finds the window full is not tracked and
+//! is counted in `request_table_full`. What only the process needs (the
+//! communicator and kind of a receive, the bytes of a persistent send, the
+//! cancelled flag) sits in private arrays beside it, indexed by slot.
+//! A request is used by one thread at a time (MPI's rule), so its slot's
+//! private data needs no ordering beyond the slot's own `state`.
+
+use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
+
+use observer_common::segment::{REQUEST_SLOTS, request_state};
+
+use super::segment::{State, now_ns};
+
+const N: usize = REQUEST_SLOTS as usize;
+/// Slots probed before giving up: bounds the cost of a miss.
+const PROBE: usize = 64;
+
+/// What completing a request means for the figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub(crate) enum Kind {
+    /// A send: counted when posted or started; completion only releases.
+    Send = 0,
+    /// A receive on a communicator: counted at completion, from the status.
+    Recv = 1,
+    /// A matched receive (`MPI_Imrecv`): the peer was fixed by the probe.
+    Mrecv = 2,
+    /// A nonblocking collective: tracked for request health only.
+    Collective = 3,
+}
+
+const KIND_MASK: u64 = 3;
+const PERSISTENT: u64 = 4;
+const CANCELLED: u64 = 8;
+
+/// Per-slot private data: flags, a handle (communicator), a world rank and
+/// a byte count.
+static FLAGS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+static COMM: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
+static PEER: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
+static BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+
+/// No slot.
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+#[inline(always)]
+fn start(handle: usize) -> usize {
+    (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % N
+}
+
+/// What a new entry describes.
+pub(crate) struct Entry {
+    /// The request handle's value.
+    pub(crate) handle: usize,
+    /// How completion is counted.
+    pub(crate) kind: Kind,
+    /// Persistent (`*_init`): stays after completion, until freed.
+    pub(crate) persistent: bool,
+    /// Communicator (receives).
+    pub(crate) comm: usize,
+    /// World rank of the peer, or -1 (wildcard, collective, unknown).
+    pub(crate) peer: i32,
+    /// Posted bytes (a persistent send's message size).
+    pub(crate) bytes: u64,
+}
+
+/// Enters a request; counts `request_table_full` if there is no room.
+#[inline(always)]
+pub(crate) fn track(s: &State, e: Entry) {
+    let h = start(e.handle);
+    for i in (0..PROBE).map(|i| (h + i) % N) {
+        let slot = &s.requests[i];
+        if slot
+            .state
+            .compare_exchange(request_state::FREE, request_state::BUSY, Acquire, Relaxed)
+            .is_ok()
+        {
+            FLAGS[i].store(
+                e.kind as u64 | if e.persistent { PERSISTENT } else { 0 },
+                Relaxed,
+            );
+            COMM[i].store(e.comm, Relaxed);
+            PEER[i].store(e.peer, Relaxed);
+            BYTES[i].store(e.bytes, Relaxed);
+            slot.handle.store(e.handle as u64, Relaxed);
+            slot.peer.store(e.peer.max(-1), Relaxed);
+            slot.bytes.store(e.bytes, Relaxed);
+            let state = if e.persistent {
+                s.counters.persistent_requests.fetch_add(1, Relaxed);
+                request_state::PERSISTENT_INACTIVE
+            } else {
+                slot.started_ns.store(now_ns(), Relaxed);
+                s.counters.requests_started.fetch_add(1, Relaxed);
+                request_state::ACTIVE
+            };
+            slot.state.store(state, Release);
+            return;
+        }
+    }
+    s.counters.request_table_full.fetch_add(1, Relaxed);
+}
+
+/// The slot tracking `handle`, or [`NO_SLOT`]. Called before the library
+/// can complete (and MPICH reuse) the handle, so the answer is this
+/// request's slot and never a newer request's with the same value.
+#[inline(always)]
+pub(crate) fn find(s: &State, handle: usize) -> u32 {
+    if handle == s.abi.request_null {
+        return NO_SLOT;
+    }
+    let h = start(handle);
+    for i in (0..PROBE).map(|i| (h + i) % N) {
+        let slot = &s.requests[i];
+        if slot.handle.load(Relaxed) == handle as u64 {
+            let st = slot.state.load(Acquire);
+            if st != request_state::FREE && st != request_state::BUSY {
+                return i as u32;
+            }
+        }
+    }
+    NO_SLOT
+}
+
+/// Whether completing `slot` needs the status (receives, and anything
+/// cancelled, whose status says whether the cancel won).
+#[inline(always)]
+pub(crate) fn needs_status(slot: u32) -> bool {
+    if slot == NO_SLOT {
+        return false;
+    }
+    let f = FLAGS[slot as usize].load(Relaxed);
+    f & CANCELLED != 0 || matches!(f & KIND_MASK, 1 | 2)
+}
+
+fn release(s: &State, i: usize) {
+    let slot = &s.requests[i];
+    slot.state.store(request_state::BUSY, Relaxed);
+    slot.handle.store(0, Relaxed);
+    slot.state.store(request_state::FREE, Release);
+}
+
+/// The library completed the request in `slot` with `status` (null if the
+/// layer has none): counts the receive, marks a persistent request
+/// inactive, releases anything else.
+///
+/// # Safety
+/// `status` is null or a status the library just filled for this request.
+pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8) {
+    if slot == NO_SLOT {
+        return;
+    }
+    let i = slot as usize;
+    let seg = &s.requests[i];
+    let state = seg.state.load(Relaxed);
+    // Waiting on an inactive persistent request returns at once, empty.
+    if state != request_state::ACTIVE && state != request_state::PERSISTENT_ACTIVE {
+        return;
+    }
+    let flags = FLAGS[i].load(Relaxed);
+    s.counters.requests_completed.fetch_add(1, Relaxed);
+    // SAFETY: per the caller.
+    let cancelled =
+        flags & CANCELLED != 0 && !status.is_null() && unsafe { s.abi.cancelled(status) };
+    if cancelled {
+        s.counters.requests_cancelled.fetch_add(1, Relaxed);
+    } else {
+        match flags & KIND_MASK {
+            1 if !status.is_null() => {
+                // SAFETY: per the caller.
+                unsafe { super::p2p::received(s, COMM[i].load(Relaxed), status) };
+            }
+            2 if !status.is_null() => {
+                // SAFETY: per the caller.
+                let bytes = unsafe { s.abi.received(status) };
+                s.message(PEER[i].load(Relaxed), observer_common::segment::RECV, bytes);
+            }
+            1 | 2 => {
+                s.counters.unattributed_messages.fetch_add(1, Relaxed);
+            }
+            _ => {}
+        }
+    }
+    FLAGS[i].fetch_and(!CANCELLED, Relaxed);
+    if flags & PERSISTENT != 0 {
+        seg.state.store(request_state::PERSISTENT_INACTIVE, Release);
+    } else {
+        release(s, i);
+    }
+}
+
+/// `MPI_Start` of the persistent request in `slot`: active again, and a
+/// send's message counted now.
+pub(crate) fn started(s: &State, slot: u32) {
+    if slot == NO_SLOT {
+        return;
+    }
+    let i = slot as usize;
+    let seg = &s.requests[i];
+    let flags = FLAGS[i].load(Relaxed);
+    if flags & PERSISTENT == 0 {
+        return;
+    }
+    seg.started_ns.store(now_ns(), Relaxed);
+    s.counters.requests_started.fetch_add(1, Relaxed);
+    if flags & KIND_MASK == Kind::Send as u64 {
+        let peer = PEER[i].load(Relaxed);
+        if peer != super::comms::NULL_PEER {
+            s.message(
+                peer,
+                observer_common::segment::SEND,
+                Some(BYTES[i].load(Relaxed)),
+            );
+        }
+    }
+    seg.state.store(request_state::PERSISTENT_ACTIVE, Release);
+}
+
+/// `MPI_Cancel` of the request in `slot`: its completion will ask the
+/// status whether the cancel succeeded.
+pub(crate) fn cancel(slot: u32) {
+    if slot != NO_SLOT {
+        FLAGS[slot as usize].fetch_or(CANCELLED, Relaxed);
+    }
+}
+
+/// `MPI_Request_free` of the request in `slot`: the entry leaves the table.
+/// An active receive freed this way will never report its status, so its
+/// message is counted as unattributed.
+pub(crate) fn freed(s: &State, slot: u32) {
+    if slot == NO_SLOT {
+        return;
+    }
+    let i = slot as usize;
+    let flags = FLAGS[i].load(Relaxed);
+    let state = s.requests[i].state.load(Relaxed);
+    if flags & PERSISTENT != 0 {
+        s.counters.persistent_requests.fetch_sub(1, Relaxed);
+    }
+    let active = state == request_state::ACTIVE || state == request_state::PERSISTENT_ACTIVE;
+    if active && matches!(flags & KIND_MASK, 1 | 2) {
+        s.counters.unattributed_messages.fetch_add(1, Relaxed);
+    }
+    release(s, i);
+}

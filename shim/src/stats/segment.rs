@@ -1,0 +1,276 @@
+//! The process's shared-memory segment (the contract in
+//! `observer_common::segment`) and the layer's global state.
+//!
+//! The state is built once, in `MPI_Init`/`MPI_Init_thread`, and published
+//! through one pointer: until then, and forever if the segment cannot be
+//! created, every wrapper sees no state and only passes the call through.
+
+use core::{
+    ffi::c_int,
+    ptr::null_mut,
+    sync::atomic::{AtomicPtr, AtomicU32, Ordering::*},
+};
+use std::ffi::CString;
+
+use observer_common::{
+    FUNCTION_COUNT,
+    generated::functions::SPEC_FINGERPRINT,
+    segment::{
+        FunctionCounters, Header, MAGIC, MAX_PEER_SLOTS, PATH_PREFIX, PeerCounters, REQUEST_SLOTS,
+        RankCounters, RequestSlot, VERSION, offsets, segment_size,
+    },
+};
+
+use super::{abi::Abi, comms::NULL_PEER};
+
+/// The layer's state once the segment exists.
+pub(crate) struct State {
+    /// The library's ABI.
+    pub(crate) abi: Abi,
+    /// `MPI_COMM_WORLD`'s size.
+    pub(crate) world_size: u32,
+    /// Rank-wide counters.
+    pub(crate) counters: &'static RankCounters,
+    /// Per-peer counters, indexed by world rank.
+    pub(crate) peers: &'static [PeerCounters],
+    /// Per-function counters, indexed by `FunctionId`.
+    pub(crate) functions: &'static [FunctionCounters],
+    /// The request table.
+    pub(crate) requests: &'static [RequestSlot],
+    /// The segment's path, unlinked at `MPI_Finalize`.
+    path: CString,
+}
+
+static STATE: AtomicPtr<State> = AtomicPtr::new(null_mut());
+
+/// The state, or `None` while the layer only passes calls through.
+#[inline(always)]
+pub(crate) fn state() -> Option<&'static State> {
+    // SAFETY: null, or a leaked State published once and never freed.
+    unsafe { STATE.load(Acquire).as_ref() }
+}
+
+/// Why the segment could not be created.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SegmentError {
+    /// The library is not one the layer understands.
+    #[error(transparent)]
+    Abi(#[from] super::abi::AbiError),
+    /// `MPI_Comm_size(MPI_COMM_WORLD)` failed.
+    #[error("MPI_Comm_size(MPI_COMM_WORLD) failed")]
+    WorldSize,
+    /// A system call on the segment failed.
+    #[error("cannot create {path}: {what}: {source}")]
+    Create {
+        /// The segment's path.
+        path: String,
+        /// The failing step.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Creates the segment and publishes the state; on failure prints one line
+/// and leaves the layer a pass-through. Called after the library's
+/// `MPI_Init` succeeded, once.
+pub(crate) fn init() {
+    if !STATE.load(Acquire).is_null() {
+        return;
+    }
+    match build() {
+        Ok(s) => STATE.store(Box::into_raw(Box::new(s)), Release),
+        Err(e) => {
+            let line = format!(
+                "mpi-observer-shim: stats: {e}; the stats layer passes calls through (pid {})\n",
+                std::process::id()
+            );
+            // SAFETY: one write(2) of an owned buffer, so ranks do not interleave.
+            unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+        }
+    }
+}
+
+/// Unlinks the segment's file: the daemon keeps its own descriptor once it
+/// has found the segment, so the final figures stay readable to it, and
+/// nothing is left behind in `/dev/shm`. The mapping stays (late counters
+/// land in memory nobody else will open).
+pub(crate) fn finish() {
+    if let Some(s) = state() {
+        // SAFETY: NUL-terminated path.
+        unsafe { libc::unlink(s.path.as_ptr()) };
+    }
+}
+
+fn os(path: &str, what: &'static str) -> SegmentError {
+    SegmentError::Create {
+        path: path.to_string(),
+        what,
+        source: std::io::Error::last_os_error(),
+    }
+}
+
+fn build() -> Result<State, SegmentError> {
+    let abi = Abi::detect()?;
+    let mut n: c_int = 0;
+    // SAFETY: the library's PMPI_Comm_size with an out-pointer.
+    if unsafe { (abi.comm_size)(abi.comm_world, &mut n) } != 0 || n <= 0 {
+        return Err(SegmentError::WorldSize);
+    }
+    let world_size = n as u32;
+    let peer_slots = world_size.min(MAX_PEER_SLOTS);
+    let functions = FUNCTION_COUNT as u32;
+    let size = segment_size(peer_slots, functions, REQUEST_SLOTS);
+    let path = format!("{PATH_PREFIX}{}", std::process::id());
+    let cpath = CString::new(path.clone()).expect("no NUL in a number");
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: NUL-terminated path.
+    let mut fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+        // A file left by an earlier process with this pid that died before
+        // MPI_Finalize. /dev/shm is sticky, so only our own file can be
+        // unlinked; anyone else's makes the second open fail, as it should.
+        // SAFETY: NUL-terminated path.
+        unsafe { libc::unlink(cpath.as_ptr()) };
+        // SAFETY: as above.
+        fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
+    }
+    if fd < 0 {
+        return Err(os(&path, "open"));
+    }
+    let fail = |what| {
+        let e = os(&path, what);
+        // SAFETY: our descriptor and our file.
+        unsafe {
+            libc::close(fd);
+            libc::unlink(cpath.as_ptr());
+        }
+        e
+    };
+    // SAFETY: our descriptor. fchmod because umask may only have removed
+    // bits; this states the mode the daemon checks.
+    if unsafe { libc::fchmod(fd, 0o600) } != 0 {
+        return Err(fail("fchmod"));
+    }
+    // posix_fallocate, not only ftruncate: on a full tmpfs a sparse file
+    // would SIGBUS on first touch of a page instead of failing here.
+    // SAFETY: our descriptor.
+    let rc = unsafe { libc::posix_fallocate(fd, 0, size as libc::off_t) };
+    if rc != 0 {
+        // SAFETY: errno is thread-local; posix_fallocate returns the error.
+        unsafe { *libc::__errno_location() = rc };
+        return Err(fail("posix_fallocate"));
+    }
+    // SAFETY: a fresh shared mapping of our own file.
+    let base = unsafe {
+        libc::mmap(
+            null_mut(),
+            size as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(fail("mmap"));
+    }
+    // SAFETY: the mapping keeps the file alive.
+    unsafe { libc::close(fd) };
+    let base = base.cast::<u8>();
+    let (c, p, f, r) = offsets(peer_slots, functions);
+    // SAFETY: the mapping is `size` bytes of zeroes (fresh file), page
+    // aligned, and every offset is 8-byte aligned (checked in
+    // observer-common), so these are valid, aligned, initialised (all-zero
+    // is a valid value of each) and live for the rest of the process.
+    let s = unsafe {
+        let h = base.cast::<Header>();
+        (*h).magic = MAGIC;
+        (*h).version = VERSION;
+        (*h).header_size = size_of::<Header>() as u32;
+        (*h).total_size = size;
+        (*h).spec_fingerprint = SPEC_FINGERPRINT;
+        (*h).world_size = world_size;
+        (*h).peer_slots = peer_slots;
+        (*h).function_slots = functions;
+        (*h).request_slots = REQUEST_SLOTS;
+        (*h).counters_offset = c;
+        (*h).peers_offset = p;
+        (*h).functions_offset = f;
+        (*h).requests_offset = r;
+        let state = State {
+            abi,
+            world_size,
+            counters: &*base.add(c as usize).cast::<RankCounters>(),
+            peers: core::slice::from_raw_parts(
+                base.add(p as usize).cast::<PeerCounters>(),
+                peer_slots as usize,
+            ),
+            functions: core::slice::from_raw_parts(
+                base.add(f as usize).cast::<FunctionCounters>(),
+                FUNCTION_COUNT,
+            ),
+            requests: core::slice::from_raw_parts(
+                base.add(r as usize).cast::<RequestSlot>(),
+                REQUEST_SLOTS as usize,
+            ),
+            path: cpath,
+        };
+        // Last, with Release: a reader that sees 1 sees the whole header.
+        (*(&raw const (*h).ready).cast::<AtomicU32>()).store(1, Release);
+        state
+    };
+    Ok(s)
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds: the daemon's clock
+/// (`CLOCK_MONOTONIC`) read at tick resolution, a few ns instead of a vDSO
+/// call of ~20 ns. Ages come out at most one tick (≤ 4 ms) too large.
+#[inline(always)]
+pub(crate) fn now_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+impl State {
+    /// Counts one message of `bytes` with world rank `peer` in direction
+    /// `dir`; `None` bytes or an unknown peer count as unattributed, and
+    /// `MPI_PROC_NULL` ([`NULL_PEER`]) as nothing.
+    #[inline(always)]
+    pub(crate) fn message(&self, peer: i32, dir: usize, bytes: Option<u64>) {
+        if peer == NULL_PEER {
+            return;
+        }
+        let (Ok(p), Some(b)) = (usize::try_from(peer), bytes) else {
+            self.counters.unattributed_messages.fetch_add(1, Relaxed);
+            return;
+        };
+        match self.peers.get(p) {
+            Some(c) => {
+                c.messages[dir].fetch_add(1, Relaxed);
+                c.bytes[dir].fetch_add(b, Relaxed);
+            }
+            None => {
+                self.counters.peer_overflow_messages.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// Counts one call of function `row` with its bytes per direction.
+    #[inline(always)]
+    pub(crate) fn call(&self, row: usize, send: u64, recv: u64) {
+        let f = &self.functions[row];
+        f.calls.fetch_add(1, Relaxed);
+        if send != 0 {
+            f.bytes[0].fetch_add(send, Relaxed);
+        }
+        if recv != 0 {
+            f.bytes[1].fetch_add(recv, Relaxed);
+        }
+    }
+}
