@@ -1,0 +1,585 @@
+//! End-to-end tests of the shim's `stats` layer: real four-rank jobs on Open
+//! MPI and MPICH with the shim preloaded and `MPI_TOOLS_ENTRY=stats`, their
+//! figures scraped from a real `mpi-observer attach`.
+//!
+//! - exact per-peer messages and bytes for tests/programs/stats/traffic.c
+//!   (wildcards with and without a status, Waitany, persistent requests,
+//!   a split communicator with a derived datatype, matched probes), with
+//!   `--no-bpf` on one library and the eBPF mode on the other;
+//! - live request health while a rank holds 5 receives (hold.c);
+//! - a segment corrupted under a live job, and `/dev/shm` unavailable.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader, Seek as _, SeekFrom, Write as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use e2e::{
+    Mpi, Need, Sample, compile, free_port, http_get, observer_bin, parse_metrics, program, require,
+    run_with_timeout, scratch, sum, target_dir, wait_for, wait_with_timeout,
+};
+
+const NP: u32 = 4;
+
+fn shim() -> PathBuf {
+    let p = target_dir().join("release/libmpi_observer_shim.so");
+    assert!(
+        p.exists(),
+        "{} is missing: cargo build --release -p mpi-observer-shim",
+        p.display()
+    );
+    p
+}
+
+/// A launcher command for `prog` with the shim and the `stats` layer in
+/// every rank (not in the launcher).
+fn launcher(mpi: Mpi, prog: &Path) -> Command {
+    let mut c = mpi.launcher(NP);
+    let shim = shim();
+    let shim = shim.to_str().unwrap();
+    match mpi {
+        Mpi::OpenMpi => {
+            c.args(["-x", &format!("LD_PRELOAD={shim}")])
+                .args(["-x", "MPI_TOOLS_ENTRY=stats"]);
+        }
+        Mpi::Mpich => {
+            c.args(["-genv", "LD_PRELOAD", shim])
+                .args(["-genv", "MPI_TOOLS_ENTRY", "stats"]);
+        }
+    }
+    c.arg(prog);
+    c
+}
+
+fn build(mpi: Mpi, dir: &Path, name: &str) -> PathBuf {
+    let exe = dir.join(format!("{name}-{}", mpi.name()));
+    compile(mpi, &program(&format!("stats/{name}.c")), &exe, &[]);
+    exe
+}
+
+/// A running job parked at its go file, every rank having printed READY.
+struct Job {
+    child: Option<Child>,
+    /// (rank, pid).
+    ranks: Vec<(u32, u32)>,
+    go: PathBuf,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Job {
+    fn start(mpi: Mpi, dir: &Path, name: &str) -> Job {
+        let exe = build(mpi, dir, name);
+        let go = dir.join("go");
+        let _ = std::fs::remove_file(&go);
+        let mut child = launcher(mpi, &exe)
+            .arg(&go)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the launcher");
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut ranks = Vec::new();
+        while ranks.len() < NP as usize {
+            let l = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("every rank to print READY");
+            if let Some(rest) = l.strip_prefix("READY ") {
+                let mut f = rest.split_whitespace().map(|x| x.parse::<u32>().unwrap());
+                ranks.push((f.next().unwrap(), f.next().unwrap()));
+            }
+        }
+        ranks.sort();
+        Job {
+            child: Some(child),
+            ranks,
+            go,
+            lines: rx,
+        }
+    }
+
+    fn pid(&self, rank: u32) -> u32 {
+        self.ranks.iter().find(|r| r.0 == rank).unwrap().1
+    }
+
+    fn pid_args(&self) -> Vec<String> {
+        self.ranks
+            .iter()
+            .flat_map(|(_, p)| ["--pid".to_string(), p.to_string()])
+            .collect()
+    }
+
+    /// Lets the ranks finish; asserts a clean exit with every DONE line.
+    fn finish(mut self) {
+        std::fs::write(&self.go, b"").unwrap();
+        let o = wait_with_timeout(self.child.take().unwrap(), Duration::from_secs(60));
+        assert!(o.status.success(), "the job failed: {}", o.status);
+        let mut done = 0;
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            done += usize::from(l.starts_with("DONE "));
+        }
+        assert_eq!(done, NP as usize, "every rank must finish");
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = std::fs::write(&self.go, b"");
+            if wait_for_exit(&mut c, Duration::from_secs(20)).is_none() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+fn wait_for_exit(c: &mut Child, limit: Duration) -> Option<()> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if c.try_wait().ok().flatten().is_some() {
+            return Some(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// A running `mpi-observer attach`.
+struct Daemon {
+    child: Child,
+    addr: String,
+}
+
+impl Daemon {
+    fn start(args: &[String]) -> Daemon {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut child = Command::new(observer_bin())
+            .arg("attach")
+            .args(args)
+            .args(["--listen", &addr])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("[daemon] {l}");
+            }
+        });
+        let mut d = Daemon { child, addr };
+        wait_for(
+            "the daemon to serve /metrics",
+            Duration::from_secs(60),
+            || {
+                if let Some(st) = d.child.try_wait().unwrap() {
+                    panic!("the daemon exited early: {st}");
+                }
+                http_get(&d.addr, "/metrics")
+                    .ok()
+                    .filter(|(c, _)| *c == 200)
+            },
+        );
+        d
+    }
+
+    fn scrape(&mut self) -> Vec<Sample> {
+        assert!(
+            self.child.try_wait().unwrap().is_none(),
+            "the daemon must keep running"
+        );
+        let (code, body) = http_get(&self.addr, "/metrics").expect("scrape");
+        assert_eq!(code, 200);
+        parse_metrics(&body)
+    }
+
+    /// Scrapes until every rank in `ranks` has stats-layer figures.
+    fn scrape_with_figures(&mut self, ranks: &[u32]) -> Vec<Sample> {
+        wait_for(
+            "every rank's segment figures",
+            Duration::from_secs(30),
+            || {
+                let s = self.scrape();
+                ranks
+                    .iter()
+                    .all(|r| {
+                        s.iter().any(|x| {
+                            x.name == "mpi_requests_outstanding"
+                                && x.label("rank") == Some(&r.to_string())
+                        })
+                    })
+                    .then_some(s)
+            },
+        )
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// (rank, peer, direction) → (messages, bytes): what traffic.c sends, by
+/// the same parameters.
+fn expected_traffic() -> BTreeMap<(u32, u32, &'static str), (u64, u64)> {
+    let mut m = BTreeMap::new();
+    let mut add = |from: u32, to: u32, msgs: u64, bytes: u64| {
+        for key in [(from, to, "send"), (to, from, "recv")] {
+            let e = m.entry(key).or_insert((0, 0));
+            e.0 += msgs;
+            e.1 += bytes;
+        }
+    };
+    // 1. wildcard fan-in: 6 messages of 8*rank ints.
+    for p in 1..4 {
+        add(p, 0, 6, 6 * 8 * 4 * p as u64);
+    }
+    for r in 0..4 {
+        // 2. ring: 10 + 20 + 30 doubles.
+        add(r, (r + 1) % 4, 3, 60 * 8);
+        // 3. persistent: 5 rounds of 16 ints.
+        add(r, r ^ 2, 5, 5 * 64);
+        // 6. Sendrecv: 3 ints.
+        add(r, r ^ 1, 1, 12);
+    }
+    // 4. split communicator, vector type of 24 bytes: 5 elements up, 2 back.
+    add(2, 0, 1, 120);
+    add(0, 2, 1, 48);
+    add(3, 1, 1, 120);
+    add(1, 3, 1, 48);
+    // 5. matched probes.
+    add(3, 1, 1, 28);
+    add(2, 1, 1, 36);
+    m
+}
+
+/// One rank's non-zero `name` series as (peer, direction) → value.
+fn peer_series(s: &[Sample], name: &str, rank: u32) -> BTreeMap<(u32, String), u64> {
+    s.iter()
+        .filter(|x| x.name == name && x.label("rank") == Some(&rank.to_string()) && x.value != 0.0)
+        .map(|x| {
+            (
+                (
+                    x.label("peer").unwrap().parse().unwrap(),
+                    x.label("direction").unwrap().to_string(),
+                ),
+                x.value as u64,
+            )
+        })
+        .collect()
+}
+
+/// Asserts rank `rank`'s per-peer figures are exactly traffic.c's.
+fn assert_traffic(s: &[Sample], rank: u32) {
+    let want = expected_traffic();
+    let (mut msgs, mut bytes) = (BTreeMap::new(), BTreeMap::new());
+    for (&(r, p, d), &(m, b)) in &want {
+        if r == rank {
+            msgs.insert((p, d.to_string()), m);
+            bytes.insert((p, d.to_string()), b);
+        }
+    }
+    assert_eq!(
+        peer_series(s, "mpi_peer_messages_total", rank),
+        msgs,
+        "rank {rank}: messages per (peer, direction)"
+    );
+    assert_eq!(
+        peer_series(s, "mpi_peer_bytes_total", rank),
+        bytes,
+        "rank {rank}: bytes per (peer, direction)"
+    );
+    let r = rank.to_string();
+    let one = |name: &str| sum(s, name, &[("rank", &r)]);
+    for zero in [
+        "mpi_unattributed_messages_total",
+        "mpi_peer_overflow_messages_total",
+        "mpi_request_table_full_total",
+        "mpi_requests_outstanding",
+        "mpi_requests_persistent",
+        "mpi_requests_cancelled_total",
+    ] {
+        assert_eq!(one(zero), 0.0, "rank {rank}: {zero}");
+    }
+    // No leaked entries: every started request completed. Rank 1 has its
+    // Imrecv, ranks 0 and 1 the split phase's Irecv or Isend, all the ring's
+    // 6 and 10 persistent starts.
+    let started = one("mpi_requests_started_total");
+    assert_eq!(started, one("mpi_requests_completed_total"), "rank {rank}");
+    assert_eq!(
+        started,
+        16.0 + 1.0 + f64::from(u8::from(rank == 1)),
+        "rank {rank}"
+    );
+}
+
+/// Collective figures by the documented definition (docs/stats.md).
+fn assert_collectives(s: &[Sample]) {
+    for rank in 0..NP {
+        let r = rank.to_string();
+        let calls = |f: &str| sum(s, "mpi_layer_calls_total", &[("rank", &r), ("function", f)]);
+        let bytes = |f: &str, d: &str| {
+            sum(
+                s,
+                "mpi_layer_bytes_total",
+                &[("rank", &r), ("function", f), ("direction", d)],
+            )
+        };
+        for f in ["MPI_Bcast", "MPI_Allreduce", "MPI_Gather"] {
+            assert_eq!(calls(f), 1.0, "rank {rank} {f}");
+        }
+        // Bcast of 10 ints from root 0.
+        let root = rank == 0;
+        assert_eq!(bytes("MPI_Bcast", "send"), if root { 40.0 } else { 0.0 });
+        assert_eq!(bytes("MPI_Bcast", "recv"), if root { 0.0 } else { 40.0 });
+        // Allreduce of 4 doubles.
+        assert_eq!(bytes("MPI_Allreduce", "send"), 32.0);
+        assert_eq!(bytes("MPI_Allreduce", "recv"), 32.0);
+        // Gather of 2 ints to root 1: the receive side only at the root.
+        assert_eq!(bytes("MPI_Gather", "send"), 8.0);
+        assert_eq!(
+            bytes("MPI_Gather", "recv"),
+            if rank == 1 { 32.0 } else { 0.0 }
+        );
+    }
+}
+
+fn exact(mpi: Mpi, no_bpf: bool) {
+    let dir = scratch(&format!("stats-exact-{}", mpi.name()));
+    let job = Job::start(mpi, &dir, "traffic");
+    let mut args = job.pid_args();
+    if no_bpf {
+        args.insert(0, "--no-bpf".into());
+    }
+    let mut d = Daemon::start(&args);
+    let s = d.scrape_with_figures(&[0, 1, 2, 3]);
+    for rank in 0..NP {
+        assert_traffic(&s, rank);
+    }
+    assert_collectives(&s);
+    job.finish();
+}
+
+#[test]
+fn stats_exact_per_peer_openmpi_no_bpf() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
+        return;
+    }
+    exact(Mpi::OpenMpi, true);
+}
+
+#[test]
+fn stats_exact_per_peer_mpich_ebpf() {
+    if !require(&[Need::Root, Need::Mpi(Mpi::Mpich)]) {
+        return;
+    }
+    exact(Mpi::Mpich, false);
+}
+
+fn health(mpi: Mpi) {
+    let dir = scratch(&format!("stats-health-{}", mpi.name()));
+    let job = Job::start(mpi, &dir, "hold");
+    let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
+    let r0 = [("rank", "0")];
+    let first = d.scrape_with_figures(&[0]);
+    let outstanding = sum(&first, "mpi_requests_outstanding", &r0);
+    assert!(
+        outstanding >= 5.0,
+        "outstanding during the hold: {outstanding}"
+    );
+    let age1 = sum(&first, "mpi_request_oldest_age_seconds", &r0);
+    assert!(age1 > 0.0, "oldest age during the hold: {age1}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = d.scrape();
+    let age2 = sum(&second, "mpi_request_oldest_age_seconds", &r0);
+    assert!(
+        age2 >= age1 + 1.0,
+        "the oldest age must grow: {age1} then {age2}"
+    );
+    assert!(sum(&second, "mpi_requests_outstanding", &r0) >= 5.0);
+    let pid0 = job.pid(0);
+    job.finish();
+    // The daemon kept the unlinked segment open: final figures, no leak.
+    let last = d.scrape();
+    let r0 = [("rank", "0")];
+    assert_eq!(
+        sum(&last, "mpi_requests_outstanding", &r0),
+        0.0,
+        "pid {pid0}"
+    );
+    assert_eq!(sum(&last, "mpi_requests_started_total", &r0), 5.0);
+    assert_eq!(sum(&last, "mpi_requests_completed_total", &r0), 5.0);
+    assert_eq!(
+        sum(
+            &last,
+            "mpi_peer_messages_total",
+            &[("rank", "0"), ("peer", "1"), ("direction", "recv")]
+        ),
+        5.0
+    );
+}
+
+#[test]
+fn stats_request_health_openmpi() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
+        return;
+    }
+    health(Mpi::OpenMpi);
+}
+
+#[test]
+fn stats_request_health_mpich() {
+    if !require(&[Need::Mpi(Mpi::Mpich)]) {
+        return;
+    }
+    health(Mpi::Mpich);
+}
+
+/// Overwrites `len` bytes of `pid`'s live segment at `offset`.
+fn corrupt(pid: u32, offset: u64, bytes: &[u8]) {
+    let path = format!("/dev/shm/mpi-observer.{pid}");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {path}: {e}"));
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+#[test]
+fn stats_corrupt_segment_is_skipped() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
+        return;
+    }
+    let dir = scratch("stats-corrupt");
+    let job = Job::start(Mpi::OpenMpi, &dir, "traffic");
+    let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
+    let before = d.scrape_with_figures(&[0, 1, 2, 3]);
+    let errors = |s: &[Sample]| {
+        sum(
+            s,
+            "mpi_observer_segment_errors_total",
+            &[("reason", "corrupt")],
+        )
+    };
+    assert_eq!(errors(&before), 0.0);
+    // Rank 0: a wrong magic. Rank 2: a peer count that disagrees with the
+    // segment's size (Header.peer_slots is at byte 36).
+    corrupt(job.pid(0), 0, b"GARBAGE!");
+    corrupt(job.pid(2), 36, &1_000_000u32.to_ne_bytes());
+    let after = wait_for(
+        "two corrupt segments counted",
+        Duration::from_secs(20),
+        || {
+            let s = d.scrape();
+            (errors(&s) >= 2.0).then_some(s)
+        },
+    );
+    for rank in ["0", "2"] {
+        assert!(
+            !after
+                .iter()
+                .any(|x| x.name.starts_with("mpi_peer_") && x.label("rank") == Some(rank)),
+            "rank {rank}'s corrupt segment must be skipped"
+        );
+    }
+    // The others are still served, exactly.
+    assert_traffic(&after, 1);
+    assert_traffic(&after, 3);
+    job.finish();
+    assert!(
+        d.scrape()
+            .iter()
+            .any(|x| x.name == "mpi_observer_segment_errors_total")
+    );
+}
+
+/// The job under a private mount namespace whose `/dev/shm` is a read-only
+/// tmpfs: the segment cannot be created, the job must run on.
+fn no_shm(mpi: Mpi) {
+    let dir = scratch(&format!("stats-noshm-{}", mpi.name()));
+    let exe = build(mpi, &dir, "traffic");
+    let inner = launcher(mpi, &exe);
+    let mut c = Command::new("unshare");
+    c.args([
+        "-m",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        "mount -t tmpfs -o ro,size=64k tmpfs /dev/shm && exec \"$@\"",
+        "sh",
+    ])
+    .arg(inner.get_program())
+    .args(inner.get_args())
+    // Both libraries' shared-memory transports keep their files in /dev/shm
+    // by default; the test is about the layer, not the transport: Open MPI's
+    // vader goes to /tmp, MPICH's UCX uses System V memory instead.
+    .env("OMPI_MCA_btl_vader_backing_directory", "/tmp")
+    .env("UCX_TLS", "self,sysv,cma");
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    let o = run_with_timeout(&mut c, Duration::from_secs(120));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "the job must run on: {}\n{out}\n{err}",
+        o.status
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("DONE ")).count(),
+        NP as usize,
+        "{out}"
+    );
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("mpi-observer-shim"))
+        .collect();
+    assert_eq!(said.len(), NP as usize, "one line per rank: {err}");
+    for l in &said {
+        assert!(
+            l.contains("stats: cannot create /dev/shm/mpi-observer.")
+                && l.contains("passes calls through"),
+            "{l}"
+        );
+    }
+}
+
+#[test]
+fn stats_no_dev_shm_openmpi() {
+    if !require(&[
+        Need::Root,
+        Need::Command("unshare"),
+        Need::Mpi(Mpi::OpenMpi),
+    ]) {
+        return;
+    }
+    no_shm(Mpi::OpenMpi);
+}
+
+#[test]
+fn stats_no_dev_shm_mpich() {
+    if !require(&[Need::Root, Need::Command("unshare"), Need::Mpi(Mpi::Mpich)]) {
+        return;
+    }
+    no_shm(Mpi::Mpich);
+}
