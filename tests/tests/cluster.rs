@@ -33,6 +33,9 @@ const NODES: usize = 3;
 /// Ranks per node.
 const PER_NODE: usize = 2;
 const NP: usize = NODES * PER_NODE;
+/// The second job: ranks and iterations, all on the last node.
+const SMALL_NP: usize = 2;
+const SMALL_ITERS: u64 = 100;
 /// The port every daemon listens on, at its node's address.
 const OBSERVER_PORT: u16 = 9479;
 /// The scrape job name the alerts and the overview dashboard expect.
@@ -547,16 +550,17 @@ impl Drop for Job {
     }
 }
 
-/// Calls each rank of steady.c makes: (function, per rank).
-fn expected_calls() -> Vec<(&'static str, u64)> {
+/// Calls each rank of steady.c makes in a run of `iters` iterations:
+/// (function, per rank).
+fn expected_calls(iters: u64) -> Vec<(&'static str, u64)> {
     vec![
-        ("MPI_Isend", ITERS),
-        ("MPI_Irecv", ITERS + 1),
-        ("MPI_Waitall", ITERS),
-        ("MPI_Allreduce", ITERS),
-        ("MPI_Bcast", ITERS),
-        ("MPI_Alltoall", ITERS),
-        ("MPI_Barrier", ITERS),
+        ("MPI_Isend", iters),
+        ("MPI_Irecv", iters + 1),
+        ("MPI_Waitall", iters),
+        ("MPI_Allreduce", iters),
+        ("MPI_Bcast", iters),
+        ("MPI_Alltoall", iters),
+        ("MPI_Barrier", iters),
         ("MPI_Send", 1),
         ("MPI_Wait", 1),
         ("MPI_Finalize", 1),
@@ -1014,11 +1018,7 @@ fn least_privilege_capabilities_suffice() {
     let (_, body) = http_get(&addr, "/metrics").unwrap();
     let s = parse_metrics(&body);
     for rank in ["0", "1"] {
-        for (f, n) in [
-            ("MPI_Isend", iters),
-            ("MPI_Allreduce", iters),
-            ("MPI_Finalize", 1),
-        ] {
+        for (f, n) in expected_calls(iters) {
             assert_eq!(
                 sum(
                     &s,
@@ -1155,52 +1155,64 @@ fn dashboards_on_a_three_node_cluster() {
     );
 
     // The job: two ranks per node, launched into the namespaces by Open MPI's
-    // rsh agent; TCP between the nodes, shared memory within one.
+    // rsh agent; TCP between the nodes, shared memory within one. A second,
+    // smaller job runs on the last node only, so the overview has two jobs
+    // to tell apart and node 2's daemon serves both.
     let agent = dir.join("ns-agent");
     std::fs::write(&agent, RSH_AGENT).unwrap();
     std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let hostfile = dir.join("hosts");
-    std::fs::write(
-        &hostfile,
-        net.namespaces
-            .iter()
-            .map(|n| format!("{n} slots={PER_NODE}\n"))
-            .collect::<String>(),
-    )
-    .unwrap();
-    let mut mpirun = Command::new(Mpi::OpenMpi.mpirun());
-    mpirun
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_plm_rsh_agent", &agent)
-        .env("OMPI_MCA_plm_rsh_no_tree_spawn", "1")
-        .env("OMPI_MCA_pml", "ob1")
-        .env("OMPI_MCA_btl", "self,vader,tcp")
-        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-        .env("OMPI_MCA_btl_tcp_if_include", net.subnet())
-        .env("OMPI_MCA_oob_tcp_if_include", net.subnet())
-        .arg("--hostfile")
-        .arg(&hostfile)
-        .args(["-np", &NP.to_string()]);
-    let mut job = Job::start(mpirun, &dir, ITERS, NP);
+    let mpirun = |nodes: &[String], np: usize, name: &str| {
+        let hostfile = dir.join(format!("hosts-{name}"));
+        std::fs::write(
+            &hostfile,
+            nodes
+                .iter()
+                .map(|n| format!("{n} slots={PER_NODE}\n"))
+                .collect::<String>(),
+        )
+        .unwrap();
+        let mut c = Command::new(Mpi::OpenMpi.mpirun());
+        c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("OMPI_MCA_plm_rsh_agent", &agent)
+            .env("OMPI_MCA_plm_rsh_no_tree_spawn", "1")
+            .env("OMPI_MCA_pml", "ob1")
+            .env("OMPI_MCA_btl", "self,vader,tcp")
+            .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+            .env("OMPI_MCA_btl_tcp_if_include", net.subnet())
+            .env("OMPI_MCA_oob_tcp_if_include", net.subnet())
+            .arg("--hostfile")
+            .arg(&hostfile)
+            .args(["-np", &np.to_string()]);
+        c
+    };
+    let mut job = Job::start(mpirun(&net.namespaces, NP, "main"), &dir, ITERS, NP);
+    let small_dir = dir.join("small");
+    std::fs::create_dir_all(&small_dir).unwrap();
+    let mut small = Job::start(
+        mpirun(&net.namespaces[NODES - 1..], SMALL_NP, "small"),
+        &small_dir,
+        SMALL_ITERS,
+        SMALL_NP,
+    );
 
     // The ranks really are split across the nodes.
+    let node_of_pid = |pid: u32| {
+        let link = std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+        let ino: u64 = link
+            .to_string_lossy()
+            .trim_start_matches("net:[")
+            .trim_end_matches(']')
+            .parse()
+            .unwrap();
+        (0..NODES)
+            .find(|&i| net.ns_inode(i) == ino)
+            .unwrap_or_else(|| panic!("pid {pid} runs in none of the nodes"))
+    };
     let node_of: BTreeMap<u32, usize> = job
         .ranks
         .iter()
-        .map(|&(rank, pid)| {
-            let link = std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
-            let ino: u64 = link
-                .to_string_lossy()
-                .trim_start_matches("net:[")
-                .trim_end_matches(']')
-                .parse()
-                .unwrap();
-            let node = (0..NODES)
-                .find(|&i| net.ns_inode(i) == ino)
-                .unwrap_or_else(|| panic!("rank {rank} (pid {pid}) runs in none of the nodes"));
-            (rank, node)
-        })
+        .map(|&(rank, pid)| (rank, node_of_pid(pid)))
         .collect();
     for n in 0..NODES {
         assert_eq!(
@@ -1209,35 +1221,70 @@ fn dashboards_on_a_three_node_cluster() {
             "ranks per node: {node_of:?}"
         );
     }
+    for &(_, pid) in &small.ranks {
+        assert_eq!(node_of_pid(pid), NODES - 1, "the small job's node");
+    }
 
-    // Each daemon owns exactly its node's ranks, and they agree on the job.
+    // Each daemon owns exactly its node's ranks (by pid: no rank of another
+    // node leaks in), and the daemons agree on each job's id.
     let mut jobids = BTreeSet::new();
+    let mut small_jobids = BTreeSet::new();
     for (i, (d, addr)) in daemons.iter_mut().enumerate() {
-        let want: BTreeSet<String> = node_of
+        let mut want: BTreeMap<String, (&str, String)> = job
+            .ranks
             .iter()
-            .filter(|(_, n)| **n == i)
-            .map(|(r, _)| r.to_string())
+            .filter(|(r, _)| node_of[r] == i)
+            .map(|(r, p)| (p.to_string(), ("main", r.to_string())))
             .collect();
-        let jobid = wait_for(
-            "each daemon to attach to its node's ranks",
+        if i == NODES - 1 {
+            want.extend(
+                small
+                    .ranks
+                    .iter()
+                    .map(|(r, p)| (p.to_string(), ("small", r.to_string()))),
+            );
+        }
+        let ids = wait_for(
+            "each daemon to attach to exactly its node's ranks",
             Duration::from_secs(30),
             || {
                 d.assert_running();
                 let (_, body) = http_get(addr, "/metrics").ok()?;
                 let s = parse_metrics(&body);
-                let info: Vec<_> = s.iter().filter(|x| x.name == "mpi_rank_info").collect();
-                let ranks: BTreeSet<String> = info
+                let info: BTreeMap<String, (String, String)> = s
                     .iter()
-                    .map(|x| x.label("rank").unwrap().to_string())
+                    .filter(|x| x.name == "mpi_rank_info")
+                    .map(|x| {
+                        let l = |k| x.label(k).unwrap().to_string();
+                        (l("pid"), (l("jobid"), l("rank")))
+                    })
                     .collect();
-                (ranks == want).then(|| info[0].label("jobid").unwrap().to_string())
+                let same = info.len() == want.len()
+                    && want
+                        .iter()
+                        .all(|(pid, (_, rank))| info.get(pid).is_some_and(|x| &x.1 == rank));
+                same.then(|| {
+                    want.iter()
+                        .map(|(pid, (which, _))| (*which, info[pid].0.clone()))
+                        .collect::<BTreeSet<_>>()
+                })
             },
         );
-        jobids.insert(jobid);
+        for (which, id) in ids {
+            if which == "main" {
+                jobids.insert(id);
+            } else {
+                small_jobids.insert(id);
+            }
+        }
     }
     assert_eq!(jobids.len(), 1, "one job id across the nodes: {jobids:?}");
+    assert_eq!(small_jobids.len(), 1, "{small_jobids:?}");
     let jobid = jobids.into_iter().next().unwrap();
+    let small_jobid = small_jobids.into_iter().next().unwrap();
+    assert_ne!(jobid, small_jobid, "two jobs, two job ids");
     let sel = format!("jobid=\"{jobid}\"");
+    let small_sel = format!("jobid=\"{small_jobid}\"");
     prom.wait_value(
         &format!("count(mpi_rank_info{{{sel}}})"),
         NP as f64,
@@ -1247,7 +1294,9 @@ fn dashboards_on_a_three_node_cluster() {
     // Run the counted phase; the ranks then hold, alive, with one request
     // outstanding each.
     std::fs::write(&job.go, b"go").unwrap();
+    std::fs::write(&small.go, b"go").unwrap();
     job.wait_lines("DONE", NP, Duration::from_secs(120));
+    small.wait_lines("DONE", SMALL_NP, Duration::from_secs(60));
     let total = |f: &str| format!("sum(mpi_calls_total{{{sel}, function=\"{f}\"}})");
     prom.wait_value(
         &total("MPI_Allreduce"),
@@ -1258,6 +1307,27 @@ fn dashboards_on_a_three_node_cluster() {
         prom.value(&format!("sum(mpi_rank_up{{{sel}}})")),
         Some(NP as f64),
         "every rank is still running"
+    );
+    // The overview's job-level rules tell the two jobs apart.
+    prom.wait_value(
+        "count(jobid:mpi_ranks_running:count)",
+        2.0,
+        Duration::from_secs(15),
+    );
+    prom.wait_value(
+        &format!("jobid:mpi_nodes_running:count{{{sel}}}"),
+        NODES as f64,
+        Duration::from_secs(15),
+    );
+    prom.wait_value(
+        &format!("jobid:mpi_nodes_running:count{{{small_sel}}}"),
+        1.0,
+        Duration::from_secs(15),
+    );
+    prom.wait_value(
+        &format!("jobid:mpi_ranks_running:count{{{small_sel}}}"),
+        SMALL_NP as f64,
+        Duration::from_secs(15),
     );
 
     // Every dashboard expression, with the variables set to this job, a
@@ -1323,6 +1393,7 @@ fn dashboards_on_a_three_node_cluster() {
     // End the job. Exited ranks stay exported (--retain-exited), so the
     // cluster-wide totals in Prometheus must be exact.
     job.finish();
+    small.finish();
     prom.wait_value(
         &format!("count(mpi_rank_exit_time_seconds{{{sel}}})"),
         NP as f64,
@@ -1331,9 +1402,17 @@ fn dashboards_on_a_three_node_cluster() {
     assert_eq!(prom.value(&format!("sum(mpi_rank_up{{{sel}}})")), Some(0.0));
     // Let one more scrape of every node land after the exits were seen.
     std::thread::sleep(Duration::from_secs(2));
-    for (f, per_rank) in expected_calls() {
+    for (f, per_rank) in expected_calls(ITERS) {
         let want = (per_rank * NP as u64) as f64;
         prom.wait_value(&total(f), want, Duration::from_secs(10));
+    }
+    // The small job's totals are exact and its own.
+    for (f, per_rank) in expected_calls(SMALL_ITERS) {
+        prom.wait_value(
+            &format!("sum(mpi_calls_total{{{small_sel}, function=\"{f}\"}})"),
+            (per_rank * SMALL_NP as u64) as f64,
+            Duration::from_secs(10),
+        );
     }
     let nodes = prom
         .query(&format!(
@@ -1697,15 +1776,18 @@ fn check_dashboards_return_data(prom: &Prom, vars: &BTreeMap<&str, String>) -> u
             }
         }
     }
-    eprintln!(
-        "dashboards: {strict} expressions returned data; {} valid but empty because the observer does not export {:?} yet:\n  {}",
-        lenient.len(),
-        OPTIONAL_FAMILIES
-            .iter()
-            .filter(|f| !present.contains(*f))
-            .collect::<Vec<_>>(),
-        lenient.join("\n  ")
-    );
+    eprintln!("dashboards: {strict} expressions returned data");
+    if !lenient.is_empty() {
+        eprintln!(
+            "dashboards: {} valid but empty because the observer does not export {:?} yet:\n  {}",
+            lenient.len(),
+            OPTIONAL_FAMILIES
+                .iter()
+                .filter(|f| !present.contains(*f))
+                .collect::<Vec<_>>(),
+            lenient.join("\n  ")
+        );
+    }
     assert!(
         failures.is_empty(),
         "{} dashboard queries failed:\n{}",
