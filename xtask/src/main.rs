@@ -1,6 +1,7 @@
 //! Project automation: `cargo xtask <setup|codegen|build|test|demo|bench>`.
 mod bench_observer;
 mod bench_shim;
+mod bench_stats;
 mod codegen;
 mod codegen_shim;
 mod demo;
@@ -129,6 +130,7 @@ fn main() -> Result<()> {
         Cmd::Bench { which } => match which.as_str() {
             "shim" => bench_shim::run(&root),
             "observer" => bench_observer::run(&root),
+            "stats" => bench_stats::run(&root),
             other => anyhow::bail!("unknown benchmark `{other}` (known: shim)"),
         },
     }

@@ -1,0 +1,421 @@
+//! `cargo xtask bench stats`: what the shim's `stats` layer costs.
+//!
+//! - Added ns per point-to-point call: one rank sending to itself, a blocking
+//!   pair (`MPI_Send` + `MPI_Recv`, 2 calls) and a nonblocking triple
+//!   (`MPI_Irecv` + `MPI_Isend` + `MPI_Waitall`, 3 calls), 8 bytes each,
+//!   without the shim, with the shim and a C pass-through tool wrapping the
+//!   same calls, and with the shim and `stats`. The difference to the
+//!   pass-through is the layer's own work; to no shim, everything it adds.
+//! - Latency: 8-byte ping-pong between two ranks with `stats` against none.
+//!
+//! Configurations run round-robin, `REPS` times each, so drift on a shared
+//! VM hits all alike; each run reports the median of 9 timed loops and the
+//! report quotes the median of the runs. The C sources are written next to
+//! the binaries from this file, so the benchmark is self-contained.
+//! Results go to `docs/benchmarks-stats.md` with the command and machine.
+
+use std::{
+    fmt::Write as _,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{cargo, setup::run_cmd};
+
+/// Runs per configuration; odd, so the median is a run.
+const REPS: usize = 9;
+
+/// One rank talking to itself: per-iteration ns of each pattern.
+const P2P_COST_C: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define LOOPS 9
+#define ITERS 100000
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double loop(int nonblocking, int iters) {
+    char sb[8] = {0}, rb[8];
+    double t0 = now();
+    for (int i = 0; i < iters; i++) {
+        if (nonblocking) {
+            MPI_Request r[2];
+            MPI_Irecv(rb, 8, MPI_BYTE, 0, 2, MPI_COMM_WORLD, &r[0]);
+            MPI_Isend(sb, 8, MPI_BYTE, 0, 2, MPI_COMM_WORLD, &r[1]);
+            MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+        } else {
+            MPI_Send(sb, 8, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+            MPI_Recv(rb, 8, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+    }
+    return (now() - t0) / iters;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    double med[2];
+    for (int nb = 0; nb < 2; nb++) {
+        double v[LOOPS];
+        loop(nb, ITERS / 4);
+        for (int k = 0; k < LOOPS; k++)
+            v[k] = loop(nb, ITERS);
+        qsort(v, LOOPS, sizeof(double), cmp);
+        med[nb] = v[LOOPS / 2];
+    }
+    printf("blocking_ns=%.2f nonblocking_ns=%.2f\n", med[0], med[1]);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+/// A PMPI tool that only continues to the next level, for the calls above.
+const PASS_THROUGH_C: &str = r#"
+#include <mpi.h>
+int MPI_Send(const void *b, int n, MPI_Datatype t, int d, int g, MPI_Comm c) {
+    return PMPI_Send(b, n, t, d, g, c);
+}
+int MPI_Recv(void *b, int n, MPI_Datatype t, int s, int g, MPI_Comm c, MPI_Status *st) {
+    return PMPI_Recv(b, n, t, s, g, c, st);
+}
+int MPI_Isend(const void *b, int n, MPI_Datatype t, int d, int g, MPI_Comm c, MPI_Request *r) {
+    return PMPI_Isend(b, n, t, d, g, c, r);
+}
+int MPI_Irecv(void *b, int n, MPI_Datatype t, int s, int g, MPI_Comm c, MPI_Request *r) {
+    return PMPI_Irecv(b, n, t, s, g, c, r);
+}
+int MPI_Waitall(int n, MPI_Request *r, MPI_Status *st) { return PMPI_Waitall(n, r, st); }
+"#;
+
+/// Two ranks: median one-way latency of 8-byte messages.
+const PING_PONG_C: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define BATCHES 15
+#define ITERS 20000
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double batch(int rank, int iters) {
+    char buf[8] = {0};
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; i++) {
+        if (rank == 0) {
+            MPI_Send(buf, 8, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+            MPI_Recv(buf, 8, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(buf, 8, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, 8, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+        }
+    }
+    return (MPI_Wtime() - t0) / (2.0 * iters) * 1e9;
+}
+
+int main(int argc, char **argv) {
+    int rank;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    double v[BATCHES];
+    batch(rank, ITERS / 4);
+    for (int b = 0; b < BATCHES; b++)
+        v[b] = batch(rank, ITERS);
+    qsort(v, BATCHES, sizeof(double), cmp);
+    if (rank == 0)
+        printf("pingpong_ns=%.1f\n", v[BATCHES / 2]);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[derive(Clone, Copy)]
+enum Mpi {
+    OpenMpi,
+    Mpich,
+}
+
+impl Mpi {
+    fn name(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "Open MPI",
+            Mpi::Mpich => "MPICH",
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "openmpi",
+            Mpi::Mpich => "mpich",
+        }
+    }
+
+    /// `np` ranks of `prog`, with the shim and tools list `list` if given.
+    fn job(self, np: u32, shim: Option<(&Path, &str)>, prog: &Path) -> Command {
+        let mut c = Command::new(format!("mpirun.{}", self.suffix()));
+        let preload = shim.map(|(lib, list)| (lib.display().to_string(), list.to_string()));
+        match self {
+            Mpi::OpenMpi => {
+                c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                    .env("OMPI_MCA_btl", "self,vader")
+                    .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+                    .args(["--oversubscribe", "-np", &np.to_string()]);
+                if let Some((lib, list)) = preload {
+                    c.args(["-x", &format!("LD_PRELOAD={lib}")])
+                        .args(["-x", &format!("MPI_TOOLS_ENTRY={list}")]);
+                }
+            }
+            Mpi::Mpich => {
+                c.args(["-launcher", "fork", "-np", &np.to_string()]);
+                if let Some((lib, list)) = preload {
+                    c.args(["-genv", "LD_PRELOAD", &lib])
+                        .args(["-genv", "MPI_TOOLS_ENTRY", &list]);
+                }
+            }
+        }
+        c.arg(prog);
+        c
+    }
+}
+
+fn mpicc(mpi: Mpi, extra: &[&str], src: &Path, out: &Path) -> Result<()> {
+    run_cmd(
+        Command::new(format!("mpicc.{}", mpi.suffix()))
+            .arg("-O2")
+            .args(extra)
+            .arg("-o")
+            .arg(out)
+            .arg(src),
+    )
+}
+
+/// Runs a job and returns every `key=number` of its output.
+fn measure(mut c: Command) -> Result<Vec<(String, f64)>> {
+    let o = c.output().with_context(|| format!("running {c:?}"))?;
+    let out = String::from_utf8_lossy(&o.stdout);
+    if !o.status.success() {
+        bail!(
+            "{c:?} failed:\n{out}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    Ok(out
+        .split_whitespace()
+        .filter_map(|w| {
+            let (k, v) = w.split_once('=')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect())
+}
+
+fn get(v: &[(String, f64)], key: &str) -> Result<f64> {
+    v.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, x)| *x)
+        .with_context(|| format!("no {key}= in the benchmark's output"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn spread(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{lo:.1}–{hi:.1}")
+}
+
+fn first_line(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+fn loadavg() -> String {
+    let l = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+fn machine() -> String {
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']))
+        .unwrap_or("unknown CPU");
+    let cores = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    format!(
+        "{model}, {cores} cores, Linux {}; {}; {}; {}",
+        first_line("uname", &["-r"]),
+        first_line("mpirun.openmpi", &["--version"]),
+        first_line("mpichversion", &[])
+            .replace("MPICH Version:", "MPICH")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+        first_line("rustc", &["--version"]),
+    )
+}
+
+struct Built {
+    cost: PathBuf,
+    pingpong: PathBuf,
+    pass: PathBuf,
+}
+
+fn build(mpi: Mpi, dir: &Path) -> Result<Built> {
+    let dir = dir.join(mpi.suffix());
+    fs::create_dir_all(&dir)?;
+    let src = |name: &str, text: &str| -> Result<PathBuf> {
+        let p = dir.join(name);
+        fs::write(&p, text)?;
+        Ok(p)
+    };
+    let b = Built {
+        cost: dir.join("p2pcost"),
+        pingpong: dir.join("pingpong"),
+        pass: dir.join("libpass.so"),
+    };
+    mpicc(mpi, &[], &src("p2pcost.c", P2P_COST_C)?, &b.cost)?;
+    mpicc(mpi, &[], &src("pingpong.c", PING_PONG_C)?, &b.pingpong)?;
+    mpicc(
+        mpi,
+        &["-shared", "-fPIC"],
+        &src("passthrough.c", PASS_THROUGH_C)?,
+        &b.pass,
+    )?;
+    Ok(b)
+}
+
+/// `cargo xtask bench stats`.
+pub fn run(root: &Path) -> Result<()> {
+    run_cmd(cargo().args(["build", "--release", "-p", "mpi-observer-shim"]))?;
+    let shim = root.join("target/release/libmpi_observer_shim.so");
+    let dir = root.join("target/bench-stats");
+    let load_before = loadavg();
+    let mut report = String::new();
+    writeln!(
+        report,
+        "# `stats` layer benchmarks\n\n\
+         Command: `cargo xtask bench stats` (writes this file; the C sources are in \
+         `xtask/src/bench_stats.rs`).\n\n\
+         Machine: {}.\n\n\
+         Every figure is the median of {REPS} runs taken round-robin across configurations \
+         in one invocation (the range of the runs beside it); each run reports the median of \
+         9 timed loops. Differences compare figures from the same invocation.\n",
+        machine()
+    )?;
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
+        let b = build(mpi, &dir)?;
+        let pass = b.pass.display().to_string();
+        let configs: [(&str, Option<&str>); 3] = [
+            ("no shim", None),
+            ("shim + C pass-through tool", Some(pass.as_str())),
+            ("shim + `stats`", Some("stats")),
+        ];
+        let mut blocking = vec![Vec::new(); configs.len()];
+        let mut nonblocking = vec![Vec::new(); configs.len()];
+        for _ in 0..REPS {
+            for (i, (_, list)) in configs.iter().enumerate() {
+                let v = measure(mpi.job(1, list.map(|l| (shim.as_path(), l)), &b.cost))?;
+                blocking[i].push(get(&v, "blocking_ns")?);
+                nonblocking[i].push(get(&v, "nonblocking_ns")?);
+            }
+        }
+        writeln!(
+            report,
+            "## {}: added ns per point-to-point call (8 B, one rank to itself)\n",
+            mpi.name()
+        )?;
+        writeln!(
+            report,
+            "| pattern | configuration | ns per iteration | runs | added per call vs no shim | added per call vs pass-through |\n\
+             |---|---|---:|---:|---:|---:|"
+        )?;
+        for (pattern, calls, samples) in [
+            ("Send + Recv", 2.0, &blocking),
+            ("Irecv + Isend + Waitall", 3.0, &nonblocking),
+        ] {
+            let med: Vec<f64> = samples.iter().cloned().map(median).collect();
+            for (i, (name, _)) in configs.iter().enumerate() {
+                let vs_pass = if i == 2 {
+                    format!("{:+.1} ns", (med[2] - med[1]) / calls)
+                } else {
+                    "-".into()
+                };
+                writeln!(
+                    report,
+                    "| {pattern} | {name} | {:.1} | {} | {:+.1} ns | {vs_pass} |",
+                    med[i],
+                    spread(&samples[i]),
+                    (med[i] - med[0]) / calls,
+                )?;
+            }
+        }
+        writeln!(report)?;
+        let (mut base, mut stats) = (Vec::new(), Vec::new());
+        for _ in 0..REPS {
+            base.push(get(
+                &measure(mpi.job(2, None, &b.pingpong))?,
+                "pingpong_ns",
+            )?);
+            stats.push(get(
+                &measure(mpi.job(2, Some((shim.as_path(), "stats")), &b.pingpong))?,
+                "pingpong_ns",
+            )?);
+        }
+        let (sb, ss) = (spread(&base), spread(&stats));
+        let (mb, ms) = (median(base), median(stats));
+        writeln!(
+            report,
+            "## {}: 8-byte ping-pong, one-way latency (2 ranks)\n\n\
+             | configuration | median | runs | ratio |\n|---|---:|---:|---:|\n\
+             | no shim | {mb:.0} ns | {sb} ns | 1.000 |\n\
+             | shim + `stats` | {ms:.0} ns | {ss} ns | {:.3} |\n",
+            mpi.name(),
+            ms / mb
+        )?;
+    }
+    writeln!(
+        report,
+        "Load average (1/5/15 min) before and after: {load_before} / {}. The machine is \
+         shared; figures taken under load are noisier.",
+        loadavg()
+    )?;
+    let out = root.join("docs/benchmarks-stats.md");
+    fs::write(&out, &report)?;
+    print!("{report}");
+    println!("wrote {}", out.display());
+    Ok(())
+}
