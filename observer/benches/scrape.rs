@@ -4,18 +4,19 @@
 //! per-CPU `MPI_STATS` map with 256 ranks × 60 functions of synthetic
 //! figures (every CPU's slot non-zero: calls, time, bytes, a spread-out
 //! histogram), registers 256 synthetic ranks, then times
-//! [`State::scrape`] and a real HTTP scrape through the daemon's server.
+//! [`State::scrape`] (wall and thread CPU time) and a real HTTP scrape
+//! through the daemon's server.
 //! Prints `key=value` lines that `cargo xtask bench observer` reads.
 
 use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpStream},
     sync::{Arc, Mutex, mpsc},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
-use aya::maps::{MapData, PerCpuHashMap, PerCpuValues};
+use aya::maps::{MapData, MapError, PerCpuHashMap, PerCpuValues};
 use mpi_observer::{
     EBPF_OBJECT, functions,
     metrics::RenderOptions,
@@ -37,6 +38,18 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// This thread's CPU time in ms: the scrape's own cost, without the time
+/// other load on the machine holds the CPU.
+fn thread_cpu_ms() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
+}
+
 fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
@@ -52,7 +65,7 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn fill(probes: &mut Probes, ids: &[u16]) -> Result<()> {
+fn fill(probes: &mut Probes, ids: &[u16], retries: &mut u64) -> Result<()> {
     let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
     let map = probes
         .ebpf_mut()
@@ -74,14 +87,27 @@ fn fill(probes: &mut Probes, ids: &[u16]) -> Result<()> {
                     s
                 })
                 .collect();
-            stats.insert(
-                StatKey {
-                    tgid: PID_BASE + r,
-                    func: id as u32,
-                },
-                PerCpuValues::try_from(per_cpu)?,
-                0,
-            )?;
+            let key = StatKey {
+                tgid: PID_BASE + r,
+                func: id as u32,
+            };
+            // Elements of a BPF_F_NO_PREALLOC map come from a cache the
+            // kernel refills asynchronously; a burst of inserts can find it
+            // empty (ENOMEM) for a moment.
+            let mut tries = 0;
+            loop {
+                match stats.insert(key, PerCpuValues::try_from(per_cpu.clone())?, 0) {
+                    Ok(()) => break,
+                    Err(MapError::SyscallError(e))
+                        if e.io_error.raw_os_error() == Some(libc::ENOMEM) && tries < 1000 =>
+                    {
+                        tries += 1;
+                        *retries += 1;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
         }
     }
     Ok(())
@@ -111,7 +137,8 @@ fn main() -> Result<()> {
     if ids.len() != FUNCTIONS {
         bail!("only {} default functions", ids.len());
     }
-    fill(&mut probes, &ids)?;
+    let mut retries = 0;
+    fill(&mut probes, &ids, &mut retries)?;
     let mut state = State::new(Some(probes), ids, true, RenderOptions::default());
     for r in 0..RANKS {
         state
@@ -122,25 +149,41 @@ fn main() -> Result<()> {
     let mut out_len = 0;
     let mut series = 0;
     let mut times = Vec::new();
+    let mut cpu = Vec::new();
     for _ in 0..SCRAPES {
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), thread_cpu_ms());
         let text = state.scrape("");
         times.push(t.elapsed().as_secs_f64() * 1e3);
+        cpu.push(thread_cpu_ms() - c);
         out_len = text.len();
         series = text.lines().filter(|l| !l.starts_with('#')).count();
     }
     let scrape_ms = median_ms(times);
+    let scrape_cpu_ms = median_ms(cpu);
+
+    // The map-reading part alone: one lookup per entry and CPU.
+    let mut cpu = Vec::new();
+    for _ in 0..SCRAPES {
+        let c = thread_cpu_ms();
+        let stats = state.read_stats();
+        cpu.push(thread_cpu_ms() - c);
+        assert_eq!(stats.len(), RANKS as usize);
+    }
+    let read_cpu_ms = median_ms(cpu);
 
     state.render.per_rank_histograms = true;
     let mut times = Vec::new();
+    let mut cpu = Vec::new();
     let mut series_per_rank = 0;
     for _ in 0..SCRAPES {
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), thread_cpu_ms());
         let text = state.scrape("");
         times.push(t.elapsed().as_secs_f64() * 1e3);
+        cpu.push(thread_cpu_ms() - c);
         series_per_rank = text.lines().filter(|l| !l.starts_with('#')).count();
     }
     let scrape_per_rank_ms = median_ms(times);
+    let scrape_per_rank_cpu_ms = median_ms(cpu);
     state.render.per_rank_histograms = false;
 
     // The same through the daemon's HTTP server, on its own runtime thread.
@@ -175,11 +218,15 @@ fn main() -> Result<()> {
     println!("functions={FUNCTIONS}");
     println!("map_entries={}", RANKS as usize * FUNCTIONS);
     println!("cpus={}", aya::util::nr_cpus().unwrap_or(0));
+    println!("insert_enomem_retries={retries}");
     println!("series={series}");
     println!("exposition_bytes={out_len}");
     println!("scrape_ms={scrape_ms:.2}");
+    println!("scrape_cpu_ms={scrape_cpu_ms:.2}");
+    println!("read_stats_cpu_ms={read_cpu_ms:.2}");
     println!("series_per_rank_hist={series_per_rank}");
     println!("scrape_per_rank_hist_ms={scrape_per_rank_ms:.2}");
+    println!("scrape_per_rank_hist_cpu_ms={scrape_per_rank_cpu_ms:.2}");
     println!("http_scrape_ms={http_ms:.2}");
     println!("http_response_bytes={http_len}");
     println!("vmhwm_kib={}", status_kib("VmHWM:"));
