@@ -868,6 +868,18 @@ fn rules_pass_promtool() {
     );
 }
 
+/// The shim library, as `mpi-observer shim-path` names it.
+fn shim_path() -> String {
+    let o = run_with_timeout(
+        Command::new(observer_bin()).arg("shim-path"),
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "mpi-observer shim-path failed");
+    let p = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    assert!(Path::new(&p).exists(), "mpi-observer shim-path: {p}");
+    p
+}
+
 /// The capabilities the systemd unit grants.
 fn unit_capabilities() -> Vec<String> {
     let unit =
@@ -992,7 +1004,16 @@ fn least_privilege_capabilities_suffice() {
     );
 
     let iters = 50;
-    let job = Job::start(Mpi::OpenMpi.launcher(2), &dir, iters, 2);
+    // With the stats layer, so the segments' figures (0600 files of the
+    // ranks' user in /dev/shm) are covered too.
+    let mut launcher = Mpi::OpenMpi.launcher(2);
+    launcher.args([
+        "-x",
+        &format!("LD_PRELOAD={}", shim_path()),
+        "-x",
+        "MPI_TOOLS_ENTRY=stats",
+    ]);
+    let job = Job::start(launcher, &dir, iters, 2);
     let jobid = wait_for(
         "the daemon to attach to both ranks",
         Duration::from_secs(30),
@@ -1042,6 +1063,17 @@ fn least_privilege_capabilities_suffice() {
                 ]
             ),
             (64 * iters) as f64
+        );
+    }
+    for dir in ["send", "recv"] {
+        assert_eq!(
+            sum(
+                &s,
+                "mpi_peer_bytes_total",
+                &[("jobid", &jobid), ("direction", dir)]
+            ),
+            (2 * (64 * iters + 4)) as f64,
+            "{dir} peer bytes from the stats segments, read unprivileged"
         );
     }
     assert_eq!(sum(&s, "mpi_observer_attach_failures_total", &[]), 0.0);
@@ -1190,17 +1222,7 @@ fn dashboards_on_a_three_node_cluster() {
     // the argument-level metrics (per-peer traffic, request health) for it;
     // the small job runs without, so the same dashboards are checked on a job
     // that has only the probes' figures.
-    let shim = String::from_utf8(
-        run_with_timeout(
-            Command::new(observer_bin()).arg("shim-path"),
-            Duration::from_secs(30),
-        )
-        .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_string();
-    assert!(Path::new(&shim).exists(), "mpi-observer shim-path: {shim}");
+    let shim = shim_path();
     let mut main_cmd = mpirun(&net.namespaces, NP, "main");
     main_cmd.args([
         "-x",
