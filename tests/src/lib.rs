@@ -108,14 +108,15 @@ pub fn require(needs: &[Need]) -> bool {
     for need in needs {
         let missing = match need {
             Need::Root => (unsafe { geteuid() } != 0).then(|| "root (euid 0)".to_string()),
-            Need::Mpi(m) => {
-                (!on_path(m.mpicc()) || !on_path(m.mpirun())).then(|| format!("{m:?} ({})", m.mpicc()))
-            }
+            Need::Mpi(m) => (!on_path(m.mpicc()) || !on_path(m.mpirun()))
+                .then(|| format!("{m:?} ({})", m.mpicc())),
             Need::Command(c) => (!on_path(c)).then(|| c.to_string()),
         };
         if let Some(what) = missing {
             if in_ci() {
-                panic!("CI=true and this test needs {what}: install it (cargo xtask setup) instead of skipping");
+                panic!(
+                    "CI=true and this test needs {what}: install it (cargo xtask setup) instead of skipping"
+                );
             }
             eprintln!("SKIPPED: needs {what}");
             return false;
@@ -130,7 +131,10 @@ unsafe extern "C" {
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Cargo's target directory.
@@ -143,7 +147,11 @@ pub fn target_dir() -> PathBuf {
 /// The release `mpi-observer` binary; `cargo xtask test` builds it first.
 pub fn observer_bin() -> PathBuf {
     let p = target_dir().join("release/mpi-observer");
-    assert!(p.exists(), "{} is missing: run `cargo xtask build` first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask build` first",
+        p.display()
+    );
     p
 }
 
@@ -216,7 +224,10 @@ pub fn wait_with_timeout(mut child: Child, limit: Duration) -> Output {
 pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
     let mut buf = String::new();
     s.read_to_string(&mut buf)?;
     let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
@@ -235,14 +246,21 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>
         if let Some(v) = f() {
             return v;
         }
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Parses Prometheus text exposition into (name, labels, value) samples.
@@ -262,7 +280,11 @@ pub fn parse_metrics(text: &str) -> Vec<Sample> {
                 map.push((k.trim_start_matches(',').to_string(), v[..end].to_string()));
                 rest = &v[end + 1..];
             }
-            Some(Sample { name: name.to_string(), labels: map, value: value.parse().ok()? })
+            Some(Sample {
+                name: name.to_string(),
+                labels: map,
+                value: value.parse().ok()?,
+            })
         })
         .collect()
 }
@@ -281,7 +303,10 @@ pub struct Sample {
 impl Sample {
     /// A label's value, if present.
     pub fn label(&self, k: &str) -> Option<&str> {
-        self.labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+        self.labels
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
     }
 }
 

@@ -17,6 +17,8 @@ const PACKAGES: &[&str] = &[
     "prometheus",
     "iproute2",
     "procps",
+    // systemd-analyze verifies the shipped unit (tests/tests/cluster.rs).
+    "systemd",
     "hyperfine",
 ];
 
@@ -67,7 +69,13 @@ pub fn run() -> Result<()> {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("rust-src"));
     if !has_src {
         eprintln!("setup: adding rust-src to {toolchain}");
-        run_cmd(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", toolchain]))?;
+        run_cmd(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            toolchain,
+        ]))?;
     }
     let linker_ok = Command::new("bpf-linker")
         .arg("--version")
