@@ -11,7 +11,7 @@ pub enum PreflightError {
     /// Capabilities missing from the effective set.
     #[error(
         "missing capabilities {missing}: run as root (sudo mpi-observer ...) or grant them \
-         (setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep mpi-observer)"
+         (setcap cap_bpf,cap_perfmon,cap_sys_ptrace,cap_dac_read_search+ep mpi-observer)"
     )]
     Capabilities {
         /// Comma-separated capability names.
@@ -40,6 +40,8 @@ pub enum PreflightError {
     },
 }
 
+const CAP_DAC_OVERRIDE: u32 = 1;
+const CAP_DAC_READ_SEARCH: u32 = 2;
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
@@ -60,8 +62,11 @@ fn effective_caps() -> u64 {
 }
 
 /// Checks capabilities: CAP_BPF (load programs, create maps) and
-/// CAP_PERFMON (uprobe perf events), each satisfied by CAP_SYS_ADMIN too,
-/// and CAP_SYS_PTRACE (read other users' /proc/PID/environ, maps and mem).
+/// CAP_PERFMON (uprobes), each satisfied by CAP_SYS_ADMIN too;
+/// CAP_SYS_PTRACE (the ptrace access check on other users' /proc/PID/environ,
+/// maps and mem) and CAP_DAC_READ_SEARCH (those files, and the stats
+/// segments, are readable by their owner only), the latter also satisfied by
+/// CAP_DAC_OVERRIDE.
 pub fn capabilities() -> Result<(), PreflightError> {
     let caps = effective_caps();
     let has = |c: u32| caps & (1 << c) != 0;
@@ -74,6 +79,9 @@ pub fn capabilities() -> Result<(), PreflightError> {
     }
     if !has(CAP_SYS_PTRACE) {
         missing.push("CAP_SYS_PTRACE");
+    }
+    if !has(CAP_DAC_READ_SEARCH) && !has(CAP_DAC_OVERRIDE) {
+        missing.push("CAP_DAC_READ_SEARCH");
     }
     if missing.is_empty() {
         Ok(())

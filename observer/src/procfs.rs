@@ -23,7 +23,9 @@ pub enum ProcError {
         pid: u32,
     },
     /// `/proc/PID/...` could not be read, typically for lack of privilege.
-    #[error("cannot read /proc/{pid}/{file}: {source}; run as root or with CAP_SYS_PTRACE")]
+    #[error(
+        "cannot read /proc/{pid}/{file}: {source}; run as root or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH"
+    )]
     Unreadable {
         /// The pid.
         pid: u32,
@@ -211,7 +213,9 @@ pub fn identity(pid: u32) -> Result<Identity, ProcError> {
                 .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
         })
     };
-    let jobid = get(JOB_VARS).unwrap_or_else(|| format!("launcher-{}", launcher_pid(pid)));
+    let jobid = get(JOB_VARS)
+        .or_else(|| hydra_job(pid))
+        .unwrap_or_else(|| format!("launcher-{}", launcher_pid(pid)));
     Ok(Identity {
         rank: get(RANK_VARS).unwrap_or_else(|| "unknown".into()),
         size: get(SIZE_VARS).unwrap_or_else(|| "unknown".into()),
@@ -223,6 +227,18 @@ fn parent(pid: u32) -> Option<u32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = stat.rsplit_once(')')?.1;
     rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// MPICH's Hydra without a batch system: every node's proxy carries the
+/// launcher's `--control-port HOST:PORT`, the same on all nodes of one job,
+/// whereas pids differ from node to node.
+fn hydra_job(pid: u32) -> Option<String> {
+    let proxy = parent(pid).filter(|p| comm(*p).starts_with("hydra_pmi_prox"))?;
+    let cmdline = fs::read(format!("/proc/{proxy}/cmdline")).ok()?;
+    let mut args = cmdline.split(|b| *b == 0);
+    args.find(|a| *a == b"--control-port")?;
+    let port = String::from_utf8_lossy(args.next()?).into_owned();
+    (!port.is_empty()).then(|| format!("hydra-{port}"))
 }
 
 /// The nearest ancestor whose command is a launcher (mpirun, mpiexec,

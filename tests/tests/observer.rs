@@ -585,7 +585,12 @@ fn bad_input_not_root_names_the_capabilities() {
     .arg(observer_bin())
     .args(["attach", "--pid", "1"]);
     let err = expect_one_line_error(&mut c, "missing capabilities");
-    for cap in ["CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE"] {
+    for cap in [
+        "CAP_BPF",
+        "CAP_PERFMON",
+        "CAP_SYS_PTRACE",
+        "CAP_DAC_READ_SEARCH",
+    ] {
         assert!(err.contains(cap), "{cap} not named: {err}");
     }
 }
