@@ -60,17 +60,39 @@ fn big<R>(n: usize, f: impl FnOnce(&mut [u32], *mut u8) -> R) -> R {
     })
 }
 
-/// Fills `slots` from the caller's request array; true if any completion
-/// will need a status.
+/// Fills `slots` from the caller's request array and marks them pending;
+/// true if any completion will need a status.
 #[inline(always)]
 fn lookup(s: &State, reqs: usize, slots: &mut [u32]) -> bool {
     let mut need = false;
     for (i, slot) in slots.iter_mut().enumerate() {
         // SAFETY: the caller's array of `slots.len()` requests.
         *slot = requests::find(s, unsafe { s.abi.handle_at(reqs, i) });
+        requests::pend(s, *slot);
         need |= requests::needs_status(*slot);
     }
     need
+}
+
+/// Completes `slots[i]` and forgets it, so [`unpend_rest`] leaves it be.
+///
+/// # Safety
+/// As [`requests::complete`].
+#[inline(always)]
+unsafe fn complete_at(s: &State, slots: &mut [u32], i: usize, status: *const u8) {
+    // SAFETY: per the caller.
+    unsafe { requests::complete(s, slots[i], status) };
+    slots[i] = NO_SLOT;
+}
+
+/// Clears the mark of every slot that did not complete.
+#[inline(always)]
+fn unpend_rest(s: &State, slots: &[u32]) {
+    if s.multi {
+        for &slot in slots {
+            requests::unpend(s, slot);
+        }
+    }
 }
 
 /// The status array to pass: the caller's, or `own` if it passed
@@ -100,14 +122,15 @@ fn nth(s: &State, array: *const u8, i: usize) -> *const u8 {
 /// After a failed multiple completion (`MPI_ERR_IN_STATUS` under
 /// `MPI_ERRORS_RETURN`): release what the library has nulled, without
 /// figures, so no entry leaks.
-fn after_error(s: &State, reqs: usize, slots: &[u32]) {
-    for (i, &slot) in slots.iter().enumerate() {
+fn after_error(s: &State, reqs: usize, slots: &mut [u32]) {
+    for i in 0..slots.len() {
         // SAFETY: the caller's array.
-        if slot != NO_SLOT && unsafe { s.abi.handle_at(reqs, i) } == s.abi.request_null {
+        if slots[i] != NO_SLOT && unsafe { s.abi.handle_at(reqs, i) } == s.abi.request_null {
             // SAFETY: a null status: no figures are read.
-            unsafe { requests::complete(s, slot, core::ptr::null()) };
+            unsafe { complete_at(s, slots, i, core::ptr::null()) };
         }
     }
+    unpend_rest(s, slots);
 }
 
 /// `MPI_Wait`.
@@ -117,6 +140,7 @@ pub(crate) unsafe extern "C" fn wait<const ROW: usize>(req: usize, status: usize
     };
     // SAFETY: the caller's request.
     let slot = requests::find(s, unsafe { s.abi.handle_at(req, 0) });
+    requests::pend(s, slot);
     let mut own = Status::new();
     let st = if requests::needs_status(slot) {
         status_or(s, status, &mut own)
@@ -128,6 +152,8 @@ pub(crate) unsafe extern "C" fn wait<const ROW: usize>(req: usize, status: usize
         let p = if st == s.abi.c.status_ignore { 0 } else { st };
         // SAFETY: null or the status the library filled.
         unsafe { requests::complete(s, slot, p as *const u8) };
+    } else {
+        requests::unpend(s, slot);
     }
     rc
 }
@@ -143,6 +169,7 @@ pub(crate) unsafe extern "C" fn test<const ROW: usize>(
     };
     // SAFETY: the caller's request.
     let slot = requests::find(s, unsafe { s.abi.handle_at(req, 0) });
+    requests::pend(s, slot);
     let mut own = Status::new();
     let st = if requests::needs_status(slot) {
         status_or(s, status, &mut own)
@@ -155,6 +182,8 @@ pub(crate) unsafe extern "C" fn test<const ROW: usize>(
         let p = if st == s.abi.c.status_ignore { 0 } else { st };
         // SAFETY: null or the status the library filled.
         unsafe { requests::complete(s, slot, p as *const u8) };
+    } else {
+        requests::unpend(s, slot);
     }
     rc
 }
@@ -191,6 +220,8 @@ unsafe fn all<const ROW: usize, const TEST: bool>(
             }
         } else if rc != 0 {
             after_error(s, reqs, slots);
+        } else {
+            unpend_rest(s, slots);
         }
         rc
     })
@@ -252,17 +283,19 @@ unsafe fn any<const ROW: usize, const TEST: bool>(
                 *(index as *const c_int),
             )
         };
-        if rc == 0
-            && done
+        if rc != 0 {
+            after_error(s, reqs, slots);
+            return rc;
+        }
+        if done
             && i != s.abi.c.undefined
-            && let Some(&slot) = usize::try_from(i).ok().and_then(|i| slots.get(i))
+            && let Some(i) = usize::try_from(i).ok().filter(|&i| i < slots.len())
         {
             let p = if st == s.abi.c.status_ignore { 0 } else { st };
             // SAFETY: null or the status the library filled.
-            unsafe { requests::complete(s, slot, p as *const u8) };
-        } else if rc != 0 {
-            after_error(s, reqs, slots);
+            unsafe { complete_at(s, slots, i, p as *const u8) };
         }
+        unpend_rest(s, slots);
         rc
     })
 }
@@ -315,11 +348,12 @@ pub(crate) unsafe extern "C" fn some<const ROW: usize>(
         for j in 0..usize::try_from(out).unwrap_or(0) {
             // SAFETY: as above.
             let i = unsafe { *(indices as *const c_int).add(j) };
-            if let Some(&slot) = usize::try_from(i).ok().and_then(|i| slots.get(i)) {
+            if let Some(i) = usize::try_from(i).ok().filter(|&i| i < slots.len()) {
                 // SAFETY: null or status j, filled by the library.
-                unsafe { requests::complete(s, slot, nth(s, read, j)) };
+                unsafe { complete_at(s, slots, i, nth(s, read, j)) };
             }
         }
+        unpend_rest(s, slots);
         rc
     })
 }
@@ -369,9 +403,12 @@ pub(crate) unsafe extern "C" fn request_free<const ROW: usize>(req: usize) -> c_
     };
     // SAFETY: the caller's request, read before the call nulls it.
     let slot = requests::find(s, unsafe { s.abi.handle_at(req, 0) });
+    requests::pend(s, slot);
     let rc = next!(ROW; req);
     if rc == 0 {
         requests::freed(s, slot);
+    } else {
+        requests::unpend(s, slot);
     }
     rc
 }

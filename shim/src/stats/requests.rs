@@ -12,7 +12,7 @@
 //! A request is used by one thread at a time (MPI's rule), so its slot's
 //! private data needs no ordering beyond the slot's own `state`.
 
-use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
 use observer_common::segment::{REQUEST_SLOTS, request_state};
 
@@ -46,6 +46,14 @@ static FLAGS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 static COMM: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 static PEER: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
 static BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+/// Set while a thread is inside a completion call (or `MPI_Request_free`)
+/// for the slot's request. The library may free the handle inside that
+/// call and hand the same value to another thread's new request before the
+/// slot is released; [`find`] skips pending slots, so the other thread
+/// finds its own entry and never the stale one. MPI forbids two threads
+/// completing one request at once, so a pending slot is never the one a
+/// second thread is looking for. Used under `MPI_THREAD_MULTIPLE` only.
+static PENDING: [AtomicBool; N] = [const { AtomicBool::new(false) }; N];
 
 /// No slot.
 pub(crate) const NO_SLOT: u32 = u32::MAX;
@@ -53,6 +61,22 @@ pub(crate) const NO_SLOT: u32 = u32::MAX;
 #[inline(always)]
 fn start(handle: usize) -> usize {
     (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % N
+}
+
+/// Claims a free slot: a CAS when threads may race for it, else a load
+/// and a store (see `State::multi`).
+#[inline(always)]
+fn claim(s: &State, state: &AtomicU32) -> bool {
+    if s.multi {
+        state
+            .compare_exchange(request_state::FREE, request_state::BUSY, Acquire, Relaxed)
+            .is_ok()
+    } else if state.load(Relaxed) == request_state::FREE {
+        state.store(request_state::BUSY, Relaxed);
+        true
+    } else {
+        false
+    }
 }
 
 /// What a new entry describes.
@@ -77,11 +101,7 @@ pub(crate) fn track(s: &State, e: Entry) {
     let h = start(e.handle);
     for i in (0..PROBE).map(|i| (h + i) % N) {
         let slot = &s.requests[i];
-        if slot
-            .state
-            .compare_exchange(request_state::FREE, request_state::BUSY, Acquire, Relaxed)
-            .is_ok()
-        {
+        if claim(s, &slot.state) {
             FLAGS[i].store(
                 e.kind as u64 | if e.persistent { PERSISTENT } else { 0 },
                 Relaxed,
@@ -97,19 +117,24 @@ pub(crate) fn track(s: &State, e: Entry) {
                 request_state::PERSISTENT_INACTIVE
             } else {
                 slot.started_ns.store(now_ns(), Relaxed);
-                s.counters.requests_started.fetch_add(1, Relaxed);
+                s.add(&s.counters.requests_started, 1);
                 request_state::ACTIVE
             };
             slot.state.store(state, Release);
             return;
         }
     }
-    s.counters.request_table_full.fetch_add(1, Relaxed);
+    s.add(&s.counters.request_table_full, 1);
+    // An untracked receive's completion is never seen: its message cannot
+    // be attributed.
+    if matches!(e.kind, Kind::Recv | Kind::Mrecv) {
+        s.add(&s.counters.unattributed_messages, 1);
+    }
 }
 
 /// The slot tracking `handle`, or [`NO_SLOT`]. Called before the library
-/// can complete (and MPICH reuse) the handle, so the answer is this
-/// request's slot and never a newer request's with the same value.
+/// can complete (and free, and reuse) the handle; a completion call then
+/// marks the slots it found with [`pend`].
 #[inline(always)]
 pub(crate) fn find(s: &State, handle: usize) -> u32 {
     if handle == s.abi.request_null {
@@ -118,14 +143,41 @@ pub(crate) fn find(s: &State, handle: usize) -> u32 {
     let h = start(handle);
     for i in (0..PROBE).map(|i| (h + i) % N) {
         let slot = &s.requests[i];
-        if slot.handle.load(Relaxed) == handle as u64 {
+        if slot.handle.load(Acquire) == handle as u64 {
             let st = slot.state.load(Acquire);
-            if st != request_state::FREE && st != request_state::BUSY {
+            // The handle again, last: between the first read and the state
+            // a stale entry with this value may have been released and the
+            // slot claimed for another request, whose state we then read.
+            // That claim stored its own handle before its state, so the
+            // second read sees it and the slot is rejected.
+            if st != request_state::FREE
+                && st != request_state::BUSY
+                && !(s.multi && PENDING[i].load(Acquire))
+                && slot.handle.load(Acquire) == handle as u64
+            {
                 return i as u32;
             }
         }
     }
     NO_SLOT
+}
+
+/// Marks `slot` as being completed by this thread (see [`PENDING`]).
+#[inline(always)]
+pub(crate) fn pend(s: &State, slot: u32) {
+    if s.multi && slot != NO_SLOT {
+        // Release: a thread that obtains the reused handle (through the
+        // library's own synchronisation) then sees the mark.
+        PENDING[slot as usize].store(true, Release);
+    }
+}
+
+/// Clears the mark of a slot whose request did not complete.
+#[inline(always)]
+pub(crate) fn unpend(s: &State, slot: u32) {
+    if s.multi && slot != NO_SLOT {
+        PENDING[slot as usize].store(false, Release);
+    }
 }
 
 /// Whether completing `slot` needs the status (receives, and anything
@@ -139,16 +191,19 @@ pub(crate) fn needs_status(slot: u32) -> bool {
     f & CANCELLED != 0 || matches!(f & KIND_MASK, 1 | 2)
 }
 
+/// Frees slot `i`. The mark is cleared while the handle reads 0, so no
+/// thread can match the slot between the two.
 fn release(s: &State, i: usize) {
     let slot = &s.requests[i];
     slot.state.store(request_state::BUSY, Relaxed);
     slot.handle.store(0, Relaxed);
+    PENDING[i].store(false, Relaxed);
     slot.state.store(request_state::FREE, Release);
 }
 
 /// The library completed the request in `slot` with `status` (null if the
 /// layer has none): counts the receive, marks a persistent request
-/// inactive, releases anything else.
+/// inactive, releases anything else, and clears the [`pend`] mark.
 ///
 /// # Safety
 /// `status` is null or a status the library just filled for this request.
@@ -161,15 +216,16 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8) {
     let state = seg.state.load(Relaxed);
     // Waiting on an inactive persistent request returns at once, empty.
     if state != request_state::ACTIVE && state != request_state::PERSISTENT_ACTIVE {
+        unpend(s, slot);
         return;
     }
     let flags = FLAGS[i].load(Relaxed);
-    s.counters.requests_completed.fetch_add(1, Relaxed);
+    s.add(&s.counters.requests_completed, 1);
     // SAFETY: per the caller.
     let cancelled =
         flags & CANCELLED != 0 && !status.is_null() && unsafe { s.abi.cancelled(status) };
     if cancelled {
-        s.counters.requests_cancelled.fetch_add(1, Relaxed);
+        s.add(&s.counters.requests_cancelled, 1);
     } else {
         match flags & KIND_MASK {
             1 if !status.is_null() => {
@@ -182,14 +238,17 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8) {
                 s.message(PEER[i].load(Relaxed), observer_common::segment::RECV, bytes);
             }
             1 | 2 => {
-                s.counters.unattributed_messages.fetch_add(1, Relaxed);
+                s.add(&s.counters.unattributed_messages, 1);
             }
             _ => {}
         }
     }
-    FLAGS[i].fetch_and(!CANCELLED, Relaxed);
+    if flags & CANCELLED != 0 {
+        FLAGS[i].store(flags & !CANCELLED, Relaxed);
+    }
     if flags & PERSISTENT != 0 {
         seg.state.store(request_state::PERSISTENT_INACTIVE, Release);
+        unpend(s, slot);
     } else {
         release(s, i);
     }
@@ -208,7 +267,7 @@ pub(crate) fn started(s: &State, slot: u32) {
         return;
     }
     seg.started_ns.store(now_ns(), Relaxed);
-    s.counters.requests_started.fetch_add(1, Relaxed);
+    s.add(&s.counters.requests_started, 1);
     if flags & KIND_MASK == Kind::Send as u64 {
         let peer = PEER[i].load(Relaxed);
         if peer != super::comms::NULL_PEER {
@@ -245,7 +304,7 @@ pub(crate) fn freed(s: &State, slot: u32) {
     }
     let active = state == request_state::ACTIVE || state == request_state::PERSISTENT_ACTIVE;
     if active && matches!(flags & KIND_MASK, 1 | 2) {
-        s.counters.unattributed_messages.fetch_add(1, Relaxed);
+        s.add(&s.counters.unattributed_messages, 1);
     }
     release(s, i);
 }

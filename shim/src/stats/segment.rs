@@ -8,7 +8,7 @@
 use core::{
     ffi::c_int,
     ptr::null_mut,
-    sync::atomic::{AtomicPtr, AtomicU32, Ordering::*},
+    sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::*},
 };
 use std::ffi::CString;
 
@@ -22,6 +22,10 @@ use observer_common::{
 };
 
 use super::{abi::Abi, comms::NULL_PEER};
+
+/// `MPI_THREAD_MULTIPLE`, 3 in both libraries (the levels are ordered and
+/// numbered alike: SINGLE 0, FUNNELED 1, SERIALIZED 2, MULTIPLE 3).
+const MPI_THREAD_MULTIPLE: c_int = 3;
 
 /// The layer's state once the segment exists.
 pub(crate) struct State {
@@ -39,6 +43,11 @@ pub(crate) struct State {
     pub(crate) requests: &'static [RequestSlot],
     /// The segment's path, unlinked at `MPI_Finalize`.
     path: CString,
+    /// `MPI_THREAD_MULTIPLE`: counters need atomic read-modify-writes.
+    /// Below it the application never runs two MPI calls at once (and
+    /// orders the calls of different threads itself), so a plain load and
+    /// store is exact and several times cheaper than a locked add.
+    pub(crate) multi: bool,
 }
 
 static STATE: AtomicPtr<State> = AtomicPtr::new(null_mut());
@@ -118,6 +127,10 @@ fn build() -> Result<State, SegmentError> {
         return Err(SegmentError::WorldSize);
     }
     let world_size = n as u32;
+    let mut level: c_int = 0;
+    // SAFETY: the library's PMPI_Query_thread with an out-pointer. On
+    // failure assume the worst (atomic adds).
+    let multi = unsafe { (abi.query_thread)(&mut level) } != 0 || level >= MPI_THREAD_MULTIPLE;
     let peer_slots = world_size.min(MAX_PEER_SLOTS);
     let functions = FUNCTION_COUNT as u32;
     let size = segment_size(peer_slots, functions, REQUEST_SLOTS);
@@ -215,6 +228,7 @@ fn build() -> Result<State, SegmentError> {
                 REQUEST_SLOTS as usize,
             ),
             path: cpath,
+            multi,
         };
         // Last, with Release: a reader that sees 1 sees the whole header.
         (*(&raw const (*h).ready).cast::<AtomicU32>()).store(1, Release);
@@ -238,6 +252,17 @@ pub(crate) fn now_ns() -> u64 {
 }
 
 impl State {
+    /// Adds `v` to a counter: a locked add under `MPI_THREAD_MULTIPLE`, a
+    /// plain load and store otherwise (see [`State::multi`]).
+    #[inline(always)]
+    pub(crate) fn add(&self, c: &AtomicU64, v: u64) {
+        if self.multi {
+            c.fetch_add(v, Relaxed);
+        } else {
+            c.store(c.load(Relaxed).wrapping_add(v), Relaxed);
+        }
+    }
+
     /// Counts one message of `bytes` with world rank `peer` in direction
     /// `dir`; `None` bytes or an unknown peer count as unattributed, and
     /// `MPI_PROC_NULL` ([`NULL_PEER`]) as nothing.
@@ -247,16 +272,16 @@ impl State {
             return;
         }
         let (Ok(p), Some(b)) = (usize::try_from(peer), bytes) else {
-            self.counters.unattributed_messages.fetch_add(1, Relaxed);
+            self.add(&self.counters.unattributed_messages, 1);
             return;
         };
         match self.peers.get(p) {
             Some(c) => {
-                c.messages[dir].fetch_add(1, Relaxed);
-                c.bytes[dir].fetch_add(b, Relaxed);
+                self.add(&c.messages[dir], 1);
+                self.add(&c.bytes[dir], b);
             }
             None => {
-                self.counters.peer_overflow_messages.fetch_add(1, Relaxed);
+                self.add(&self.counters.peer_overflow_messages, 1);
             }
         }
     }
@@ -265,12 +290,12 @@ impl State {
     #[inline(always)]
     pub(crate) fn call(&self, row: usize, send: u64, recv: u64) {
         let f = &self.functions[row];
-        f.calls.fetch_add(1, Relaxed);
+        self.add(&f.calls, 1);
         if send != 0 {
-            f.bytes[0].fetch_add(send, Relaxed);
+            self.add(&f.bytes[0], send);
         }
         if recv != 0 {
-            f.bytes[1].fetch_add(recv, Relaxed);
+            self.add(&f.bytes[1], recv);
         }
     }
 }
