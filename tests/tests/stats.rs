@@ -57,7 +57,12 @@ fn launcher(mpi: Mpi, prog: &Path) -> Command {
 
 fn build(mpi: Mpi, dir: &Path, name: &str) -> PathBuf {
     let exe = dir.join(format!("{name}-{}", mpi.name()));
-    compile(mpi, &program(&format!("stats/{name}.c")), &exe, &[]);
+    compile(
+        mpi,
+        &program(&format!("stats/{name}.c")),
+        &exe,
+        &["-pthread"],
+    );
     exe
 }
 
@@ -447,6 +452,65 @@ fn stats_request_health_mpich() {
         return;
     }
     health(Mpi::Mpich);
+}
+
+/// `MPI_THREAD_MULTIPLE`: 4 threads per rank exchanging with both ring
+/// neighbours at once (threads.c); the lock-free counters must be exact.
+fn threads(mpi: Mpi) {
+    let dir = scratch(&format!("stats-threads-{}", mpi.name()));
+    let job = Job::start(mpi, &dir, "threads");
+    let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
+    let s = d.scrape_with_figures(&[0, 1, 2, 3]);
+    // Per thread t: 200 messages of 8 (t + 1) bytes; 4 threads.
+    let (msgs, bytes) = (4 * 200, 200 * 8 * (1 + 2 + 3 + 4));
+    for rank in 0..NP {
+        let (right, left) = ((rank + 1) % NP, (rank + NP - 1) % NP);
+        let want: BTreeMap<(u32, String), u64> = [
+            ((right, "send".to_string()), msgs),
+            ((left, "recv".to_string()), msgs),
+        ]
+        .into();
+        assert_eq!(
+            peer_series(&s, "mpi_peer_messages_total", rank),
+            want,
+            "rank {rank}"
+        );
+        let want: BTreeMap<(u32, String), u64> = [
+            ((right, "send".to_string()), bytes),
+            ((left, "recv".to_string()), bytes),
+        ]
+        .into();
+        assert_eq!(
+            peer_series(&s, "mpi_peer_bytes_total", rank),
+            want,
+            "rank {rank}"
+        );
+        let r = rank.to_string();
+        let one = |name: &str| sum(&s, name, &[("rank", &r)]);
+        // Every message's send is a request (Isend), and a third of the
+        // receives (Irecv): 200 + 67 per thread.
+        assert_eq!(one("mpi_requests_started_total"), 4.0 * (200.0 + 67.0));
+        assert_eq!(one("mpi_requests_completed_total"), 4.0 * (200.0 + 67.0));
+        assert_eq!(one("mpi_requests_outstanding"), 0.0);
+        assert_eq!(one("mpi_unattributed_messages_total"), 0.0);
+    }
+    job.finish();
+}
+
+#[test]
+fn stats_thread_multiple_openmpi() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
+        return;
+    }
+    threads(Mpi::OpenMpi);
+}
+
+#[test]
+fn stats_thread_multiple_mpich() {
+    if !require(&[Need::Mpi(Mpi::Mpich)]) {
+        return;
+    }
+    threads(Mpi::Mpich);
 }
 
 /// Overwrites `len` bytes of `pid`'s live segment at `offset`.
