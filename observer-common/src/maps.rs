@@ -15,8 +15,23 @@ pub const ERRORS: &str = "MPI_ERRORS";
 /// new stats entries (too large for the BPF stack).
 pub const ZERO: &str = "MPI_ZERO";
 
-/// Capacity of [`STATS`]: 256 ranks times 128 functions.
+/// Capacity of [`STATS`]: 256 ranks times 128 functions; the daemon lowers
+/// it so the preallocated per-CPU values stay within [`STATS_MEMORY_BUDGET`].
 pub const STATS_CAPACITY: u32 = 32_768;
+/// Kernel memory the preallocated [`STATS`] map may take on any machine.
+pub const STATS_MEMORY_BUDGET: u64 = 256 << 20;
+
+/// The [`STATS`] capacity for a machine with `cpus` possible CPUs.
+pub const fn stats_capacity(cpus: u32) -> u32 {
+    let per_entry =
+        core::mem::size_of::<CallStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 };
+    let fit = STATS_MEMORY_BUDGET / per_entry;
+    if fit < STATS_CAPACITY as u64 {
+        fit as u32
+    } else {
+        STATS_CAPACITY
+    }
+}
 /// Capacity of [`INFLIGHT`]: threads inside an MPI call at once.
 pub const INFLIGHT_CAPACITY: u32 = 65_536;
 /// Capacity of [`PROCS`].
@@ -195,6 +210,14 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stats_capacity_is_bounded_by_memory() {
+        assert_eq!(stats_capacity(2), STATS_CAPACITY);
+        // 128 CPUs x 304 bytes: 6898 entries fit in 256 MiB.
+        assert_eq!(stats_capacity(128), 6898);
+        assert!(u64::from(stats_capacity(1024)) * 1024 * 304 <= STATS_MEMORY_BUDGET);
+    }
 
     #[test]
     fn histogram_slots() {

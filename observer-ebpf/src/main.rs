@@ -12,7 +12,6 @@ mod datatype;
 mod p2p;
 
 use aya_ebpf::{
-    bindings::BPF_F_NO_PREALLOC,
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
 };
@@ -21,11 +20,13 @@ use observer_common::maps::{
     ProcConfig, STATS_CAPACITY, StatKey, TypeKey,
 };
 
-/// Per-(process, function) statistics. Not preallocated: a big node would
-/// otherwise pay capacity x CPUs x 300 bytes up front.
+/// Per-(process, function) statistics. Preallocated: an on-demand map can
+/// fail inserts with ENOMEM in a burst (its element cache refills
+/// asynchronously), and a failed insert is an uncounted call. The daemon
+/// scales the capacity down on many-CPU machines to bound the memory.
 #[map(name = "MPI_STATS")]
 static STATS: PerCpuHashMap<StatKey, CallStats> =
-    PerCpuHashMap::with_max_entries(STATS_CAPACITY, BPF_F_NO_PREALLOC);
+    PerCpuHashMap::with_max_entries(STATS_CAPACITY, 0);
 
 /// The outermost probed call each thread is in, keyed by pid_tgid. LRU, so a
 /// thread that never returns (MPI_Abort) cannot fill it up.

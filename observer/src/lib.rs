@@ -7,6 +7,7 @@
 
 pub mod checks;
 pub mod cli;
+pub mod commands;
 pub mod daemon;
 pub mod datatypes;
 pub mod functions;

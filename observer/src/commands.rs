@@ -1,0 +1,69 @@
+//! The subcommands other than `attach`'s daemon: dispatch and the listings.
+
+use std::io::{self, Write};
+
+use observer_common::FUNCTIONS;
+
+use crate::{cli, daemon, functions, launcher, symbols};
+
+/// Runs one parsed command line.
+pub fn run(cli: cli::Cli) -> Result<(), Box<dyn std::error::Error>> {
+    match cli.command {
+        cli::Command::Attach(args) => daemon::run(args)?,
+        cli::Command::ShimPath => println!("{}", launcher::shim_path()?.display()),
+        cli::Command::Run { tools, cmd } => match launcher::run(tools.as_deref(), &cmd)? {},
+        cli::Command::Sites { library } => {
+            let lib = symbols::read_library(&library)?;
+            listing(|out| {
+                for e in lib.entries.values() {
+                    let hex: Vec<String> =
+                        e.first_bytes.iter().map(|b| format!("{b:02x}")).collect();
+                    let class = if e.first_insn_emulated {
+                        "emulated"
+                    } else {
+                        "single-stepped"
+                    };
+                    let d = if functions::is_default(e.id) {
+                        "default"
+                    } else {
+                        "-"
+                    };
+                    let name = FUNCTIONS[e.id as usize].name;
+                    writeln!(
+                        out,
+                        "{name:<40} {:#010x} {} {class:<14} {d}",
+                        e.file_offset,
+                        hex.join(" ")
+                    )?;
+                }
+                Ok(())
+            })?;
+        }
+        cli::Command::Functions { functions: list } => {
+            let ids = functions::select(list.as_deref())?;
+            listing(|out| {
+                for id in ids {
+                    let f = &FUNCTIONS[id as usize];
+                    let d = if functions::is_default(id) {
+                        "default"
+                    } else {
+                        "-"
+                    };
+                    writeln!(out, "{:<40} {:<11} {d}", f.name, f.family.as_str())?;
+                }
+                Ok(())
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a listing to stdout; a reader that goes away early (`| head`)
+/// ends it quietly instead of failing.
+fn listing(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    match f(&mut out).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
+}
