@@ -220,8 +220,9 @@ pub fn run(root: &Path) -> Result<()> {
          Command: `cargo xtask bench shim` (writes this file; sources in `shim/bench/`).\n\n\
          Machine: {}.\n\n\
          Every figure is the median of {REPS} runs, taken round-robin across configurations \
-         in one invocation; each run itself reports the median of 9 timed loops. \
-         Ratios compare figures from the same invocation.\n",
+         in one invocation; each run reports the fastest of its 9 timed loops, because other \
+         work on a shared machine only ever adds time. Ratios compare figures from the same \
+         invocation; \"runs\" gives the range over the {REPS} runs.\n",
         machine()
     )?;
     for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
