@@ -183,7 +183,7 @@ impl Abi {
                 need(c"ompi_message_no_proc")?,
             )
         } else if global(c"MPIR_Err_return_comm") != 0 {
-            (MPICH, 0x4400_0000, 0x2c00_0000, 0x6c00_0000)
+            (MPICH, MPICH_HANDLES.0, MPICH_HANDLES.1, MPICH_HANDLES.2)
         } else {
             return Err(AbiError::Unknown);
         };
@@ -247,14 +247,11 @@ impl Abi {
     /// cannot say (an invalid or undefined-size type).
     #[inline(always)]
     pub(crate) fn bytes(&self, count: i64, datatype: usize) -> Option<u64> {
-        // MPICH encodes a builtin type's size in its handle (kind bits 01,
-        // size in bits 8..16: MPI_INT is 0x4c000405), as its own
-        // MPIR_Datatype_get_basic_size does: no call for the common case.
-        if self.c.handle_width == 4 && datatype >> 30 == 1 {
-            let size = (datatype >> 8) & 0xff;
-            if size != 0 && count >= 0 {
-                return Some(count as u64 * size as u64);
-            }
+        if self.c.handle_width == 4
+            && let Some(size) = mpich_builtin_size(datatype)
+            && count >= 0
+        {
+            return Some((count as u64).saturating_mul(size));
         }
         let mut size = 0i64;
         // SAFETY: the library's PMPI_Type_size_x with an out-pointer.
@@ -298,6 +295,19 @@ impl Abi {
         // SAFETY: per the caller.
         unsafe { (self.test_cancelled)(status, &mut flag) == 0 && flag != 0 }
     }
+}
+
+/// MPICH's `MPI_COMM_WORLD`, `MPI_REQUEST_NULL` and `MPI_MESSAGE_NO_PROC`.
+const MPICH_HANDLES: (usize, usize, usize) = (0x4400_0000, 0x2c00_0000, 0x6c00_0000);
+
+/// The size MPICH encodes in a builtin datatype's handle (kind bits `01`,
+/// size in bits 8..16: `MPI_INT` is `0x4c000405`), as MPICH's own
+/// `MPIR_Datatype_get_basic_size` reads it; `None` for other handles and
+/// for builtins of no fixed size.
+#[inline(always)]
+pub(crate) fn mpich_builtin_size(handle: usize) -> Option<u64> {
+    let size = (handle >> 8) & 0xff;
+    (handle >> 30 == 1 && size != 0).then_some(size as u64)
 }
 
 /// A count argument: an `int`, or an `MPI_Count` in the `_c` variants.
@@ -376,6 +386,64 @@ int main(void) {
         );
         assert_eq!(got, want, "{mpicc}: header values differ from ours");
         assert!(c.status_size <= MAX_STATUS);
+    }
+
+    /// MPICH's fixed handles and the builtin sizes decoded from handles,
+    /// against its header.
+    #[test]
+    fn mpich_handles_match_the_header() {
+        let dir = std::env::temp_dir().join(format!("stats-mpich-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("h.c");
+        std::fs::write(
+            &src,
+            r#"#include <mpi.h>
+#include <stdio.h>
+#include <stdint.h>
+#define T(t, c) printf("%u %zu\n", (unsigned)(t), sizeof(c))
+int main(void) {
+    printf("%u %u %u\n", (unsigned)MPI_COMM_WORLD, (unsigned)MPI_REQUEST_NULL,
+           (unsigned)MPI_MESSAGE_NO_PROC);
+    T(MPI_CHAR, char); T(MPI_BYTE, char); T(MPI_SHORT, short); T(MPI_INT, int);
+    T(MPI_LONG, long); T(MPI_FLOAT, float); T(MPI_DOUBLE, double);
+    T(MPI_LONG_DOUBLE, long double); T(MPI_INT64_T, int64_t);
+    T(MPI_C_DOUBLE_COMPLEX, double _Complex); T(MPI_AINT, MPI_Aint);
+    return 0;
+}
+"#,
+        )
+        .unwrap();
+        let exe = dir.join("h");
+        let Ok(o) = Command::new("mpicc.mpich")
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .output()
+        else {
+            eprintln!("SKIPPED: mpicc.mpich not installed");
+            return;
+        };
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = String::from_utf8(Command::new(&exe).output().unwrap().stdout).unwrap();
+        let mut lines = out.lines();
+        let h: Vec<usize> = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!((h[0], h[1], h[2]), MPICH_HANDLES);
+        for l in lines {
+            let (handle, size) = l.split_once(' ').unwrap();
+            let handle: usize = handle.parse().unwrap();
+            assert_eq!(
+                mpich_builtin_size(handle),
+                Some(size.parse().unwrap()),
+                "handle {handle:#x}"
+            );
+        }
+        // A derived type's handle (kind 10) is not decoded.
+        assert_eq!(mpich_builtin_size(0x8c00_0000), None);
     }
 
     #[test]

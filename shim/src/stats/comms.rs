@@ -251,3 +251,37 @@ pub(crate) static MESSAGES: HandleMap<1024> = HandleMap::new();
 
 /// Marks a world rank stored in [`MESSAGES`] (whose 0 means "none").
 pub(crate) const MESSAGE_TAG: u64 = 1 << 40;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_map_inserts_finds_and_removes() {
+        let m: HandleMap<64> = HandleMap::new();
+        assert_eq!(m.get(0x1234), None);
+        assert!(m.insert(0x1234, 7));
+        assert!(m.insert(0x5678, 8));
+        assert_eq!(m.get(0x1234), Some(7));
+        assert_eq!(m.get(0x5678), Some(8));
+        // Two entries of one key (two threads' first sight): both removed.
+        assert!(m.insert(0x1234, 9));
+        let mut gone = Vec::new();
+        m.remove(0x1234, |v| gone.push(v));
+        gone.sort();
+        assert_eq!(gone, [7, 9]);
+        assert_eq!(m.get(0x1234), None);
+        assert_eq!(
+            m.get(0x5678),
+            Some(8),
+            "removal must not break other chains"
+        );
+        // Tombstones are reused; the map is bounded by its probe window.
+        let mut inserted = 0;
+        for k in 1..=200usize {
+            inserted += usize::from(m.insert(k << 4, 1));
+        }
+        assert!(inserted <= 64 - 1, "bounded: {inserted}");
+        assert_eq!(m.get(0x5678), Some(8));
+    }
+}
