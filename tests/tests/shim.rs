@@ -492,6 +492,50 @@ fn shim_bad_list_mpich() {
     bad_list(Mpi::Mpich);
 }
 
+/// A procedure that no level defines (an MPI 5.0 one, absent from both
+/// libraries) ends every rank with one line naming it, instead of a crash.
+fn missing_function(mpi: Mpi) {
+    let kit = Kit::new(mpi, "missing");
+    let prog = kit.program("missing.c", &["-ldl"]);
+    let o = run_with_timeout(
+        &mut kit.job(2, &[("MPI_TOOLS_ENTRY", "")], None, &prog),
+        FAIL_DEADLINE,
+    );
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}\n{err}");
+    assert!(
+        !out.contains("shimtest missing"),
+        "the call returned or the shim's symbol is absent:\n{out}"
+    );
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("mpi-observer-shim:"))
+        .collect();
+    assert!(!lines.is_empty() && lines.len() <= 2, "{err}");
+    for l in lines {
+        assert_eq!(
+            l,
+            "mpi-observer-shim: MPI_Abi_get_version is not defined by any layer, nor by the MPI library"
+        );
+    }
+}
+
+#[test]
+fn shim_missing_function_openmpi() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
+        return;
+    }
+    missing_function(Mpi::OpenMpi);
+}
+
+#[test]
+fn shim_missing_function_mpich() {
+    if !require(&[Need::Mpi(Mpi::Mpich)]) {
+        return;
+    }
+    missing_function(Mpi::Mpich);
+}
+
 /// An empty list is a pure pass-through: correct results, nothing printed.
 #[test]
 fn shim_empty_list_is_pass_through() {
