@@ -21,6 +21,7 @@ pub mod segment;
 pub mod server;
 pub mod summary;
 pub mod symbols;
+pub mod sys;
 
 /// The eBPF object built by build.rs.
 pub static EBPF_OBJECT: &[u8] =

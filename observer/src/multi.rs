@@ -13,16 +13,18 @@ use std::{
     collections::{HashMap, HashSet},
     ffi::CString,
     io,
-    mem::{size_of, zeroed},
-    os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
+    mem::zeroed,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
     path::Path,
 };
 
-use aya::{Ebpf, maps::Map};
+use aya::Ebpf;
 use aya_obj::generated::{
     BPF_F_UPROBE_MULTI_RETURN, bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn, bpf_prog_type,
 };
 use thiserror::Error;
+
+use crate::sys::{self, map_fd};
 
 /// Errors of the raw loader.
 #[derive(Debug, Error)]
@@ -55,37 +57,10 @@ pub enum MultiError {
     },
 }
 
-fn map_fd(map: &Map) -> Option<RawFd> {
-    let data = match map {
-        Map::Array(d)
-        | Map::HashMap(d)
-        | Map::LruHashMap(d)
-        | Map::PerCpuArray(d)
-        | Map::PerCpuHashMap(d)
-        | Map::PerCpuLruHashMap(d)
-        | Map::RingBuf(d)
-        | Map::PerfEventArray(d) => d,
-        _ => return None,
-    };
-    Some(data.fd().as_fd().as_raw_fd())
-}
-
 fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
-    // SAFETY: attr is a fully initialised bpf_attr of the size we pass;
-    // the kernel only reads the pointers in it during the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd as libc::c_long,
-            attr as *mut bpf_attr,
-            size_of::<bpf_attr>() as libc::c_uint,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let fd = sys::bpf(cmd, attr)?;
     // SAFETY: a non-negative return of these commands is a new fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// Relocates the object against the maps `ebpf` created and loads the

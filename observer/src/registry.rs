@@ -311,10 +311,15 @@ impl State {
 
     /// Reads the per-process statistics from the maps.
     pub fn read_stats(&self) -> BTreeMap<u32, metrics::ProcStats> {
-        self.probes
-            .as_ref()
-            .and_then(|p| metrics::stats_map(p.ebpf()))
-            .map(|m| metrics::read_stats(&m))
+        let Some(p) = self.probes.as_ref() else {
+            return BTreeMap::new();
+        };
+        let cpus = aya::util::nr_cpus().unwrap_or(1);
+        p.ebpf()
+            .map(maps::STATS)
+            .and_then(crate::sys::map_fd)
+            .and_then(|fd| metrics::read_stats_batched(fd, cpus))
+            .or_else(|| metrics::stats_map(p.ebpf()).map(|m| metrics::read_stats(&m)))
             .unwrap_or_default()
     }
 
