@@ -156,18 +156,12 @@ fn owner(addr: *const c_void) -> (*mut c_void, String) {
     )
 }
 
-fn load(layer: &Layer) -> Result<Level, ShimError> {
-    let Layer::Library {
-        entry,
-        load_as,
-        short,
-    } = layer
-    else {
-        unreachable!("only library layers are loaded");
-    };
-    let c = CString::new(load_as.as_str()).map_err(|_| ShimError::Load {
-        entry: entry.clone(),
-        load_as: load_as.clone(),
+/// Opens a library entry; `short` says it was a bare word, which may have
+/// been meant as a keyword.
+fn load(entry: &str, load_as: &str, short: bool) -> Result<Level, ShimError> {
+    let c = CString::new(load_as).map_err(|_| ShimError::Load {
+        entry: entry.to_string(),
+        load_as: load_as.to_string(),
         reason: "contains a NUL byte".into(),
     })?;
     // RTLD_LOCAL: two tools that both define a global `count` keep their
@@ -177,8 +171,8 @@ fn load(layer: &Layer) -> Result<Level, ShimError> {
     let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {
         let reason = dlerror();
-        let (entry, load_as) = (entry.clone(), load_as.clone());
-        return Err(if *short {
+        let (entry, load_as) = (entry.to_string(), load_as.to_string());
+        return Err(if short {
             ShimError::UnknownKeyword {
                 entry,
                 load_as,
@@ -196,8 +190,8 @@ fn load(layer: &Layer) -> Result<Level, ShimError> {
     // SAFETY: valid handle; RTLD_DI_LINKMAP writes one pointer.
     if unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, (&raw mut map).cast()) } != 0 {
         return Err(ShimError::Load {
-            entry: entry.clone(),
-            load_as: load_as.clone(),
+            entry: entry.to_string(),
+            load_as: load_as.to_string(),
             reason: dlerror(),
         });
     }
@@ -212,7 +206,7 @@ fn load(layer: &Layer) -> Result<Level, ShimError> {
         }
     };
     Ok(Level::Tool {
-        entry: entry.clone(),
+        entry: entry.to_string(),
         path,
         handle,
         map,
@@ -283,7 +277,11 @@ fn build() -> Result<(), ShimError> {
         levels.push(match layer {
             Layer::Fortran => Level::Fortran,
             Layer::Stats => Level::Builtin(&stats::LAYER),
-            Layer::Library { .. } => load(&layer)?,
+            Layer::Library {
+                entry,
+                load_as,
+                short,
+            } => load(&entry, &load_as, short)?,
         });
     }
     levels.push(Level::Mpi);
