@@ -166,8 +166,8 @@ fn order_and_resolution(mpi: Mpi, via: Via) {
     let a = kit.tool("A", false);
     let b = kit.tool("B", true);
     let app = kit.program("app.c", &[]);
-    // `stats` (a pass-through until issue 4) sits between them: it must
-    // change neither order nor counts, and take Pcontrol without repeating it.
+    // The built-in `stats` layer sits between them: it must change neither
+    // order nor counts, and take Pcontrol without repeating it.
     let list = format!("v,{},stats,{}", a.display(), b.display());
     let np = if via == Via::Run { 4 } else { 3 };
     let mut job = match via {
