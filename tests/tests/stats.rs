@@ -316,18 +316,24 @@ fn assert_traffic(s: &[Sample], rank: u32) {
         "mpi_request_table_full_total",
         "mpi_requests_outstanding",
         "mpi_requests_persistent",
-        "mpi_requests_cancelled_total",
     ] {
         assert_eq!(one(zero), 0.0, "rank {rank}: {zero}");
     }
-    // No leaked entries: every started request completed. Rank 1 has its
-    // Imrecv, ranks 0 and 1 the split phase's Irecv or Isend, all the ring's
-    // 6 and 10 persistent starts.
+    // Rank 0's receive cancelled before it matched.
+    assert_eq!(
+        one("mpi_requests_cancelled_total"),
+        f64::from(u8::from(rank == 0)),
+        "rank {rank}: cancelled"
+    );
+    // No leaked entries: every started request completed. Every rank has
+    // the ring's 6, 10 persistent starts, the split phase's Irecv or Isend
+    // and the Ibarrier and Iallreduce; rank 1 its Imrecv, rank 0 the
+    // cancelled receive.
     let started = one("mpi_requests_started_total");
     assert_eq!(started, one("mpi_requests_completed_total"), "rank {rank}");
     assert_eq!(
         started,
-        16.0 + 1.0 + f64::from(u8::from(rank == 1)),
+        16.0 + 1.0 + 2.0 + f64::from(u8::from(rank <= 1)),
         "rank {rank}"
     );
 }
@@ -344,9 +350,22 @@ fn assert_collectives(s: &[Sample]) {
                 &[("rank", &r), ("function", f), ("direction", d)],
             )
         };
-        for f in ["MPI_Bcast", "MPI_Allreduce", "MPI_Gather"] {
+        for f in [
+            "MPI_Bcast",
+            "MPI_Allreduce",
+            "MPI_Gather",
+            "MPI_Ibarrier",
+            "MPI_Iallreduce",
+        ] {
             assert_eq!(calls(f), 1.0, "rank {rank} {f}");
         }
+        // Iallreduce of 2 doubles; Ibarrier moves no data.
+        assert_eq!(bytes("MPI_Iallreduce", "send"), 16.0);
+        assert_eq!(bytes("MPI_Iallreduce", "recv"), 16.0);
+        assert_eq!(
+            bytes("MPI_Ibarrier", "send") + bytes("MPI_Ibarrier", "recv"),
+            0.0
+        );
         // Bcast of 10 ints from root 0.
         let root = rank == 0;
         assert_eq!(bytes("MPI_Bcast", "send"), if root { 40.0 } else { 0.0 });

@@ -10,7 +10,8 @@
  *     derived (vector) datatype, Recv with a status and Irecv + Wait without;
  *  5. matched probes: Mprobe + Mrecv, Improbe + Imrecv + Test loop;
  *  6. Sendrecv with a wildcard source and MPI_STATUS_IGNORE;
- *  7. collectives (Bcast, Allreduce, Gather).
+ *  7. collectives (Bcast, Allreduce, Gather, Ibarrier, Iallreduce);
+ *  8. a receive cancelled before it matched.
  * Then every rank prints "READY <rank> <pid>" and waits for the go file
  * (argv[1]) before MPI_Finalize, so the daemon can read the live figures.
  */
@@ -156,10 +157,29 @@ int main(int argc, char **argv) {
         MPI_Sendrecv(out, 3, MPI_INT, rank ^ 1, 40, in, 3, MPI_INT, MPI_ANY_SOURCE, 40, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
 
-    /* 7. Collectives. */
+    /* 7. Collectives, blocking and nonblocking. */
     MPI_Bcast(buf, 10, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Allreduce(dbuf, dbuf + 4, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     MPI_Gather(buf, 2, MPI_INT, buf + 100, 2, MPI_INT, 1, MPI_COMM_WORLD);
+    {
+        MPI_Request r[2];
+        MPI_Ibarrier(MPI_COMM_WORLD, &r[0]);
+        MPI_Iallreduce(dbuf, dbuf + 8, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &r[1]);
+        MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+    }
+
+    /* 8. A cancelled receive (never matched): counted as cancelled, not as
+     * a message. */
+    if (rank == 0) {
+        MPI_Request r;
+        MPI_Status st;
+        int cancelled = 0;
+        MPI_Irecv(buf, 1, MPI_INT, 1, 999, MPI_COMM_WORLD, &r);
+        MPI_Cancel(&r);
+        MPI_Wait(&r, &st);
+        MPI_Test_cancelled(&st, &cancelled);
+        CHECK(cancelled);
+    }
 
     const char *go = argc > 1 ? argv[1] : NULL;
     printf("READY %d %d\n", rank, (int)getpid());
