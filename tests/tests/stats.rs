@@ -532,6 +532,54 @@ fn stats_thread_multiple_mpich() {
     threads(Mpi::Mpich);
 }
 
+/// The request table's bound: 5000 receives held at once on rank 0
+/// (table.c) overflow the 4096 slots; the overflow is counted, never
+/// tracked, and counted as unattributed; nothing leaks.
+fn table_bound(mpi: Mpi) {
+    let dir = scratch(&format!("stats-table-{}", mpi.name()));
+    let job = Job::start(mpi, &dir, "table");
+    let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
+    let r0 = [("rank", "0")];
+    let during = d.scrape_with_figures(&[0]);
+    let full = sum(&during, "mpi_request_table_full_total", &r0);
+    let outstanding = sum(&during, "mpi_requests_outstanding", &r0);
+    assert!(full >= 904.0, "5000 posted, 4096 slots: table full {full}");
+    assert_eq!(
+        outstanding + full,
+        5000.0,
+        "every receive tracked or counted"
+    );
+    // The hash spreads handles: the table fills before a probe window does.
+    assert!((4000.0..=4096.0).contains(&outstanding), "{outstanding}");
+    job.finish();
+    let last = d.scrape();
+    let recv = [("rank", "0"), ("peer", "1"), ("direction", "recv")];
+    assert_eq!(sum(&last, "mpi_requests_outstanding", &r0), 0.0, "no leak");
+    assert_eq!(sum(&last, "mpi_requests_started_total", &r0), outstanding);
+    assert_eq!(sum(&last, "mpi_requests_completed_total", &r0), outstanding);
+    assert_eq!(sum(&last, "mpi_unattributed_messages_total", &r0), full);
+    assert_eq!(sum(&last, "mpi_peer_messages_total", &recv), outstanding);
+    assert_eq!(sum(&last, "mpi_peer_bytes_total", &recv), 4.0 * outstanding);
+    let sent = [("rank", "1"), ("peer", "0"), ("direction", "send")];
+    assert_eq!(sum(&last, "mpi_peer_messages_total", &sent), 5000.0);
+}
+
+#[test]
+fn stats_request_table_bound_openmpi() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
+        return;
+    }
+    table_bound(Mpi::OpenMpi);
+}
+
+#[test]
+fn stats_request_table_bound_mpich() {
+    if !require(&[Need::Mpi(Mpi::Mpich)]) {
+        return;
+    }
+    table_bound(Mpi::Mpich);
+}
+
 /// Overwrites `len` bytes of `pid`'s live segment at `offset`.
 fn corrupt(pid: u32, offset: u64, bytes: &[u8]) {
     let path = format!("/dev/shm/mpi-observer.{pid}");
