@@ -12,12 +12,13 @@
 //!   ignores counts 0.
 //!
 //! Nonblocking collectives count the same at their post and are tracked in
-//! the request table (peer -1) until they complete.
+//! the request table (peer -1) until they complete. The large-count `_c`
+//! forms share the wrappers (`L`: counts and count arrays are `MPI_Count`).
 
 use core::ffi::c_int;
 
 use super::{
-    abi::int,
+    abi::{count, int},
     comms::{CommInfo, info},
     p2p::next,
     requests::{self, Entry, Kind},
@@ -29,24 +30,25 @@ fn b(s: &State, count: i64, dt: usize) -> u64 {
     s.abi.bytes(count, s.abi.handle(dt)).unwrap_or(0)
 }
 
-/// Sum of `n` `int` counts at `counts` (0 for a null array).
-fn sum(counts: usize, n: i32) -> i64 {
-    if counts == 0 {
-        return 0;
-    }
-    (0..n.max(0) as usize)
-        // SAFETY: the caller's array of (at least) `n` counts.
-        .map(|i| unsafe { *(counts as *const c_int).add(i) } as i64)
-        .sum()
+/// Sum of `n` counts at `counts` (`int`s, or `MPI_Count`s in the `_c`
+/// forms; 0 for a null array).
+fn sum<const L: bool>(counts: usize, n: i32) -> i64 {
+    (0..n.max(0)).map(|i| at::<L>(counts, i)).sum()
 }
 
-/// Element `i` of an `int` count array.
-fn at(counts: usize, i: i32) -> i64 {
+/// Element `i` of a count array (`int`, or `MPI_Count` if `L`).
+fn at<const L: bool>(counts: usize, i: i32) -> i64 {
     if counts == 0 || i < 0 {
         return 0;
     }
     // SAFETY: the caller's array, indexed by a rank of the communicator.
-    unsafe { *(counts as *const c_int).add(i as usize) as i64 }
+    unsafe {
+        if L {
+            *(counts as *const i64).add(i as usize)
+        } else {
+            *(counts as *const c_int).add(i as usize) as i64
+        }
+    }
 }
 
 /// How this rank takes part in a rooted collective.
@@ -85,16 +87,16 @@ fn in_place(s: &State, buf: usize) -> bool {
 
 type Bytes = fn(&State, &[usize]) -> (u64, u64);
 
-fn none(_: &State, _: &[usize]) -> (u64, u64) {
+fn none<const L: bool>(_: &State, _: &[usize]) -> (u64, u64) {
     (0, 0)
 }
 
 // (buf, count, dt, root, comm)
-fn bcast(s: &State, a: &[usize]) -> (u64, u64) {
+fn bcast<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[4]) else {
         return (0, 0);
     };
-    let n = b(s, int(a[1]).into(), a[2]);
+    let n = b(s, count::<L>(a[1]), a[2]);
     match role(s, c, a[3]) {
         Role::Root => (n, 0),
         Role::Other => (0, n),
@@ -103,11 +105,11 @@ fn bcast(s: &State, a: &[usize]) -> (u64, u64) {
 }
 
 // (sbuf, rbuf, count, dt, op, root, comm)
-fn reduce(s: &State, a: &[usize]) -> (u64, u64) {
+fn reduce<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[6]) else {
         return (0, 0);
     };
-    let n = b(s, int(a[2]).into(), a[3]);
+    let n = b(s, count::<L>(a[2]), a[3]);
     match (role(s, c, a[5]), c.inter) {
         (Role::Root, false) => (n, n),
         (Role::Root, true) => (0, n),
@@ -117,33 +119,33 @@ fn reduce(s: &State, a: &[usize]) -> (u64, u64) {
 }
 
 // (sbuf, rbuf, count, dt, op, comm): Allreduce, Scan, Exscan.
-fn allreduce(s: &State, a: &[usize]) -> (u64, u64) {
-    let n = b(s, int(a[2]).into(), a[3]);
+fn allreduce<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
+    let n = b(s, count::<L>(a[2]), a[3]);
     (n, n)
 }
 
 // (sbuf, scount, stype, rbuf, rcount, rtype, root, comm)
-fn gather(s: &State, a: &[usize]) -> (u64, u64) {
+fn gather<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[7]) else {
         return (0, 0);
     };
-    let rblock = b(s, int(a[4]).into(), a[5]);
+    let rblock = b(s, count::<L>(a[4]), a[5]);
     match role(s, c, a[6]) {
         Role::Root => {
             let send = match (c.inter, in_place(s, a[0])) {
                 (true, _) => 0,
                 (false, true) => rblock,
-                (false, false) => b(s, int(a[1]).into(), a[2]),
+                (false, false) => b(s, count::<L>(a[1]), a[2]),
             };
             (send, rblock * c.size as u64)
         }
-        Role::Other => (b(s, int(a[1]).into(), a[2]), 0),
+        Role::Other => (b(s, count::<L>(a[1]), a[2]), 0),
         Role::Idle => (0, 0),
     }
 }
 
 // (sbuf, scount, stype, rbuf, rcounts, displs, rtype, root, comm)
-fn gatherv(s: &State, a: &[usize]) -> (u64, u64) {
+fn gatherv<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[8]) else {
         return (0, 0);
     };
@@ -151,18 +153,18 @@ fn gatherv(s: &State, a: &[usize]) -> (u64, u64) {
         Role::Root => {
             let send = match (c.inter, in_place(s, a[0])) {
                 (true, _) => 0,
-                (false, true) => b(s, at(a[4], c.rank), a[6]),
-                (false, false) => b(s, int(a[1]).into(), a[2]),
+                (false, true) => b(s, at::<L>(a[4], c.rank), a[6]),
+                (false, false) => b(s, count::<L>(a[1]), a[2]),
             };
-            (send, b(s, sum(a[4], c.size), a[6]))
+            (send, b(s, sum::<L>(a[4], c.size), a[6]))
         }
-        Role::Other => (b(s, int(a[1]).into(), a[2]), 0),
+        Role::Other => (b(s, count::<L>(a[1]), a[2]), 0),
         Role::Idle => (0, 0),
     }
 }
 
 // (sbuf, scount, stype, rbuf, rcount, rtype, root, comm)
-fn scatter(s: &State, a: &[usize]) -> (u64, u64) {
+fn scatter<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[7]) else {
         return (0, 0);
     };
@@ -171,17 +173,17 @@ fn scatter(s: &State, a: &[usize]) -> (u64, u64) {
             let recv = if c.inter || in_place(s, a[3]) {
                 0
             } else {
-                b(s, int(a[4]).into(), a[5])
+                b(s, count::<L>(a[4]), a[5])
             };
-            (b(s, int(a[1]).into(), a[2]) * c.size as u64, recv)
+            (b(s, count::<L>(a[1]), a[2]) * c.size as u64, recv)
         }
-        Role::Other => (0, b(s, int(a[4]).into(), a[5])),
+        Role::Other => (0, b(s, count::<L>(a[4]), a[5])),
         Role::Idle => (0, 0),
     }
 }
 
 // (sbuf, scounts, displs, stype, rbuf, rcount, rtype, root, comm)
-fn scatterv(s: &State, a: &[usize]) -> (u64, u64) {
+fn scatterv<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[8]) else {
         return (0, 0);
     };
@@ -190,72 +192,72 @@ fn scatterv(s: &State, a: &[usize]) -> (u64, u64) {
             let recv = if c.inter || in_place(s, a[4]) {
                 0
             } else {
-                b(s, int(a[5]).into(), a[6])
+                b(s, count::<L>(a[5]), a[6])
             };
-            (b(s, sum(a[1], c.size), a[3]), recv)
+            (b(s, sum::<L>(a[1], c.size), a[3]), recv)
         }
-        Role::Other => (0, b(s, int(a[5]).into(), a[6])),
+        Role::Other => (0, b(s, count::<L>(a[5]), a[6])),
         Role::Idle => (0, 0),
     }
 }
 
 // (sbuf, scount, stype, rbuf, rcount, rtype, comm)
-fn allgather(s: &State, a: &[usize]) -> (u64, u64) {
+fn allgather<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[6]) else {
         return (0, 0);
     };
-    let rblock = b(s, int(a[4]).into(), a[5]);
+    let rblock = b(s, count::<L>(a[4]), a[5]);
     let send = if in_place(s, a[0]) {
         rblock
     } else {
-        b(s, int(a[1]).into(), a[2])
+        b(s, count::<L>(a[1]), a[2])
     };
     (send, rblock * c.size as u64)
 }
 
 // (sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm)
-fn allgatherv(s: &State, a: &[usize]) -> (u64, u64) {
+fn allgatherv<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[7]) else {
         return (0, 0);
     };
     let send = if in_place(s, a[0]) {
-        b(s, at(a[4], c.rank), a[6])
+        b(s, at::<L>(a[4], c.rank), a[6])
     } else {
-        b(s, int(a[1]).into(), a[2])
+        b(s, count::<L>(a[1]), a[2])
     };
-    (send, b(s, sum(a[4], c.size), a[6]))
+    (send, b(s, sum::<L>(a[4], c.size), a[6]))
 }
 
 // (sbuf, scount, stype, rbuf, rcount, rtype, comm)
-fn alltoall(s: &State, a: &[usize]) -> (u64, u64) {
+fn alltoall<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[6]) else {
         return (0, 0);
     };
-    let recv = b(s, int(a[4]).into(), a[5]) * c.size as u64;
+    let recv = b(s, count::<L>(a[4]), a[5]) * c.size as u64;
     let send = if in_place(s, a[0]) {
         recv
     } else {
-        b(s, int(a[1]).into(), a[2]) * c.size as u64
+        b(s, count::<L>(a[1]), a[2]) * c.size as u64
     };
     (send, recv)
 }
 
 // (sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm)
-fn alltoallv(s: &State, a: &[usize]) -> (u64, u64) {
+fn alltoallv<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[8]) else {
         return (0, 0);
     };
-    let recv = b(s, sum(a[5], c.size), a[7]);
+    let recv = b(s, sum::<L>(a[5], c.size), a[7]);
     let send = if in_place(s, a[0]) {
         recv
     } else {
-        b(s, sum(a[1], c.size), a[3])
+        b(s, sum::<L>(a[1], c.size), a[3])
     };
     (send, recv)
 }
 
 // (sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm)
-fn alltoallw(s: &State, a: &[usize]) -> (u64, u64) {
+fn alltoallw<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[8]) else {
         return (0, 0);
     };
@@ -266,7 +268,7 @@ fn alltoallw(s: &State, a: &[usize]) -> (u64, u64) {
         (0..c.size.max(0))
             // SAFETY: the caller's arrays of `size` counts and datatypes.
             .map(|i| {
-                b(s, at(counts, i), unsafe {
+                b(s, at::<L>(counts, i), unsafe {
                     s.abi.handle_at(types, i as usize)
                 })
             })
@@ -282,24 +284,27 @@ fn alltoallw(s: &State, a: &[usize]) -> (u64, u64) {
 }
 
 // (sbuf, rbuf, rcounts, dt, op, comm)
-fn reduce_scatter(s: &State, a: &[usize]) -> (u64, u64) {
+fn reduce_scatter<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[5]) else {
         return (0, 0);
     };
-    (b(s, sum(a[2], c.size), a[3]), b(s, at(a[2], c.rank), a[3]))
+    (
+        b(s, sum::<L>(a[2], c.size), a[3]),
+        b(s, at::<L>(a[2], c.rank), a[3]),
+    )
 }
 
 // (sbuf, rbuf, rcount, dt, op, comm)
-fn reduce_scatter_block(s: &State, a: &[usize]) -> (u64, u64) {
+fn reduce_scatter_block<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     let Some(c) = comm(s, a[5]) else {
         return (0, 0);
     };
-    let n = b(s, int(a[2]).into(), a[3]);
+    let n = b(s, count::<L>(a[2]), a[3]);
     (n * c.size as u64, n)
 }
 
 #[inline(always)]
-fn count(row: usize, bytes: Bytes, args: &[usize]) {
+fn record(row: usize, bytes: Bytes, args: &[usize]) {
     if let Some(s) = state() {
         let (send, recv) = bytes(s, args);
         s.call(row, send, recv);
@@ -329,20 +334,20 @@ fn track(row: usize, bytes: Bytes, args: &[usize], req: usize) {
 /// Defines a blocking collective wrapper and its nonblocking twin (the
 /// same arguments and a request).
 macro_rules! collective {
-    ($blocking:ident / $nonblocking:ident, $bytes:expr, ($($a:ident),*)) => {
+    ($blocking:ident / $nonblocking:ident, $bytes:ident, ($($a:ident),*)) => {
         #[doc = concat!("`MPI_", stringify!($blocking), "` (by function row).")]
-        pub(crate) unsafe extern "C" fn $blocking<const ROW: usize>($($a: usize),*) -> c_int {
+        pub(crate) unsafe extern "C" fn $blocking<const ROW: usize, const L: bool>($($a: usize),*) -> c_int {
             let rc = next!(ROW; $($a),*);
             if rc == 0 {
-                count(ROW, $bytes, &[$($a),*]);
+                record(ROW, $bytes::<L>, &[$($a),*]);
             }
             rc
         }
         #[doc = concat!("`MPI_", stringify!($nonblocking), "` (by function row).")]
-        pub(crate) unsafe extern "C" fn $nonblocking<const ROW: usize>($($a: usize,)* req: usize) -> c_int {
+        pub(crate) unsafe extern "C" fn $nonblocking<const ROW: usize, const L: bool>($($a: usize,)* req: usize) -> c_int {
             let rc = next!(ROW; $($a,)* req);
             if rc == 0 {
-                track(ROW, $bytes, &[$($a),*], req);
+                track(ROW, $bytes::<L>, &[$($a),*], req);
             }
             rc
         }
