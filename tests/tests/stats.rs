@@ -339,7 +339,7 @@ fn assert_traffic(s: &[Sample], rank: u32) {
 }
 
 /// Collective figures by the documented definition (docs/stats.md).
-fn assert_collectives(s: &[Sample]) {
+fn assert_collectives(s: &[Sample], mpi: Mpi) {
     for rank in 0..NP {
         let r = rank.to_string();
         let calls = |f: &str| sum(s, "mpi_layer_calls_total", &[("rank", &r), ("function", f)]);
@@ -366,6 +366,11 @@ fn assert_collectives(s: &[Sample]) {
             bytes("MPI_Ibarrier", "send") + bytes("MPI_Ibarrier", "recv"),
             0.0
         );
+        // The large-count form, on MPICH only: MPI_Count count arrays.
+        let large = if mpi == Mpi::Mpich { 1.0 } else { 0.0 };
+        assert_eq!(calls("MPI_Alltoallv_c"), large);
+        assert_eq!(bytes("MPI_Alltoallv_c", "send"), 16.0 * large);
+        assert_eq!(bytes("MPI_Alltoallv_c", "recv"), 16.0 * large);
         // Bcast of 10 ints from root 0.
         let root = rank == 0;
         assert_eq!(bytes("MPI_Bcast", "send"), if root { 40.0 } else { 0.0 });
@@ -394,7 +399,7 @@ fn exact(mpi: Mpi, no_bpf: bool) {
     for rank in 0..NP {
         assert_traffic(&s, rank);
     }
-    assert_collectives(&s);
+    assert_collectives(&s, mpi);
     job.finish();
 }
 

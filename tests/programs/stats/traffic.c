@@ -168,6 +168,17 @@ int main(int argc, char **argv) {
         MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
     }
 
+#if MPI_VERSION >= 4
+    /* 7b. Large-count forms (MPICH 4; Open MPI 4.1 is MPI 3.1): an
+     * Alltoallv_c of one int per peer, with MPI_Count count arrays. */
+    {
+        MPI_Count counts[4] = {1, 1, 1, 1};
+        MPI_Aint displs[4] = {0, 1, 2, 3};
+        MPI_Alltoallv_c(buf, counts, displs, MPI_INT, buf + 50, counts, displs, MPI_INT,
+                        MPI_COMM_WORLD);
+    }
+#endif
+
     /* 8. A cancelled receive (never matched): counted as cancelled, not as
      * a message. */
     if (rank == 0) {
