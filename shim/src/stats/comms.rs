@@ -281,7 +281,8 @@ mod tests {
         for k in 1..=200usize {
             inserted += usize::from(m.insert(k << 4, 1));
         }
-        assert!(inserted <= 64 - 1, "bounded: {inserted}");
+        // 0x5678 keeps one of the 64 slots.
+        assert!(inserted < 64, "bounded: {inserted}");
         assert_eq!(m.get(0x5678), Some(8));
     }
 }
