@@ -48,6 +48,8 @@ pub(crate) struct State {
     /// orders the calls of different threads itself), so a plain load and
     /// store is exact and several times cheaper than a locked add.
     pub(crate) multi: bool,
+    /// The creating process (see [`at_exit`]).
+    pid: u32,
 }
 
 static STATE: AtomicPtr<State> = AtomicPtr::new(null_mut());
@@ -88,7 +90,12 @@ pub(crate) fn init() {
         return;
     }
     match build() {
-        Ok(s) => STATE.store(Box::into_raw(Box::new(s)), Release),
+        Ok(s) => {
+            STATE.store(Box::into_raw(Box::new(s)), Release);
+            // A program that exits without MPI_Finalize still removes its
+            // file. SAFETY: registers a plain extern "C" fn.
+            unsafe { libc::atexit(at_exit) };
+        }
         Err(e) => {
             let line = format!(
                 "mpi-observer-shim: stats: {e}; the stats layer passes calls through (pid {})\n",
@@ -108,6 +115,15 @@ pub(crate) fn finish() {
     if let Some(s) = state() {
         // SAFETY: NUL-terminated path.
         unsafe { libc::unlink(s.path.as_ptr()) };
+    }
+}
+
+/// [`finish`] at exit, in the creating process only: a child forked
+/// without exec inherits the handler, and its exit must not remove the
+/// parent's live segment.
+extern "C" fn at_exit() {
+    if state().is_some_and(|s| s.pid == std::process::id()) {
+        finish();
     }
 }
 
@@ -229,6 +245,7 @@ fn build() -> Result<State, SegmentError> {
             ),
             path: cpath,
             multi,
+            pid: std::process::id(),
         };
         // Last, with Release: a reader that sees 1 sees the whole header.
         (*(&raw const (*h).ready).cast::<AtomicU32>()).store(1, Release);
