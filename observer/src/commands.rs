@@ -18,10 +18,10 @@ pub fn run(cli: cli::Cli) -> Result<(), Box<dyn std::error::Error>> {
                 for e in lib.entries.values() {
                     let hex: Vec<String> =
                         e.first_bytes.iter().map(|b| format!("{b:02x}")).collect();
-                    let class = if e.first_insn_emulated {
-                        "emulated"
-                    } else {
-                        "single-stepped"
+                    let class = match (e.first_insn_emulated, e.skipped) {
+                        (true, 0) => "emulated".to_string(),
+                        (true, n) => format!("emulated(+{n})"),
+                        (false, _) => "single-stepped".to_string(),
                     };
                     let d = if functions::is_default(e.id) {
                         "default"
