@@ -49,7 +49,7 @@ pub struct Entry {
     /// (cheap probe) or must single-step it out of line (about 10x dearer).
     pub first_insn_emulated: bool,
     /// The function's first bytes, for `mpi-observer sites`.
-    pub first_bytes: [u8; 8],
+    pub first_bytes: [u8; 16],
     /// Bytes of the function skipped before the probe (see
     /// [`skippable_prologue`]); `file_offset` already includes them.
     pub skipped: u8,
@@ -135,7 +135,7 @@ pub fn read_library(path: &Path) -> Result<Library, SymbolError> {
             continue;
         };
         let first = function_bytes(&data, off);
-        let mut first_bytes = [0u8; 8];
+        let mut first_bytes = [0u8; 16];
         if let Some(b) = first {
             for (d, s) in first_bytes.iter_mut().zip(b) {
                 *d = *s;

@@ -43,7 +43,15 @@ static void run(const char *f, long calls)
     else if (!strcmp(f, "wtick"))
         for (long i = 0; i < calls; i++)
             sink_d = PMPI_Wtick();
-    else if (!strcmp(f, "query_thread"))
+    else if (!strcmp(f, "test")) {
+        /* Open MPI's MPI_Test starts with a RIP-relative load the observer
+         * probes past (mpi-observer sites: "emulated(+7)"). */
+        MPI_Request r = MPI_REQUEST_NULL;
+        for (long i = 0; i < calls; i++) {
+            PMPI_Test(&r, &v, MPI_STATUS_IGNORE);
+            sink_i = v;
+        }
+    } else if (!strcmp(f, "query_thread"))
         for (long i = 0; i < calls; i++) {
             PMPI_Query_thread(&v);
             sink_i = v;
