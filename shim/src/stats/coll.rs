@@ -326,15 +326,39 @@ fn track(row: usize, bytes: Bytes, args: &[usize], req: usize) {
                 comm: 0,
                 peer: -1,
                 bytes: 0,
+                recv_bytes: 0,
             },
         );
     }
 }
 
-/// Defines a blocking collective wrapper and its nonblocking twin (the
-/// same arguments and a request).
+/// A persistent collective's `*_init`: nothing moves until `MPI_Start`,
+/// which counts the call with the bytes computed here (the standard keeps
+/// the arguments, count arrays included, fixed until the request is freed).
+fn persist(row: usize, bytes: Bytes, args: &[usize], req: usize) {
+    if let Some(s) = state() {
+        let (send, recv) = bytes(s, args);
+        // SAFETY: the library just stored the new request there.
+        let handle = unsafe { s.abi.handle_at(req, 0) };
+        requests::track(
+            s,
+            Entry {
+                handle,
+                kind: Kind::Collective,
+                persistent: true,
+                comm: row,
+                peer: -1,
+                bytes: send,
+                recv_bytes: recv,
+            },
+        );
+    }
+}
+
+/// Defines a blocking collective wrapper, its nonblocking twin (the same
+/// arguments and a request) and its persistent one (an info and a request).
 macro_rules! collective {
-    ($blocking:ident / $nonblocking:ident, $bytes:ident, ($($a:ident),*)) => {
+    ($blocking:ident / $nonblocking:ident / $persistent:ident, $bytes:ident, ($($a:ident),*)) => {
         #[doc = concat!("`MPI_", stringify!($blocking), "` (by function row).")]
         pub(crate) unsafe extern "C" fn $blocking<const ROW: usize, const L: bool>($($a: usize),*) -> c_int {
             let rc = next!(ROW; $($a),*);
@@ -351,75 +375,95 @@ macro_rules! collective {
             }
             rc
         }
+        #[doc = concat!("`MPI_", stringify!($persistent), "` (by function row).")]
+        pub(crate) unsafe extern "C" fn $persistent<const ROW: usize, const L: bool>($($a: usize,)* info: usize, req: usize) -> c_int {
+            let rc = next!(ROW; $($a,)* info, req);
+            if rc == 0 {
+                persist(ROW, $bytes::<L>, &[$($a),*], req);
+            }
+            rc
+        }
     };
 }
 
-collective!(barrier / ibarrier, none, (comm));
-collective!(bcast_ / ibcast, bcast, (buf, n, dt, root, comm));
+collective!(barrier / ibarrier / barrier_init, none, (comm));
 collective!(
-    reduce_ / ireduce,
+    bcast_ / ibcast / bcast_init,
+    bcast,
+    (buf, n, dt, root, comm)
+);
+collective!(
+    reduce_ / ireduce / reduce_init,
     reduce,
     (sbuf, rbuf, n, dt, op, root, comm)
 );
 collective!(
-    allreduce_ / iallreduce,
+    allreduce_ / iallreduce / allreduce_init,
     allreduce,
     (sbuf, rbuf, n, dt, op, comm)
 );
 collective!(
-    gather_ / igather,
+    gather_ / igather / gather_init,
     gather,
     (sbuf, sn, st, rbuf, rn, rt, root, comm)
 );
 collective!(
-    gatherv_ / igatherv,
+    gatherv_ / igatherv / gatherv_init,
     gatherv,
     (sbuf, sn, st, rbuf, rns, ds, rt, root, comm)
 );
 collective!(
-    scatter_ / iscatter,
+    scatter_ / iscatter / scatter_init,
     scatter,
     (sbuf, sn, st, rbuf, rn, rt, root, comm)
 );
 collective!(
-    scatterv_ / iscatterv,
+    scatterv_ / iscatterv / scatterv_init,
     scatterv,
     (sbuf, sns, ds, st, rbuf, rn, rt, root, comm)
 );
 collective!(
-    allgather_ / iallgather,
+    allgather_ / iallgather / allgather_init,
     allgather,
     (sbuf, sn, st, rbuf, rn, rt, comm)
 );
 collective!(
-    allgatherv_ / iallgatherv,
+    allgatherv_ / iallgatherv / allgatherv_init,
     allgatherv,
     (sbuf, sn, st, rbuf, rns, ds, rt, comm)
 );
 collective!(
-    alltoall_ / ialltoall,
+    alltoall_ / ialltoall / alltoall_init,
     alltoall,
     (sbuf, sn, st, rbuf, rn, rt, comm)
 );
 collective!(
-    alltoallv_ / ialltoallv,
+    alltoallv_ / ialltoallv / alltoallv_init,
     alltoallv,
     (sbuf, sns, sds, st, rbuf, rns, rds, rt, comm)
 );
 collective!(
-    alltoallw_ / ialltoallw,
+    alltoallw_ / ialltoallw / alltoallw_init,
     alltoallw,
     (sbuf, sns, sds, sts, rbuf, rns, rds, rts, comm)
 );
 collective!(
-    reduce_scatter_ / ireduce_scatter,
+    reduce_scatter_ / ireduce_scatter / reduce_scatter_init,
     reduce_scatter,
     (sbuf, rbuf, rns, dt, op, comm)
 );
 collective!(
-    reduce_scatter_block_ / ireduce_scatter_block,
+    reduce_scatter_block_ / ireduce_scatter_block / reduce_scatter_block_init,
     reduce_scatter_block,
     (sbuf, rbuf, rn, dt, op, comm)
 );
-collective!(scan_ / iscan, allreduce, (sbuf, rbuf, n, dt, op, comm));
-collective!(exscan_ / iexscan, allreduce, (sbuf, rbuf, n, dt, op, comm));
+collective!(
+    scan_ / iscan / scan_init,
+    allreduce,
+    (sbuf, rbuf, n, dt, op, comm)
+);
+collective!(
+    exscan_ / iexscan / exscan_init,
+    allreduce,
+    (sbuf, rbuf, n, dt, op, comm)
+);

@@ -115,6 +115,7 @@ pub(crate) unsafe extern "C" fn isend<const ROW: usize, const L: bool>(
                 comm: 0,
                 peer: p,
                 bytes: bytes.unwrap_or(0),
+                recv_bytes: 0,
             },
         );
     }
@@ -154,6 +155,7 @@ pub(crate) unsafe extern "C" fn send_init<const ROW: usize, const L: bool>(
                     p
                 },
                 bytes: bytes.unwrap_or(0),
+                recv_bytes: 0,
             },
         );
     }
@@ -209,6 +211,7 @@ pub(crate) unsafe extern "C" fn irecv<const ROW: usize, const L: bool, const PER
                 comm,
                 peer: peer(s, comm, int(src)),
                 bytes: s.abi.bytes(count::<L>(n), s.abi.handle(dt)).unwrap_or(0),
+                recv_bytes: 0,
             },
         );
     }
@@ -396,6 +399,7 @@ pub(crate) unsafe extern "C" fn imrecv<const ROW: usize, const L: bool>(
                 comm: 0,
                 peer: take_message(s, m),
                 bytes: s.abi.bytes(count::<L>(n), s.abi.handle(dt)).unwrap_or(0),
+                recv_bytes: 0,
             },
         );
     }

@@ -46,6 +46,9 @@ static FLAGS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 static COMM: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 static PEER: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
 static BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+/// A persistent collective's receive bytes (its send bytes are in `BYTES`,
+/// its function row in `COMM`).
+static RECV_BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// Set while a thread is inside a completion call (or `MPI_Request_free`)
 /// for the slot's request. The library may free the handle inside that
 /// call and hand the same value to another thread's new request before the
@@ -91,8 +94,11 @@ pub(crate) struct Entry {
     pub(crate) comm: usize,
     /// World rank of the peer, or -1 (wildcard, collective, unknown).
     pub(crate) peer: i32,
-    /// Posted bytes (a persistent send's message size).
+    /// Posted bytes (a persistent send's message size; a persistent
+    /// collective's send bytes).
     pub(crate) bytes: u64,
+    /// A persistent collective's receive bytes.
+    pub(crate) recv_bytes: u64,
 }
 
 /// Enters a request; counts `request_table_full` if there is no room.
@@ -109,6 +115,7 @@ pub(crate) fn track(s: &State, e: Entry) {
             COMM[i].store(e.comm, Relaxed);
             PEER[i].store(e.peer, Relaxed);
             BYTES[i].store(e.bytes, Relaxed);
+            RECV_BYTES[i].store(e.recv_bytes, Relaxed);
             slot.handle.store(e.handle as u64, Relaxed);
             slot.peer.store(e.peer.max(-1), Relaxed);
             slot.bytes.store(e.bytes, Relaxed);
@@ -255,7 +262,7 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8) {
 }
 
 /// `MPI_Start` of the persistent request in `slot`: active again, and a
-/// send's message counted now.
+/// send's message (or a collective's call) counted now.
 pub(crate) fn started(s: &State, slot: u32) {
     if slot == NO_SLOT {
         return;
@@ -268,7 +275,15 @@ pub(crate) fn started(s: &State, slot: u32) {
     }
     seg.started_ns.store(now_ns(), Relaxed);
     s.add(&s.counters.requests_started, 1);
-    if flags & KIND_MASK == Kind::Send as u64 {
+    if flags & KIND_MASK == Kind::Collective as u64 {
+        // A persistent collective: one call per start, with the bytes its
+        // *_init arguments describe.
+        s.call(
+            COMM[i].load(Relaxed),
+            BYTES[i].load(Relaxed),
+            RECV_BYTES[i].load(Relaxed),
+        );
+    } else if flags & KIND_MASK == Kind::Send as u64 {
         let peer = PEER[i].load(Relaxed);
         if peer != super::comms::NULL_PEER {
             s.message(
