@@ -10,7 +10,8 @@
  *     derived (vector) datatype, Recv with a status and Irecv + Wait without;
  *  5. matched probes: Mprobe + Mrecv, Improbe + Imrecv + Test loop;
  *  6. Sendrecv with a wildcard source and MPI_STATUS_IGNORE;
- *  7. collectives (Bcast, Allreduce, Gather, Ibarrier, Iallreduce);
+ *  7. collectives (Bcast, Allreduce, Gather, Ibarrier, Iallreduce; on
+ *     MPI 4 libraries Alltoallv_c and a persistent Bcast_init);
  *  8. a receive cancelled before it matched.
  * Then every rank prints "READY <rank> <pid>" and waits for the go file
  * (argv[1]) before MPI_Finalize, so the daemon can read the live figures.
@@ -176,6 +177,17 @@ int main(int argc, char **argv) {
         MPI_Aint displs[4] = {0, 1, 2, 3};
         MPI_Alltoallv_c(buf, counts, displs, MPI_INT, buf + 50, counts, displs, MPI_INT,
                         MPI_COMM_WORLD);
+    }
+    /* 7c. A persistent collective (MPI 4): Bcast_init of 3 ints from world
+     * rank 2, started twice. */
+    {
+        MPI_Request r;
+        MPI_Bcast_init(buf, 3, MPI_INT, 2, MPI_COMM_WORLD, MPI_INFO_NULL, &r);
+        for (int i = 0; i < 2; i++) {
+            MPI_Start(&r);
+            MPI_Wait(&r, MPI_STATUS_IGNORE);
+        }
+        MPI_Request_free(&r);
     }
 #endif
 
