@@ -585,6 +585,9 @@ fn probe_section(
             "emulated"
         };
         let agrees = if measured == class { "yes" } else { "**no**" };
+        if measured != class {
+            disagreements.push(format!("{} {} (`{insn}`)", mpi.name(), f.name));
+        }
         let skipped = all
             .iter()
             .find(|(n, _, _)| n == f.name)
@@ -594,9 +597,6 @@ fn probe_section(
         } else {
             class
         };
-        if measured != class {
-            disagreements.push(format!("{} {} (`{insn}`)", mpi.name(), f.name));
-        }
         writeln!(
             report,
             "| {} | `{insn}` | {class} | {base:.1} | {probed:.1} | {added:.1} | {measured} | {agrees} |",
