@@ -318,3 +318,203 @@ pub fn sum(samples: &[Sample], name: &str, want: &[(&str, &str)]) -> f64 {
         .map(|s| s.value)
         .sum()
 }
+
+/// A running MPI job whose ranks each printed `READY <rank> <pid>` and now
+/// wait for their go file (the launcher's last argument), so probes can go
+/// in before the phase a test counts.
+pub struct Job {
+    child: Option<Child>,
+    /// (rank, pid), sorted by rank.
+    pub ranks: Vec<(u32, u32)>,
+    go: PathBuf,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Job {
+    /// Spawns `launcher` (mpirun with the program and its arguments) with
+    /// `go` appended, and waits until `np` ranks printed READY.
+    pub fn spawn(mut launcher: Command, np: u32, go: PathBuf) -> Job {
+        use std::io::BufRead as _;
+        let _ = std::fs::remove_file(&go);
+        let mut child = launcher
+            .arg(&go)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the launcher");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut ranks = Vec::new();
+        while ranks.len() < np as usize {
+            let l = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("every rank to print READY");
+            if let Some(rest) = l.strip_prefix("READY ") {
+                let mut f = rest.split_whitespace().map(|x| x.parse::<u32>().unwrap());
+                ranks.push((f.next().unwrap(), f.next().unwrap()));
+            }
+        }
+        ranks.sort();
+        Job {
+            child: Some(child),
+            ranks,
+            go,
+            lines: rx,
+        }
+    }
+
+    /// Lets the ranks start their counted phase.
+    pub fn go(&self) {
+        std::fs::write(&self.go, b"go").unwrap();
+    }
+
+    /// The ranks' pids, by rank.
+    pub fn pids(&self) -> Vec<u32> {
+        self.ranks.iter().map(|r| r.1).collect()
+    }
+
+    /// The pid of `rank`.
+    pub fn pid(&self, rank: u32) -> u32 {
+        self.ranks.iter().find(|r| r.0 == rank).expect("rank").1
+    }
+
+    /// `--pid P` for every rank.
+    pub fn pid_args(&self) -> Vec<String> {
+        self.pids()
+            .iter()
+            .flat_map(|p| ["--pid".to_string(), p.to_string()])
+            .collect()
+    }
+
+    /// Lets the ranks finish (writing the go file if not yet), waits, and
+    /// asserts the job succeeded and every rank printed a line starting
+    /// with `done` (its own check of its results).
+    pub fn finish(mut self, done: &str) {
+        self.go();
+        let out = wait_with_timeout(self.child.take().unwrap(), Duration::from_secs(120));
+        assert!(out.status.success(), "the MPI job failed: {}", out.status);
+        let mut n = 0;
+        // The reader thread may lag behind the exit: drain until EOF.
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(10)) {
+            n += usize::from(l.starts_with(done));
+        }
+        assert_eq!(n, self.ranks.len(), "every rank must print {done:?}");
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // A failed test: let the ranks go, then make sure they are gone.
+            let _ = std::fs::write(&self.go, b"go");
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(20) {
+                if c.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.go);
+    }
+}
+
+/// A running `mpi-observer attach`, its stderr echoed with a `[daemon]` tag.
+pub struct Daemon {
+    child: Option<Child>,
+    /// Where it serves /metrics.
+    pub addr: String,
+}
+
+impl Daemon {
+    /// Starts `mpi-observer attach ARGS --listen 127.0.0.1:<free port>` and
+    /// waits until /metrics answers.
+    pub fn start(args: &[String]) -> Daemon {
+        use std::io::BufRead as _;
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut child = Command::new(observer_bin())
+            .arg("attach")
+            .args(args)
+            .args(["--listen", &addr])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mpi-observer");
+        let stderr = child.stderr.take().expect("piped");
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                eprintln!("[daemon] {l}");
+            }
+        });
+        let mut d = Daemon {
+            child: Some(child),
+            addr,
+        };
+        wait_for(
+            "the daemon to serve /metrics",
+            Duration::from_secs(60),
+            || {
+                if let Some(st) = d.child.as_mut().unwrap().try_wait().unwrap() {
+                    panic!("the daemon exited early: {st}");
+                }
+                http_get(&d.addr, "/metrics")
+                    .ok()
+                    .filter(|(c, _)| *c == 200)
+            },
+        );
+        d
+    }
+
+    /// One scrape: the body and its samples. Asserts the daemon still runs.
+    pub fn scrape(&mut self) -> (String, Vec<Sample>) {
+        let running = self.child.as_mut().unwrap().try_wait().unwrap().is_none();
+        assert!(running, "the daemon must keep running");
+        let (code, body) = http_get(&self.addr, "/metrics").expect("scrape");
+        assert_eq!(code, 200);
+        let samples = parse_metrics(&body);
+        (body, samples)
+    }
+
+    /// Sends `sig` and waits for the daemon to exit.
+    pub fn stop(mut self, sig: i32) -> std::process::ExitStatus {
+        let child = self.child.take().unwrap();
+        // SAFETY: kill(2) on our own child.
+        unsafe { kill(child.id() as i32, sig) };
+        wait_with_timeout(child, Duration::from_secs(30)).status
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// SIGINT, SIGKILL and SIGTERM, for [`Daemon::stop`].
+pub mod signal {
+    /// SIGINT.
+    pub const INT: i32 = 2;
+    /// SIGKILL.
+    pub const KILL: i32 = 9;
+    /// SIGTERM.
+    pub const TERM: i32 = 15;
+}

@@ -3,186 +3,37 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead as _, BufReader},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc,
+    path::Path,
+    process::{Command, Stdio},
     time::Duration,
 };
 
 use e2e::{
-    Mpi, Need, Sample, compile, free_port, http_get, observer_bin, parse_metrics, program, require,
-    run_with_timeout, scratch, sum, wait_for, wait_with_timeout,
+    Daemon, Job, Mpi, Need, Sample, compile, free_port, http_get, observer_bin, program, require,
+    run_with_timeout, scratch, signal, sum, wait_for,
 };
 
 /// Iterations of the counted phase of tests/programs/mix.c.
 const ITERS: u64 = 40;
 const NP: u32 = 3;
 
-/// A running MPI job of tests/programs/mix.c, held at its go file.
-struct Job {
-    child: Option<Child>,
-    /// (rank, pid) as the ranks printed them.
-    ranks: Vec<(u32, u32)>,
-    go: PathBuf,
-    lines: mpsc::Receiver<String>,
+/// Starts tests/programs/`program_name` (compiled for `mpi` once per
+/// directory) on `np` ranks with `args`, held at its go file.
+fn start_program(mpi: Mpi, dir: &Path, np: u32, program_name: &str, args: &[String]) -> Job {
+    let stem = program_name.trim_end_matches(".c");
+    let exe = dir.join(format!("{stem}-{}", mpi.name()));
+    if !exe.exists() {
+        compile(mpi, &program(program_name), &exe, &[]);
+    }
+    let mut launcher = mpi.launcher(np);
+    launcher.arg(&exe).args(args);
+    Job::spawn(launcher, np, dir.join(format!("go-{}", std::process::id())))
 }
 
-impl Job {
-    fn start(mpi: Mpi, dir: &Path, np: u32, iters: u64) -> Job {
-        Job::start_program(mpi, dir, np, "mix.c", &[iters.to_string()])
-    }
-
-    /// Starts `program` (in tests/programs) with `args` then the go file.
-    fn start_program(mpi: Mpi, dir: &Path, np: u32, program_name: &str, args: &[String]) -> Job {
-        let stem = program_name.trim_end_matches(".c");
-        let exe = dir.join(format!("{stem}-{}", mpi.name()));
-        if !exe.exists() {
-            compile(mpi, &program(program_name), &exe, &[]);
-        }
-        let go = dir.join(format!("go-{}", std::process::id()));
-        let _ = std::fs::remove_file(&go);
-        let mut child = mpi
-            .launcher(np)
-            .arg(&exe)
-            .args(args)
-            .arg(&go)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start mpirun");
-        let (tx, rx) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut ranks = Vec::new();
-        while ranks.len() < np as usize {
-            let l = rx
-                .recv_timeout(Duration::from_secs(60))
-                .expect("the job's ranks to print READY");
-            if let Some(rest) = l.strip_prefix("READY ") {
-                let mut f = rest.split_whitespace().map(|x| x.parse::<u32>().unwrap());
-                ranks.push((f.next().unwrap(), f.next().unwrap()));
-            }
-        }
-        ranks.sort();
-        Job {
-            child: Some(child),
-            ranks,
-            go,
-            lines: rx,
-        }
-    }
-
-    fn go(&self) {
-        std::fs::write(&self.go, b"go").unwrap();
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        self.ranks.iter().map(|r| r.1).collect()
-    }
-
-    /// Waits for the job; asserts it succeeded and every rank checked its
-    /// results ("OK <rank>").
-    fn finish(mut self) {
-        let out = wait_with_timeout(self.child.take().unwrap(), Duration::from_secs(120));
-        let mut oks = 0;
-        // The reader thread may lag behind the exit: drain until EOF.
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(10)) {
-            oks += usize::from(l.starts_with("OK "));
-        }
-        assert!(out.status.success(), "the MPI job failed: {:?}", out.status);
-        assert_eq!(oks, self.ranks.len(), "every rank must verify its results");
-    }
+/// tests/programs/mix.c with `iters` iterations of its counted phase.
+fn start_mix(mpi: Mpi, dir: &Path, np: u32, iters: u64) -> Job {
+    start_program(mpi, dir, np, "mix.c", &[iters.to_string()])
 }
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_file(&self.go);
-    }
-}
-
-/// A running daemon.
-struct Daemon {
-    child: Option<Child>,
-    addr: String,
-}
-
-impl Daemon {
-    fn start(args: &[String]) -> Daemon {
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let mut cmd = Command::new(observer_bin());
-        cmd.arg("attach").args(args).args(["--listen", &addr]);
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("[daemon] {l}");
-            }
-        });
-        let mut d = Daemon {
-            child: Some(child),
-            addr,
-        };
-        wait_for(
-            "the daemon to serve /metrics",
-            Duration::from_secs(30),
-            || {
-                if let Some(st) = d.child.as_mut().unwrap().try_wait().unwrap() {
-                    panic!("the daemon exited early: {st}");
-                }
-                http_get(&d.addr, "/metrics")
-                    .ok()
-                    .filter(|(c, _)| *c == 200)
-            },
-        );
-        d
-    }
-
-    fn scrape(&self) -> (String, Vec<Sample>) {
-        let (code, body) = http_get(&self.addr, "/metrics").expect("scrape");
-        assert_eq!(code, 200);
-        let s = parse_metrics(&body);
-        (body, s)
-    }
-
-    /// Sends `sig` and waits for a clean exit.
-    fn stop(mut self, sig: i32) -> std::process::ExitStatus {
-        let child = self.child.take().unwrap();
-        unsafe { kill(child.id() as i32, sig) };
-        wait_with_timeout(child, Duration::from_secs(30)).status
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-unsafe extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-}
-const SIGTERM: i32 = 15;
-const SIGINT: i32 = 2;
-const SIGKILL: i32 = 9;
 
 /// Our program names, as the kernel lists them (truncated to 15 chars).
 const PROGRAMS: [&str; 4] = ["mpi_enter", "mpi_p2p_enter", "mpi_coll_enter", "mpi_return"];
@@ -354,12 +205,8 @@ fn exact_counts(mpi: Mpi) {
         return;
     }
     let dir = scratch(&format!("exact-{}", mpi.name()));
-    let job = Job::start(mpi, &dir, NP, ITERS);
-    let mut args = Vec::new();
-    for pid in job.pids() {
-        args.extend(["--pid".to_string(), pid.to_string()]);
-    }
-    let daemon = Daemon::start(&args);
+    let job = start_mix(mpi, &dir, NP, ITERS);
+    let mut daemon = Daemon::start(&job.pid_args());
     let (_, s) = daemon.scrape();
     assert_eq!(sum(&s, "mpi_observer_attached_processes", &[]) as u32, NP);
     let jobid = jobid_of(&s, job.ranks[0].1).expect("rank info for rank 0");
@@ -378,7 +225,7 @@ fn exact_counts(mpi: Mpi) {
         assert_eq!(info.label("library"), Some(mpi.name()));
     }
     job.go();
-    job.finish();
+    job.finish("OK ");
     // The ranks exited: their final figures are retained and exact.
     let (body, s) = wait_for(
         "the daemon to notice the exits",
@@ -397,8 +244,8 @@ fn exact_counts(mpi: Mpi) {
             "label {forbidden} belongs to Prometheus"
         );
     }
-    let status = daemon.stop(SIGTERM);
-    assert!(status.success(), "daemon exit on SIGTERM: {status}");
+    let status = daemon.stop(signal::TERM);
+    assert!(status.success(), "daemon exit on signal::TERM: {status}");
     assert_no_probes_left();
 }
 
@@ -419,8 +266,8 @@ fn all_mode_picks_up_a_job_started_later_and_retains_it() {
         return;
     }
     let dir = scratch("all-mode");
-    let daemon = Daemon::start(&["--all".into(), "--retain-exited".into(), "300".into()]);
-    let job = Job::start(mpi, &dir, NP, ITERS);
+    let mut daemon = Daemon::start(&["--all".into(), "--retain-exited".into(), "300".into()]);
+    let job = start_mix(mpi, &dir, NP, ITERS);
     let pids = job.pids();
     let jobid = wait_for(
         "--all to attach to the new ranks",
@@ -432,7 +279,7 @@ fn all_mode_picks_up_a_job_started_later_and_retains_it() {
         },
     );
     job.go();
-    job.finish();
+    job.finish("OK ");
     let s = wait_for("the exits to be noticed", Duration::from_secs(10), || {
         let (_, s) = daemon.scrape();
         (sum(&s, "mpi_rank_up", &[("jobid", &jobid)]) == 0.0).then_some(s)
@@ -445,8 +292,8 @@ fn all_mode_picks_up_a_job_started_later_and_retains_it() {
             .count(),
         NP as usize
     );
-    let status = daemon.stop(SIGINT);
-    assert!(status.success(), "daemon exit on SIGINT: {status}");
+    let status = daemon.stop(signal::INT);
+    assert!(status.success(), "daemon exit on signal::INT: {status}");
     assert_no_probes_left();
 }
 
@@ -458,21 +305,17 @@ fn kill_9_leaves_no_probe_and_the_job_finishes_correctly() {
     }
     let dir = scratch("kill9");
     // Long enough to be mid-run when the daemon dies.
-    let job = Job::start(mpi, &dir, NP, 3000);
-    let mut args = Vec::new();
-    for pid in job.pids() {
-        args.extend(["--pid".to_string(), pid.to_string()]);
-    }
-    let daemon = Daemon::start(&args);
+    let job = start_mix(mpi, &dir, NP, 3000);
+    let mut daemon = Daemon::start(&job.pid_args());
     job.go();
     wait_for("calls to be counted", Duration::from_secs(20), || {
         let (_, s) = daemon.scrape();
         (sum(&s, "mpi_calls_total", &[("function", "MPI_Allreduce")]) > 10.0).then_some(())
     });
-    let status = daemon.stop(SIGKILL);
+    let status = daemon.stop(signal::KILL);
     assert!(!status.success());
     assert_no_probes_left();
-    job.finish();
+    job.finish("OK ");
 }
 
 #[test]
@@ -482,16 +325,12 @@ fn a_call_in_flight_at_attach_time_is_not_counted() {
             return;
         }
         let dir = scratch(&format!("inflight-{}", mpi.name()));
-        let job = Job::start_program(mpi, &dir, NP, "inflight.c", &[]);
+        let job = start_program(mpi, &dir, NP, "inflight.c", &[]);
         // Let rank 1 get well into its MPI_Recv before the probes go in.
         std::thread::sleep(Duration::from_millis(500));
-        let mut args = Vec::new();
-        for pid in job.pids() {
-            args.extend(["--pid".to_string(), pid.to_string()]);
-        }
-        let daemon = Daemon::start(&args);
+        let mut daemon = Daemon::start(&job.pid_args());
         job.go();
-        job.finish();
+        job.finish("OK ");
         let s = wait_for("the exits", Duration::from_secs(10), || {
             let (_, s) = daemon.scrape();
             (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some(s)
@@ -511,7 +350,7 @@ fn a_call_in_flight_at_attach_time_is_not_counted() {
                 "{mpi:?} rank {r}: barriers after the in-flight call"
             );
         }
-        assert!(daemon.stop(SIGTERM).success());
+        assert!(daemon.stop(signal::TERM).success());
     }
 }
 
@@ -663,7 +502,7 @@ fn bad_input_listen_address_in_use_leaves_the_job_unharmed() {
         return;
     }
     let dir = scratch("inuse");
-    let job = Job::start(mpi, &dir, NP, 5);
+    let job = start_mix(mpi, &dir, NP, 5);
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let mut c = Command::new(observer_bin());
@@ -676,7 +515,7 @@ fn bad_input_listen_address_in_use_leaves_the_job_unharmed() {
     ]);
     expect_one_line_error(&mut c, "already in use");
     job.go();
-    job.finish();
+    job.finish("OK ");
 }
 
 #[test]
@@ -741,7 +580,7 @@ fn landing_page_and_404() {
     if !require(&[Need::Root]) {
         return;
     }
-    let daemon = Daemon::start(&["--all".into()]);
+    let mut daemon = Daemon::start(&["--all".into()]);
     let (code, body) = http_get(&daemon.addr, "/").unwrap();
     assert_eq!(code, 200);
     assert!(body.contains("href=\"/metrics\""), "{body}");
@@ -755,5 +594,5 @@ fn landing_page_and_404() {
     ] {
         assert!(s.iter().any(|x| x.name == m), "{m} missing");
     }
-    assert!(daemon.stop(SIGTERM).success());
+    assert!(daemon.stop(signal::TERM).success());
 }

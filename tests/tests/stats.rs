@@ -11,16 +11,15 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead as _, BufReader, Seek as _, SeekFrom, Write as _},
+    io::{Seek as _, SeekFrom, Write as _},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc,
+    process::Command,
     time::Duration,
 };
 
 use e2e::{
-    Mpi, Need, Sample, compile, free_port, http_get, observer_bin, parse_metrics, program, require,
-    run_with_timeout, scratch, sum, target_dir, wait_for, wait_with_timeout,
+    Daemon, Job, Mpi, Need, Sample, compile, program, require, run_with_timeout, scratch, sum,
+    target_dir, wait_for,
 };
 
 const NP: u32 = 4;
@@ -66,176 +65,31 @@ fn build(mpi: Mpi, dir: &Path, name: &str) -> PathBuf {
     exe
 }
 
-/// A running job parked at its go file, every rank having printed READY.
-struct Job {
-    child: Option<Child>,
-    /// (rank, pid).
-    ranks: Vec<(u32, u32)>,
-    go: PathBuf,
-    lines: mpsc::Receiver<String>,
+/// Starts tests/programs/stats/`name`.c on NP ranks with the stats layer,
+/// held at its go file.
+fn start(mpi: Mpi, dir: &Path, name: &str) -> Job {
+    let exe = build(mpi, dir, name);
+    Job::spawn(launcher(mpi, &exe), NP, dir.join("go"))
 }
 
-impl Job {
-    fn start(mpi: Mpi, dir: &Path, name: &str) -> Job {
-        let exe = build(mpi, dir, name);
-        let go = dir.join("go");
-        let _ = std::fs::remove_file(&go);
-        let mut child = launcher(mpi, &exe)
-            .arg(&go)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the launcher");
-        let (tx, rx) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut ranks = Vec::new();
-        while ranks.len() < NP as usize {
-            let l = rx
-                .recv_timeout(Duration::from_secs(60))
-                .expect("every rank to print READY");
-            if let Some(rest) = l.strip_prefix("READY ") {
-                let mut f = rest.split_whitespace().map(|x| x.parse::<u32>().unwrap());
-                ranks.push((f.next().unwrap(), f.next().unwrap()));
-            }
-        }
-        ranks.sort();
-        Job {
-            child: Some(child),
-            ranks,
-            go,
-            lines: rx,
-        }
-    }
-
-    fn pid(&self, rank: u32) -> u32 {
-        self.ranks.iter().find(|r| r.0 == rank).unwrap().1
-    }
-
-    fn pid_args(&self) -> Vec<String> {
-        self.ranks
-            .iter()
-            .flat_map(|(_, p)| ["--pid".to_string(), p.to_string()])
-            .collect()
-    }
-
-    /// Lets the ranks finish; asserts a clean exit with every DONE line.
-    fn finish(mut self) {
-        std::fs::write(&self.go, b"").unwrap();
-        let o = wait_with_timeout(self.child.take().unwrap(), Duration::from_secs(60));
-        assert!(o.status.success(), "the job failed: {}", o.status);
-        let mut done = 0;
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
-            done += usize::from(l.starts_with("DONE "));
-        }
-        assert_eq!(done, NP as usize, "every rank must finish");
-    }
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = std::fs::write(&self.go, b"");
-            if wait_for_exit(&mut c, Duration::from_secs(20)).is_none() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-}
-
-fn wait_for_exit(c: &mut Child, limit: Duration) -> Option<()> {
-    let start = std::time::Instant::now();
-    while start.elapsed() < limit {
-        if c.try_wait().ok().flatten().is_some() {
-            return Some(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
-}
-
-/// A running `mpi-observer attach`.
-struct Daemon {
-    child: Child,
-    addr: String,
-}
-
-impl Daemon {
-    fn start(args: &[String]) -> Daemon {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let mut child = Command::new(observer_bin())
-            .arg("attach")
-            .args(args)
-            .args(["--listen", &addr])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                eprintln!("[daemon] {l}");
-            }
-        });
-        let mut d = Daemon { child, addr };
-        wait_for(
-            "the daemon to serve /metrics",
-            Duration::from_secs(60),
-            || {
-                if let Some(st) = d.child.try_wait().unwrap() {
-                    panic!("the daemon exited early: {st}");
-                }
-                http_get(&d.addr, "/metrics")
-                    .ok()
-                    .filter(|(c, _)| *c == 200)
-            },
-        );
-        d
-    }
-
-    fn scrape(&mut self) -> Vec<Sample> {
-        assert!(
-            self.child.try_wait().unwrap().is_none(),
-            "the daemon must keep running"
-        );
-        let (code, body) = http_get(&self.addr, "/metrics").expect("scrape");
-        assert_eq!(code, 200);
-        parse_metrics(&body)
-    }
-
-    /// Scrapes until every rank in `ranks` has stats-layer figures.
-    fn scrape_with_figures(&mut self, ranks: &[u32]) -> Vec<Sample> {
-        wait_for(
-            "every rank's segment figures",
-            Duration::from_secs(30),
-            || {
-                let s = self.scrape();
-                ranks
-                    .iter()
-                    .all(|r| {
-                        s.iter().any(|x| {
-                            x.name == "mpi_requests_outstanding"
-                                && x.label("rank") == Some(&r.to_string())
-                        })
+/// Scrapes until every rank in `ranks` has stats-layer figures.
+fn scrape_with_figures(d: &mut Daemon, ranks: &[u32]) -> Vec<Sample> {
+    wait_for(
+        "every rank's segment figures",
+        Duration::from_secs(30),
+        || {
+            let (_, s) = d.scrape();
+            ranks
+                .iter()
+                .all(|r| {
+                    s.iter().any(|x| {
+                        x.name == "mpi_requests_outstanding"
+                            && x.label("rank") == Some(&r.to_string())
                     })
-                    .then_some(s)
-            },
-        )
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+                })
+                .then_some(s)
+        },
+    )
 }
 
 /// (rank, peer, direction) → (messages, bytes): what traffic.c sends, by
@@ -396,18 +250,18 @@ fn assert_collectives(s: &[Sample], mpi: Mpi) {
 
 fn exact(mpi: Mpi, no_bpf: bool) {
     let dir = scratch(&format!("stats-exact-{}", mpi.name()));
-    let job = Job::start(mpi, &dir, "traffic");
+    let job = start(mpi, &dir, "traffic");
     let mut args = job.pid_args();
     if no_bpf {
         args.insert(0, "--no-bpf".into());
     }
     let mut d = Daemon::start(&args);
-    let s = d.scrape_with_figures(&[0, 1, 2, 3]);
+    let s = scrape_with_figures(&mut d, &[0, 1, 2, 3]);
     for rank in 0..NP {
         assert_traffic(&s, rank, mpi);
     }
     assert_collectives(&s, mpi);
-    job.finish();
+    job.finish("DONE ");
 }
 
 #[test]
@@ -428,10 +282,10 @@ fn stats_exact_per_peer_mpich_ebpf() {
 
 fn health(mpi: Mpi) {
     let dir = scratch(&format!("stats-health-{}", mpi.name()));
-    let job = Job::start(mpi, &dir, "hold");
+    let job = start(mpi, &dir, "hold");
     let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
     let r0 = [("rank", "0")];
-    let first = d.scrape_with_figures(&[0]);
+    let first = scrape_with_figures(&mut d, &[0]);
     let outstanding = sum(&first, "mpi_requests_outstanding", &r0);
     assert!(
         outstanding >= 5.0,
@@ -440,7 +294,7 @@ fn health(mpi: Mpi) {
     let age1 = sum(&first, "mpi_request_oldest_age_seconds", &r0);
     assert!(age1 > 0.0, "oldest age during the hold: {age1}");
     std::thread::sleep(Duration::from_millis(1500));
-    let second = d.scrape();
+    let second = d.scrape().1;
     let age2 = sum(&second, "mpi_request_oldest_age_seconds", &r0);
     assert!(
         age2 >= age1 + 1.0,
@@ -448,9 +302,9 @@ fn health(mpi: Mpi) {
     );
     assert!(sum(&second, "mpi_requests_outstanding", &r0) >= 5.0);
     let pid0 = job.pid(0);
-    job.finish();
+    job.finish("DONE ");
     // The daemon kept the unlinked segment open: final figures, no leak.
-    let last = d.scrape();
+    let last = d.scrape().1;
     let r0 = [("rank", "0")];
     assert_eq!(
         sum(&last, "mpi_requests_outstanding", &r0),
@@ -489,9 +343,9 @@ fn stats_request_health_mpich() {
 /// neighbours at once (threads.c); the lock-free counters must be exact.
 fn threads(mpi: Mpi) {
     let dir = scratch(&format!("stats-threads-{}", mpi.name()));
-    let job = Job::start(mpi, &dir, "threads");
+    let job = start(mpi, &dir, "threads");
     let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
-    let s = d.scrape_with_figures(&[0, 1, 2, 3]);
+    let s = scrape_with_figures(&mut d, &[0, 1, 2, 3]);
     // Per thread t: 200 messages of 8 (t + 1) bytes; 4 threads.
     let (msgs, bytes) = (4 * 200, 200 * 8 * (1 + 2 + 3 + 4));
     for rank in 0..NP {
@@ -525,7 +379,7 @@ fn threads(mpi: Mpi) {
         assert_eq!(one("mpi_requests_outstanding"), 0.0);
         assert_eq!(one("mpi_unattributed_messages_total"), 0.0);
     }
-    job.finish();
+    job.finish("DONE ");
 }
 
 #[test]
@@ -549,10 +403,10 @@ fn stats_thread_multiple_mpich() {
 /// tracked, and counted as unattributed; nothing leaks.
 fn table_bound(mpi: Mpi) {
     let dir = scratch(&format!("stats-table-{}", mpi.name()));
-    let job = Job::start(mpi, &dir, "table");
+    let job = start(mpi, &dir, "table");
     let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
     let r0 = [("rank", "0")];
-    let during = d.scrape_with_figures(&[0]);
+    let during = scrape_with_figures(&mut d, &[0]);
     let full = sum(&during, "mpi_request_table_full_total", &r0);
     let outstanding = sum(&during, "mpi_requests_outstanding", &r0);
     assert!(full >= 904.0, "5000 posted, 4096 slots: table full {full}");
@@ -563,8 +417,8 @@ fn table_bound(mpi: Mpi) {
     );
     // The hash spreads handles: the table fills before a probe window does.
     assert!((4000.0..=4096.0).contains(&outstanding), "{outstanding}");
-    job.finish();
-    let last = d.scrape();
+    job.finish("DONE ");
+    let last = d.scrape().1;
     let recv = [("rank", "0"), ("peer", "1"), ("direction", "recv")];
     assert_eq!(sum(&last, "mpi_requests_outstanding", &r0), 0.0, "no leak");
     assert_eq!(sum(&last, "mpi_requests_started_total", &r0), outstanding);
@@ -609,9 +463,9 @@ fn stats_corrupt_segment_is_skipped() {
         return;
     }
     let dir = scratch("stats-corrupt");
-    let job = Job::start(Mpi::OpenMpi, &dir, "traffic");
+    let job = start(Mpi::OpenMpi, &dir, "traffic");
     let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
-    let before = d.scrape_with_figures(&[0, 1, 2, 3]);
+    let before = scrape_with_figures(&mut d, &[0, 1, 2, 3]);
     let errors = |s: &[Sample]| {
         sum(
             s,
@@ -628,7 +482,7 @@ fn stats_corrupt_segment_is_skipped() {
         "two corrupt segments counted",
         Duration::from_secs(20),
         || {
-            let s = d.scrape();
+            let s = d.scrape().1;
             (errors(&s) >= 2.0).then_some(s)
         },
     );
@@ -643,9 +497,10 @@ fn stats_corrupt_segment_is_skipped() {
     // The others are still served, exactly.
     assert_traffic(&after, 1, Mpi::OpenMpi);
     assert_traffic(&after, 3, Mpi::OpenMpi);
-    job.finish();
+    job.finish("DONE ");
     assert!(
         d.scrape()
+            .1
             .iter()
             .any(|x| x.name == "mpi_observer_segment_errors_total")
     );
