@@ -140,7 +140,8 @@ pub struct RequestSlot {
     pub state: AtomicU32,
     /// Peer world rank, or -1 for a wildcard or collective.
     pub peer: AtomicI32,
-    /// `CLOCK_MONOTONIC` nanoseconds when the operation started.
+    /// `CLOCK_MONOTONIC` nanoseconds when the operation started (the
+    /// coarse variant is fine: it is the same clock at tick resolution).
     pub started_ns: AtomicU64,
     /// Expected bytes (posted size for receives).
     pub bytes: AtomicU64,

@@ -280,7 +280,10 @@ impl State {
     /// Drops a rank and its statistics.
     pub fn forget(&mut self, pid: u32) {
         self.detach(pid);
-        self.ranks.remove(&pid);
+        if let Some(seg) = self.ranks.remove(&pid).and_then(|r| r.segment) {
+            // A rank killed by a signal never unlinked its segment.
+            seg.remove_if_orphaned(pid);
+        }
         if let Some(Ok(mut stats)) = self
             .probes
             .as_mut()

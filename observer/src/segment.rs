@@ -118,6 +118,24 @@ impl Segment {
         Ok(Some(Segment { file }))
     }
 
+    /// Unlinks `pid`'s segment file if it is still this very file (same
+    /// device and inode) and the process is gone: what a rank killed by a
+    /// signal leaves behind in /dev/shm.
+    pub fn remove_if_orphaned(&self, pid: u32) {
+        let path = path(pid);
+        let (Ok(ours), Ok(there)) = (self.file.metadata(), std::fs::symlink_metadata(&path)) else {
+            return;
+        };
+        // Gone, or a zombie nobody has reaped yet.
+        let gone = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| {
+            let state = st.rsplit_once(')').map(|(_, r)| r.trim_start());
+            state.is_some_and(|r| r.starts_with('Z') || r.starts_with('X'))
+        });
+        if gone && ours.dev() == there.dev() && ours.ino() == there.ino() {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+
     /// Reads the current figures.
     pub fn read(&self) -> Result<Figures, SegmentProblem> {
         let size = self

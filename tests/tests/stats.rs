@@ -581,3 +581,50 @@ fn stats_no_dev_shm_mpich() {
     }
     no_shm(Mpi::Mpich);
 }
+
+/// A rank killed by a signal cannot unlink its segment; once its figures
+/// have been retained long enough, the daemon removes the orphan.
+#[test]
+fn stats_segment_of_a_killed_job_is_removed() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
+    let dir = scratch("stats-killed");
+    let job = start(mpi, &dir, "hold");
+    let mut d = Daemon::start(
+        &[
+            vec!["--no-bpf".to_string(), "--retain-exited".into(), "1".into()],
+            job.pid_args(),
+        ]
+        .concat(),
+    );
+    scrape_with_figures(&mut d, &[0, 1, 2, 3]);
+    let segments: Vec<String> = job
+        .pids()
+        .iter()
+        .map(|p| format!("/dev/shm/mpi-observer.{p}"))
+        .collect();
+    for s in &segments {
+        assert!(Path::new(s).exists(), "{s} must exist while the job runs");
+    }
+    for p in job.pids() {
+        // SAFETY: kill(2) on a rank this test started.
+        unsafe { kill(p as i32, 9) };
+    }
+    drop(job);
+    wait_for(
+        "the orphaned segments to be removed",
+        Duration::from_secs(20),
+        || {
+            segments
+                .iter()
+                .all(|s| !Path::new(s).exists())
+                .then_some(())
+        },
+    );
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
