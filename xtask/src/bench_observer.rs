@@ -30,7 +30,11 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{cargo, setup::run_cmd};
+use crate::{
+    bench_common::{first_line, loadavg, median},
+    cargo,
+    setup::run_cmd,
+};
 
 /// Repetitions of every configuration; odd, so the median is a run.
 const REPS: usize = 9;
@@ -130,12 +134,6 @@ const COMM_RANK: Probe = Probe {
     arg: "comm_rank",
     name: "MPI_Comm_rank",
 };
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// Lines of a child's pipe, read on a thread so waits can time out.
 fn lines(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
@@ -1214,30 +1212,6 @@ struct Row {
     value: String,
     goal: String,
     met: Option<bool>,
-}
-
-fn first_line(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim()
-                .to_string()
-        })
-        .unwrap_or_default()
-}
-
-fn loadavg() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn machine() -> String {

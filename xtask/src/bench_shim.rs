@@ -19,80 +19,14 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{cargo, setup::run_cmd};
+use crate::{
+    bench_common::{Mpi, loadavg, machine, median},
+    cargo,
+    setup::run_cmd,
+};
 
 /// Runs per configuration; odd, so the median is a run.
 const REPS: usize = 11;
-
-#[derive(Clone, Copy)]
-enum Mpi {
-    OpenMpi,
-    Mpich,
-}
-
-impl Mpi {
-    fn name(self) -> &'static str {
-        match self {
-            Mpi::OpenMpi => "Open MPI",
-            Mpi::Mpich => "MPICH",
-        }
-    }
-
-    fn suffix(self) -> &'static str {
-        match self {
-            Mpi::OpenMpi => "openmpi",
-            Mpi::Mpich => "mpich",
-        }
-    }
-
-    /// `np` ranks with the shim and `list` when `shim` is given.
-    fn job(self, np: u32, shim: Option<(&Path, &str)>, prog: &Path) -> Command {
-        let mut c = Command::new(format!("mpirun.{}", self.suffix()));
-        match self {
-            Mpi::OpenMpi => {
-                c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-                    .env("OMPI_MCA_btl", "self,vader")
-                    .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-                    .args(["--oversubscribe", "-np", &np.to_string()]);
-                if let Some((lib, list)) = shim {
-                    c.args([
-                        "-x",
-                        &format!("LD_PRELOAD={}", lib.display()),
-                        "-x",
-                        &format!("MPI_TOOLS_ENTRY={list}"),
-                    ]);
-                }
-            }
-            Mpi::Mpich => {
-                c.args(["-launcher", "fork", "-np", &np.to_string()]);
-                if let Some((lib, list)) = shim {
-                    c.args([
-                        "-genv",
-                        "LD_PRELOAD",
-                        &lib.display().to_string(),
-                        "-genv",
-                        "MPI_TOOLS_ENTRY",
-                        list,
-                    ]);
-                }
-            }
-        }
-        c.arg(prog);
-        c
-    }
-}
-
-fn mpicc(mpi: Mpi, args: &[&str], src: &Path, out: &Path) -> Result<()> {
-    run_cmd(
-        Command::new(format!("mpicc.{}", mpi.suffix()))
-            .args(["-O2"])
-            .args(args)
-            .arg("-o")
-            .arg(out)
-            .arg(src),
-    )
-}
 
 /// Runs a job and returns the number after `key=` in its output.
 fn measure(mut c: Command, key: &str) -> Result<f64> {
@@ -117,63 +51,6 @@ fn max(v: &[f64]) -> f64 {
     v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn first_line(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim()
-                .to_string()
-        })
-        .unwrap_or_default()
-}
-
-fn loadavg() -> String {
-    let l = fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-}
-
-fn machine() -> String {
-    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']))
-        .unwrap_or("unknown CPU");
-    let cores = cpuinfo
-        .lines()
-        .filter(|l| l.starts_with("processor"))
-        .count();
-    let os = fs::read_to_string("/etc/os-release")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("PRETTY_NAME=")
-                .map(|s| s.trim_matches('"').to_string())
-        })
-        .unwrap_or_default();
-    format!(
-        "{model}, {cores} cores (VM), {os}, Linux {}; {}; {}; rustc: {}",
-        first_line("uname", &["-r"]),
-        first_line("mpirun.openmpi", &["--version"]),
-        first_line("mpichversion", &[])
-            .replace("MPICH Version:", "MPICH")
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" "),
-        first_line("rustc", &["--version"]),
-    )
-}
-
 struct Built {
     dispatch: PathBuf,
     pingpong: PathBuf,
@@ -190,10 +67,10 @@ fn build(mpi: Mpi, src: &Path, dir: &Path) -> Result<Built> {
             .map(|i| dir.join(format!("libpass{i}.so")))
             .collect(),
     };
-    mpicc(mpi, &[], &src.join("dispatch.c"), &b.dispatch)?;
-    mpicc(mpi, &[], &src.join("pingpong.c"), &b.pingpong)?;
+    mpi.mpicc(&[], &src.join("dispatch.c"), &b.dispatch)?;
+    mpi.mpicc(&[], &src.join("pingpong.c"), &b.pingpong)?;
     for t in &b.tools {
-        mpicc(mpi, &["-shared", "-fPIC"], &src.join("passthrough.c"), t)?;
+        mpi.mpicc(&["-shared", "-fPIC"], &src.join("passthrough.c"), t)?;
     }
     Ok(b)
 }
@@ -244,7 +121,7 @@ pub fn run(root: &Path) -> Result<()> {
             .iter()
             .map(|v| format!("{:.2}–{:.2}", min(v), max(v)))
             .collect();
-        let med: Vec<f64> = samples.into_iter().map(median).collect();
+        let med: Vec<f64> = samples.iter().map(|v| median(v)).collect();
         writeln!(
             report,
             "## {}: dispatch cost, `MPI_Comm_rank`\n",
@@ -284,7 +161,7 @@ pub fn run(root: &Path) -> Result<()> {
         // the runs; the ratio is of medians.
         let spread = |v: &[f64]| format!("{:.0}–{:.0} ns", min(v), max(v));
         let (base_spread, layered_spread) = (spread(&base), spread(&layered));
-        let (base, layered) = (median(base), median(layered));
+        let (base, layered) = (median(&base), median(&layered));
         writeln!(
             report,
             "## {}: 8-byte ping-pong, one-way latency\n",

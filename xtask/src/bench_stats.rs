@@ -24,7 +24,11 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{cargo, setup::run_cmd};
+use crate::{
+    bench_common::{Mpi, loadavg, machine, median},
+    cargo,
+    setup::run_cmd,
+};
 
 /// Runs per configuration; odd, so the median is a run.
 const REPS: usize = 11;
@@ -153,67 +157,6 @@ int main(int argc, char **argv) {
 }
 "#;
 
-#[derive(Clone, Copy)]
-enum Mpi {
-    OpenMpi,
-    Mpich,
-}
-
-impl Mpi {
-    fn name(self) -> &'static str {
-        match self {
-            Mpi::OpenMpi => "Open MPI",
-            Mpi::Mpich => "MPICH",
-        }
-    }
-
-    fn suffix(self) -> &'static str {
-        match self {
-            Mpi::OpenMpi => "openmpi",
-            Mpi::Mpich => "mpich",
-        }
-    }
-
-    /// `np` ranks of `prog`, with the shim and tools list `list` if given.
-    fn job(self, np: u32, shim: Option<(&Path, &str)>, prog: &Path) -> Command {
-        let mut c = Command::new(format!("mpirun.{}", self.suffix()));
-        let preload = shim.map(|(lib, list)| (lib.display().to_string(), list.to_string()));
-        match self {
-            Mpi::OpenMpi => {
-                c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-                    .env("OMPI_MCA_btl", "self,vader")
-                    .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-                    .args(["--oversubscribe", "-np", &np.to_string()]);
-                if let Some((lib, list)) = preload {
-                    c.args(["-x", &format!("LD_PRELOAD={lib}")])
-                        .args(["-x", &format!("MPI_TOOLS_ENTRY={list}")]);
-                }
-            }
-            Mpi::Mpich => {
-                c.args(["-launcher", "fork", "-np", &np.to_string()]);
-                if let Some((lib, list)) = preload {
-                    c.args(["-genv", "LD_PRELOAD", &lib])
-                        .args(["-genv", "MPI_TOOLS_ENTRY", &list]);
-                }
-            }
-        }
-        c.arg(prog);
-        c
-    }
-}
-
-fn mpicc(mpi: Mpi, extra: &[&str], src: &Path, out: &Path) -> Result<()> {
-    run_cmd(
-        Command::new(format!("mpicc.{}", mpi.suffix()))
-            .arg("-O2")
-            .args(extra)
-            .arg("-o")
-            .arg(out)
-            .arg(src),
-    )
-}
-
 /// Runs a job and returns every `key=number` of its output.
 fn measure(mut c: Command) -> Result<Vec<(String, f64)>> {
     let o = c.output().with_context(|| format!("running {c:?}"))?;
@@ -240,11 +183,6 @@ fn get(v: &[(String, f64)], key: &str) -> Result<f64> {
         .with_context(|| format!("no {key}= in the benchmark's output"))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn fastest(v: &[f64]) -> f64 {
     v.iter().copied().fold(f64::INFINITY, f64::min)
 }
@@ -253,50 +191,6 @@ fn spread(v: &[f64]) -> String {
     let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     format!("{lo:.1}–{hi:.1}")
-}
-
-fn first_line(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim()
-                .to_string()
-        })
-        .unwrap_or_default()
-}
-
-fn loadavg() -> String {
-    let l = fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-}
-
-fn machine() -> String {
-    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']))
-        .unwrap_or("unknown CPU");
-    let cores = cpuinfo
-        .lines()
-        .filter(|l| l.starts_with("processor"))
-        .count();
-    format!(
-        "{model}, {cores} cores, Linux {}; {}; {}; {}",
-        first_line("uname", &["-r"]),
-        first_line("mpirun.openmpi", &["--version"]),
-        first_line("mpichversion", &[])
-            .replace("MPICH Version:", "MPICH")
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" "),
-        first_line("rustc", &["--version"]),
-    )
 }
 
 struct Built {
@@ -318,10 +212,9 @@ fn build(mpi: Mpi, dir: &Path) -> Result<Built> {
         pingpong: dir.join("pingpong"),
         pass: dir.join("libpass.so"),
     };
-    mpicc(mpi, &[], &src("p2pcost.c", P2P_COST_C)?, &b.cost)?;
-    mpicc(mpi, &[], &src("pingpong.c", PING_PONG_C)?, &b.pingpong)?;
-    mpicc(
-        mpi,
+    mpi.mpicc(&[], &src("p2pcost.c", P2P_COST_C)?, &b.cost)?;
+    mpi.mpicc(&[], &src("pingpong.c", PING_PONG_C)?, &b.pingpong)?;
+    mpi.mpicc(
         &["-shared", "-fPIC"],
         &src("passthrough.c", PASS_THROUGH_C)?,
         &b.pass,
@@ -378,7 +271,7 @@ pub fn run(root: &Path) -> Result<()> {
             ("Sendrecv", 1.0, &blocking),
             ("Irecv + Isend + Waitall", 3.0, &nonblocking),
         ] {
-            let med: Vec<f64> = samples.iter().cloned().map(median).collect();
+            let med: Vec<f64> = samples.iter().map(|v| median(v)).collect();
             // The fastest run of each configuration is the least disturbed
             // by other work on a shared machine.
             let fast: Vec<f64> = samples.iter().map(|v| fastest(v)).collect();
@@ -413,7 +306,7 @@ pub fn run(root: &Path) -> Result<()> {
             )?);
         }
         let (sb, ss) = (spread(&base), spread(&stats));
-        let (mb, ms) = (median(base), median(stats));
+        let (mb, ms) = (median(&base), median(&stats));
         writeln!(
             report,
             "## {}: 8-byte ping-pong, one-way latency (2 ranks)\n\n\

@@ -1,4 +1,5 @@
 //! Project automation: `cargo xtask <setup|codegen|build|test|demo|bench>`.
+mod bench_common;
 mod bench_observer;
 mod bench_shim;
 mod bench_stats;

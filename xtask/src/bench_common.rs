@@ -1,0 +1,138 @@
+//! What the benchmarks share: launching MPI jobs on either implementation,
+//! medians, and a description of the machine for the reports.
+
+use std::{fs, path::Path, process::Command};
+
+use anyhow::Result;
+
+use crate::setup::run_cmd;
+
+/// The MPI implementations benchmarked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mpi {
+    /// Debian's Open MPI 4.1.
+    OpenMpi,
+    /// Debian's MPICH 4.0.
+    Mpich,
+}
+
+impl Mpi {
+    /// Name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "Open MPI",
+            Mpi::Mpich => "MPICH",
+        }
+    }
+
+    /// Suffix of Debian's `mpicc.X` and `mpirun.X`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "openmpi",
+            Mpi::Mpich => "mpich",
+        }
+    }
+
+    /// `np` ranks of `prog`, with the shim and the tools list `list` in
+    /// every rank when `shim` is given. Runs as root on a small VM.
+    pub fn job(self, np: u32, shim: Option<(&Path, &str)>, prog: &Path) -> Command {
+        let mut c = Command::new(format!("mpirun.{}", self.suffix()));
+        let preload = shim.map(|(lib, list)| (lib.display().to_string(), list.to_string()));
+        match self {
+            Mpi::OpenMpi => {
+                c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                    .env("OMPI_MCA_btl", "self,vader")
+                    .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+                    .args(["--oversubscribe", "-np", &np.to_string()]);
+                if let Some((lib, list)) = preload {
+                    c.args(["-x", &format!("LD_PRELOAD={lib}")])
+                        .args(["-x", &format!("MPI_TOOLS_ENTRY={list}")]);
+                }
+            }
+            Mpi::Mpich => {
+                c.args(["-launcher", "fork", "-np", &np.to_string()]);
+                if let Some((lib, list)) = preload {
+                    c.args(["-genv", "LD_PRELOAD", &lib])
+                        .args(["-genv", "MPI_TOOLS_ENTRY", &list]);
+                }
+            }
+        }
+        c.arg(prog);
+        c
+    }
+
+    /// Compiles `src` to `out` with the implementation's `mpicc -O2`.
+    pub fn mpicc(self, extra: &[&str], src: &Path, out: &Path) -> Result<()> {
+        run_cmd(
+            Command::new(format!("mpicc.{}", self.suffix()))
+                .arg("-O2")
+                .args(extra)
+                .arg("-o")
+                .arg(out)
+                .arg(src),
+        )
+    }
+}
+
+/// The median of `v` (the upper one for an even count).
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The first non-empty line a command prints, or "".
+pub fn first_line(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+/// The 1, 5 and 15 minute load averages.
+pub fn loadavg() -> String {
+    let l = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// CPU model, cores, OS, kernel, MPI versions and rustc, for a report.
+pub fn machine() -> String {
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']))
+        .unwrap_or("unknown CPU");
+    let cores = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    let os = fs::read_to_string("/etc/os-release")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("PRETTY_NAME=")
+                .map(|v| v.trim_matches('"').to_string())
+        })
+        .unwrap_or_default();
+    format!(
+        "{model}, {cores} cores (VM), {os}, Linux {}; {}; {}; rustc: {}",
+        first_line("uname", &["-r"]),
+        first_line("mpirun.openmpi", &["--version"]),
+        first_line("mpichversion", &[])
+            .replace("MPICH Version:", "MPICH")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+        first_line("rustc", &["--version"]),
+    )
+}
