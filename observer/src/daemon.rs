@@ -105,7 +105,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             st.attach(pid)?;
             eprintln!(
                 "mpi-observer: attached to pid {pid} ({} probes, {:.0} ms)",
-                st.ranks.get(&pid).map_or(0, |_| st.selfm.probes.get()),
+                st.ranks.get(&pid).map_or(0, |r| r.probes()),
                 t.elapsed().as_secs_f64() * 1e3
             );
         }

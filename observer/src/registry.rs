@@ -83,6 +83,11 @@ pub struct Rank {
 }
 
 impl Rank {
+    /// Uprobes plus uretprobes attached to this rank now.
+    pub fn probes(&self) -> usize {
+        self.attachment.as_ref().map_or(0, |a| a.probes)
+    }
+
     /// A rank with no process behind it, for benchmarks of the metric model
     /// (scrape time and memory at scale with synthetic map entries).
     #[doc(hidden)]
