@@ -20,7 +20,7 @@ const NP: u32 = 3;
 /// Starts tests/programs/`program_name` (compiled for `mpi` once per
 /// directory) on `np` ranks with `args`, held at its go file.
 fn start_program(mpi: Mpi, dir: &Path, np: u32, program_name: &str, args: &[String]) -> Job {
-    let stem = program_name.trim_end_matches(".c");
+    let stem = program_name.split('.').next().unwrap_or(program_name);
     let exe = dir.join(format!("{stem}-{}", mpi.name()));
     if !exe.exists() {
         compile(mpi, &program(program_name), &exe, &[]);
@@ -350,6 +350,46 @@ fn a_call_in_flight_at_attach_time_is_not_counted() {
                 "{mpi:?} rank {r}: barriers after the in-flight call"
             );
         }
+        assert!(daemon.stop(signal::TERM).success());
+    }
+}
+
+#[test]
+fn fortran_calls_are_counted_under_their_c_names() {
+    for mpi in Mpi::ALL {
+        if !require(&[Need::Root, Need::Mpi(mpi), Need::Command(mpi.mpifort())]) {
+            return;
+        }
+        let dir = scratch(&format!("fortran-{}", mpi.name()));
+        let job = start_program(mpi, &dir, 2, "fortran.f90", &[]);
+        let mut daemon = Daemon::start(&job.pid_args());
+        job.go();
+        job.finish("OK ");
+        let s = wait_for("the exits", Duration::from_secs(10), || {
+            let (_, s) = daemon.scrape();
+            (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some(s)
+        });
+        let calls =
+            |rank: &str, f: &str| sum(&s, "mpi_calls_total", &[("rank", rank), ("function", f)]);
+        assert_eq!(calls("0", "MPI_Send"), 10.0, "{mpi:?}: Fortran MPI_SEND");
+        assert_eq!(calls("1", "MPI_Recv"), 10.0, "{mpi:?}: Fortran MPI_RECV");
+        for r in ["0", "1"] {
+            assert_eq!(
+                calls(r, "MPI_Barrier"),
+                5.0,
+                "{mpi:?} rank {r}: Fortran MPI_BARRIER"
+            );
+        }
+        let bytes = |rank: &str, f: &str, d: &str| {
+            sum(
+                &s,
+                "mpi_bytes_total",
+                &[("rank", rank), ("function", f), ("direction", d)],
+            )
+        };
+        // MPI_INTEGER is 4 bytes on both libraries.
+        assert_eq!(bytes("0", "MPI_Send", "send"), 40.0, "{mpi:?}");
+        assert_eq!(bytes("1", "MPI_Recv", "recv"), 40.0, "{mpi:?}");
         assert!(daemon.stop(signal::TERM).success());
     }
 }
