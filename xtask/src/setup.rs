@@ -58,7 +58,9 @@ pub fn run() -> Result<()> {
         run_cmd(
             Command::new("apt-get")
                 .env("DEBIAN_FRONTEND", "noninteractive")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
+                // With recommends, as the tests were run: MPI's launchers
+                // and compiler wrappers lean on some of them.
+                .args(["install", "-y", "-q"])
                 .args(&missing),
         )?;
     }
