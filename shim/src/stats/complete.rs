@@ -67,8 +67,7 @@ fn lookup(s: &State, reqs: usize, slots: &mut [u32]) -> bool {
     let mut need = false;
     for (i, slot) in slots.iter_mut().enumerate() {
         // SAFETY: the caller's array of `slots.len()` requests.
-        *slot = requests::find(s, unsafe { s.abi.handle_at(reqs, i) });
-        requests::pend(s, *slot);
+        *slot = requests::find_for_completion(s, unsafe { s.abi.handle_at(reqs, i) });
         need |= requests::needs_status(*slot);
     }
     need
@@ -139,8 +138,7 @@ pub(crate) unsafe extern "C" fn wait<const ROW: usize>(req: usize, status: usize
         return next!(ROW; req, status);
     };
     // SAFETY: the caller's request.
-    let slot = requests::find(s, unsafe { s.abi.handle_at(req, 0) });
-    requests::pend(s, slot);
+    let slot = requests::find_for_completion(s, unsafe { s.abi.handle_at(req, 0) });
     let mut own = Status::new();
     let st = if requests::needs_status(slot) {
         status_or(s, status, &mut own)
@@ -168,8 +166,7 @@ pub(crate) unsafe extern "C" fn test<const ROW: usize>(
         return next!(ROW; req, flag, status);
     };
     // SAFETY: the caller's request.
-    let slot = requests::find(s, unsafe { s.abi.handle_at(req, 0) });
-    requests::pend(s, slot);
+    let slot = requests::find_for_completion(s, unsafe { s.abi.handle_at(req, 0) });
     let mut own = Status::new();
     let st = if requests::needs_status(slot) {
         status_or(s, status, &mut own)
@@ -402,8 +399,7 @@ pub(crate) unsafe extern "C" fn request_free<const ROW: usize>(req: usize) -> c_
         return next!(ROW; req);
     };
     // SAFETY: the caller's request, read before the call nulls it.
-    let slot = requests::find(s, unsafe { s.abi.handle_at(req, 0) });
-    requests::pend(s, slot);
+    let slot = requests::find_for_completion(s, unsafe { s.abi.handle_at(req, 0) });
     let rc = next!(ROW; req);
     if rc == 0 {
         requests::freed(s, slot);

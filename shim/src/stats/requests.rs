@@ -53,7 +53,9 @@ static RECV_BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// for the slot's request. The library may free the handle inside that
 /// call and hand the same value to another thread's new request before the
 /// slot is released; [`find`] skips pending slots, so the other thread
-/// finds its own entry and never the stale one. MPI forbids two threads
+/// finds its own entry and never the stale one. Completion calls take the
+/// mark with a compare-and-swap ([`find_for_completion`]), so no two
+/// threads ever hold one slot for completion. MPI forbids two threads
 /// completing one request at once, so a pending slot is never the one a
 /// second thread is looking for. Used under `MPI_THREAD_MULTIPLE` only.
 static PENDING: [AtomicBool; N] = [const { AtomicBool::new(false) }; N];
@@ -169,14 +171,42 @@ pub(crate) fn find(s: &State, handle: usize) -> u32 {
     NO_SLOT
 }
 
-/// Marks `slot` as being completed by this thread (see [`PENDING`]).
+/// [`find`] for a completion call, which also marks the slot as being
+/// completed by this thread (see [`PENDING`]). Under
+/// `MPI_THREAD_MULTIPLE` the mark is taken with a compare-and-swap before
+/// the slot is accepted, so two threads can never both hold one slot for
+/// completion: the one that loses keeps looking for its own entry.
 #[inline(always)]
-pub(crate) fn pend(s: &State, slot: u32) {
-    if s.multi && slot != NO_SLOT {
-        // Release: a thread that obtains the reused handle (through the
-        // library's own synchronisation) then sees the mark.
-        PENDING[slot as usize].store(true, Release);
+pub(crate) fn find_for_completion(s: &State, handle: usize) -> u32 {
+    if !s.multi {
+        return find(s, handle);
     }
+    if handle == s.abi.request_null {
+        return NO_SLOT;
+    }
+    let h = start(handle);
+    for i in (0..PROBE).map(|i| (h + i) % N) {
+        let slot = &s.requests[i];
+        if slot.handle.load(Acquire) != handle as u64 {
+            continue;
+        }
+        if PENDING[i]
+            .compare_exchange(false, true, AcqRel, Acquire)
+            .is_err()
+        {
+            continue;
+        }
+        // Ours now: check it still is the entry we matched.
+        let st = slot.state.load(Acquire);
+        if st != request_state::FREE
+            && st != request_state::BUSY
+            && slot.handle.load(Acquire) == handle as u64
+        {
+            return i as u32;
+        }
+        PENDING[i].store(false, Release);
+    }
+    NO_SLOT
 }
 
 /// Clears the mark of a slot whose request did not complete.
