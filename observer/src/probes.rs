@@ -11,12 +11,12 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap},
 };
 use observer_common::{
     FUNCTIONS, cookie,
     functions::Family,
-    maps::{self, ProcConfig, TypeKey},
+    maps::{self, CallStats, Inflight, ProcConfig, StatKey, TypeKey},
 };
 use thiserror::Error;
 
@@ -236,6 +236,41 @@ impl Probes {
             .map(BpfHashMap::<&mut MapData, u32, ProcConfig>::try_from)
         {
             let _ = procs.remove(&pid);
+        }
+    }
+
+    /// Deletes everything the maps hold for process `pid`: its statistics,
+    /// and any call it was in when it died (a later process given the same
+    /// pid must not inherit that open call and see its first calls as
+    /// nested).
+    pub fn forget(&mut self, pid: u32) {
+        if let Some(Ok(mut stats)) = self
+            .ebpf
+            .map_mut(maps::STATS)
+            .map(PerCpuHashMap::<&mut MapData, StatKey, CallStats>::try_from)
+        {
+            let keys: Vec<StatKey> = stats
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|k| k.tgid == pid)
+                .collect();
+            for k in keys {
+                let _ = stats.remove(&k);
+            }
+        }
+        if let Some(Ok(mut inflight)) = self
+            .ebpf
+            .map_mut(maps::INFLIGHT)
+            .map(BpfHashMap::<&mut MapData, u64, Inflight>::try_from)
+        {
+            let keys: Vec<u64> = inflight
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|k| (k >> 32) as u32 == pid)
+                .collect();
+            for k in keys {
+                let _ = inflight.remove(&k);
+            }
         }
     }
 

@@ -8,8 +8,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use aya::maps::{MapData, PerCpuHashMap};
-use observer_common::maps::{self, CallStats, StatKey};
+use observer_common::maps;
 use thiserror::Error;
 
 use crate::{
@@ -193,6 +192,12 @@ impl State {
             comm: procfs::comm(pid),
         })?;
         let identity = procfs::identity(pid)?;
+        // A new process reusing the pid of an exited rank: the maps are
+        // keyed by pid, so the old rank's figures, probes and datatype
+        // entries must go before the new ones go in.
+        if self.ranks.contains_key(&pid) {
+            self.forget(pid);
+        }
         let host_path = map.host_path(pid);
         let lib = symbols::read_library(&host_path)?;
         let dt = datatypes::inspect(pid, &lib, &map);
@@ -206,10 +211,6 @@ impl State {
         }
         let jobid_label = format!("jobid=\"{}\"", metrics::escape(&identity.jobid));
         let labels = format!("{jobid_label},rank=\"{}\"", metrics::escape(&identity.rank));
-        // A new process reusing the pid of an exited rank: drop the old one.
-        if self.ranks.contains_key(&pid) {
-            self.forget(pid);
-        }
         self.ranks.insert(
             pid,
             Rank {
@@ -289,20 +290,8 @@ impl State {
             // A rank killed by a signal never unlinked its segment.
             seg.remove_if_orphaned(pid);
         }
-        if let Some(Ok(mut stats)) = self
-            .probes
-            .as_mut()
-            .and_then(|p| p.ebpf_mut().map_mut(maps::STATS))
-            .map(PerCpuHashMap::<&mut MapData, StatKey, CallStats>::try_from)
-        {
-            let keys: Vec<StatKey> = stats
-                .keys()
-                .filter_map(Result::ok)
-                .filter(|k| k.tgid == pid)
-                .collect();
-            for k in keys {
-                let _ = stats.remove(&k);
-            }
+        if let Some(p) = self.probes.as_mut() {
+            p.forget(pid);
         }
     }
 
