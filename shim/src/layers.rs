@@ -88,6 +88,9 @@ static INIT: Once = Once::new();
 /// Builds and publishes the stack unless already done; on failure, reports
 /// one line and exits.
 pub(crate) fn ensure() {
+    // Keeps the start-up relocation that sets the visible function set
+    // (crate::exports) from being discarded by the linker.
+    core::hint::black_box(&crate::exports::STARTUP);
     INIT.call_once(|| {
         if let Err(e) = build() {
             fatal(&e.to_string());
@@ -168,7 +171,9 @@ fn load(entry: &str, load_as: &str, short: bool) -> Result<Level, ShimError> {
     // own. RTLD_NOW: a tool with unresolved symbols fails here, not halfway
     // through a run.
     // SAFETY: NUL-terminated file name.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    let handle = crate::exports::with_all_visible(|| unsafe {
+        libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL)
+    });
     if handle.is_null() {
         let reason = dlerror();
         let (entry, load_as) = (entry.to_string(), load_as.to_string());
@@ -252,7 +257,8 @@ impl Resolver<'_> {
     }
 
     /// The MPI library's definition: the next definition after the shim in
-    /// the global search order that is not a tool's. C procedures are taken
+    /// the global search order that is not a tool's, else (a library loaded
+    /// `RTLD_LOCAL`, as mpi4py loads it) the first in any loaded object. C procedures are taken
     /// by their `PMPI_` name, so an `MPI_X` of a preloaded tool is never
     /// mistaken for the library. Fortran symbols are taken by their `mpi_`
     /// name first: MPICH's `mpi_send_f08ts_` calls `MPI_Send` while its
@@ -265,7 +271,11 @@ impl Resolver<'_> {
         };
         candidates.iter().find_map(|n| {
             let p = dlsym(libc::RTLD_NEXT, n);
-            (!p.is_null() && !self.tool_maps.contains(&owner(p).0)).then_some(Raw(p))
+            if !p.is_null() && !self.tool_maps.contains(&owner(p).0) {
+                return Some(Raw(p));
+            }
+            let c = CString::new(n.as_str()).ok()?;
+            crate::loaded::find(&c, self.tool_maps).map(Raw)
         })
     }
 }
@@ -324,7 +334,10 @@ fn build() -> Result<(), ShimError> {
 /// defines.
 fn report(levels: &[Level], defined: &[usize]) {
     let mpi_lib = {
-        let p = dlsym(libc::RTLD_NEXT, "PMPI_Init");
+        let p = match dlsym(libc::RTLD_NEXT, "PMPI_Init") {
+            p if p.is_null() => crate::loaded::find(c"PMPI_Init", &[]).unwrap_or(p),
+            p => p,
+        };
         if p.is_null() {
             "not found".to_string()
         } else {

@@ -1,0 +1,332 @@
+//! The shim presents exactly the process's MPI function set.
+//!
+//! The shim defines every `MPI_*`/`PMPI_*` procedure of the standard and its
+//! Fortran spellings, but a process must see only those that its MPI library
+//! (or a tool) defines: libraries that support several MPI versions test for
+//! optional procedures with weak references (`#pragma weak`, `if (fn)`) or
+//! `dlsym`, and mpi4py dies at import if it finds `MPI_Abi_get_version` in a
+//! library that lacks it.
+//!
+//! How: an export the process lacks is *hidden* in the shim's own
+//! `.gnu.version` table. The dynamic linker skips a definition whose version
+//! entry has the hidden bit (0x8000) and a non-base index, so a weak
+//! reference to it resolves to null and `dlsym` fails with a proper error,
+//! exactly as without the shim. The table is brought up to date ([`refresh`]):
+//! - while the shim itself is relocated, before the program is: a private
+//!   IFUNC whose resolver the dynamic linker runs then ([`startup_ifunc`]),
+//!   after every object of the program is mapped;
+//! - at the entry of every `dlopen` and `dlsym` (the shim interposes both
+//!   and tail-jumps to libc's, so the caller libc sees, which decides search
+//!   paths and `RTLD_NEXT`, is the real one).
+//!
+//! Why not the alternatives: exporting each procedure as an IFUNC answers a
+//! weak reference right, but a resolver that returns null makes `dlsym`
+//! return null *without an error*, which crashes CPython's ctypes (mpi4py's
+//! probe), and a library loaded after the preloaded shim and bound eagerly
+//! (`-z now`, `LD_BIND_NOW`) runs the resolver before the shim is relocated:
+//! glibc prints "Relink ... for IFUNC symbol" and the resolver crashes. An
+//! export object generated per library cannot serve a plain `LD_PRELOAD` of
+//! one path, nor a library that, as in Python, is loaded long after start.
+//!
+//! What remains inexact (docs/shim.md): a library loaded at start-up after
+//! the shim is relocated before it, so its weak references see every export;
+//! and objects that a `dlopen` loads as dependencies become visible at the
+//! next `dlopen` or `dlsym`, so relocations made inside that same `dlopen`
+//! bind past the shim, to the library itself (never to nothing).
+
+use core::{
+    ffi::{CStr, c_void},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::*},
+};
+
+use crate::loaded::{self, LinkMap, Object};
+
+/// The version entry of a visible export (`VER_NDX_GLOBAL`, as linked).
+const VISIBLE: u16 = 1;
+/// The hidden bit of a version entry.
+const HIDDEN_BIT: u16 = 0x8000;
+
+/// Whether `name` is one of the layered entry points: the C and Fortran
+/// spellings all start with `mpi`/`pmpi` in some case, and nothing else the
+/// shim exports does.
+fn managed(name: &CStr) -> bool {
+    let b = name.to_bytes();
+    let starts = |p: &[u8]| b.len() > p.len() && b[..p.len()].eq_ignore_ascii_case(p);
+    starts(b"mpi_") || starts(b"pmpi")
+}
+
+static LOCK: AtomicBool = AtomicBool::new(false);
+/// Objects scanned so far, and the last of them: a list that only grew
+/// needs only its new objects scanned.
+static SEEN: AtomicUsize = AtomicUsize::new(0);
+static LAST: AtomicPtr<LinkMap> = AtomicPtr::new(core::ptr::null_mut());
+/// Libc's `dlopen` and `dlsym`, which the hooks jump to.
+static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
+static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+
+/// Holds [`LOCK`] while alive. A spin lock: this may run during relocation,
+/// before libc is initialised, and is held for microseconds.
+struct Locked;
+
+impl Locked {
+    fn take() -> Locked {
+        while LOCK
+            .compare_exchange_weak(false, true, Acquire, Relaxed)
+            .is_err()
+        {
+            core::hint::spin_loop();
+        }
+        Locked
+    }
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        LOCK.store(false, Release);
+    }
+}
+
+/// Brings the shim's visible function set up to date with what the process
+/// has loaded. Cheap when nothing was loaded since the last call.
+pub(crate) extern "C" fn refresh() {
+    let _l = Locked::take();
+    update(false);
+}
+
+/// Runs `f` with every export visible, then recomputes the set from
+/// scratch. Tools are loaded this way: a tool's references bind to the shim
+/// when it is loaded (`RTLD_NOW`) even for procedures the library lacks, as
+/// they always did; calling one ends in the dispatch table's one-line error.
+pub(crate) fn with_all_visible<T>(f: impl FnOnce() -> T) -> T {
+    {
+        let _l = Locked::take();
+        if let Some(shim) = shim() {
+            set(&shim, |v, _| if v & HIDDEN_BIT != 0 { VISIBLE } else { v });
+        }
+    }
+    let r = f();
+    let _l = Locked::take();
+    update(true);
+    r
+}
+
+/// The shim's own dynamic table, with its versions.
+fn shim() -> Option<Object> {
+    loaded::objects()
+        .find(|m| loaded::is_shim(m))
+        .and_then(Object::new)
+        .filter(|o| !o.versym.is_null())
+}
+
+/// The version entry that hides an export: the hidden bit and the highest
+/// index the shim's table uses (glibc reads `l_versions[index]` for a
+/// versioned lookup, so it must exist; an unversioned lookup skips a hidden
+/// entry only if its index is at least 3). `None` if there is none such.
+fn hidden_entry(shim: &Object) -> Option<u16> {
+    // Imported symbols carry the indices of the versions they need.
+    let max = (0..shim.count())
+        // SAFETY: one version entry per symbol.
+        .map(|i| unsafe { *shim.versym.add(i) } & !HIDDEN_BIT)
+        .max()?;
+    (max >= 3).then_some(HIDDEN_BIT | max)
+}
+
+/// Recomputes which exports are visible: from scratch if `full`, else only
+/// from the objects appended since the last call (if the list only grew).
+fn update(full: bool) {
+    let (mut n, mut last) = (0usize, core::ptr::null_mut());
+    for m in loaded::objects() {
+        n += 1;
+        last = core::ptr::from_ref(m).cast_mut();
+    }
+    let seen = SEEN.load(Relaxed);
+    if !full && n == seen && last == LAST.load(Relaxed) {
+        return;
+    }
+    let grown = !full
+        && seen > 0
+        && n > seen
+        && loaded::objects()
+            .nth(seen - 1)
+            .is_some_and(|m| core::ptr::eq(m, LAST.load(Relaxed)));
+    SEEN.store(n, Relaxed);
+    LAST.store(last, Relaxed);
+    if !grown || REAL_DLOPEN.load(Relaxed) == 0 {
+        let real = |n: &CStr, none: usize| loaded::find(n, &[]).map_or(none, |p| p as usize);
+        REAL_DLOPEN.store(real(c"dlopen", no_dlopen as *const () as usize), Relaxed);
+        REAL_DLSYM.store(real(c"dlsym", no_dlsym as *const () as usize), Relaxed);
+    }
+    let Some(shim) = shim() else {
+        return;
+    };
+    let Some(hidden) = hidden_entry(&shim) else {
+        return;
+    };
+    // Each object's tables are read once, not once per name; past
+    // `PARSED` objects (a program that loaded hundreds), once per lookup.
+    const PARSED: usize = 256;
+    let from = if grown { seen } else { 0 };
+    let others = || loaded::objects().skip(from).filter(|m| !loaded::is_shim(m));
+    let mut parsed: [Option<Object>; PARSED] = [const { None }; PARSED];
+    for (slot, m) in parsed.iter_mut().zip(others()) {
+        *slot = Object::new(m);
+    }
+    let defines = |name: &CStr| {
+        let h = loaded::gnu_hash(name);
+        parsed.iter().flatten().any(|o| o.index(name, h).is_some())
+            || others()
+                .skip(PARSED)
+                .any(|m| Object::new(m).is_some_and(|o| o.index(name, h).is_some()))
+    };
+    // A process with no MPI library (a launcher, a shell, Python before it
+    // loads MPI) hides everything without a lookup per name.
+    let any_mpi = grown
+        || [c"PMPI_Init", c"MPI_Init", c"PMPI_Init_thread"]
+            .iter()
+            .any(|n| defines(n));
+    set(&shim, |v, name| {
+        if v != VISIBLE && v != hidden {
+            v
+        } else if grown {
+            // Appended objects can only reveal a hidden name.
+            if v == hidden && defines(name) {
+                VISIBLE
+            } else {
+                v
+            }
+        } else if any_mpi && defines(name) {
+            VISIBLE
+        } else {
+            hidden
+        }
+    });
+}
+
+/// Sets every managed export's version entry to `want(current, name)`. The
+/// table lies in the shim's read-only segment: it is made writable for the
+/// writes, then read-only again.
+fn set(shim: &Object, want: impl Fn(u16, &CStr) -> u16) {
+    let count = shim.count();
+    let page = 4096usize;
+    let lo = shim.versym as usize & !(page - 1);
+    let hi = (shim.versym as usize + 2 * count).next_multiple_of(page);
+    if mprotect(lo, hi - lo, PROT_READ | PROT_WRITE) != 0 {
+        return;
+    }
+    for (i, name) in shim.symbols().filter(|(_, n)| managed(n)) {
+        // SAFETY: one version entry per symbol, writable now.
+        unsafe {
+            let e = shim.versym.add(i);
+            let v = want(*e, name);
+            if *e != v {
+                e.write_volatile(v);
+            }
+        }
+    }
+    mprotect(lo, hi - lo, PROT_READ);
+}
+
+const PROT_READ: usize = 1;
+const PROT_WRITE: usize = 2;
+
+/// `mprotect(2)` by a raw system call: libc may not be initialised yet, and
+/// this must not touch `errno` (thread-local storage).
+fn mprotect(addr: usize, len: usize, prot: usize) -> isize {
+    let ret: isize;
+    // SAFETY: changes the protection of pages of the shim's own read-only
+    // segment, which no one executes or writes.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") 10isize => ret,
+            in("rdi") addr,
+            in("rsi") len,
+            in("rdx") prot,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// What the hooks jump to if libc's `dlopen`/`dlsym` cannot be found (a
+/// libc without them): "not found", never a jump to nothing.
+extern "C" fn no_dlopen(_: *const i8, _: i32) -> *mut c_void {
+    core::ptr::null_mut()
+}
+
+/// As [`no_dlopen`].
+extern "C" fn no_dlsym(_: *mut c_void, _: *const i8) -> *mut c_void {
+    core::ptr::null_mut()
+}
+
+/// `dlopen`: [`refresh`], then libc's `dlopen` with the caller's own return
+/// address still on the stack, so libc searches the caller's `RUNPATH` and
+/// namespace, not the shim's.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+unsafe extern "C" fn dlopen() {
+    core::arch::naked_asm!(
+        // Entry: rsp = 8 mod 16. Two pushes and 8 bytes realign it.
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {refresh}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "jmp qword ptr [rip + {real}]",
+        refresh = sym refresh,
+        real = sym REAL_DLOPEN,
+    )
+}
+
+/// `dlsym`: as [`dlopen`]; libc decides `RTLD_NEXT` from the caller's return
+/// address, which the tail jump keeps.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+unsafe extern "C" fn dlsym() {
+    core::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {refresh}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "jmp qword ptr [rip + {real}]",
+        refresh = sym refresh,
+        real = sym REAL_DLSYM,
+    )
+}
+
+/// A private IFUNC: the dynamic linker calls its resolver while it
+/// relocates the shim (for the IRELATIVE relocation of [`STARTUP`]), after
+/// every object of the program is mapped and before the program itself is
+/// relocated, so the program's own references, weak ones included, see
+/// the right set. glibc applies an object's IRELATIVE relocations after its
+/// others, so the shim's GOT is complete; the resolver calls nothing in
+/// libc all the same.
+#[unsafe(naked)]
+unsafe extern "C" fn startup_ifunc() {
+    core::arch::naked_asm!(
+        ".type {me}, @gnu_indirect_function",
+        "jmp {resolver}",
+        me = sym startup_ifunc,
+        resolver = sym startup_resolver,
+    )
+}
+
+/// The resolver of [`startup_ifunc`]: refreshes, and names a function that
+/// does nothing as the IFUNC's value.
+extern "C" fn startup_resolver() -> usize {
+    refresh();
+    inert as *const () as usize
+}
+
+extern "C" fn inert() {}
+
+/// The reference that makes the linker emit the IRELATIVE relocation.
+#[used]
+pub(crate) static STARTUP: unsafe extern "C" fn() = startup_ifunc;

@@ -1,0 +1,336 @@
+//! What the process has loaded: the dynamic linker's list of objects and a
+//! lookup of a name in one object's dynamic symbol table.
+//!
+//! This runs where libc may not be usable yet (see [`crate::exports`]: from
+//! a resolver during the shim's own relocation), so it calls nothing, takes
+//! no lock and allocates nothing: it walks `_r_debug.r_map`, whose public
+//! prefix is stable ABI (`<link.h>`), and reads each object's `.gnu.hash`
+//! (or `.hash`), `.dynsym`, `.dynstr` and `.gnu.version` in memory.
+
+use core::ffi::{CStr, c_char, c_void};
+
+/// The public prefix of glibc's `struct link_map`.
+#[repr(C)]
+pub(crate) struct LinkMap {
+    /// Difference between the addresses in the ELF file and in memory.
+    pub(crate) l_addr: usize,
+    /// The file name, empty for the main program.
+    pub(crate) l_name: *const c_char,
+    /// The object's dynamic section.
+    pub(crate) l_ld: *const Dyn,
+    /// The next object in load order.
+    pub(crate) l_next: *const LinkMap,
+    l_prev: *const LinkMap,
+}
+
+/// `struct r_debug` (`<link.h>`).
+#[repr(C)]
+struct RDebug {
+    r_version: i32,
+    r_map: *const LinkMap,
+}
+
+unsafe extern "C" {
+    /// The dynamic linker's debugger interface; `r_map` is the head of the
+    /// base namespace's list from before the first relocation on.
+    static _r_debug: RDebug;
+}
+
+/// `Elf64_Dyn`.
+#[repr(C)]
+pub(crate) struct Dyn {
+    d_tag: i64,
+    d_val: usize,
+}
+
+/// `Elf64_Sym`.
+#[repr(C)]
+struct Sym {
+    st_name: u32,
+    st_info: u8,
+    st_other: u8,
+    st_shndx: u16,
+    st_value: u64,
+    st_size: u64,
+}
+
+const DT_NULL: i64 = 0;
+const DT_HASH: i64 = 4;
+const DT_STRTAB: i64 = 5;
+const DT_SYMTAB: i64 = 6;
+const DT_GNU_HASH: i64 = 0x6fff_fef5;
+const DT_VERSYM: i64 = 0x6fff_fff0;
+
+/// Every object of the base namespace, in load (and search) order.
+pub(crate) fn objects() -> impl Iterator<Item = &'static LinkMap> {
+    // SAFETY: `_r_debug` is ld.so's, initialised before any object is
+    // relocated; its list only ever links fully set-up maps.
+    let mut m = unsafe { core::ptr::addr_of!(_r_debug).read_volatile().r_map };
+    core::iter::from_fn(move || {
+        // SAFETY: null or a live link map (maps are unlinked before freed).
+        let cur = unsafe { m.as_ref()? };
+        m = cur.l_next;
+        Some(cur)
+    })
+}
+
+/// One object's dynamic symbol table, as the dynamic linker reads it.
+pub(crate) struct Object {
+    base: usize,
+    strtab: *const u8,
+    symtab: *const Sym,
+    gnu_hash: *const u32,
+    sysv_hash: *const u32,
+    /// `.gnu.version`, one entry per dynamic symbol, or null.
+    pub(crate) versym: *mut u16,
+}
+
+impl Object {
+    /// Reads the dynamic section of `map`; `None` for an object without
+    /// the tables a lookup needs (the vDSO has them; a broken map may not).
+    pub(crate) fn new(map: &LinkMap) -> Option<Object> {
+        if map.l_ld.is_null() {
+            return None;
+        }
+        let base = map.l_addr;
+        // glibc rewrites these entries to addresses when the dynamic section
+        // is writable, and leaves them as offsets when it is not (the vDSO):
+        // an offset is below the load address, an address is not.
+        let at = |v: usize| if v < base { v + base } else { v };
+        let (mut strtab, mut symtab, mut gnu, mut sysv, mut versym) = (0, 0, 0, 0, 0);
+        let mut d = map.l_ld;
+        loop {
+            // SAFETY: the dynamic section is an array ended by DT_NULL.
+            let e = unsafe { &*d };
+            match e.d_tag {
+                DT_NULL => break,
+                DT_STRTAB => strtab = at(e.d_val),
+                DT_SYMTAB => symtab = at(e.d_val),
+                DT_GNU_HASH => gnu = at(e.d_val),
+                DT_HASH => sysv = at(e.d_val),
+                DT_VERSYM => versym = at(e.d_val),
+                _ => {}
+            }
+            // SAFETY: not past DT_NULL.
+            d = unsafe { d.add(1) };
+        }
+        (strtab != 0 && symtab != 0 && (gnu != 0 || sysv != 0)).then_some(Object {
+            base,
+            strtab: strtab as *const u8,
+            symtab: symtab as *const Sym,
+            gnu_hash: gnu as *const u32,
+            sysv_hash: sysv as *const u32,
+            versym: versym as *mut u16,
+        })
+    }
+
+    /// The name of dynamic symbol `i`.
+    ///
+    /// # Safety
+    /// `i` indexes this object's dynamic symbol table.
+    unsafe fn name(&self, i: usize) -> &CStr {
+        // SAFETY: per the caller; st_name indexes the string table.
+        unsafe {
+            CStr::from_ptr(
+                self.strtab
+                    .add((*self.symtab.add(i)).st_name as usize)
+                    .cast(),
+            )
+        }
+    }
+
+    /// Whether symbol `i` is one that a lookup without a version binds to:
+    /// defined, not local, not hidden, and not a hidden (non-default)
+    /// version.
+    ///
+    /// # Safety
+    /// `i` indexes this object's dynamic symbol table.
+    unsafe fn binds(&self, i: usize) -> bool {
+        // SAFETY: per the caller.
+        let s = unsafe { &*self.symtab.add(i) };
+        let bind = s.st_info >> 4;
+        let visibility = s.st_other & 3;
+        let hidden_version =
+            // SAFETY: one versym entry per symbol.
+            !self.versym.is_null() && unsafe { *self.versym.add(i) } & 0x8000 != 0;
+        s.st_shndx != 0
+            && (bind == 1 || bind == 2 || bind == 10)
+            && (visibility == 0 || visibility == 3)
+            && !hidden_version
+    }
+
+    /// The index of the symbol `name` (with GNU hash `h`) that a lookup
+    /// binds to, if this object defines one.
+    pub(crate) fn index(&self, name: &CStr, h: u32) -> Option<usize> {
+        let found = |i: usize| {
+            // SAFETY: `i` comes from this object's hash table.
+            unsafe { self.name(i) == name && self.binds(i) }
+        };
+        if !self.gnu_hash.is_null() {
+            // SAFETY: the layout of DT_GNU_HASH: nbuckets, symoffset,
+            // bloom words, shift, then the bloom filter, buckets, chains.
+            unsafe {
+                let t = self.gnu_hash;
+                let (nbuckets, symoffset, nbloom, shift) = (*t, *t.add(1), *t.add(2), *t.add(3));
+                if nbuckets == 0 || nbloom == 0 {
+                    return None;
+                }
+                let bloom = t.add(4).cast::<u64>();
+                let word = *bloom.add(((h / 64) % nbloom) as usize);
+                let mask = (1u64 << (h % 64)) | (1u64 << ((h >> shift) % 64));
+                if word & mask != mask {
+                    return None;
+                }
+                let buckets = bloom.add(nbloom as usize).cast::<u32>();
+                let chains = buckets.add(nbuckets as usize);
+                let mut i = *buckets.add((h % nbuckets) as usize);
+                if i < symoffset {
+                    return None;
+                }
+                loop {
+                    let ch = *chains.add((i - symoffset) as usize);
+                    if (ch | 1) == (h | 1) && found(i as usize) {
+                        return Some(i as usize);
+                    }
+                    if ch & 1 != 0 {
+                        return None;
+                    }
+                    i += 1;
+                }
+            }
+        }
+        // SAFETY: DT_HASH: nbucket, nchain, buckets, chains.
+        unsafe {
+            let t = self.sysv_hash;
+            let nbucket = *t;
+            if nbucket == 0 {
+                return None;
+            }
+            let chains = t.add(2 + nbucket as usize);
+            let mut i = *t.add(2 + (sysv_hash(name) % nbucket) as usize);
+            while i != 0 {
+                if found(i as usize) {
+                    return Some(i as usize);
+                }
+                i = *chains.add(i as usize);
+            }
+            None
+        }
+    }
+
+    /// The address of `name` in this object, if it defines it (not for
+    /// IFUNC symbols, whose address needs their resolver: `None`).
+    pub(crate) fn address(&self, name: &CStr) -> Option<*const c_void> {
+        let i = self.index(name, gnu_hash(name))?;
+        // SAFETY: a valid index.
+        let s = unsafe { &*self.symtab.add(i) };
+        const STT_GNU_IFUNC: u8 = 10;
+        (s.st_info & 0xf != STT_GNU_IFUNC)
+            .then(|| (self.base + s.st_value as usize) as *const c_void)
+    }
+
+    /// Every symbol this object defines, with its index.
+    pub(crate) fn symbols(&self) -> impl Iterator<Item = (usize, &CStr)> {
+        let n = self.count();
+        (1..n).filter_map(move |i| {
+            // SAFETY: `i < count`.
+            let s = unsafe { &*self.symtab.add(i) };
+            // SAFETY: as above.
+            (s.st_shndx != 0).then(|| (i, unsafe { self.name(i) }))
+        })
+    }
+
+    /// The number of dynamic symbols: from `.hash` directly, from
+    /// `.gnu.hash` past the last chain.
+    pub(crate) fn count(&self) -> usize {
+        // SAFETY: the hash tables' layouts as in `index`.
+        unsafe {
+            if !self.sysv_hash.is_null() {
+                return *self.sysv_hash.add(1) as usize;
+            }
+            let t = self.gnu_hash;
+            let (nbuckets, symoffset, nbloom) = (*t, *t.add(1), *t.add(2));
+            let buckets = t.add(4).cast::<u64>().add(nbloom as usize).cast::<u32>();
+            let chains = buckets.add(nbuckets as usize);
+            let last = (0..nbuckets as usize)
+                .map(|b| *buckets.add(b))
+                .max()
+                .unwrap_or(0);
+            if last < symoffset {
+                return symoffset as usize;
+            }
+            let mut i = last;
+            while *chains.add((i - symoffset) as usize) & 1 == 0 {
+                i += 1;
+            }
+            i as usize + 1
+        }
+    }
+}
+
+/// The GNU hash of a symbol name (DJB's, as in `.gnu.hash`).
+pub(crate) fn gnu_hash(name: &CStr) -> u32 {
+    name.to_bytes()
+        .iter()
+        .fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32))
+}
+
+/// The System V ELF hash of a symbol name (as in `.hash`).
+fn sysv_hash(name: &CStr) -> u32 {
+    name.to_bytes().iter().fold(0u32, |h, &c| {
+        let h = (h << 4).wrapping_add(c as u32);
+        let g = h & 0xf000_0000;
+        (h ^ (g >> 24)) & !g
+    })
+}
+
+/// Whether `map` is the shim itself.
+pub(crate) fn is_shim(map: &LinkMap) -> bool {
+    unsafe extern "C" {
+        /// The shim's own dynamic section (defined by the linker).
+        static _DYNAMIC: [Dyn; 0];
+    }
+    core::ptr::eq(map.l_ld, core::ptr::addr_of!(_DYNAMIC).cast())
+}
+
+/// The first definition of `name` in an object other than the shim and
+/// those in `skip`, searched from the object after the shim (the order of
+/// `dlsym(RTLD_NEXT)`), then from the start. Unlike `dlsym`, this also
+/// finds objects loaded with `RTLD_LOCAL`, as mpi4py loads the MPI library.
+pub(crate) fn find(name: &CStr, skip: &[*mut c_void]) -> Option<*const c_void> {
+    let after_shim = objects().skip_while(|m| !is_shim(m)).skip(1);
+    let before_shim = objects().take_while(|m| !is_shim(m));
+    after_shim
+        .chain(before_shim)
+        .filter(|m| !skip.contains(&(core::ptr::from_ref(*m) as *mut c_void)))
+        .find_map(|m| Object::new(m)?.address(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_match_the_elf_specification() {
+        // Reference values from the gABI and the GNU hash description.
+        assert_eq!(gnu_hash(c""), 5381);
+        assert_eq!(gnu_hash(c"printf"), 0x156b_2bb8);
+        assert_eq!(sysv_hash(c"printf"), 0x077905a6);
+    }
+
+    #[test]
+    fn finds_libc_functions_in_this_process() {
+        // The test binary links libc: `find` must agree with dlsym.
+        let ours = find(c"getpid", &[]).expect("libc's getpid");
+        // SAFETY: NUL-terminated name.
+        let theirs = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
+        assert_eq!(ours, theirs.cast_const());
+        assert!(find(c"no_such_symbol_anywhere_42", &[]).is_none());
+        // Every object's table can be read and counted.
+        for m in objects() {
+            if let Some(o) = Object::new(m) {
+                assert!(o.symbols().count() < 1_000_000);
+            }
+        }
+    }
+}
