@@ -38,21 +38,29 @@ pub struct Param {
     pub is_array: bool,
 }
 
-/// Locates `apis.json`: `MPI_APIS_JSON` if set, else `../shared/mpi-standard`
-/// beside the checkout, which is where CI and developers have it.
+/// Locates `apis.json`: `MPI_APIS_JSON` if set, else the copy vendored in
+/// `xtask/spec/` (its source and licence are in the README beside it).
 pub fn apis_json_path(root: &Path) -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("MPI_APIS_JSON") {
         return Ok(PathBuf::from(p));
     }
-    let p = root.join("../shared/mpi-standard/apis.json");
+    let p = root.join("xtask/spec/apis.json");
     if !p.exists() {
         bail!(
-            "apis.json not found at {}: set MPI_APIS_JSON to the MPI Forum's apis.json \
-             (pip download --no-deps pympistandard==0.2.0 ships it)",
+            "apis.json not found at {}: restore it from git, or set MPI_APIS_JSON to the MPI \
+             Forum's apis.json (pip download --no-deps pympistandard==0.2.0 ships it)",
             p.display()
         );
     }
     Ok(p)
+}
+
+/// `apis.json`, parsed, and its fingerprint: the one reader of the spec.
+pub fn read_spec(root: &Path) -> Result<(Value, u64)> {
+    let path = apis_json_path(root)?;
+    let raw = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let json = serde_json::from_slice(&raw).context("parsing apis.json")?;
+    Ok((json, fingerprint(&raw)))
 }
 
 /// FNV-1a over the input: a stable fingerprint of the spec version we read,
@@ -64,9 +72,7 @@ fn fingerprint(bytes: &[u8]) -> u64 {
 }
 
 pub fn load(root: &Path) -> Result<(Vec<Procedure>, u64)> {
-    let path = apis_json_path(root)?;
-    let raw = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    let json: Value = serde_json::from_slice(&raw).context("parsing apis.json")?;
+    let (json, fingerprint) = read_spec(root)?;
     let obj = json
         .as_object()
         .context("apis.json: top level is not an object")?;
@@ -138,7 +144,7 @@ pub fn load(root: &Path) -> Result<(Vec<Procedure>, u64)> {
             },
         );
     }
-    Ok((out.into_values().collect(), fingerprint(&raw)))
+    Ok((out.into_values().collect(), fingerprint))
 }
 
 fn is_count(kind: &str) -> bool {

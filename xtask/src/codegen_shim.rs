@@ -7,10 +7,9 @@
 //!   missing hand-written entry point is a compile error).
 //! - `shim/src/generated/fortran.rs`: the Fortran symbol families.
 
-use std::{collections::BTreeMap, fmt::Write as _, fs};
+use std::{collections::BTreeMap, fmt::Write as _};
 
 use anyhow::{Context as _, Result};
-use serde_json::Value;
 
 use crate::codegen::{self, Procedure};
 
@@ -47,9 +46,7 @@ struct Fortran {
 }
 
 fn fortran_facts(root: &std::path::Path) -> Result<BTreeMap<String, Fortran>> {
-    let path = codegen::apis_json_path(root)?;
-    let raw = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    let json: Value = serde_json::from_slice(&raw).context("parsing apis.json")?;
+    let (json, _) = codegen::read_spec(root)?;
     let mut out = BTreeMap::new();
     for e in json
         .as_object()
