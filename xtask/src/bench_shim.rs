@@ -4,6 +4,11 @@
 //!   0, 1, 2 and 4 pass-through tools (`shim/bench/passthrough.c`).
 //! - Latency: 8-byte ping-pong without the shim and with the shim and two
 //!   pass-through tools.
+//! - Start-up: the wall time of a process that exits at once, without and
+//!   with the shim preloaded, for a program without MPI (`/bin/true`: a
+//!   launcher or shell inheriting `LD_PRELOAD`) and one linked with the MPI
+//!   library (`shim/bench/startup.c`), where the shim looks up every name
+//!   it could export in every loaded object.
 //!
 //! Every configuration runs `REPS` times, round-robin so that drift on a
 //! shared VM hits all of them alike; each run prints its own median and the
@@ -190,6 +195,7 @@ pub fn run(root: &Path) -> Result<()> {
             layered - base
         )?;
     }
+    startup(&mut report, &shim, &src, &dir)?;
     writeln!(
         report,
         "Load average (1/5/15 min) before and after the run: {load_before} / {}. \
@@ -201,5 +207,66 @@ pub fn run(root: &Path) -> Result<()> {
     fs::write(&out, &report)?;
     print!("{report}");
     println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// Spawns per timed batch of [`startup`].
+const SPAWNS: u32 = 100;
+
+/// Mean wall time of [`SPAWNS`] runs of `exe`, in µs.
+fn spawn_us(exe: &Path, preload: Option<&Path>) -> Result<f64> {
+    let start = std::time::Instant::now();
+    for _ in 0..SPAWNS {
+        let mut c = Command::new(exe);
+        if let Some(p) = preload {
+            c.env("LD_PRELOAD", p);
+        }
+        let st = c.status().with_context(|| format!("running {c:?}"))?;
+        if !st.success() {
+            bail!("{c:?} failed: {st}");
+        }
+    }
+    Ok(start.elapsed().as_secs_f64() * 1e6 / f64::from(SPAWNS))
+}
+
+/// The start-up section of the report.
+fn startup(report: &mut String, shim: &Path, src: &Path, dir: &Path) -> Result<()> {
+    writeln!(
+        report,
+        "## Start-up: spawn to exit of a process that does nothing\n\n\
+         Mean of {SPAWNS} spawns per run, median of {REPS} runs, round-robin. The difference \
+         is everything the preloaded shim costs a process: mapping and relocating it, and \
+         hiding the MPI names the process lacks (a full lookup in every loaded object where an \
+         MPI library is loaded).\n"
+    )?;
+    writeln!(
+        report,
+        "| program | no shim | shim preloaded | added |\n|---|---:|---:|---:|"
+    )?;
+    let mut programs = vec![(
+        "`/bin/true` (no MPI)".to_string(),
+        PathBuf::from("/bin/true"),
+    )];
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
+        let d = dir.join(mpi.suffix());
+        fs::create_dir_all(&d)?;
+        let exe = d.join("startup");
+        mpi.mpicc(&[], &src.join("startup.c"), &exe)?;
+        programs.push((format!("linked with {}", mpi.name()), exe));
+    }
+    for (name, exe) in programs {
+        let (mut bare, mut preloaded) = (Vec::new(), Vec::new());
+        for _ in 0..REPS {
+            bare.push(spawn_us(&exe, None)?);
+            preloaded.push(spawn_us(&exe, Some(shim))?);
+        }
+        let (bare, preloaded) = (median(&bare), median(&preloaded));
+        writeln!(
+            report,
+            "| {name} | {bare:.0} µs | {preloaded:.0} µs | {:+.0} µs |",
+            preloaded - bare
+        )?;
+    }
+    writeln!(report)?;
     Ok(())
 }
