@@ -28,11 +28,13 @@
 //! export object generated per library cannot serve a plain `LD_PRELOAD` of
 //! one path, nor a library that, as in Python, is loaded long after start.
 //!
-//! What remains inexact (docs/shim.md): a library loaded at start-up after
-//! the shim is relocated before it, so its weak references see every export;
-//! and objects that a `dlopen` loads as dependencies become visible at the
-//! next `dlopen` or `dlsym`, so relocations made inside that same `dlopen`
-//! bind past the shim, to the library itself (never to nothing).
+//! A library loaded at start-up after the shim is relocated before it: its
+//! eager weak references to a name that turns out hidden are cleared at
+//! once ([`unbind_early_weak_references`]). What remains inexact
+//! (docs/shim.md): objects that a `dlopen` loads as dependencies become
+//! visible at the next `dlopen` or `dlsym`, so relocations made inside that
+//! same `dlopen` bind past the shim, to the library itself (never to
+//! nothing).
 
 use core::{
     ffi::{CStr, c_void},
@@ -318,11 +320,69 @@ unsafe extern "C" fn startup_ifunc() {
     )
 }
 
-/// The resolver of [`startup_ifunc`]: refreshes, and names a function that
-/// does nothing as the IFUNC's value.
+/// The resolver of [`startup_ifunc`]: refreshes, clears what was bound
+/// before it could, and names a function that does nothing as the IFUNC's
+/// value.
 extern "C" fn startup_resolver() -> usize {
-    refresh();
+    let _l = Locked::take();
+    update(true);
+    unbind_early_weak_references();
     inert as *const () as usize
+}
+
+/// Clears the eager weak references that the objects relocated before the
+/// shim (those after it in load order: the program's libraries) bound to an
+/// export that is now hidden, so they read null as without the shim. Only a
+/// slot that still holds the shim's address is written: a lazily bound one
+/// holds its PLT stub and will see the hidden entry when first called.
+fn unbind_early_weak_references() {
+    const R_X86_64_64: u32 = 1;
+    const R_X86_64_GLOB_DAT: u32 = 6;
+    const R_X86_64_JUMP_SLOT: u32 = 7;
+    let Some(shim) = shim() else {
+        return;
+    };
+    let Some(hidden) = hidden_entry(&shim) else {
+        return;
+    };
+    for m in loaded::objects()
+        .skip_while(|m| !loaded::is_shim(m))
+        .skip(1)
+    {
+        let Some(o) = Object::new(m) else {
+            continue;
+        };
+        for (slot, ty, addend, name) in o.weak_references() {
+            let Some(i) = managed(name).then(|| shim.any_index(name)).flatten() else {
+                continue;
+            };
+            // SAFETY: one version entry per symbol; `i` is a definition.
+            let (entry, ours) = unsafe { (*shim.versym.add(i), shim.value(i)) };
+            let (bound, null) = match ty {
+                R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT => (ours, 0),
+                R_X86_64_64 => (ours.wrapping_add(addend as usize), addend as usize),
+                _ => continue,
+            };
+            // SAFETY: the slot is in the object's mapped segments (its
+            // relocation says so); only read, and written below only where
+            // the segment is writable or made so.
+            if entry != hidden || unsafe { slot.read_volatile() } != bound {
+                continue;
+            }
+            let Some(place) = loaded::placement(m, slot as usize) else {
+                continue;
+            };
+            let page = slot as usize & !4095;
+            if place.relro && mprotect(page, 4096, PROT_READ | PROT_WRITE) == 0 {
+                // SAFETY: writable now.
+                unsafe { slot.write_volatile(null) };
+                mprotect(page, 4096, PROT_READ);
+            } else if place.writable && !place.relro {
+                // SAFETY: a writable data segment.
+                unsafe { slot.write_volatile(null) };
+            }
+        }
+    }
 }
 
 extern "C" fn inert() {}

@@ -58,6 +58,10 @@ const DT_NULL: i64 = 0;
 const DT_HASH: i64 = 4;
 const DT_STRTAB: i64 = 5;
 const DT_SYMTAB: i64 = 6;
+const DT_PLTRELSZ: i64 = 2;
+const DT_RELA: i64 = 7;
+const DT_RELASZ: i64 = 8;
+const DT_JMPREL: i64 = 23;
 const DT_GNU_HASH: i64 = 0x6fff_fef5;
 const DT_VERSYM: i64 = 0x6fff_fff0;
 
@@ -83,6 +87,17 @@ pub(crate) struct Object {
     sysv_hash: *const u32,
     /// `.gnu.version`, one entry per dynamic symbol, or null.
     pub(crate) versym: *mut u16,
+    /// `DT_RELA` and `DT_JMPREL` (both `Elf64_Rela` on x86_64), and their
+    /// sizes in bytes.
+    rela: [(*const Rela, usize); 2],
+}
+
+/// `Elf64_Rela`.
+#[repr(C)]
+pub(crate) struct Rela {
+    r_offset: u64,
+    r_info: u64,
+    r_addend: i64,
 }
 
 impl Object {
@@ -98,6 +113,7 @@ impl Object {
         // an offset is below the load address, an address is not.
         let at = |v: usize| if v < base { v + base } else { v };
         let (mut strtab, mut symtab, mut gnu, mut sysv, mut versym) = (0, 0, 0, 0, 0);
+        let (mut rela, mut relasz, mut jmprel, mut pltrelsz) = (0, 0, 0, 0);
         let mut d = map.l_ld;
         loop {
             // SAFETY: the dynamic section is an array ended by DT_NULL.
@@ -109,6 +125,10 @@ impl Object {
                 DT_GNU_HASH => gnu = at(e.d_val),
                 DT_HASH => sysv = at(e.d_val),
                 DT_VERSYM => versym = at(e.d_val),
+                DT_RELA => rela = at(e.d_val),
+                DT_RELASZ => relasz = e.d_val,
+                DT_JMPREL => jmprel = at(e.d_val),
+                DT_PLTRELSZ => pltrelsz = e.d_val,
                 _ => {}
             }
             // SAFETY: not past DT_NULL.
@@ -121,6 +141,10 @@ impl Object {
             gnu_hash: gnu as *const u32,
             sysv_hash: sysv as *const u32,
             versym: versym as *mut u16,
+            rela: [
+                (rela as *const Rela, relasz),
+                (jmprel as *const Rela, pltrelsz),
+            ],
         })
     }
 
@@ -162,9 +186,25 @@ impl Object {
     /// The index of the symbol `name` (with GNU hash `h`) that a lookup
     /// binds to, if this object defines one.
     pub(crate) fn index(&self, name: &CStr, h: u32) -> Option<usize> {
+        self.find_index(name, h, true)
+    }
+
+    /// The index of a definition of `name`, even one a lookup would skip.
+    pub(crate) fn any_index(&self, name: &CStr) -> Option<usize> {
+        self.find_index(name, gnu_hash(name), false)
+    }
+
+    fn find_index(&self, name: &CStr, h: u32, binding: bool) -> Option<usize> {
         let found = |i: usize| {
             // SAFETY: `i` comes from this object's hash table.
-            unsafe { self.name(i) == name && self.binds(i) }
+            unsafe {
+                self.name(i) == name
+                    && if binding {
+                        self.binds(i)
+                    } else {
+                        (*self.symtab.add(i)).st_shndx != 0
+                    }
+            }
         };
         if !self.gnu_hash.is_null() {
             // SAFETY: the layout of DT_GNU_HASH: nbuckets, symoffset,
@@ -229,6 +269,45 @@ impl Object {
             .then(|| (self.base + s.st_value as usize) as *const c_void)
     }
 
+    /// The address of symbol `i` in memory.
+    ///
+    /// # Safety
+    /// `i` indexes this object's dynamic symbol table.
+    pub(crate) unsafe fn value(&self, i: usize) -> usize {
+        // SAFETY: per the caller.
+        self.base + unsafe { (*self.symtab.add(i)).st_value } as usize
+    }
+
+    /// Every relocation of this object against a symbol that is weak and
+    /// undefined here, with the symbol's name: the slot's address, the
+    /// relocation type and its addend.
+    pub(crate) fn weak_references(&self) -> impl Iterator<Item = (*mut usize, u32, i64, &CStr)> {
+        self.rela.into_iter().flat_map(move |(table, size)| {
+            let n = if table.is_null() {
+                0
+            } else {
+                size / size_of::<Rela>()
+            };
+            (0..n).filter_map(move |k| {
+                // SAFETY: `k` is within the table the dynamic section gives.
+                let r = unsafe { &*table.add(k) };
+                let sym = (r.r_info >> 32) as usize;
+                // SAFETY: relocations index this object's symbol table.
+                let s = unsafe { &*self.symtab.add(sym) };
+                const STB_WEAK: u8 = 2;
+                (sym != 0 && s.st_shndx == 0 && s.st_info >> 4 == STB_WEAK).then(|| {
+                    (
+                        (self.base + r.r_offset as usize) as *mut usize,
+                        r.r_info as u32,
+                        r.r_addend,
+                        // SAFETY: as above.
+                        unsafe { self.name(sym) },
+                    )
+                })
+            })
+        })
+    }
+
     /// Every symbol this object defines, with its index.
     pub(crate) fn symbols(&self) -> impl Iterator<Item = (usize, &CStr)> {
         let n = self.count();
@@ -282,6 +361,64 @@ fn sysv_hash(name: &CStr) -> u32 {
         let g = h & 0xf000_0000;
         (h ^ (g >> 24)) & !g
     })
+}
+
+/// Where an address lies in an object's segments.
+pub(crate) struct Placement {
+    /// In a loadable segment the file maps writable.
+    pub(crate) writable: bool,
+    /// In a page of the `PT_GNU_RELRO` range: read-only after relocation.
+    pub(crate) relro: bool,
+}
+
+/// Where `addr` lies in `map`'s segments, from the program headers mapped
+/// with the ELF header at the object's base; `None` if they are not there
+/// or `addr` is in no loadable segment.
+pub(crate) fn placement(map: &LinkMap, addr: usize) -> Option<Placement> {
+    const PT_LOAD: u32 = 1;
+    const PT_GNU_RELRO: u32 = 0x6474_e552;
+    const PF_W: u32 = 2;
+    let base = map.l_addr;
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: a shared object's first loadable segment maps the file from
+    // offset 0 at its base, so the ELF header is readable there; checked by
+    // its magic before anything else is read.
+    unsafe {
+        if *(base as *const [u8; 4]) != *b"\x7fELF" {
+            return None;
+        }
+        let phoff = *((base + 32) as *const u64) as usize;
+        let phnum = *((base + 56) as *const u16) as usize;
+        let mut place = Placement {
+            writable: false,
+            relro: false,
+        };
+        let mut loaded = false;
+        for k in 0..phnum {
+            // Elf64_Phdr: p_type, p_flags, p_offset, p_vaddr, p_paddr,
+            // p_filesz, p_memsz, p_align.
+            let ph = (base + phoff + 56 * k) as *const u32;
+            let (ty, flags) = (*ph, *ph.add(1));
+            let vaddr = *(ph.add(4) as *const u64) as usize + base;
+            let memsz = *(ph.add(10) as *const u64) as usize;
+            if !(vaddr..vaddr + memsz).contains(&addr) {
+                continue;
+            }
+            match ty {
+                PT_LOAD => {
+                    loaded = true;
+                    place.writable = flags & PF_W != 0;
+                }
+                // glibc protects the range's whole pages only: a slot in
+                // its last, partial page stays writable.
+                PT_GNU_RELRO => place.relro = addr < (vaddr + memsz) & !4095,
+                _ => {}
+            }
+        }
+        loaded.then_some(place)
+    }
 }
 
 /// Whether `map` is the shim itself.

@@ -4,7 +4,9 @@
 //! program (`tests/programs/shim/weak.c`) prints one line per name; it runs
 //! bare, under a plain `LD_PRELOAD` of what `mpi-observer shim-path`
 //! prints, and under `mpi-observer run --tools stats`, and the lines must
-//! be identical.
+//! be identical. The same probes also run from a shared library the program
+//! links with `-z now` (relocated before the shim, so its weak references
+//! are bound before the shim hides anything), also with `LD_BIND_NOW=1`.
 
 use std::{process::Command, time::Duration};
 
@@ -61,6 +63,30 @@ fn same_function_set(mpi: Mpi) {
     assert_eq!(preloaded, bare, "plain LD_PRELOAD of the shim");
     let run = probes(mpi, &[observer, "run", "--tools", "stats", "--"], &exe);
     assert_eq!(run, bare, "mpi-observer run --tools stats");
+
+    // The probes in a library loaded at start-up.
+    let lib = dir.join("libweakprobe.so");
+    compile(
+        mpi,
+        &program("shim/weak.c"),
+        &lib,
+        &["-shared", "-fPIC", "-DAS_LIBRARY", "-ldl", "-Wl,-z,now"],
+    );
+    let main = dir.join("weakmain");
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let libdir = format!("-L{}", dir.display());
+    compile(
+        mpi,
+        &program("shim/weakmain.c"),
+        &main,
+        &[&libdir, "-lweakprobe", &rpath],
+    );
+    let lib_bare = probes(mpi, &[], &main);
+    assert_eq!(lib_bare, bare, "the library's probes bare");
+    let lib_preloaded = probes(mpi, &["env", &preload], &main);
+    assert_eq!(lib_preloaded, bare, "the library's probes under the shim");
+    let bind_now = probes(mpi, &["env", "LD_BIND_NOW=1", &preload], &main);
+    assert_eq!(bind_now, bare, "the library's probes, LD_BIND_NOW=1");
 }
 
 #[test]

@@ -27,7 +27,14 @@ struct probe {
     void (*weak)(void);
 };
 
+/* Built with -DAS_LIBRARY, this is a shared library's function that
+ * weakmain.c calls, so the references are a library's, bound before the
+ * program's. */
+#ifdef AS_LIBRARY
+int weak_probe_main(int argc, char **argv) {
+#else
 int main(int argc, char **argv) {
+#endif
     const struct probe probes[] = {
         {"MPI_Abi_get_version", w_abi_get_version},
         {"PMPI_Abi_get_version", w_pabi_get_version},
