@@ -30,11 +30,10 @@
 //!
 //! A library loaded at start-up after the shim is relocated before it: its
 //! eager weak references to a name that turns out hidden are cleared at
-//! once ([`unbind_early_weak_references`]). What remains inexact
-//! (docs/shim.md): objects that a `dlopen` loads as dependencies become
-//! visible at the next `dlopen` or `dlsym`, so relocations made inside that
-//! same `dlopen` bind past the shim, to the library itself (never to
-//! nothing).
+//! once ([`unbind_early_weak_references`]). Objects that a `dlopen` loads
+//! as dependencies become visible at the next `dlopen` or `dlsym`, so the
+//! eager relocations made inside that `dlopen` bound past the shim; that
+//! next call points them at the shim ([`rebind_past_shim`]).
 
 use core::{
     ffi::{CStr, c_void},
@@ -202,6 +201,9 @@ fn update(full: bool) {
             hidden
         }
     });
+    if grown {
+        rebind_past_shim(&shim, seen);
+    }
 }
 
 /// Sets every managed export's version entry to `want(current, name)`. The
@@ -336,37 +338,67 @@ extern "C" fn startup_resolver() -> usize {
 /// slot that still holds the shim's address is written: a lazily bound one
 /// holds its PLT stub and will see the hidden entry when first called.
 fn unbind_early_weak_references() {
-    const R_X86_64_64: u32 = 1;
-    const R_X86_64_GLOB_DAT: u32 = 6;
-    const R_X86_64_JUMP_SLOT: u32 = 7;
     let Some(shim) = shim() else {
         return;
     };
     let Some(hidden) = hidden_entry(&shim) else {
         return;
     };
-    for m in loaded::objects()
+    let after = loaded::objects()
         .skip_while(|m| !loaded::is_shim(m))
-        .skip(1)
-    {
+        .skip(1);
+    rewrite(after, &shim, true, |entry, ours, _| {
+        (entry == hidden).then_some((ours, 0))
+    });
+}
+
+/// Points at the shim the references that objects loaded since the last
+/// scan (from object `from` on) bound past it: a `dlopen` that loads a
+/// library and, as its dependency, the MPI library binds eagerly (Python
+/// loads modules `RTLD_NOW`) before the shim could show the library's names.
+fn rebind_past_shim(shim: &Object, from: usize) {
+    let new = loaded::objects().skip(from).filter(|m| !loaded::is_shim(m));
+    rewrite(new, shim, false, |entry, ours, name| {
+        let theirs = loaded::find(name, &[])? as usize;
+        (entry == VISIBLE).then_some((theirs, ours))
+    });
+}
+
+/// For each relocation of `objects` against a managed name the shim
+/// defines (only weak ones if `weak_only`), asks `decide(entry, ours,
+/// name)` for `(bound, target)`: a slot holding `bound` is rewritten to
+/// `target` (both plus the addend for absolute relocations).
+fn rewrite<'a>(
+    objects: impl Iterator<Item = &'a LinkMap>,
+    shim: &Object,
+    weak_only: bool,
+    decide: impl Fn(u16, usize, &CStr) -> Option<(usize, usize)>,
+) {
+    const R_X86_64_64: u32 = 1;
+    const R_X86_64_GLOB_DAT: u32 = 6;
+    const R_X86_64_JUMP_SLOT: u32 = 7;
+    for m in objects {
         let Some(o) = Object::new(m) else {
             continue;
         };
-        for (slot, ty, addend, name) in o.weak_references() {
+        for (slot, ty, addend, name) in o.references(weak_only) {
             let Some(i) = managed(name).then(|| shim.any_index(name)).flatten() else {
                 continue;
             };
             // SAFETY: one version entry per symbol; `i` is a definition.
             let (entry, ours) = unsafe { (*shim.versym.add(i), shim.value(i)) };
-            let (bound, null) = match ty {
-                R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT => (ours, 0),
-                R_X86_64_64 => (ours.wrapping_add(addend as usize), addend as usize),
+            let Some((bound, target)) = decide(entry, ours, name) else {
+                continue;
+            };
+            let add = match ty {
+                R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT => 0,
+                R_X86_64_64 => addend as usize,
                 _ => continue,
             };
+            let (bound, target) = (bound.wrapping_add(add), target.wrapping_add(add));
             // SAFETY: the slot is in the object's mapped segments (its
-            // relocation says so); only read, and written below only where
-            // the segment is writable or made so.
-            if entry != hidden || unsafe { slot.read_volatile() } != bound {
+            // relocation says so); only read here.
+            if unsafe { slot.read_volatile() } != bound {
                 continue;
             }
             let Some(place) = loaded::placement(m, slot as usize) else {
@@ -375,11 +407,11 @@ fn unbind_early_weak_references() {
             let page = slot as usize & !4095;
             if place.relro && mprotect(page, 4096, PROT_READ | PROT_WRITE) == 0 {
                 // SAFETY: writable now.
-                unsafe { slot.write_volatile(null) };
+                unsafe { slot.write_volatile(target) };
                 mprotect(page, 4096, PROT_READ);
             } else if place.writable && !place.relro {
                 // SAFETY: a writable data segment.
-                unsafe { slot.write_volatile(null) };
+                unsafe { slot.write_volatile(target) };
             }
         }
     }

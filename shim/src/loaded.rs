@@ -278,10 +278,13 @@ impl Object {
         self.base + unsafe { (*self.symtab.add(i)).st_value } as usize
     }
 
-    /// Every relocation of this object against a symbol that is weak and
-    /// undefined here, with the symbol's name: the slot's address, the
-    /// relocation type and its addend.
-    pub(crate) fn weak_references(&self) -> impl Iterator<Item = (*mut usize, u32, i64, &CStr)> {
+    /// Every relocation of this object against a symbol it does not define
+    /// (only weak ones if `weak_only`), with the symbol's name: the slot's
+    /// address, the relocation type and its addend.
+    pub(crate) fn references(
+        &self,
+        weak_only: bool,
+    ) -> impl Iterator<Item = (*mut usize, u32, i64, &CStr)> {
         self.rela.into_iter().flat_map(move |(table, size)| {
             let n = if table.is_null() {
                 0
@@ -295,15 +298,17 @@ impl Object {
                 // SAFETY: relocations index this object's symbol table.
                 let s = unsafe { &*self.symtab.add(sym) };
                 const STB_WEAK: u8 = 2;
-                (sym != 0 && s.st_shndx == 0 && s.st_info >> 4 == STB_WEAK).then(|| {
-                    (
-                        (self.base + r.r_offset as usize) as *mut usize,
-                        r.r_info as u32,
-                        r.r_addend,
-                        // SAFETY: as above.
-                        unsafe { self.name(sym) },
-                    )
-                })
+                (sym != 0 && s.st_shndx == 0 && (!weak_only || s.st_info >> 4 == STB_WEAK)).then(
+                    || {
+                        (
+                            (self.base + r.r_offset as usize) as *mut usize,
+                            r.r_info as u32,
+                            r.r_addend,
+                            // SAFETY: as above.
+                            unsafe { self.name(sym) },
+                        )
+                    },
+                )
             })
         })
     }

@@ -98,3 +98,69 @@ fn same_function_set_open_mpi() {
 fn same_function_set_mpich() {
     same_function_set(Mpi::Mpich);
 }
+
+/// A program without MPI loads, as Python loads a module (`RTLD_NOW`), a
+/// plugin that links the MPI library: the library arrives inside that
+/// `dlopen`, whose eager bindings cannot see the shim's names yet. The
+/// plugin's calls must still be layered: `v` prints the stack at the first
+/// call that reaches the shim.
+fn plugin_calls_are_layered(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi), Need::Command("cc")]) {
+        return;
+    }
+    let dir = scratch(&format!("shim-plugin-{}", mpi.name()));
+    let plugin = dir.join("libplugin.so");
+    compile(
+        mpi,
+        &program("shim/plugin.c"),
+        &plugin,
+        &["-shared", "-fPIC", "-Wl,-z,now"],
+    );
+    let main = dir.join("dlmain");
+    let o = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&main)
+        .arg(program("shim/dlmain.c"))
+        .arg("-ldl")
+        .output()
+        .expect("cc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let shim_path = Command::new(observer_bin())
+        .arg("shim-path")
+        .output()
+        .expect("mpi-observer shim-path");
+    let preload = format!(
+        "LD_PRELOAD={}",
+        String::from_utf8(shim_path.stdout).unwrap().trim()
+    );
+    let mut c = mpi.launcher(1);
+    c.args(["env", &preload, "MPI_TOOLS_ENTRY=v"])
+        .arg(&main)
+        .arg(&plugin);
+    let o = run_with_timeout(&mut c, Duration::from_secs(120));
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(
+        o.status.success() && out.contains("done 0 of 1"),
+        "{}: {}\n{out}\n{err}",
+        mpi.name(),
+        o.status
+    );
+    assert!(
+        err.contains("layers (top first"),
+        "{}: the plugin's MPI calls bypassed the shim:\n{err}",
+        mpi.name()
+    );
+}
+
+#[test]
+fn plugin_calls_are_layered_open_mpi() {
+    plugin_calls_are_layered(Mpi::OpenMpi);
+}
+
+#[test]
+fn plugin_calls_are_layered_mpich() {
+    plugin_calls_are_layered(Mpi::Mpich);
+}
