@@ -7,6 +7,7 @@
 pub mod cookie;
 pub mod functions;
 pub mod maps;
+pub mod std_abi;
 // Atomics the BPF target lacks; the programs never touch the segment.
 #[cfg(not(target_arch = "bpf"))]
 pub mod segment;

@@ -47,13 +47,20 @@ pub const HIST_SLOTS: usize = 32;
 /// still balanced by the depth counter; only the function check is lost.
 pub const STACK_DEPTH: usize = 8;
 
-/// MPI library flavours the probes know how to read arguments of.
+/// MPI library flavours: how the probes read a process's arguments, chosen
+/// per process at attach time and kept in its [`ProcConfig`].
 pub mod lib_kind {
+    /// Handle conventions not recognised: every byte figure is unknown.
+    pub const UNKNOWN: u32 = 0;
     /// Open MPI: handles are pointers, `MPI_IN_PLACE` is `(void *)1`.
     pub const OPEN_MPI: u32 = 1;
     /// MPICH ABI (also Intel MPI, MVAPICH, Cray): handles are `int`s,
     /// `MPI_IN_PLACE` is `(void *)-1`.
     pub const MPICH: u32 = 2;
+    /// The MPI-5 standard ABI (`libmpi_abi.so`): pointer-sized handles with
+    /// fixed predefined values, `MPI_IN_PLACE` is `(void *)1`; see
+    /// [`crate::std_abi`].
+    pub const STD_ABI: u32 = 3;
 }
 
 /// Key of [`STATS`].

@@ -6,6 +6,7 @@ use observer_common::{
     cookie::{self, Part},
     functions::CountKind,
     maps::{Inflight, lib_kind},
+    std_abi,
 };
 
 use crate::{PROCS, args, datatype};
@@ -38,16 +39,19 @@ fn one(
     e: &mut Inflight,
 ) {
     let dir = (p.direction & 1) as usize;
-    if p.in_place_ok {
-        let in_place = if cfg.lib == lib_kind::MPICH {
-            MPICH_IN_PLACE
-        } else {
-            OMPI_IN_PLACE
-        };
-        // MPI_IN_PLACE: this buffer is not supplied, its count is ignored.
-        if args::word(ctx, p.buf) == Some(in_place) {
+    let in_place = match cfg.lib {
+        lib_kind::MPICH => MPICH_IN_PLACE,
+        lib_kind::OPEN_MPI => OMPI_IN_PLACE,
+        lib_kind::STD_ABI => std_abi::IN_PLACE,
+        // Conventions we do not know: no figure can be trusted.
+        _ => {
+            e.unknown |= 1 << dir;
             return;
         }
+    };
+    // MPI_IN_PLACE: this buffer is not supplied, its count is ignored.
+    if p.in_place_ok && args::word(ctx, p.buf) == Some(in_place) {
+        return;
     }
     if p.kind == CountKind::Unknowable as u32 {
         e.unknown |= 1 << dir;

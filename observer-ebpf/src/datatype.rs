@@ -2,7 +2,10 @@
 //! safely. A wrong size is worse than none: unknown sizes are counted apart.
 
 use aya_ebpf::helpers::bpf_probe_read_user;
-use observer_common::maps::{ProcConfig, TypeKey, lib_kind};
+use observer_common::{
+    maps::{ProcConfig, TypeKey, lib_kind},
+    std_abi,
+};
 
 use crate::OMPI_TYPES;
 
@@ -22,6 +25,8 @@ pub fn size(tgid: u32, cfg: &ProcConfig, handle: u64) -> Option<u64> {
             let s = (h >> 8) & 0xff;
             (s != 0).then_some(u64::from(s))
         }
+        // Predefined handles only: derived ones are the library's pointers.
+        lib_kind::STD_ABI => std_abi::datatype_size(handle),
         lib_kind::OPEN_MPI => {
             let key = TypeKey {
                 tgid,

@@ -113,10 +113,13 @@ impl MappedLib {
     }
 }
 
-/// Whether a file name is an MPI library we probe: Open MPI's `libmpi.so*`
-/// or the MPICH ABI's `libmpich.so*` (Intel MPI, MVAPICH and Cray too).
+/// Whether a file name is an MPI library we probe: `libmpi.so*` (Open MPI,
+/// MPICH, Intel MPI), `libmpich.so*` (the MPICH ABI's other name: Debian's
+/// MPICH, MVAPICH, Cray), or the MPI-5 standard ABI's `libmpi_abi.so*`.
 pub fn is_mpi_library(file_name: &str) -> bool {
-    file_name.starts_with("libmpi.so") || file_name.starts_with("libmpich.so")
+    ["libmpi.so", "libmpich.so", "libmpi_abi.so"]
+        .iter()
+        .any(|p| file_name.starts_with(p))
 }
 
 /// The lowest mapping of the first file in `pid`'s maps that `wanted`
@@ -296,7 +299,10 @@ mod tests {
     fn library_names() {
         assert!(is_mpi_library("libmpi.so.40.30.4"));
         assert!(is_mpi_library("libmpich.so.12"));
+        assert!(is_mpi_library("libmpi_abi.so.1"));
+        assert!(is_mpi_library("libmpi_abi.so.1.0"));
         assert!(!is_mpi_library("libmpi_mpifh.so.40"));
         assert!(!is_mpi_library("libmpi_cxx.so.40"));
+        assert!(!is_mpi_library("libmpifort_abi.so.1"));
     }
 }

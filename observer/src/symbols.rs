@@ -58,11 +58,13 @@ pub struct Entry {
 /// What the daemon needs from an MPI library.
 #[derive(Clone, Debug)]
 pub struct Library {
-    /// [`lib_kind`] value.
+    /// [`lib_kind`] value: how the probes read this library's arguments.
     pub kind: u32,
-    /// "openmpi" or "mpich".
+    /// The implementation, "openmpi", "mpich" or "intelmpi", with "-abi"
+    /// appended for its MPI-5 standard ABI library (`libmpi_abi.so`).
     pub name: &'static str,
-    /// Release version, or "unknown".
+    /// The implementation's release version (Intel MPI's own, not the MPICH
+    /// it derives from), or "unknown".
     pub version: String,
     /// One entry per unique PMPI function address, by function ID.
     pub entries: BTreeMap<u16, Entry>,
@@ -88,14 +90,16 @@ pub fn read_library(path: &Path) -> Result<Library, SymbolError> {
         path: shown.clone(),
         source,
     })?;
-    let is_ompi = file
-        .dynamic_symbols()
-        .any(|s| s.name() == Ok("ompi_mpi_comm_world"));
-    let (kind, name) = if is_ompi {
-        (lib_kind::OPEN_MPI, "openmpi")
-    } else {
-        (lib_kind::MPICH, "mpich")
-    };
+    let exports = |name: &str| file.dynamic_symbols().any(|s| s.name() == Ok(name));
+    let is_ompi = exports("ompi_mpi_comm_world");
+    let rodata = read_only_data(&file, &data);
+    let is_intel = memchr_seq(rodata, INTEL_MARK).is_some();
+    let (kind, name) = identify(
+        path.file_name().and_then(|n| n.to_str()).unwrap_or(""),
+        is_ompi,
+        is_intel,
+        exports("PMPI_Status_f2c"),
+    );
     let mut by_addr: BTreeMap<u64, u16> = BTreeMap::new();
     let mut ompi_datatypes = BTreeMap::new();
     let mut ompi_datatype_class = None;
@@ -155,7 +159,9 @@ pub fn read_library(path: &Path) -> Result<Library, SymbolError> {
         );
     }
     let version = if is_ompi {
-        ompi_version(&data)
+        ompi_version(rodata)
+    } else if is_intel {
+        intel_version(rodata)
     } else {
         version_sym
             .and_then(|(a, n)| {
@@ -165,6 +171,7 @@ pub fn read_library(path: &Path) -> Result<Library, SymbolError> {
                 Some(String::from_utf8_lossy(s).trim().to_string())
             })
             .filter(|s| !s.is_empty())
+            .or_else(|| mpich_version(rodata))
     }
     .unwrap_or_else(|| "unknown".into());
     Ok(Library {
@@ -286,23 +293,143 @@ pub fn skippable_prologue(code: &[u8]) -> u8 {
     }
 }
 
-fn ompi_version(data: &[u8]) -> Option<String> {
-    // OMPI_VERSION is stored as "\0vX.Y.Z\0".
-    let mut i = 0;
-    while let Some(p) = memchr_seq(&data[i..], b"\0v") {
-        let s = i + p + 2;
-        let end = data[s..].iter().position(|b| *b == 0).map(|e| s + e)?;
-        let cand = &data[s..end];
-        if cand.len() <= 24
-            && cand.first().is_some_and(u8::is_ascii_digit)
-            && cand.iter().filter(|b| **b == b'.').count() == 2
-            && cand.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'.')
-        {
-            return Some(String::from_utf8_lossy(cand).into_owned());
-        }
-        i = s;
+/// Marks Intel MPI, which is MPICH underneath.
+const INTEL_MARK: &[u8] = b"Intel(R) MPI Library";
+
+/// The library's kind and name. The standard ABI is recognised by its
+/// file name, `libmpi_abi.so*` (the name the MPI-5 standard gives it), and
+/// confirmed by the library: the ABI leaves out the `MPI_Fint` conversions
+/// such as `MPI_Status_f2c`, which every library of the older conventions
+/// exports. A name and a content that disagree get [`lib_kind::UNKNOWN`]:
+/// calls are counted and timed, bytes are all unknown.
+fn identify(file_name: &str, ompi: bool, intel: bool, fint: bool) -> (u32, &'static str) {
+    let abi = file_name.starts_with("libmpi_abi.so");
+    let kind = match (abi, fint, ompi) {
+        (true, false, _) => lib_kind::STD_ABI,
+        (true, true, _) => lib_kind::UNKNOWN,
+        (false, _, true) => lib_kind::OPEN_MPI,
+        (false, _, false) => lib_kind::MPICH,
+    };
+    let name = match (ompi, intel, abi) {
+        (true, _, false) => "openmpi",
+        (true, _, true) => "openmpi-abi",
+        (false, true, false) => "intelmpi",
+        (false, true, true) => "intelmpi-abi",
+        (false, false, false) => "mpich",
+        (false, false, true) => "mpich-abi",
+    };
+    (kind, name)
+}
+
+/// The contents of the file's read-only data sections (`.rodata*`), where
+/// the version strings live, concatenated only when there are several.
+fn read_only_data<'d>(file: &object::File<'d>, data: &'d [u8]) -> &'d [u8] {
+    let ranges: Vec<(u64, u64)> = file
+        .sections()
+        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".rodata")))
+        .filter_map(|s| s.file_range())
+        .collect();
+    let lo = ranges.iter().map(|r| r.0).min();
+    let hi = ranges.iter().map(|r| r.0 + r.1).max();
+    match (lo, hi) {
+        // One span covering them all: sections are laid out in order and
+        // whatever lies between two .rodata sections is read-only too.
+        (Some(lo), Some(hi)) => data.get(lo as usize..hi as usize).unwrap_or(data),
+        _ => data,
     }
-    None
+}
+
+/// The NUL-terminated strings in `data`.
+fn c_strings(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    data.split(|b| *b == 0).filter(|s| !s.is_empty())
+}
+
+/// `X.Y` or `X.Y.Z`, optionally followed by a pre-release tag (`a2`, `b1`,
+/// `rc3`): a release version as MPICH and Open MPI spell them.
+fn is_release_version(s: &[u8]) -> bool {
+    let tail = s
+        .iter()
+        .position(|b| b.is_ascii_alphabetic())
+        .unwrap_or(s.len());
+    let (nums, tag) = s.split_at(tail);
+    let parts: Vec<&[u8]> = nums.split(|b| *b == b'.').collect();
+    (2..=3).contains(&parts.len())
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 4 && p.iter().all(u8::is_ascii_digit))
+        && tag.len() <= 4
+        && tag.iter().all(u8::is_ascii_alphanumeric)
+}
+
+/// Open MPI's version (`OMPI_VERSION`, e.g. "5.0.11"). The repository
+/// revision is stored as "vX.Y.Z..." ("v5.0.11rc1" for 5.0.11, "v4.1.4" for
+/// 4.1.4: the tag the release was built from); the version is the plain
+/// string it starts with. Without one, the revision without its "v".
+fn ompi_version(rodata: &[u8]) -> Option<String> {
+    let strings: Vec<&[u8]> = c_strings(rodata).collect();
+    let rev = strings.iter().find_map(|s| {
+        let r = s.strip_prefix(b"v")?;
+        (r.len() <= 24
+            && r.first().is_some_and(u8::is_ascii_digit)
+            && r.iter().filter(|b| **b == b'.').count() == 2
+            && r.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'.'))
+        .then_some(r)
+    })?;
+    let version = strings
+        .iter()
+        .filter(|s| is_release_version(s) && rev.starts_with(s))
+        .filter(|s| rev.get(s.len()).is_none_or(|b| !b.is_ascii_digit()))
+        .max_by_key(|s| s.len())
+        .copied()
+        .unwrap_or(rev);
+    Some(String::from_utf8_lossy(version).into_owned())
+}
+
+/// MPICH's version where `MPII_Version_string` is not exported (MPICH 5
+/// hides it): the library keeps its version strings together, the release
+/// date (`date` output, or "unreleased development copy") just before the
+/// version, as MPICH 4.0 and 5.0 builds and Intel MPI do. Several such
+/// pairs must agree.
+fn mpich_version(rodata: &[u8]) -> Option<String> {
+    const DAYS: [&[u8]; 7] = [
+        b"Mon ", b"Tue ", b"Wed ", b"Thu ", b"Fri ", b"Sat ", b"Sun ",
+    ];
+    let is_date = |s: &[u8]| {
+        s == b"unreleased development copy"
+            || (DAYS.iter().any(|d| s.starts_with(d))
+                && s.len() <= 40
+                && s.len() >= 8
+                && s[s.len() - 4..].iter().all(u8::is_ascii_digit))
+    };
+    let mut found: Option<&[u8]> = None;
+    let mut prev: &[u8] = b"";
+    // Adjacent strings only: split on every NUL, empty pieces included.
+    for s in rodata.split(|b| *b == 0) {
+        if is_date(prev) && is_release_version(s) {
+            if found.is_some_and(|f| f != s) {
+                return None;
+            }
+            found = Some(s);
+        }
+        prev = s;
+    }
+    found.map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// Intel MPI's own version ("2021.18.1"): its year-based numbers, the one
+/// such string the library holds (several copies must agree).
+fn intel_version(rodata: &[u8]) -> Option<String> {
+    let mut found: Option<&[u8]> = None;
+    for s in c_strings(rodata) {
+        let year = s.len() >= 6 && s.starts_with(b"20") && s[4] == b'.';
+        if year && is_release_version(s) && s[..4].iter().all(u8::is_ascii_digit) {
+            if found.is_some_and(|f| f != s) {
+                return None;
+            }
+            found = Some(s);
+        }
+    }
+    found.map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 fn memchr_seq(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -353,6 +480,17 @@ mod tests {
         assert_eq!(skippable_prologue(&[0x48, 0x83, 0xec, 0x08, 0x53]), 0);
     }
 
+    fn check_entries(p: &Path, lib: &Library) {
+        let send = function_by_name("MPI_Send").unwrap();
+        assert!(lib.entries.contains_key(&send), "{}", p.display());
+        assert!(
+            lib.entries.len() > 300,
+            "{}: {}",
+            p.display(),
+            lib.entries.len()
+        );
+    }
+
     #[test]
     fn real_libraries_when_present() {
         for (p, kind) in [
@@ -364,10 +502,161 @@ mod tests {
             }
             let lib = read_library(Path::new(p)).unwrap();
             assert_eq!(lib.kind, kind);
-            let send = function_by_name("MPI_Send").unwrap();
-            assert!(lib.entries.contains_key(&send), "{p}");
-            assert!(lib.entries.len() > 300, "{p}: {}", lib.entries.len());
+            check_entries(Path::new(p), &lib);
             assert_ne!(lib.version, "unknown", "{p}");
+            assert!(
+                is_release_version(lib.version.as_bytes()),
+                "{p}: {}",
+                lib.version
+            );
         }
+    }
+
+    /// Where `cargo xtask setup` installs the PyPI wheels:
+    /// `<workspace>/target/mpi/NAME/lib`. Missing, the test fails under
+    /// `CI=true`; otherwise it falls back to a developer's venvs in
+    /// /tmp/venvs, else skips with a message.
+    fn wheel_lib(name: &str, venv: &str) -> Option<std::path::PathBuf> {
+        let lib = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/mpi")
+            .join(name)
+            .join("lib");
+        if lib.is_dir() {
+            return Some(lib);
+        }
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(
+            !ci,
+            "CI=true and {} is missing: run cargo xtask setup",
+            lib.display()
+        );
+        let dev = Path::new("/tmp/venvs").join(venv).join("lib");
+        if dev.is_dir() {
+            return Some(dev);
+        }
+        eprintln!("SKIPPED: {} is missing", lib.display());
+        None
+    }
+
+    /// The PyPI wheels: exact kinds, names and versions, the MPI-5
+    /// standard ABI libraries included.
+    #[test]
+    fn wheel_libraries() {
+        let cases = [
+            (
+                "openmpi5",
+                "ompi5",
+                "libmpi.so.40",
+                lib_kind::OPEN_MPI,
+                "openmpi",
+                "5.0.11",
+            ),
+            (
+                "mpich5",
+                "mpich5",
+                "libmpi.so.12",
+                lib_kind::MPICH,
+                "mpich",
+                "5.0.2",
+            ),
+            (
+                "mpich5",
+                "mpich5",
+                "libmpi_abi.so.1",
+                lib_kind::STD_ABI,
+                "mpich-abi",
+                "5.0.2",
+            ),
+            (
+                "impi",
+                "impi",
+                "libmpi.so.12",
+                lib_kind::MPICH,
+                "intelmpi",
+                "2021.18.1",
+            ),
+            (
+                "impi",
+                "impi",
+                "libmpi_abi.so.1",
+                lib_kind::STD_ABI,
+                "intelmpi-abi",
+                "2021.18.1",
+            ),
+        ];
+        for (dir, venv, file, kind, name, version) in cases {
+            let Some(lib_dir) = wheel_lib(dir, venv) else {
+                continue;
+            };
+            // As a process maps it: the file the soname link points to.
+            let p = std::fs::canonicalize(lib_dir.join(file)).unwrap();
+            let file_name = p.file_name().unwrap().to_str().unwrap();
+            assert!(crate::procfs::is_mpi_library(file_name), "{file_name}");
+            let lib = read_library(&p).unwrap();
+            assert_eq!(
+                (lib.kind, lib.name, lib.version.as_str()),
+                (kind, name, version),
+                "{}",
+                p.display()
+            );
+            check_entries(&p, &lib);
+        }
+    }
+
+    #[test]
+    fn kinds_and_names() {
+        // (file name, Open MPI symbols, Intel MPI, exports MPI_Status_f2c)
+        assert_eq!(
+            identify("libmpi.so.40.30.4", true, false, true),
+            (lib_kind::OPEN_MPI, "openmpi")
+        );
+        assert_eq!(
+            identify("libmpich.so.12", false, false, true),
+            (lib_kind::MPICH, "mpich")
+        );
+        assert_eq!(
+            identify("libmpi.so.12.0.0", false, true, true),
+            (lib_kind::MPICH, "intelmpi")
+        );
+        assert_eq!(
+            identify("libmpi_abi.so.1", false, false, false),
+            (lib_kind::STD_ABI, "mpich-abi")
+        );
+        assert_eq!(
+            identify("libmpi_abi.so.1.0", false, true, false),
+            (lib_kind::STD_ABI, "intelmpi-abi")
+        );
+        // Named like the ABI but with the old conventions' conversions: no
+        // byte figure can be trusted.
+        assert_eq!(
+            identify("libmpi_abi.so.1", false, false, true),
+            (lib_kind::UNKNOWN, "mpich-abi")
+        );
+    }
+
+    #[test]
+    fn version_strings() {
+        assert!(is_release_version(b"5.0.2"));
+        assert!(is_release_version(b"4.1"));
+        assert!(is_release_version(b"3.4a2"));
+        assert!(is_release_version(b"5.0.0rc12"));
+        assert!(!is_release_version(b"18:2:6"));
+        assert!(!is_release_version(b"5"));
+        assert!(!is_release_version(b"1.2.3.4"));
+        assert!(!is_release_version(b"v5.0.11"));
+        let ompi = b"\x00x\x00v5.0.11rc1\x00Open MPI\x00MPI API\x005.0.1\x005.0.11\x00ident\x00";
+        assert_eq!(ompi_version(ompi).as_deref(), Some("5.0.11"));
+        assert_eq!(
+            ompi_version(b"\x00v4.1.4\x00a\x00").as_deref(),
+            Some("4.1.4")
+        );
+        let mpich = b"12:0:0\x00Thu Apr  7 12:34:45 CDT 2022\x004.0.2\x00\x00x\x00";
+        assert_eq!(mpich_version(mpich).as_deref(), Some("4.0.2"));
+        // Two release dates followed by different versions: no guess.
+        let two =
+            b"Thu Apr  7 12:34:45 CDT 2022\x004.0.2\x00Fri Sep 25 20:45:26 UTC 2026\x005.0.2\x00";
+        assert_eq!(mpich_version(two), None);
+        let intel = b"Intel(R) MPI Library %s\n\x002021.18.1\x00x\x002021.18.1\x00";
+        assert_eq!(intel_version(intel).as_deref(), Some("2021.18.1"));
     }
 }
