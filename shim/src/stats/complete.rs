@@ -60,16 +60,18 @@ fn big<R>(n: usize, f: impl FnOnce(&mut [u32], *mut u8) -> R) -> R {
     })
 }
 
-/// Fills `slots` from the caller's request array and marks them pending;
-/// true if any completion will need a status.
+/// Fills `slots` from the caller's request array and marks them pending
+/// (each occurrence of a handle its own entry: see
+/// [`requests::find_in_array`]); true if any completion will need a status.
 #[inline(always)]
 fn lookup(s: &State, reqs: usize, slots: &mut [u32]) -> bool {
     let mut need = false;
     for (i, slot) in slots.iter_mut().enumerate() {
         // SAFETY: the caller's array of `slots.len()` requests.
-        *slot = requests::find_for_completion(s, unsafe { s.abi.handle_at(reqs, i) });
+        *slot = requests::find_in_array(s, unsafe { s.abi.handle_at(reqs, i) });
         need |= requests::needs_status(*slot);
     }
+    requests::end_lookup(s, slots);
     need
 }
 

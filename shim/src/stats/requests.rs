@@ -57,7 +57,9 @@ static RECV_BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// mark with a compare-and-swap ([`find_for_completion`]), so no two
 /// threads ever hold one slot for completion. MPI forbids two threads
 /// completing one request at once, so a pending slot is never the one a
-/// second thread is looking for. Used under `MPI_THREAD_MULTIPLE` only.
+/// second thread is looking for. Held for a whole completion call under
+/// `MPI_THREAD_MULTIPLE` only; below it, only while one call's request
+/// array is looked up ([`find_in_array`]).
 static PENDING: [AtomicBool; N] = [const { AtomicBool::new(false) }; N];
 
 /// No slot.
@@ -161,7 +163,7 @@ pub(crate) fn find(s: &State, handle: usize) -> u32 {
             // second read sees it and the slot is rejected.
             if st != request_state::FREE
                 && st != request_state::BUSY
-                && !(s.multi && PENDING[i].load(Acquire))
+                && !PENDING[i].load(Acquire)
                 && slot.handle.load(Acquire) == handle as u64
             {
                 return i as u32;
@@ -207,6 +209,44 @@ pub(crate) fn find_for_completion(s: &State, handle: usize) -> u32 {
         PENDING[i].store(false, Release);
     }
     NO_SLOT
+}
+
+/// [`find_for_completion`] for one element of a request array that one
+/// call completes (`MPI_Waitall`, `Testall`, `Waitany`, `Testany`,
+/// `Waitsome`, `Testsome`). One handle value can stand in an array more
+/// than once: MPICH hands out one shared, already complete request for
+/// every send that completed at once and for every `MPI_PROC_NULL`
+/// operation (`0x6c000001` for sends, `0x6c000002` for receives, or in the
+/// standard ABI pointers to those objects), so three eager `MPI_Isend`s may
+/// return the same value and have three entries. Each occurrence must take an entry of its own, or the others
+/// leak: the pending mark makes a second lookup of the value skip the
+/// first one's entry. Under `MPI_THREAD_MULTIPLE` the mark is the one
+/// [`find_for_completion`] takes; below it, it is set here and cleared by
+/// [`end_lookup`] once the array has been looked up.
+#[inline(always)]
+pub(crate) fn find_in_array(s: &State, handle: usize) -> u32 {
+    if s.multi {
+        return find_for_completion(s, handle);
+    }
+    let slot = find(s, handle);
+    if slot != NO_SLOT {
+        PENDING[slot as usize].store(true, Relaxed);
+    }
+    slot
+}
+
+/// Ends the lookup of an array by [`find_in_array`]: below
+/// `MPI_THREAD_MULTIPLE`, clears the marks it set (no other thread is in
+/// MPI, so nothing needs them past the lookup).
+#[inline(always)]
+pub(crate) fn end_lookup(s: &State, slots: &[u32]) {
+    if !s.multi {
+        for &slot in slots {
+            if slot != NO_SLOT {
+                PENDING[slot as usize].store(false, Relaxed);
+            }
+        }
+    }
 }
 
 /// Clears the mark of a slot whose request did not complete.

@@ -23,10 +23,6 @@ use observer_common::{
 
 use super::{abi::Abi, comms::NULL_PEER};
 
-/// `MPI_THREAD_MULTIPLE`, 3 in both libraries (the levels are ordered and
-/// numbered alike: SINGLE 0, FUNNELED 1, SERIALIZED 2, MULTIPLE 3).
-const MPI_THREAD_MULTIPLE: c_int = 3;
-
 /// The layer's state once the segment exists.
 pub(crate) struct State {
     /// The library's ABI.
@@ -68,8 +64,11 @@ pub(crate) enum SegmentError {
     #[error(transparent)]
     Abi(#[from] super::abi::AbiError),
     /// `MPI_Comm_size(MPI_COMM_WORLD)` failed.
-    #[error("MPI_Comm_size(MPI_COMM_WORLD) failed")]
-    WorldSize,
+    #[error("MPI_Comm_size(MPI_COMM_WORLD) failed on {library}")]
+    WorldSize {
+        /// The library recognised.
+        library: &'static str,
+    },
     /// A system call on the segment failed.
     #[error("cannot create {path}: {what}: {source}")]
     Create {
@@ -140,13 +139,16 @@ fn build() -> Result<State, SegmentError> {
     let mut n: c_int = 0;
     // SAFETY: the library's PMPI_Comm_size with an out-pointer.
     if unsafe { (abi.comm_size)(abi.comm_world, &mut n) } != 0 || n <= 0 {
-        return Err(SegmentError::WorldSize);
+        return Err(SegmentError::WorldSize {
+            library: abi.library,
+        });
     }
     let world_size = n as u32;
     let mut level: c_int = 0;
     // SAFETY: the library's PMPI_Query_thread with an out-pointer. On
-    // failure assume the worst (atomic adds).
-    let multi = unsafe { (abi.query_thread)(&mut level) } != 0 || level >= MPI_THREAD_MULTIPLE;
+    // failure assume the worst (atomic adds). The levels are ordered in
+    // every ABI (MULTIPLE is 3, or 4096 in the standard ABI).
+    let multi = unsafe { (abi.query_thread)(&mut level) } != 0 || level >= abi.c.thread_multiple;
     let peer_slots = world_size.min(MAX_PEER_SLOTS);
     let functions = FUNCTION_COUNT as u32;
     let size = segment_size(peer_slots, functions, REQUEST_SLOTS);
