@@ -16,21 +16,35 @@ pub const ERRORS: &str = "MPI_ERRORS";
 pub const ZERO: &str = "MPI_ZERO";
 
 /// Capacity of [`STATS`]: 256 ranks times 128 functions; the daemon lowers
-/// it so the preallocated per-CPU values stay within [`STATS_MEMORY_BUDGET`].
+/// it so the preallocated per-CPU values stay within its memory budget
+/// ([`STATS_MEMORY_BUDGET`] unless told otherwise).
 pub const STATS_CAPACITY: u32 = 32_768;
-/// Kernel memory the preallocated [`STATS`] map may take on any machine.
+/// Default kernel memory the preallocated [`STATS`] map may take.
 pub const STATS_MEMORY_BUDGET: u64 = 256 << 20;
 
-/// The [`STATS`] capacity for a machine with `cpus` possible CPUs.
+/// The [`STATS`] capacity for a machine with `cpus` possible CPUs within the
+/// default budget.
 pub const fn stats_capacity(cpus: u32) -> u32 {
-    let per_entry =
-        core::mem::size_of::<CallStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 };
-    let fit = STATS_MEMORY_BUDGET / per_entry;
-    if fit < STATS_CAPACITY as u64 {
+    stats_capacity_within(cpus, STATS_MEMORY_BUDGET)
+}
+
+/// The [`STATS`] capacity for `cpus` possible CPUs within `budget` bytes:
+/// every entry preallocates one [`CallStats`] per possible CPU. At least one
+/// entry (a map cannot be empty), at most [`STATS_CAPACITY`].
+pub const fn stats_capacity_within(cpus: u32, budget: u64) -> u32 {
+    let fit = budget / stats_entry_bytes(cpus);
+    if fit < 1 {
+        1
+    } else if fit < STATS_CAPACITY as u64 {
         fit as u32
     } else {
         STATS_CAPACITY
     }
+}
+
+/// Kernel memory of one [`STATS`] entry's values on `cpus` possible CPUs.
+pub const fn stats_entry_bytes(cpus: u32) -> u64 {
+    core::mem::size_of::<CallStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 }
 }
 /// Capacity of [`INFLIGHT`]: threads inside an MPI call at once.
 pub const INFLIGHT_CAPACITY: u32 = 65_536;
@@ -224,6 +238,10 @@ mod tests {
         // 128 CPUs x 304 bytes: 6898 entries fit in 256 MiB.
         assert_eq!(stats_capacity(128), 6898);
         assert!(u64::from(stats_capacity(1024)) * 1024 * 304 <= STATS_MEMORY_BUDGET);
+        // A tiny budget still makes a map; a large one is capped.
+        assert_eq!(stats_capacity_within(2, 1), 1);
+        assert_eq!(stats_capacity_within(2, 10 * 608), 10);
+        assert_eq!(stats_capacity_within(2, u64::MAX), STATS_CAPACITY);
     }
 
     #[test]

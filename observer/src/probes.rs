@@ -80,10 +80,25 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// Loads the embedded eBPF object: creates its maps and loads its
-    /// programs into the kernel.
+    /// Loads the embedded eBPF object within the default statistics map
+    /// budget ([`maps::STATS_MEMORY_BUDGET`]); see [`Probes::load_within`].
     pub fn load(object: &[u8]) -> Result<Self, ProbeError> {
+        Self::load_within(object, maps::STATS_MEMORY_BUDGET)
+    }
+
+    /// Loads the embedded eBPF object: creates its maps and loads its
+    /// programs into the kernel. The per-CPU statistics map gets as many
+    /// entries as fit in `stats_budget` bytes on this machine's possible
+    /// CPUs ([`maps::stats_capacity_within`]); calls of a (process,
+    /// function) that finds it full are counted in
+    /// `mpi_observer_map_update_failures_total`.
+    pub fn load_within(object: &[u8], stats_budget: u64) -> Result<Self, ProbeError> {
+        let cpus = aya::util::nr_cpus().map_err(|(path, e)| ProbeError::Load {
+            reason: format!("cannot count the possible CPUs in {path}: {e}"),
+        })?;
+        let capacity = maps::stats_capacity_within(cpus as u32, stats_budget);
         let ebpf = EbpfLoader::new()
+            .map_max_entries(maps::STATS, capacity)
             .load(object)
             .map_err(|e| ProbeError::Load {
                 reason: e.to_string(),
