@@ -99,6 +99,21 @@ fn same_function_set_mpich() {
     same_function_set(Mpi::Mpich);
 }
 
+#[test]
+fn same_function_set_open_mpi5_wheel() {
+    same_function_set(Mpi::OpenMpi5);
+}
+
+#[test]
+fn same_function_set_mpich5_wheel() {
+    same_function_set(Mpi::Mpich5);
+}
+
+#[test]
+fn same_function_set_mpich5_wheel_standard_abi() {
+    same_function_set(Mpi::Mpich5Abi);
+}
+
 /// A program without MPI loads, as Python loads a module (`RTLD_NOW`), a
 /// plugin that links the MPI library: the library arrives inside that
 /// `dlopen`, whose eager bindings cannot see the shim's names yet. The
@@ -163,4 +178,19 @@ fn plugin_calls_are_layered_open_mpi() {
 #[test]
 fn plugin_calls_are_layered_mpich() {
     plugin_calls_are_layered(Mpi::Mpich);
+}
+
+#[test]
+fn plugin_calls_are_layered_open_mpi5_wheel() {
+    plugin_calls_are_layered(Mpi::OpenMpi5);
+}
+
+#[test]
+fn plugin_calls_are_layered_mpich5_wheel() {
+    plugin_calls_are_layered(Mpi::Mpich5);
+}
+
+#[test]
+fn plugin_calls_are_layered_mpich5_wheel_standard_abi() {
+    plugin_calls_are_layered(Mpi::Mpich5Abi);
 }
