@@ -11,8 +11,8 @@ use std::{
 };
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, compile, free_port, http_get, observer_bin, program, require,
-    run_with_timeout, scratch, signal, sum, wait_for,
+    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile, free_port, http_get,
+    observer_bin, program, require, run_with_timeout, scratch, signal, sum, wait_for,
 };
 
 /// Iterations of the counted phase of tests/programs/mix.c.
@@ -35,40 +35,6 @@ fn start_program(mpi: Mpi, dir: &Path, np: u32, program_name: &str, args: &[Stri
 /// tests/programs/mix.c with `iters` iterations of its counted phase.
 fn start_mix(mpi: Mpi, dir: &Path, np: u32, iters: u64) -> Job {
     start_program(mpi, dir, np, "mix.c", &[iters.to_string()])
-}
-
-/// Our program names, as the kernel lists them (truncated to 15 chars).
-const PROGRAMS: [&str; 4] = ["mpi_enter", "mpi_p2p_enter", "mpi_coll_enter", "mpi_return"];
-
-/// Waits until no program of ours is loaded in the kernel: links keep their
-/// programs alive, so no program means no uprobe left behind.
-fn assert_no_probes_left() {
-    wait_for(
-        "every probe to be gone (bpftool prog show)",
-        Duration::from_secs(30),
-        || {
-            let out = Command::new("bpftool")
-                .args(["prog", "show"])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "bpftool prog show failed");
-            let text = String::from_utf8_lossy(&out.stdout);
-            let left: Vec<&str> = text
-                .lines()
-                .filter(|l| PROGRAMS.iter().any(|p| l.contains(&format!(" name {p} "))))
-                .collect();
-            left.is_empty().then_some(())
-        },
-    );
-    let links = Command::new("bpftool")
-        .args(["link", "show"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&links.stdout);
-    assert!(
-        !text.contains("uprobe_multi"),
-        "uprobe_multi links remain:\n{text}"
-    );
 }
 
 /// Expected (function, calls, send bytes, recv bytes, unknown send calls)

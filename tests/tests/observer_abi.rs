@@ -7,10 +7,11 @@
 //! type and `MPI_INTEGER` (its size follows the Fortran compiler's flags)
 //! are counted as unknown.
 
-use std::{collections::BTreeMap, process::Command, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, compile, program, require, scratch, signal, sum, wait_for,
+    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile, program, require, scratch,
+    signal, sum, wait_for,
 };
 
 /// Iterations of the counted phase of tests/programs/abi_traffic.c.
@@ -94,37 +95,6 @@ fn check_exact(samples: &[Sample], jobid: &str) {
             );
         }
     }
-}
-
-/// Our program names, as the kernel lists them (truncated to 15 chars).
-const PROGRAMS: [&str; 4] = ["mpi_enter", "mpi_p2p_enter", "mpi_coll_enter", "mpi_return"];
-
-/// Waits until no program of ours is loaded and no uprobe_multi link is
-/// left: links keep their programs alive, so none means no probe remains.
-fn assert_no_probes_left() {
-    wait_for(
-        "every probe to be gone (bpftool prog show)",
-        Duration::from_secs(30),
-        || {
-            let out = Command::new("bpftool")
-                .args(["prog", "show"])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "bpftool prog show failed");
-            let text = String::from_utf8_lossy(&out.stdout);
-            let ours = |l: &&str| PROGRAMS.iter().any(|p| l.contains(&format!(" name {p} ")));
-            (!text.lines().any(|l| ours(&l))).then_some(())
-        },
-    );
-    let links = Command::new("bpftool")
-        .args(["link", "show"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&links.stdout);
-    assert!(
-        !text.contains("uprobe_multi"),
-        "uprobe_multi links remain:\n{text}"
-    );
 }
 
 #[test]
