@@ -56,6 +56,16 @@ fn managed(name: &CStr) -> bool {
     starts(b"mpi_") || starts(b"pmpi")
 }
 
+/// [`managed`]'s test on the first bytes of a name, before it is measured:
+/// most names of most objects fail at the first byte.
+fn starts_managed(name: *const u8) -> bool {
+    // SAFETY: a NUL-terminated string; no byte past the NUL is read, since
+    // the comparison stops at the first mismatch and NUL matches nothing.
+    let at = |k: usize| unsafe { name.add(k).read() }.to_ascii_lowercase();
+    let prefix = |p: &[u8]| p.iter().enumerate().all(|(k, &c)| at(k) == c);
+    prefix(b"mpi_") || prefix(b"pmpi")
+}
+
 static LOCK: AtomicBool = AtomicBool::new(false);
 /// Objects scanned so far, and the last of them: a list that only grew
 /// needs only its new objects scanned.
@@ -102,7 +112,7 @@ pub(crate) fn with_all_visible<T>(f: impl FnOnce() -> T) -> T {
     {
         let _l = Locked::take();
         if let Some(shim) = shim() {
-            set(&shim, |v, _| if v & HIDDEN_BIT != 0 { VISIBLE } else { v });
+            set(&shim, |_, v| if v & HIDDEN_BIT != 0 { VISIBLE } else { v });
         }
     }
     let r = f();
@@ -163,40 +173,37 @@ fn update(full: bool) {
     let Some(hidden) = hidden_entry(&shim) else {
         return;
     };
-    // Each object's tables are read once, not once per name; past
-    // `PARSED` objects (a program that loaded hundreds), once per lookup.
-    const PARSED: usize = 256;
-    let from = if grown { seen } else { 0 };
-    let others = || loaded::objects().skip(from).filter(|m| !loaded::is_shim(m));
-    let mut parsed: [Option<Object>; PARSED] = [const { None }; PARSED];
-    for (slot, m) in parsed.iter_mut().zip(others()) {
-        *slot = Object::new(m);
+    // Which of the shim's symbols some other object defines: one pass over
+    // each object's own symbols (most define no MPI name at all), looking up
+    // only the managed names in the shim's table, rather than a lookup of
+    // each of the shim's 6,400 names in every object.
+    let count = shim.count();
+    if count > PRESENT_BITS {
+        return;
     }
-    let defines = |name: &CStr| {
-        let h = loaded::gnu_hash(name);
-        parsed.iter().flatten().any(|o| o.index(name, h).is_some())
-            || others()
-                .skip(PARSED)
-                .any(|m| Object::new(m).is_some_and(|o| o.index(name, h).is_some()))
-    };
-    // A process with no MPI library (a launcher, a shell, Python before it
-    // loads MPI) hides everything without a lookup per name.
-    let any_mpi = grown
-        || [c"PMPI_Init", c"MPI_Init", c"PMPI_Init_thread"]
-            .iter()
-            .any(|n| defines(n));
-    set(&shim, |v, name| {
+    let mut present = [0u64; PRESENT_BITS / 64];
+    let from = if grown { seen } else { 0 };
+    for m in loaded::objects().skip(from).filter(|m| !loaded::is_shim(m)) {
+        let Some(o) = Object::new(m) else {
+            continue;
+        };
+        for (_, name) in o.definitions(starts_managed) {
+            if managed(name)
+                && let Some(j) = shim.any_index(name)
+            {
+                present[j / 64] |= 1 << (j % 64);
+            }
+        }
+    }
+    let defined = |j: usize| present[j / 64] & (1 << (j % 64)) != 0;
+    set(&shim, |j, v| {
         if v != VISIBLE && v != hidden {
             v
+        } else if defined(j) {
+            VISIBLE
         } else if grown {
             // Appended objects can only reveal a hidden name.
-            if v == hidden && defines(name) {
-                VISIBLE
-            } else {
-                v
-            }
-        } else if any_mpi && defines(name) {
-            VISIBLE
+            v
         } else {
             hidden
         }
@@ -206,10 +213,10 @@ fn update(full: bool) {
     }
 }
 
-/// Sets every managed export's version entry to `want(current, name)`. The
-/// table lies in the shim's read-only segment: it is made writable for the
-/// writes, then read-only again.
-fn set(shim: &Object, want: impl Fn(u16, &CStr) -> u16) {
+/// Sets every managed export's version entry to `want(index, current)`.
+/// The table lies in the shim's read-only segment: it is made writable for
+/// the writes, then read-only again.
+fn set(shim: &Object, want: impl Fn(usize, u16) -> u16) {
     let count = shim.count();
     let page = 4096usize;
     let lo = shim.versym as usize & !(page - 1);
@@ -217,11 +224,15 @@ fn set(shim: &Object, want: impl Fn(u16, &CStr) -> u16) {
     if mprotect(lo, hi - lo, PROT_READ | PROT_WRITE) != 0 {
         return;
     }
-    for (i, name) in shim.symbols().filter(|(_, n)| managed(n)) {
+    // Every definition, hidden ones included (a lookup skips those).
+    for (i, name) in shim.symbols() {
+        if !managed(name) {
+            continue;
+        }
         // SAFETY: one version entry per symbol, writable now.
         unsafe {
             let e = shim.versym.add(i);
-            let v = want(*e, name);
+            let v = want(i, *e);
             if *e != v {
                 e.write_volatile(v);
             }
@@ -229,6 +240,9 @@ fn set(shim: &Object, want: impl Fn(u16, &CStr) -> u16) {
     }
     mprotect(lo, hi - lo, PROT_READ);
 }
+
+/// Bits for [`update`]'s table of the shim's symbols (it has about 6,500).
+const PRESENT_BITS: usize = 16_384;
 
 const PROT_READ: usize = 1;
 const PROT_WRITE: usize = 2;

@@ -313,6 +313,22 @@ impl Object {
         })
     }
 
+    /// Every symbol a lookup binds to in this object ([`Object::binds`])
+    /// whose name passes `first`, a test on its first bytes made before the
+    /// name is measured; with its index.
+    pub(crate) fn definitions(
+        &self,
+        first: impl Fn(*const u8) -> bool,
+    ) -> impl Iterator<Item = (usize, &CStr)> {
+        (1..self.count()).filter_map(move |i| {
+            // SAFETY: `i < count`; st_name indexes the string table.
+            unsafe {
+                let p = self.strtab.add((*self.symtab.add(i)).st_name as usize);
+                (first(p) && self.binds(i)).then(|| (i, CStr::from_ptr(p.cast())))
+            }
+        })
+    }
+
     /// Every symbol this object defines, with its index.
     pub(crate) fn symbols(&self) -> impl Iterator<Item = (usize, &CStr)> {
         let n = self.count();
