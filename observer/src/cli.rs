@@ -1,6 +1,6 @@
 //! Command-line interface.
 
-use std::{ffi::OsString, net::SocketAddr};
+use std::{ffi::OsString, net::SocketAddr, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
@@ -75,6 +75,12 @@ pub struct AttachArgs {
     /// Where to serve /metrics.
     #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
+    /// TLS and basic authentication for /metrics: a YAML file in the
+    /// format of Prometheus exporters' web config (tls_server_config,
+    /// basic_auth_users, http_server_config.headers); relative paths in it
+    /// are relative to its directory.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
     /// Functions to probe: comma-separated globs over standard names
     /// (MPI_Send, 'MPI_*reduce*') or keywords @default, @all, @p2p,
     /// @collective, @sync, @completion, @rma, @io, @local.

@@ -22,6 +22,7 @@ use crate::{
     registry::{AttachError, State},
     server::{self, ServeError},
     summary,
+    web_config::{self, WebConfigError},
 };
 
 /// Why `attach` stopped with an error.
@@ -42,6 +43,9 @@ pub enum DaemonError {
     /// The programs could not be loaded.
     #[error(transparent)]
     Probe(#[from] ProbeError),
+    /// A bad --web.config.file.
+    #[error(transparent)]
+    WebConfig(#[from] WebConfigError),
     /// The async runtime could not start.
     #[error("cannot start the runtime: {source}")]
     Runtime {
@@ -83,6 +87,11 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             .into());
         }
     }
+    let web = args
+        .web_config_file
+        .as_deref()
+        .map(web_config::load)
+        .transpose()?;
     let listener = server::bind(args.listen).await?;
     let probes = if args.no_bpf {
         None
@@ -110,8 +119,16 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             );
         }
     }
-    eprintln!("mpi-observer: serving http://{}/metrics", args.listen);
-    let server = tokio::spawn(server::serve(listener, state.clone(), None));
+    if let Some(w) = server::exposure_warning(args.listen, web.as_ref()) {
+        eprintln!("mpi-observer: {w}");
+    }
+    let scheme = if web.as_ref().is_some_and(|w| w.tls.is_some()) {
+        "https"
+    } else {
+        "http"
+    };
+    eprintln!("mpi-observer: serving {scheme}://{}/metrics", args.listen);
+    let server = tokio::spawn(server::serve(listener, state.clone(), web));
 
     let mut sigint = signal(SignalKind::interrupt()).expect("signal handler");
     let mut sigterm = signal(SignalKind::terminate()).expect("signal handler");

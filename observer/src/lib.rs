@@ -3,7 +3,7 @@
 //!
 //! Rooms: [`procfs`] and [`symbols`] find what to probe, [`probes`] attaches,
 //! [`metrics`] is the metric model, [`registry`] tracks ranks, [`daemon`]
-//! runs it all, [`server`] speaks HTTP.
+//! runs it all, [`server`] speaks HTTP(S) as [`web_config`] says.
 
 pub mod checks;
 pub mod cli;
@@ -22,6 +22,7 @@ pub mod server;
 pub mod summary;
 pub mod symbols;
 pub mod sys;
+pub mod web_config;
 
 /// The eBPF object built by build.rs.
 pub static EBPF_OBJECT: &[u8] =

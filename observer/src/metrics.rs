@@ -36,6 +36,7 @@ pub struct SelfMetrics {
     pub attach_failures: IntCounter,
     /// Duration of the last scrape's collection.
     pub scrape_seconds: Gauge,
+    scrapes: IntCounter,
     map_failures: IntCounterVec,
     segment_errors: IntCounterVec,
 }
@@ -64,6 +65,11 @@ impl SelfMetrics {
             "Time taken to collect the MPI metrics of this scrape.",
         )
         .expect("valid metric");
+        let scrapes = IntCounter::new(
+            "mpi_observer_scrapes_total",
+            "Collections of the metrics completed; concurrent scrapes share one.",
+        )
+        .expect("valid metric");
         let map_failures = IntCounterVec::new(
             Opts::new(
                 "mpi_observer_map_update_failures_total",
@@ -89,6 +95,7 @@ impl SelfMetrics {
             Box::new(probes.clone()),
             Box::new(attach_failures.clone()),
             Box::new(scrape_seconds.clone()),
+            Box::new(scrapes.clone()),
             Box::new(map_failures.clone()),
         ] {
             registry.register(m).expect("unique metric names");
@@ -99,6 +106,7 @@ impl SelfMetrics {
             probes,
             attach_failures,
             scrape_seconds,
+            scrapes,
             map_failures,
             segment_errors,
         }
@@ -120,6 +128,14 @@ impl SelfMetrics {
             if want > have {
                 m.inc_by(want - have);
             }
+        }
+    }
+
+    /// Catches up with the server's count of completed collections.
+    fn set_scrapes(&self, total: u64) {
+        let have = self.scrapes.get();
+        if total > have {
+            self.scrapes.inc_by(total - have);
         }
     }
 
@@ -455,6 +471,7 @@ pub fn render(
     out.push_str(extra);
     selfm.set_map_failures(errors);
     selfm.scrape_seconds.set(started.elapsed().as_secs_f64());
+    selfm.set_scrapes(crate::server::scrapes_total());
     selfm.encode(&mut out);
     out
 }

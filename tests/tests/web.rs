@@ -1,0 +1,1006 @@
+//! The exporter as a production service (issue 9): the HTTP(S) server of
+//! `mpi-observer attach` against real clients.
+//!
+//! - A real Prometheus scrapes the daemon over HTTPS with basic auth
+//!   (`--web.config.file`, certificates made here with rcgen): `up` is 1
+//!   with the right password, 0 with a wrong one or over plain HTTP; direct
+//!   requests without or with a wrong password get 401; the files are
+//!   reread when they change.
+//! - 3,000 half-sent requests held open cost no collection: a scrape still
+//!   answers within a second, the daemon's threads and memory stay bounded,
+//!   and `mpi_observer_scrapes_total` does not move for them.
+//! - gzip when asked; `promtool check metrics` clean; a bad config is one
+//!   line and exit 1; a non-loopback address without TLS or auth warns.
+//!
+//! The daemons run with `--no-bpf`: the server is the same either way, and
+//! loaded BPF programs would trip the probe-leak checks
+//! (`assert_no_probes_left`) of other suites running at the same time.
+
+use std::{
+    io::{BufRead as _, Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use base64::Engine as _;
+use e2e::{
+    Need, free_port, http_get, observer_bin, parse_metrics, require, run_with_timeout, scratch,
+    wait_for, workspace_root,
+};
+use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject as _};
+
+const USER: &str = "prometheus";
+const PASSWORD: &str = "s3cret-scrape";
+
+// ------------------------------------------------------------ HTTP clients
+
+/// A parsed HTTP response.
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+fn parse_response(raw: &[u8]) -> std::io::Result<Resp> {
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no end of head"))?;
+    let head = String::from_utf8_lossy(&raw[..end]);
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| bad("no status"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[end + 4..].to_vec();
+    if let Some(n) = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+    {
+        if body.len() < n {
+            return Err(bad("body shorter than Content-Length"));
+        }
+        body.truncate(n);
+    }
+    Ok(Resp {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn request(path: &str, host: &str, headers: &[(&str, String)]) -> Vec<u8> {
+    let mut r = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        r.push_str(&format!("{k}: {v}\r\n"));
+    }
+    r.push_str("\r\n");
+    r.into_bytes()
+}
+
+fn basic(user: &str, password: &str) -> (&'static str, String) {
+    (
+        "Authorization",
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        ),
+    )
+}
+
+/// GET over plain TCP with extra headers.
+fn get(addr: &str, path: &str, headers: &[(&str, String)]) -> std::io::Result<Resp> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(&request(path, addr, headers))?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    parse_response(&raw)
+}
+
+/// A TLS client that trusts only the test CA.
+fn tls_client(ca: &Path) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).expect("the CA file") {
+        roots.add(c.expect("a CA certificate")).unwrap();
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
+
+/// A TLS client that trusts the test CA and presents `cert` and `key`.
+fn tls_client_with_cert(ca: &Path, cert: &Path, key: &Path) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).expect("the CA file") {
+        roots.add(c.expect("a CA certificate")).unwrap();
+    }
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(key).unwrap();
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap(),
+    )
+}
+
+/// GET over HTTPS (verifying the server as 127.0.0.1) with extra headers.
+fn get_tls(
+    client: &Arc<rustls::ClientConfig>,
+    addr: &str,
+    path: &str,
+    headers: &[(&str, String)],
+) -> std::io::Result<Resp> {
+    let tcp = TcpStream::connect(addr)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let ip: std::net::IpAddr = addr.parse::<SocketAddr>().unwrap().ip();
+    let conn = rustls::ClientConnection::new(client.clone(), ServerName::IpAddress(ip.into()))
+        .map_err(std::io::Error::other)?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(&request(path, addr, headers))?;
+    let mut raw = Vec::new();
+    match tls.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // A peer that closes without close_notify: the response is whole
+        // if it parses with its Content-Length.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(e),
+    }
+    parse_response(&raw)
+}
+
+/// GET over HTTP/1.0 (never chunked), for Prometheus's API.
+fn get10(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(15)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let r = parse_response(&raw)?;
+    Ok((r.status, r.text()))
+}
+
+fn gunzip(data: &[u8]) -> String {
+    let mut out = String::new();
+    flate2::read::GzDecoder::new(data)
+        .read_to_string(&mut out)
+        .expect("a gzip body");
+    out
+}
+
+/// The exposition without the two self-metrics that change from one
+/// scrape to the next.
+fn stable(text: &str) -> String {
+    text.lines()
+        .filter(|l| {
+            !l.starts_with("mpi_observer_scrape_duration_seconds ")
+                && !l.starts_with("mpi_observer_scrapes_total ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn scrapes_total(text: &str) -> f64 {
+    parse_metrics(text)
+        .iter()
+        .find(|s| s.name == "mpi_observer_scrapes_total")
+        .map(|s| s.value)
+        .expect("mpi_observer_scrapes_total in the exposition")
+}
+
+fn promtool_check(body: &str) {
+    let mut c = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = c.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics is not clean:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// ---------------------------------------------------------------- daemons
+
+/// `mpi-observer attach --all --no-bpf --listen LISTEN ARGS`, its stderr
+/// echoed with a `[daemon]` tag and kept.
+struct WebDaemon {
+    child: Option<Child>,
+    /// Where to connect: 127.0.0.1 and the port.
+    addr: String,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl WebDaemon {
+    fn start(listen_host: &str, args: &[&str]) -> WebDaemon {
+        let port = free_port();
+        let mut child = Command::new(observer_bin())
+            .args(["attach", "--all", "--no-bpf", "--retain-exited", "1"])
+            .args(["--listen", &format!("{listen_host}:{port}")])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mpi-observer");
+        let stderr = child.stderr.take().expect("piped");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let keep = lines.clone();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                eprintln!("[daemon] {l}");
+                keep.lock().unwrap().push(l);
+            }
+        });
+        let d = WebDaemon {
+            child: Some(child),
+            addr: format!("127.0.0.1:{port}"),
+            lines,
+        };
+        wait_for("the daemon to listen", Duration::from_secs(60), || {
+            d.assert_running();
+            TcpStream::connect(&d.addr).ok()
+        });
+        d
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn assert_running(&self) {
+        // SAFETY: signal 0 only checks that our child exists.
+        let alive = unsafe { libc::kill(self.pid() as i32, 0) } == 0
+            && std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
+                .is_ok_and(|s| !s.contains(") Z "));
+        assert!(alive, "the daemon must keep running");
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Threads and VmRSS (KiB) from /proc/PID/status.
+    fn threads_rss(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let field = |name: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name} in /proc/PID/status"))
+        };
+        (field("Threads:"), field("VmRSS:"))
+    }
+}
+
+impl Drop for WebDaemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Waits for the daemon to exit on its own; returns (status, stderr).
+fn run_daemon(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let o = run_with_timeout(
+        Command::new(observer_bin())
+            .args(["attach", "--all", "--no-bpf", "--listen"])
+            .arg(format!("127.0.0.1:{}", free_port()))
+            .args(args),
+        Duration::from_secs(30),
+    );
+    (o.status, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+// ------------------------------------------------------------ certificates
+
+/// A test CA (`ca.crt`) and a server certificate for 127.0.0.1 and
+/// localhost signed by it (`tls.crt`, `tls.key`), in `dir`.
+fn make_certs(dir: &Path) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+        IsCa, KeyPair, KeyUsagePurpose,
+    };
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "mpi-observer test CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let mut server =
+        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    server
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    server.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate().unwrap();
+    let cert = server.signed_by(&key, &ca).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    // A client certificate from the same CA, for mutual TLS.
+    let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
+    client
+        .distinguished_name
+        .push(DnType::CommonName, "prometheus");
+    client.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let client_key = KeyPair::generate().unwrap();
+    let client = client.signed_by(&client_key, &ca).unwrap();
+    std::fs::write(dir.join("client.crt"), client.pem()).unwrap();
+    std::fs::write(dir.join("client.key"), client_key.serialize_pem()).unwrap();
+    // A key that is not the certificate's.
+    std::fs::write(
+        dir.join("other.key"),
+        KeyPair::generate().unwrap().serialize_pem(),
+    )
+    .unwrap();
+}
+
+/// The shipped example, dashboards/deploy/web-config.yml, with the test's
+/// password hash in place of its placeholder. Its paths are relative, so
+/// they resolve to the certificates next to it.
+fn web_config(dir: &Path, password: &str) -> PathBuf {
+    let example =
+        std::fs::read_to_string(workspace_root().join("dashboards/deploy/web-config.yml")).unwrap();
+    let hash = bcrypt::hash(password, 10).unwrap();
+    let mut replaced = 0;
+    let text: Vec<String> = example
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with(&format!("{USER}:")) {
+                replaced += 1;
+                format!("  {USER}: '{hash}'")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    assert_eq!(replaced, 1, "the example has one `{USER}:` user line");
+    let path = dir.join("web-config.yml");
+    std::fs::write(&path, text.join("\n") + "\n").unwrap();
+    path
+}
+
+// ------------------------------------------------------------------ tests
+
+#[test]
+fn prometheus_scrapes_over_https_with_basic_auth() {
+    if !require(&[Need::Command("prometheus"), Need::Command("promtool")]) {
+        return;
+    }
+    let dir = scratch("web-https");
+    make_certs(&dir);
+    let cfg = web_config(&dir, PASSWORD);
+    // The daemon runs from elsewhere: the relative paths in the file must
+    // resolve against its directory, not the working directory.
+    let daemon = WebDaemon::start("127.0.0.1", &["--web.config.file", cfg.to_str().unwrap()]);
+    let client = tls_client(&dir.join("ca.crt"));
+    let ok = [basic(USER, PASSWORD)];
+    let r = wait_for(
+        "an authenticated HTTPS scrape",
+        Duration::from_secs(30),
+        || {
+            get_tls(&client, &daemon.addr, "/metrics", &ok)
+                .ok()
+                .filter(|r| r.status == 200)
+        },
+    );
+    assert!(
+        r.text()
+            .contains("# TYPE mpi_observer_scrapes_total counter")
+    );
+    assert!(
+        daemon
+            .lines()
+            .iter()
+            .any(|l| l.contains("serving https://")),
+        "the start-up line names https: {:?}",
+        daemon.lines()
+    );
+    assert!(
+        !daemon.lines().iter().any(|l| l.contains("warning")),
+        "no warning on loopback with TLS and auth: {:?}",
+        daemon.lines()
+    );
+    promtool_check(&r.text());
+    // The example's headers.
+    assert_eq!(r.header("X-Content-Type-Options"), Some("nosniff"));
+
+    // No password, a wrong one, an unknown user, a malformed header: 401
+    // with a Basic challenge, and no metrics.
+    for (what, headers) in [
+        ("no password", vec![]),
+        ("a wrong password", vec![basic(USER, "wrong")]),
+        ("an unknown user", vec![basic("nobody", PASSWORD)]),
+        ("an empty password", vec![basic(USER, "")]),
+        (
+            "a bearer token",
+            vec![("Authorization", "Bearer abc".to_string())],
+        ),
+    ] {
+        for path in ["/metrics", "/", "/nope"] {
+            let r = get_tls(&client, &daemon.addr, path, &headers).unwrap();
+            assert_eq!(r.status, 401, "{what} on {path}: {}", r.text());
+            assert!(
+                r.header("WWW-Authenticate")
+                    .is_some_and(|v| v.starts_with("Basic")),
+                "{what}: a Basic challenge: {:?}",
+                r.headers
+            );
+            assert!(!r.text().contains("mpi_"), "{what}: no metrics");
+        }
+    }
+    // Authenticated: the landing page, 404 and 405 as before.
+    let r = get_tls(&client, &daemon.addr, "/", &ok).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("<a href=\"/metrics\">"));
+    assert_eq!(
+        get_tls(&client, &daemon.addr, "/nope", &ok).unwrap().status,
+        404
+    );
+
+    // Plain HTTP to the TLS port: a 400 that says why, never metrics.
+    let (code, body) = http_get(&daemon.addr, "/metrics").unwrap();
+    assert_eq!(code, 400, "plain HTTP to the TLS port: {body}");
+    assert!(body.contains("HTTPS") && !body.contains("mpi_"), "{body}");
+
+    // A real Prometheus, configured with the shipped scrape snippet
+    // (dashboards/deploy/scrape-tls.yml): the right password scrapes (up
+    // 1); a wrong password and plain HTTP do not (up 0).
+    let target = format!("['{}']", daemon.addr);
+    let ca = dir.join("ca.crt");
+    std::fs::write(dir.join("password"), PASSWORD).unwrap();
+    let snippet =
+        std::fs::read_to_string(workspace_root().join("dashboards/deploy/scrape-tls.yml")).unwrap();
+    for path in [
+        "/etc/prometheus/mpi-observer-ca.crt",
+        "/etc/prometheus/mpi-observer.password",
+    ] {
+        assert!(snippet.contains(path), "scrape-tls.yml names {path}");
+    }
+    let snippet = snippet
+        .replace("/etc/prometheus/mpi-observer-ca.crt", ca.to_str().unwrap())
+        .replace(
+            "/etc/prometheus/mpi-observer.password",
+            dir.join("password").to_str().unwrap(),
+        );
+    let job = |name: &str, scheme: &str, password: &str| {
+        format!(
+            "  - job_name: {name}\n    scheme: {scheme}\n    tls_config:\n      ca_file: {}\n    \
+             basic_auth:\n      username: {USER}\n      password: {password}\n    \
+             static_configs:\n      - targets: {target}\n",
+            ca.display()
+        )
+    };
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n{}\n    static_configs:\n      - targets: {target}\n{}{}",
+            snippet.trim_end(),
+            job("web-wrong-password", "https", "wrong"),
+            job("web-plain-http", "http", PASSWORD),
+        ),
+    )
+    .unwrap();
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let mut prometheus = Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address={prom_addr}"))
+        .arg("--log.level=warn")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start prometheus");
+    struct Kill<'a>(&'a mut Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let prometheus = Kill(&mut prometheus);
+    let started = Instant::now();
+    let up = || -> Option<Vec<(String, f64)>> {
+        let (code, body) = get10(&prom_addr, "/api/v1/query?query=up").ok()?;
+        (code == 200).then_some(())?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        Some(
+            v["data"]["result"]
+                .as_array()?
+                .iter()
+                .map(|r| {
+                    (
+                        r["metric"]["job"].as_str().unwrap_or("").to_string(),
+                        r["value"][1]
+                            .as_str()
+                            .unwrap_or("NaN")
+                            .parse()
+                            .unwrap_or(f64::NAN),
+                    )
+                })
+                .collect(),
+        )
+    };
+    let want =
+        |job: &str, v: f64, up: &[(String, f64)]| up.iter().any(|(j, x)| j == job && *x == v);
+    let seen = wait_for(
+        "Prometheus: up 1 for mpi-observer, 0 for the wrong password and plain HTTP",
+        Duration::from_secs(90),
+        || {
+            if let Ok(Some(st)) = prometheus.0.try_wait() {
+                panic!(
+                    "prometheus exited ({st}): {}",
+                    std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+                );
+            }
+            let up = up()?;
+            (want("mpi-observer", 1.0, &up)
+                && want("web-wrong-password", 0.0, &up)
+                && want("web-plain-http", 0.0, &up))
+            .then_some(up)
+        },
+    );
+    eprintln!("Prometheus up after {:?}: {seen:?}", started.elapsed());
+    // And the samples got in.
+    wait_for(
+        "Prometheus to store mpi_observer_scrapes_total from mpi-observer",
+        Duration::from_secs(30),
+        || {
+            let (_, body) =
+                get10(&prom_addr, "/api/v1/query?query=mpi_observer_scrapes_total").ok()?;
+            body.contains("\"job\":\"mpi-observer\"").then_some(())
+        },
+    );
+    drop(prometheus);
+
+    // A changed file is reread: a new password works without a restart,
+    // the old one stops working.
+    web_config(&dir, "rotated-password");
+    wait_for(
+        "the daemon to reread the web config",
+        Duration::from_secs(30),
+        || {
+            get_tls(
+                &client,
+                &daemon.addr,
+                "/metrics",
+                &[basic(USER, "rotated-password")],
+            )
+            .ok()
+            .filter(|r| r.status == 200)
+        },
+    );
+    assert_eq!(
+        get_tls(&client, &daemon.addr, "/metrics", &ok)
+            .unwrap()
+            .status,
+        401,
+        "the old password after the rotation"
+    );
+    assert!(daemon.lines().iter().any(|l| l.contains("reloaded")));
+    daemon.assert_running();
+}
+
+/// Raises this process's soft descriptor limit towards `want`; returns the
+/// limit in force.
+fn raise_nofile(want: u64) -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a valid struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        if r.rlim_cur < want {
+            let mut n = r;
+            n.rlim_cur = want.min(r.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &n) == 0 {
+                r = n;
+            }
+        }
+    }
+    r.rlim_cur
+}
+
+#[test]
+fn half_sent_requests_cost_nothing() {
+    const HALF: usize = 3_000;
+    let limit = raise_nofile(HALF as u64 + 256);
+    // Leave room for the test harness's own descriptors.
+    let batch = HALF.min(limit.saturating_sub(128) as usize).max(100);
+    let daemon = WebDaemon::start("127.0.0.1", &[]);
+    // Warm up, then the baseline.
+    for _ in 0..3 {
+        assert_eq!(http_get(&daemon.addr, "/metrics").unwrap().0, 200);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (threads0, rss0) = daemon.threads_rss();
+    let (_, body) = http_get(&daemon.addr, "/metrics").unwrap();
+    let mut expect = scrapes_total(&body);
+
+    let started = Instant::now();
+    let mut sent = 0;
+    let mut slowest = Duration::ZERO;
+    while sent < HALF {
+        let n = batch.min(HALF - sent);
+        let mut held = Vec::with_capacity(n);
+        for i in 0..n {
+            let Ok(mut s) =
+                TcpStream::connect_timeout(&daemon.addr.parse().unwrap(), Duration::from_secs(5))
+            else {
+                continue;
+            };
+            // Two kinds of half a request: a head without its blank line,
+            // and a whole head whose body never comes.
+            let half: &[u8] = if i % 2 == 0 {
+                b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n"
+            } else {
+                b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789"
+            };
+            let _ = s.write_all(half);
+            held.push(s);
+        }
+        sent += n;
+        // With every one of them held open: a whole scrape still answers,
+        // within a second.
+        let t = Instant::now();
+        let (code, body) = http_get(&daemon.addr, "/metrics").expect("a scrape while flooded");
+        let took = t.elapsed();
+        slowest = slowest.max(took);
+        assert_eq!(code, 200);
+        assert!(
+            took < Duration::from_secs(1),
+            "a scrape with {} half-sent requests open took {took:?}",
+            held.len()
+        );
+        // Only that scrape's predecessors count: the value shown is the
+        // number of collections completed before this one.
+        expect += 1.0;
+        assert_eq!(
+            scrapes_total(&body),
+            expect,
+            "mpi_observer_scrapes_total must count only whole scrapes"
+        );
+        drop(held);
+    }
+    eprintln!(
+        "{HALF} half-sent requests in batches of {batch}: {:?}, slowest scrape {slowest:?}",
+        started.elapsed()
+    );
+
+    // After they closed: threads and memory back within bounds, and still
+    // no collection for them.
+    std::thread::sleep(Duration::from_secs(1));
+    let (threads, rss) = daemon.threads_rss();
+    eprintln!("daemon threads {threads0} -> {threads}, VmRSS {rss0} -> {rss} KiB");
+    assert!(threads <= 64, "{threads} threads after the flood");
+    assert!(
+        rss.saturating_sub(rss0) <= 64 * 1024,
+        "VmRSS grew by {} KiB",
+        rss - rss0
+    );
+    let (code, body) = http_get(&daemon.addr, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(scrapes_total(&body), expect + 1.0);
+    daemon.assert_running();
+}
+
+#[test]
+fn gzip_when_asked_and_promtool_clean() {
+    if !require(&[Need::Command("promtool")]) {
+        return;
+    }
+    let daemon = WebDaemon::start("127.0.0.1", &[]);
+    let plain = get(&daemon.addr, "/metrics", &[]).unwrap();
+    assert_eq!(plain.status, 200);
+    // `--all` may pick up other MPI processes on the machine between two
+    // scrapes: compare a gzip body with the plain bodies around it, until
+    // those two agree.
+    let same_as_plain = |zipped: &str, what: &str| {
+        for _ in 0..20 {
+            let before = get(&daemon.addr, "/metrics", &[]).unwrap().text();
+            let after = get(&daemon.addr, "/metrics", &[]).unwrap().text();
+            if stable(&before) == stable(&after) && stable(&before) == stable(zipped) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let plain = stable(&get(&daemon.addr, "/metrics", &[]).unwrap().text());
+        let zipped = stable(zipped);
+        let only = |a: &str, b: &str| -> Vec<String> {
+            let b: std::collections::BTreeSet<&str> = b.lines().collect();
+            a.lines()
+                .filter(|l| !b.contains(l))
+                .map(str::to_string)
+                .collect()
+        };
+        panic!(
+            "{what}: the gzip body differs from the plain one: only in gzip {:?}, only in plain {:?}",
+            only(&zipped, &plain),
+            only(&plain, &zipped)
+        );
+    };
+    assert_eq!(plain.header("Content-Encoding"), None);
+    assert_eq!(
+        plain.header("Content-Type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    promtool_check(&plain.text());
+    for accept in ["gzip", "deflate, gzip;q=0.5", "br, GZIP"] {
+        let z = get(
+            &daemon.addr,
+            "/metrics",
+            &[("Accept-Encoding", accept.to_string())],
+        )
+        .unwrap();
+        assert_eq!(z.status, 200);
+        assert_eq!(z.header("Content-Encoding"), Some("gzip"), "{accept}");
+        let text = gunzip(&z.body);
+        assert!(z.body.len() < text.len(), "compressed");
+        same_as_plain(&text, accept);
+        promtool_check(&text);
+    }
+    let r = get(
+        &daemon.addr,
+        "/metrics",
+        &[("Accept-Encoding", "gzip;q=0, identity".to_string())],
+    )
+    .unwrap();
+    assert_eq!(r.header("Content-Encoding"), None, "gzip;q=0 refuses gzip");
+    assert!(
+        r.text()
+            .contains("# TYPE mpi_observer_scrapes_total counter")
+    );
+    // The landing page, 404 and 405 are as before.
+    let (code, body) = http_get(&daemon.addr, "/").unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("<h1>mpi-observer</h1>"));
+    assert_eq!(
+        http_get(&daemon.addr, "/nope").unwrap(),
+        (404, "not found\n".to_string())
+    );
+    let mut s = TcpStream::connect(&daemon.addr).unwrap();
+    s.write_all(
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let r = parse_response(&raw).unwrap();
+    assert_eq!((r.status, r.text().as_str()), (405, "only GET\n"));
+}
+
+#[test]
+fn bad_web_config_is_one_line_and_exit_1() {
+    let dir = scratch("web-bad-config");
+    make_certs(&dir);
+    std::fs::write(dir.join("notes.txt"), "not a certificate\n").unwrap();
+    let hash = bcrypt::hash(PASSWORD, 4).unwrap();
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("missing.yml", String::new(), "cannot read the web config file"),
+        ("syntax.yml", "tls_server_config: [\n".into(), "is not valid"),
+        (
+            "unknown.yml",
+            "basic_auth_user:\n  a: b\n".into(),
+            "unknown field `basic_auth_user`",
+        ),
+        (
+            "nokey.yml",
+            "tls_server_config:\n  cert_file: tls.crt\n".into(),
+            "no private key",
+        ),
+        (
+            "nocert.yml",
+            "tls_server_config:\n  cert_file: absent.crt\n  key_file: tls.key\n".into(),
+            "cannot read cert_file",
+        ),
+        (
+            "mismatch.yml",
+            "tls_server_config:\n  cert_file: tls.crt\n  key_file: other.key\n".into(),
+            "do not make a TLS configuration",
+        ),
+        (
+            "notpem.yml",
+            "tls_server_config:\n  cert_file: notes.txt\n  key_file: tls.key\n".into(),
+            "holds no certificate",
+        ),
+        (
+            "hash.yml",
+            "basic_auth_users:\n  prometheus: plaintext\n".into(),
+            "not a bcrypt hash",
+        ),
+        (
+            "tls10.yml",
+            "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n  min_version: TLS10\n"
+                .into(),
+            "use TLS12 or TLS13",
+        ),
+        (
+            "clientca.yml",
+            "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n  client_auth_type: RequireAndVerifyClientCert\n".into(),
+            "needs client_ca_file",
+        ),
+        (
+            "ok-then-bad-user.yml",
+            format!("basic_auth_users:\n  'a:b': '{hash}'\n"),
+            "contains ':'",
+        ),
+    ];
+    for (name, text, want) in cases {
+        let path = dir.join(name);
+        if !text.is_empty() {
+            std::fs::write(&path, text).unwrap();
+        }
+        let (status, stderr) = run_daemon(&["--web.config.file", path.to_str().unwrap()]);
+        assert_eq!(status.code(), Some(1), "{name}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{name}: one line: {stderr}");
+        assert!(
+            lines[0].starts_with("mpi-observer: error: ") && lines[0].contains(want),
+            "{name}: want {want:?}: {stderr}"
+        );
+        assert!(lines[0].contains(name), "{name}: names the file: {stderr}");
+    }
+}
+
+#[test]
+fn non_loopback_without_tls_or_auth_warns_once() {
+    let dir = scratch("web-warning");
+    make_certs(&dir);
+    let warnings = |d: &WebDaemon| -> Vec<String> {
+        d.lines()
+            .into_iter()
+            .filter(|l| l.contains("warning"))
+            .collect()
+    };
+    let wait_serving = |d: &WebDaemon| {
+        wait_for("the start-up line", Duration::from_secs(30), || {
+            d.lines()
+                .iter()
+                .any(|l| l.contains("serving"))
+                .then_some(())
+        })
+    };
+    let d = WebDaemon::start("0.0.0.0", &[]);
+    wait_serving(&d);
+    let w = warnings(&d);
+    assert_eq!(w.len(), 1, "one warning line: {:?}", d.lines());
+    assert!(
+        w[0].starts_with("mpi-observer: warning:")
+            && w[0].contains("without TLS and without authentication")
+            && w[0].contains("--web.config.file"),
+        "{w:?}"
+    );
+    drop(d);
+
+    // TLS without users: still warned, about authentication.
+    let tls_only = dir.join("tls-only.yml");
+    std::fs::write(
+        &tls_only,
+        "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n",
+    )
+    .unwrap();
+    let d = WebDaemon::start(
+        "0.0.0.0",
+        &["--web.config.file", tls_only.to_str().unwrap()],
+    );
+    wait_serving(&d);
+    let w = warnings(&d);
+    assert_eq!(w.len(), 1, "{:?}", d.lines());
+    assert!(w[0].contains("without authentication"), "{w:?}");
+    drop(d);
+
+    // TLS and basic auth: no warning.
+    let cfg = web_config(&dir, PASSWORD);
+    let d = WebDaemon::start("0.0.0.0", &["--web.config.file", cfg.to_str().unwrap()]);
+    wait_serving(&d);
+    assert!(warnings(&d).is_empty(), "{:?}", d.lines());
+}
+
+#[test]
+fn mutual_tls_requires_a_client_certificate() {
+    let dir = scratch("web-mtls");
+    make_certs(&dir);
+    let cfg = dir.join("mtls.yml");
+    std::fs::write(
+        &cfg,
+        "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n  \
+         min_version: TLS13\n",
+    )
+    .unwrap();
+    let daemon = WebDaemon::start("0.0.0.0", &["--web.config.file", cfg.to_str().unwrap()]);
+    let with_cert = tls_client_with_cert(
+        &dir.join("ca.crt"),
+        &dir.join("client.crt"),
+        &dir.join("client.key"),
+    );
+    let r = wait_for(
+        "a scrape with a client certificate",
+        Duration::from_secs(30),
+        || {
+            get_tls(&with_cert, &daemon.addr, "/metrics", &[])
+                .ok()
+                .filter(|r| r.status == 200)
+        },
+    );
+    assert!(r.text().contains("mpi_observer_scrapes_total"));
+    // Without one the handshake fails: no response at all.
+    let without = tls_client(&dir.join("ca.crt"));
+    let r = get_tls(&without, &daemon.addr, "/metrics", &[]);
+    assert!(r.is_err(), "no client certificate: {r:?}");
+    // A verified client certificate is authentication: no warning on a
+    // non-loopback address.
+    wait_for("the start-up line", Duration::from_secs(30), || {
+        daemon
+            .lines()
+            .iter()
+            .any(|l| l.contains("serving https"))
+            .then_some(())
+    });
+    assert!(
+        !daemon.lines().iter().any(|l| l.contains("warning")),
+        "{:?}",
+        daemon.lines()
+    );
+}
