@@ -95,6 +95,13 @@ pub struct AttachArgs {
     /// Do not decode data arguments (no mpi_bytes_total): cheaper probes.
     #[arg(long)]
     pub no_bytes: bool,
+    /// Kernel memory for the per-CPU statistics map: each (process,
+    /// function) entry takes 304 bytes on every possible CPU, so this bounds
+    /// how many fit (README: "Kernel memory"); calls of a pair that finds
+    /// the map full go to mpi_observer_map_update_failures_total. A size in
+    /// bytes, or with KiB, MiB or GiB.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
+    pub map_memory: u64,
     /// No eBPF: serve only the shim's stats-layer figures (per-peer traffic,
     /// request health) of your own processes, without privileges.
     #[arg(long)]
@@ -102,6 +109,24 @@ pub struct AttachArgs {
     /// Print a live per-rank summary table every second.
     #[arg(long)]
     pub summary: bool,
+}
+
+/// A size: a number of bytes, or a number followed by KiB, MiB or GiB.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, shift) = [("KiB", 10), ("MiB", 20), ("GiB", 30), ("B", 0)]
+        .iter()
+        .find_map(|(u, sh)| t.strip_suffix(u).map(|n| (n.trim(), *sh)))
+        .unwrap_or((t, 0));
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            format!(
+                "`{s}` is not a size: write bytes, or a number with KiB, MiB or GiB (e.g. 256MiB)"
+            )
+        })
 }
 
 /// Parses the command line.
@@ -112,4 +137,20 @@ pub fn parse() -> Cli {
 /// Parses from an explicit argument list (tests).
 pub fn parse_from(args: impl IntoIterator<Item = OsString>) -> Cli {
     Cli::parse_from(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_size("3KiB"), Ok(3072));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("2 GiB"), Ok(2 << 30));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999GiB").is_err());
+    }
 }

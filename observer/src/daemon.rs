@@ -96,7 +96,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     let probes = if args.no_bpf {
         None
     } else {
-        Some(Probes::load(EBPF_OBJECT)?)
+        Some(Probes::load_within(EBPF_OBJECT, args.map_memory)?)
     };
     let render = RenderOptions {
         per_rank_histograms: args.per_rank_histograms,

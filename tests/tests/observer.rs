@@ -634,3 +634,63 @@ fn landing_page_and_404() {
     }
     assert!(daemon.stop(signal::TERM).success());
 }
+
+/// `--map-memory` bounds the per-CPU statistics map: with a budget of a few
+/// entries most (process, function) pairs find it full. Every call of the
+/// counted phase is then either counted or in
+/// `mpi_observer_map_update_failures_total{map="stats"}`, never lost
+/// silently, no more pairs are exported than fit, and the job is unharmed.
+#[test]
+fn a_tiny_map_budget_loses_no_call_silently() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Root, Need::Mpi(mpi), Need::Command("bpftool")]) {
+        return;
+    }
+    // Possible CPUs, as the kernel sizes per-CPU values ("0-1" -> 2).
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    let cpus: u64 = possible
+        .trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() + 1,
+            None => 1,
+        })
+        .sum();
+    let budget = 5 * 304 * cpus;
+    let dir = scratch("tiny-map-budget");
+    let job = start_mix(mpi, &dir, NP, ITERS);
+    let mut args = job.pid_args();
+    args.extend(["--map-memory".to_string(), budget.to_string()]);
+    let mut daemon = Daemon::start(&args);
+    job.go();
+    job.finish("OK ");
+    let (_, s) = wait_for(
+        "the daemon to notice the exits",
+        Duration::from_secs(10),
+        || {
+            let (b, s) = daemon.scrape();
+            (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some((b, s))
+        },
+    );
+    let pairs = s
+        .iter()
+        .filter(|x| x.name == "mpi_calls_total" && x.value > 0.0)
+        .count();
+    assert!(
+        pairs <= 5,
+        "{pairs} (process, function) pairs in a 5-entry map"
+    );
+    let counted = sum(&s, "mpi_calls_total", &[]) as u64;
+    let failed = sum(
+        &s,
+        "mpi_observer_map_update_failures_total",
+        &[("map", "stats")],
+    ) as u64;
+    let made: u64 = (0..NP)
+        .map(|r| expected(r, true).values().map(|v| v.0).sum::<u64>())
+        .sum();
+    assert!(failed > 0, "a 5-entry map must overflow");
+    assert_eq!(counted + failed, made, "every call counted or failed");
+    assert!(daemon.stop(signal::TERM).success());
+    assert_no_probes_left();
+}
