@@ -236,8 +236,8 @@ fn startup(report: &mut String, shim: &Path, src: &Path, dir: &Path) -> Result<(
         "## Start-up: spawn to exit of a process that does nothing\n\n\
          Mean of {SPAWNS} spawns per run, median of {REPS} runs, round-robin. The difference \
          is everything the preloaded shim costs a process: mapping and relocating it, and \
-         hiding the MPI names the process lacks (a full lookup in every loaded object where an \
-         MPI library is loaded).\n"
+         hiding the MPI names the process lacks (one pass over each loaded object's symbols \
+         where an MPI library is loaded).\n"
     )?;
     writeln!(
         report,
