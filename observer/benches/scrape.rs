@@ -152,7 +152,7 @@ fn main() -> Result<()> {
     let mut cpu = Vec::new();
     for _ in 0..SCRAPES {
         let (t, c) = (Instant::now(), thread_cpu_ms());
-        let text = state.scrape("");
+        let text = state.scrape();
         times.push(t.elapsed().as_secs_f64() * 1e3);
         cpu.push(thread_cpu_ms() - c);
         out_len = text.len();
@@ -161,11 +161,12 @@ fn main() -> Result<()> {
     let scrape_ms = median_ms(times);
     let scrape_cpu_ms = median_ms(cpu);
 
-    // The map-reading part alone: one lookup per entry and CPU.
+    // The map-reading part alone.
+    let probes = state.probes.as_ref().context("probes loaded")?;
     let mut cpu = Vec::new();
     for _ in 0..SCRAPES {
         let c = thread_cpu_ms();
-        let stats = state.read_stats();
+        let stats = probes.read_stats();
         cpu.push(thread_cpu_ms() - c);
         assert_eq!(stats.len(), RANKS as usize);
     }
@@ -177,7 +178,7 @@ fn main() -> Result<()> {
     let mut series_per_rank = 0;
     for _ in 0..SCRAPES {
         let (t, c) = (Instant::now(), thread_cpu_ms());
-        let text = state.scrape("");
+        let text = state.scrape();
         times.push(t.elapsed().as_secs_f64() * 1e3);
         cpu.push(thread_cpu_ms() - c);
         series_per_rank = text.lines().filter(|l| !l.starts_with('#')).count();

@@ -152,7 +152,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
         if args.summary && !exited.is_empty() && !st.any_running() {
             // The final figures, before --retain-exited lets them go.
-            print_summary(&st);
+            print_summary(&mut st);
         }
         st.expire(retain);
         if args.all && last_scan.elapsed() >= Duration::from_secs(1) {
@@ -162,7 +162,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         if args.summary && !st.ranks.is_empty() && last_summary.elapsed() >= Duration::from_secs(1)
         {
             last_summary = Instant::now();
-            print_summary(&st);
+            print_summary(&mut st);
         }
         if !args.all && st.ranks.is_empty() {
             break;
@@ -204,9 +204,9 @@ fn scan(st: &mut State, same_netns: bool) {
                 }
             },
             Ok(None) => {
-                // Kernel threads and ordinary programs: look again only if
-                // they dlopen MPI later, which is rare; re-check costs a read
-                // of /proc/PID/maps, so do it on a slower cadence.
+                // Kernel threads and ordinary programs: not looked at again
+                // while they live, which spares a read of /proc/PID/maps per
+                // process and scan. One that dlopens MPI later is missed.
                 st.not_mpi.insert((pid, ticks));
             }
             Err(_) => {}
@@ -217,8 +217,8 @@ fn scan(st: &mut State, same_netns: bool) {
         .retain(|(pid, ticks)| procfs::alive(*pid, *ticks));
 }
 
-fn print_summary(st: &State) {
-    let table = summary::table(&st.ranks, &st.read_stats());
+fn print_summary(st: &mut State) {
+    let table = summary::table(&st.collect());
     let mut out = std::io::stdout().lock();
     if out.is_terminal() {
         let _ = write!(out, "\x1b[H\x1b[2J");

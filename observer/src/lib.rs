@@ -1,9 +1,10 @@
 //! mpi-observer: attach eBPF probes to the PMPI entry points of running MPI
 //! ranks and export exact per-rank statistics to Prometheus.
 //!
-//! Rooms: [`procfs`] and [`symbols`] find what to probe, [`probes`] attaches,
-//! [`metrics`] is the metric model, [`registry`] tracks ranks, [`daemon`]
-//! runs it all, [`server`] speaks HTTP(S) as [`web_config`] says.
+//! Rooms: [`procfs`] and [`symbols`] find what to probe, [`probes`] attaches
+//! and reads the maps back, [`registry`] tracks ranks and collects a
+//! [`snapshot`] of them, [`metrics`] renders it, [`daemon`] runs it all,
+//! [`server`] speaks HTTP(S) as [`web_config`] says.
 
 pub mod checks;
 pub mod cli;
@@ -19,6 +20,7 @@ pub mod procfs;
 pub mod registry;
 pub mod segment;
 pub mod server;
+pub mod snapshot;
 pub mod summary;
 pub mod symbols;
 pub mod sys;

@@ -1,6 +1,8 @@
-//! The metric model. Everything is built at scrape time from the live BPF
-//! maps; the daemon keeps no per-call state of its own. Names and labels
-//! here are a stable interface, documented in the README.
+//! The metric model: renders a [`Snapshot`] as the text exposition, then
+//! the daemon's own health. It reads nothing itself; the snapshot is built
+//! at scrape time from the live BPF maps and stats segments, and the daemon
+//! keeps no per-call state of its own. Names and labels here are a stable
+//! interface, documented in the README.
 
 use std::{
     collections::BTreeMap,
@@ -8,17 +10,19 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use aya::maps::{MapData, PerCpuArray, PerCpuHashMap};
 use observer_common::{
     FUNCTIONS,
     functions::{CountKind, Direction},
-    maps::{self, CallStats, ERROR_COUNTERS, ErrorCounter, HIST_SLOTS, StatKey},
+    maps::{CallStats, HIST_SLOTS},
 };
 use prometheus::{
     Encoder as _, Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 
-use crate::registry::Rank;
+use crate::{
+    segment::{Directed, Figures},
+    snapshot::{CallsByFunction, Health, MapFailures, RankSnapshot, Snapshot, escape},
+};
 
 /// Histogram bucket bounds, as powers of two of nanoseconds: 1.02 us,
 /// 4.1 us, ... 1.07 s. A factor of 4 keeps the series count low; each bound
@@ -117,13 +121,9 @@ impl SelfMetrics {
         self.segment_errors.with_label_values(&[p.as_str()]).inc();
     }
 
-    fn set_map_failures(&self, errors: &[u64; ERROR_COUNTERS as usize]) {
-        for (label, c) in [
-            ("stats", ErrorCounter::StatsUpdate),
-            ("inflight", ErrorCounter::InflightUpdate),
-        ] {
+    fn set_map_failures(&self, failures: MapFailures) {
+        for (label, want) in [("stats", failures.stats), ("inflight", failures.inflight)] {
             let m = self.map_failures.with_label_values(&[label]);
-            let want = errors[c as usize];
             let have = m.get();
             if want > have {
                 m.inc_by(want - have);
@@ -139,7 +139,12 @@ impl SelfMetrics {
         }
     }
 
-    fn encode(&self, out: &mut String) {
+    /// Brings the figures up to date with `health` and the scrape's
+    /// duration, then appends their exposition.
+    fn render(&self, out: &mut String, health: Health, scrape: Duration) {
+        self.set_map_failures(health.map_failures);
+        self.scrape_seconds.set(scrape.as_secs_f64());
+        self.set_scrapes(health.scrapes_total);
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         out.push_str(&String::from_utf8_lossy(&buf));
@@ -150,101 +155,6 @@ impl Default for SelfMetrics {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// Escapes a label value for the text exposition format.
-pub fn escape(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
-        }
-    }
-    s
-}
-
-/// Per-process totals read from the maps: function ID to summed stats.
-pub type ProcStats = BTreeMap<u16, CallStats>;
-
-/// Reads and sums the per-CPU statistics of every process in the map.
-pub fn read_stats(map: &PerCpuHashMap<&MapData, StatKey, CallStats>) -> BTreeMap<u32, ProcStats> {
-    let mut out: BTreeMap<u32, ProcStats> = BTreeMap::new();
-    for item in map.iter() {
-        let Ok((key, per_cpu)) = item else { continue };
-        let mut total = CallStats::ZERO;
-        for v in per_cpu.iter() {
-            total.add(v);
-        }
-        out.entry(key.tgid)
-            .or_default()
-            .insert(key.func as u16, total);
-    }
-    out
-}
-
-/// Reads and sums the statistics with `BPF_MAP_LOOKUP_BATCH`: a few system
-/// calls for the whole map instead of two per entry, which at 256 ranks x 60
-/// functions was most of a scrape's time. `None` if the kernel refuses
-/// batching, in which case [`read_stats`] does it entry by entry.
-pub fn read_stats_batched(fd: std::os::fd::RawFd, cpus: usize) -> Option<BTreeMap<u32, ProcStats>> {
-    use aya_obj::generated::{bpf_attr, bpf_cmd};
-    const VALUE: usize = std::mem::size_of::<CallStats>();
-    // Bound the buffer to about 4 MiB whatever the CPU count.
-    let batch = (4usize << 20) / (VALUE * cpus.max(1));
-    let batch = batch.clamp(64, 4096);
-    let mut keys = vec![StatKey::default(); batch];
-    let mut values = vec![CallStats::ZERO; batch * cpus];
-    let (mut token_in, mut token_out) = (0u64, 0u64);
-    let mut out: BTreeMap<u32, ProcStats> = BTreeMap::new();
-    let mut first = true;
-    loop {
-        // SAFETY: plain old data; all-zero is its default.
-        let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: writing the batch member of a zeroed union.
-        let b = unsafe { &mut attr.batch };
-        b.in_batch = if first { 0 } else { &raw mut token_in as u64 };
-        b.out_batch = &raw mut token_out as u64;
-        b.keys = keys.as_mut_ptr() as u64;
-        b.values = values.as_mut_ptr() as u64;
-        b.count = batch as u32;
-        b.map_fd = fd as u32;
-        let r = crate::sys::bpf(bpf_cmd::BPF_MAP_LOOKUP_BATCH, &mut attr);
-        // SAFETY: the kernel wrote back the count; reading the same member.
-        let n = unsafe { attr.batch.count } as usize;
-        let done = match r {
-            Ok(_) => false,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => true,
-            Err(_) => return None,
-        };
-        for (i, key) in keys.iter().enumerate().take(n.min(batch)) {
-            let mut total = CallStats::ZERO;
-            for v in &values[i * cpus..(i + 1) * cpus] {
-                total.add(v);
-            }
-            out.entry(key.tgid)
-                .or_default()
-                .insert(key.func as u16, total);
-        }
-        if done {
-            return Some(out);
-        }
-        token_in = token_out;
-        first = false;
-    }
-}
-
-/// Reads the per-CPU error counters, summed.
-pub fn read_errors(map: &PerCpuArray<&MapData, u64>) -> [u64; ERROR_COUNTERS as usize] {
-    let mut out = [0; ERROR_COUNTERS as usize];
-    for (i, slot) in out.iter_mut().enumerate() {
-        if let Ok(v) = map.get(&(i as u32), 0) {
-            *slot = v.iter().sum();
-        }
-    }
-    out
 }
 
 fn unix(t: SystemTime) -> f64 {
@@ -271,23 +181,21 @@ pub struct RenderOptions {
     pub per_rank_histograms: bool,
 }
 
-/// Renders the full exposition: the MPI metrics from `stats` for the ranks
-/// in `ranks`, then the self-metrics. Processes in the map that are not in
-/// `ranks` are skipped: identity only ever comes from the registry.
+/// Renders the full exposition: the MPI metrics of the ranks in `snap`,
+/// then the self-metrics, with `elapsed` (asked for once the MPI metrics
+/// are rendered) as the scrape's duration.
 pub fn render(
-    ranks: &BTreeMap<u32, Rank>,
-    stats: &BTreeMap<u32, ProcStats>,
-    errors: &[u64; ERROR_COUNTERS as usize],
+    snap: &Snapshot,
     selfm: &SelfMetrics,
     opts: RenderOptions,
-    started: std::time::Instant,
-    extra: &str,
+    elapsed: impl FnOnce() -> Duration,
 ) -> String {
-    let mut out = String::with_capacity(64 * 1024 + stats.len() * 8 * 1024);
-    let labelled: Vec<(&Rank, &ProcStats)> = ranks
-        .values()
-        .filter_map(|r| stats.get(&r.pid).map(|s| (r, s)))
+    let labelled: Vec<(&RankSnapshot, &CallsByFunction)> = snap
+        .ranks
+        .iter()
+        .filter_map(|r| r.calls.as_ref().map(|s| (r, s)))
         .collect();
+    let mut out = String::with_capacity(64 * 1024 + labelled.len() * 8 * 1024);
 
     header(
         &mut out,
@@ -300,7 +208,7 @@ pub fn render(
             let _ = writeln!(
                 out,
                 "mpi_calls_total{{{},function=\"{}\"}} {}",
-                r.labels, FUNCTIONS[*id as usize].name, st.calls
+                r.labels.rank, FUNCTIONS[*id as usize].name, st.calls
             );
         }
     }
@@ -315,7 +223,7 @@ pub fn render(
             let _ = writeln!(
                 out,
                 "mpi_call_seconds_total{{{},function=\"{}\"}} {}",
-                r.labels,
+                r.labels.rank,
                 FUNCTIONS[*id as usize].name,
                 st.time_ns as f64 / 1e9
             );
@@ -334,7 +242,7 @@ pub fn render(
                     let _ = writeln!(
                         out,
                         "mpi_bytes_total{{{},function=\"{}\",direction=\"{}\"}} {}",
-                        r.labels,
+                        r.labels.rank,
                         FUNCTIONS[*id as usize].name,
                         d.as_str(),
                         st.bytes[d as usize]
@@ -358,7 +266,7 @@ pub fn render(
                     let _ = writeln!(
                         out,
                         "mpi_bytes_unknown_calls_total{{{},function=\"{}\",direction=\"{}\"}} {}",
-                        r.labels,
+                        r.labels.rank,
                         FUNCTIONS[*id as usize].name,
                         d.as_str(),
                         st.bytes_unknown[d as usize]
@@ -378,10 +286,10 @@ pub fn render(
     for (r, s) in &labelled {
         for (id, st) in s.iter() {
             if opts.per_rank_histograms {
-                histogram(&mut out, &r.labels, *id, st);
+                histogram(&mut out, &r.labels.rank, *id, st);
             }
             per_job
-                .entry((r.jobid_label.as_str(), *id))
+                .entry((r.labels.job.as_str(), *id))
                 .or_insert(CallStats::ZERO)
                 .add(st);
         }
@@ -398,11 +306,11 @@ pub fn render(
         "gauge",
         "One series per observed rank, with its pid, world size and MPI library.",
     );
-    for r in ranks.values() {
+    for r in &snap.ranks {
         let _ = writeln!(
             out,
             "mpi_rank_info{{{},pid=\"{}\",size=\"{}\",library=\"{}\",version=\"{}\"}} 1",
-            r.labels,
+            r.labels.rank,
             r.pid,
             escape(&r.identity.size),
             r.library,
@@ -415,12 +323,12 @@ pub fn render(
         "gauge",
         "1 while the rank runs, 0 once it exited (its figures are kept for --retain-exited).",
     );
-    for r in ranks.values() {
+    for r in &snap.ranks {
         let _ = writeln!(
             out,
             "mpi_rank_up{{{}}} {}",
-            r.labels,
-            u8::from(r.exited_at.is_none())
+            r.labels.rank,
+            u8::from(r.running())
         );
     }
     header(
@@ -429,12 +337,12 @@ pub fn render(
         "gauge",
         "Unix time the rank's process started.",
     );
-    for r in ranks.values() {
+    for r in &snap.ranks {
         let _ = writeln!(
             out,
             "mpi_rank_start_time_seconds{{{}}} {}",
-            r.labels,
-            unix(r.started_at)
+            r.labels.rank,
+            unix(r.started)
         );
     }
     header(
@@ -443,12 +351,12 @@ pub fn render(
         "gauge",
         "Unix time the observer attached to the rank: the wall-clock base of its counters.",
     );
-    for r in ranks.values() {
+    for r in &snap.ranks {
         let _ = writeln!(
             out,
             "mpi_rank_attach_time_seconds{{{}}} {}",
-            r.labels,
-            unix(r.attached_at)
+            r.labels.rank,
+            unix(r.attached)
         );
     }
     header(
@@ -457,35 +365,30 @@ pub fn render(
         "gauge",
         "Unix time the observer saw the rank exit; absent while it runs.",
     );
-    for r in ranks.values() {
-        if let Some(t) = r.exited_wall {
+    for r in &snap.ranks {
+        if let Some(t) = r.exited {
             let _ = writeln!(
                 out,
                 "mpi_rank_exit_time_seconds{{{}}} {}",
-                r.labels,
+                r.labels.rank,
                 unix(t)
             );
         }
     }
-    render_segments(&mut out, ranks);
-    out.push_str(extra);
-    selfm.set_map_failures(errors);
-    selfm.scrape_seconds.set(started.elapsed().as_secs_f64());
-    selfm.set_scrapes(crate::server::scrapes_total());
-    selfm.encode(&mut out);
+    render_segments(&mut out, &snap.ranks);
+    selfm.render(&mut out, snap.health, elapsed());
     out
 }
 
 /// The shim's argument-level figures, from each rank's stats segment.
-fn render_segments(out: &mut String, ranks: &BTreeMap<u32, Rank>) {
-    let with: Vec<(&Rank, &crate::segment::Figures)> = ranks
-        .values()
-        .filter_map(|r| r.figures.as_ref().map(|f| (r, f)))
+fn render_segments(out: &mut String, ranks: &[RankSnapshot]) {
+    let with: Vec<(&RankSnapshot, &Figures)> = ranks
+        .iter()
+        .filter_map(|r| r.segment.as_ref().map(|s| (r, &s.figures)))
         .collect();
     if with.is_empty() {
         return;
     }
-    const DIRS: [&str; 2] = ["send", "recv"];
     header(
         out,
         "mpi_peer_messages_total",
@@ -493,12 +396,12 @@ fn render_segments(out: &mut String, ranks: &BTreeMap<u32, Rank>) {
         "Point-to-point messages per peer (its MPI_COMM_WORLD rank) and direction, from the shim's stats layer.",
     );
     for (r, f) in &with {
-        for (peer, (m, _)) in &f.peers {
-            for d in 0..2 {
+        for (peer, t) in &f.peers {
+            for (d, n) in directions(t.messages) {
                 let _ = writeln!(
                     out,
-                    "mpi_peer_messages_total{{{},peer=\"{peer}\",direction=\"{}\"}} {}",
-                    r.labels, DIRS[d], m[d]
+                    "mpi_peer_messages_total{{{},peer=\"{peer}\",direction=\"{d}\"}} {n}",
+                    r.labels.rank
                 );
             }
         }
@@ -510,12 +413,12 @@ fn render_segments(out: &mut String, ranks: &BTreeMap<u32, Rank>) {
         "Point-to-point bytes per peer and direction (actual received sizes), from the shim's stats layer.",
     );
     for (r, f) in &with {
-        for (peer, (_, b)) in &f.peers {
-            for d in 0..2 {
+        for (peer, t) in &f.peers {
+            for (d, n) in directions(t.bytes) {
                 let _ = writeln!(
                     out,
-                    "mpi_peer_bytes_total{{{},peer=\"{peer}\",direction=\"{}\"}} {}",
-                    r.labels, DIRS[d], b[d]
+                    "mpi_peer_bytes_total{{{},peer=\"{peer}\",direction=\"{d}\"}} {n}",
+                    r.labels.rank
                 );
             }
         }
@@ -530,22 +433,24 @@ fn render_segments(out: &mut String, ranks: &BTreeMap<u32, Rank>) {
         let _ = writeln!(
             out,
             "mpi_requests_outstanding{{{}}} {}",
-            r.labels, f.outstanding
+            r.labels.rank, f.outstanding
         );
     }
     header(
         out,
         "mpi_request_oldest_age_seconds",
         "gauge",
-        "Age of the oldest outstanding request; 0 when none (frozen at exit for exited ranks).",
+        "Age of the oldest outstanding request; 0 when none, and for exited ranks.",
     );
-    let now = crate::segment::monotonic_ns();
-    for (r, f) in &with {
-        let age = match (f.oldest_started_ns, r.exited_at) {
-            (Some(t), None) => now.saturating_sub(t) as f64 / 1e9,
-            _ => 0.0,
-        };
-        let _ = writeln!(out, "mpi_request_oldest_age_seconds{{{}}} {age}", r.labels);
+    for r in ranks {
+        if let Some(s) = &r.segment {
+            let _ = writeln!(
+                out,
+                "mpi_request_oldest_age_seconds{{{}}} {}",
+                r.labels.rank,
+                s.oldest_request_age.as_nanos() as f64 / 1e9
+            );
+        }
     }
     header(
         out,
@@ -557,62 +462,49 @@ fn render_segments(out: &mut String, ranks: &BTreeMap<u32, Rank>) {
         let _ = writeln!(
             out,
             "mpi_requests_persistent{{{},state=\"active\"}} {}",
-            r.labels, f.persistent.0
+            r.labels.rank, f.persistent_active
         );
         let _ = writeln!(
             out,
             "mpi_requests_persistent{{{},state=\"inactive\"}} {}",
-            r.labels, f.persistent.1
+            r.labels.rank, f.persistent_inactive
         );
     }
-    for (i, (name, help)) in [
+    type Counter = fn(&Figures) -> u64;
+    for (name, help, value) in [
         (
             "mpi_requests_started_total",
             "Nonblocking and persistent requests started.",
+            (|f| f.requests.started) as Counter,
         ),
         (
             "mpi_requests_completed_total",
             "Requests seen completing through the Wait and Test families.",
+            |f| f.requests.completed,
         ),
-        ("mpi_requests_cancelled_total", "Requests cancelled."),
+        ("mpi_requests_cancelled_total", "Requests cancelled.", |f| {
+            f.requests.cancelled
+        }),
         (
             "mpi_request_table_full_total",
             "Requests not tracked because the per-process table (4096 slots) was full.",
+            |f| f.requests.table_full,
         ),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+        (
+            "mpi_peer_overflow_messages_total",
+            "Messages with world ranks beyond the segment's 65536 peer slots.",
+            |f| f.peer_overflow_messages,
+        ),
+        (
+            "mpi_unattributed_messages_total",
+            "Messages whose peer or size the stats layer could not determine.",
+            |f| f.unattributed_messages,
+        ),
+    ] {
         header(out, name, "counter", help);
         for (r, f) in &with {
-            let _ = writeln!(out, "{name}{{{}}} {}", r.labels, f.requests[i]);
+            let _ = writeln!(out, "{name}{{{}}} {}", r.labels.rank, value(f));
         }
-    }
-    header(
-        out,
-        "mpi_peer_overflow_messages_total",
-        "counter",
-        "Messages with world ranks beyond the segment's 65536 peer slots.",
-    );
-    for (r, f) in &with {
-        let _ = writeln!(
-            out,
-            "mpi_peer_overflow_messages_total{{{}}} {}",
-            r.labels, f.overflow[0]
-        );
-    }
-    header(
-        out,
-        "mpi_unattributed_messages_total",
-        "counter",
-        "Messages whose peer or size the stats layer could not determine.",
-    );
-    for (r, f) in &with {
-        let _ = writeln!(
-            out,
-            "mpi_unattributed_messages_total{{{}}} {}",
-            r.labels, f.overflow[1]
-        );
     }
     header(
         out,
@@ -621,11 +513,11 @@ fn render_segments(out: &mut String, ranks: &BTreeMap<u32, Rank>) {
         "Calls seen by the shim's stats layer, per function (collectives and point-to-point).",
     );
     for (r, f) in &with {
-        for (id, (calls, _)) in &f.functions {
+        for (id, c) in &f.functions {
             let _ = writeln!(
                 out,
-                "mpi_layer_calls_total{{{},function=\"{}\"}} {calls}",
-                r.labels, FUNCTIONS[*id as usize].name
+                "mpi_layer_calls_total{{{},function=\"{}\"}} {}",
+                r.labels.rank, FUNCTIONS[*id as usize].name, c.calls
             );
         }
     }
@@ -636,16 +528,21 @@ fn render_segments(out: &mut String, ranks: &BTreeMap<u32, Rank>) {
         "Bytes per function and direction by the stats layer's definition (root-only arguments at the root only); see the README.",
     );
     for (r, f) in &with {
-        for (id, (_, b)) in &f.functions {
-            for d in 0..2 {
+        for (id, c) in &f.functions {
+            for (d, n) in directions(c.bytes) {
                 let _ = writeln!(
                     out,
-                    "mpi_layer_bytes_total{{{},function=\"{}\",direction=\"{}\"}} {}",
-                    r.labels, FUNCTIONS[*id as usize].name, DIRS[d], b[d]
+                    "mpi_layer_bytes_total{{{},function=\"{}\",direction=\"{d}\"}} {n}",
+                    r.labels.rank, FUNCTIONS[*id as usize].name
                 );
             }
         }
     }
+}
+
+/// The direction label values and their figures, send first.
+fn directions(d: Directed) -> [(&'static str, u64); 2] {
+    [("send", d.send), ("recv", d.recv)]
 }
 
 fn histogram(out: &mut String, labels: &str, id: u16, st: &CallStats) {
@@ -680,25 +577,9 @@ fn histogram(out: &mut String, labels: &str, id: u16, st: &CallStats) {
     );
 }
 
-/// Opens the maps the collector reads.
-pub fn stats_map(ebpf: &aya::Ebpf) -> Option<PerCpuHashMap<&MapData, StatKey, CallStats>> {
-    PerCpuHashMap::try_from(ebpf.map(maps::STATS)?).ok()
-}
-
-/// The per-CPU error counter array.
-pub fn errors_map(ebpf: &aya::Ebpf) -> Option<PerCpuArray<&MapData, u64>> {
-    PerCpuArray::try_from(ebpf.map(maps::ERRORS)?).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escaping() {
-        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
-        assert_eq!(escape("x\ny"), "x\\ny");
-    }
 
     #[test]
     fn histogram_is_cumulative_and_complete() {

@@ -1,6 +1,9 @@
 //! Loading the eBPF programs once and attaching them to ranks: one uprobe and
 //! one uretprobe per unique PMPI function address, scoped to that pid, as a
-//! handful of uprobe_multi links per process (see [`crate::multi`]).
+//! handful of uprobe_multi links per process (see [`crate::multi`]); and
+//! reading back the maps they fill ([`read`]).
+
+mod read;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -22,6 +25,7 @@ use thiserror::Error;
 
 use crate::{
     multi::{self, MultiError},
+    snapshot::{CallsByFunction, MapFailures},
     symbols::Library,
 };
 
@@ -120,12 +124,18 @@ impl Probes {
         })
     }
 
-    /// Direct access to the maps, for the collector.
-    pub fn ebpf(&self) -> &Ebpf {
-        &self.ebpf
+    /// The call statistics of every process in the maps, summed over CPUs.
+    pub fn read_stats(&self) -> BTreeMap<u32, CallsByFunction> {
+        read::stats(&self.ebpf)
     }
 
-    /// Mutable access to the maps.
+    /// The in-kernel map update failures so far, summed over CPUs.
+    pub fn read_map_failures(&self) -> MapFailures {
+        read::map_failures(&self.ebpf)
+    }
+
+    /// Mutable access to the maps (benchmarks fill them with synthetic
+    /// figures).
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
     }

@@ -7,6 +7,7 @@ use std::{
     fs,
     io::{self, BufRead as _},
     path::{Path, PathBuf},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use thiserror::Error;
@@ -46,17 +47,66 @@ fn read(pid: u32, file: &'static str) -> Result<Vec<u8>, ProcError> {
     })
 }
 
-/// The process's start time in clock ticks since boot (field 22 of
-/// `/proc/PID/stat`): with the pid, it identifies a process across pid reuse.
+/// The fields of `/proc/PID/stat` the observer uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    /// State: `R`, `S`, `D`, `Z` (zombie), `X` (dead), ...
+    pub state: char,
+    /// Parent pid.
+    pub ppid: u32,
+    /// Start time in clock ticks since boot: with the pid, it identifies a
+    /// process across pid reuse.
+    pub start_ticks: u64,
+}
+
+impl Stat {
+    /// Parses the contents of `/proc/PID/stat`.
+    pub fn parse(text: &str) -> Option<Stat> {
+        // comm may contain spaces and parentheses: fields start after the
+        // last ')', with the state, field 3.
+        let mut fields = text.rsplit_once(')')?.1.split_whitespace();
+        let state = fields.next()?.chars().next()?;
+        let ppid = fields.next()?.parse().ok()?;
+        // Field 22, 18 fields after the parent (field 4).
+        let start_ticks = fields.nth(17)?.parse().ok()?;
+        Some(Stat {
+            state,
+            ppid,
+            start_ticks,
+        })
+    }
+
+    /// A zombie waiting to be reaped, or dead.
+    pub fn is_dead(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
+}
+
+/// Reads `/proc/PID/stat`.
+pub fn stat(pid: u32) -> Result<Stat, ProcError> {
+    let text = read(pid, "stat")?;
+    Stat::parse(&String::from_utf8_lossy(&text)).ok_or(ProcError::NoSuchProcess { pid })
+}
+
+/// The process's start time in clock ticks since boot (see [`Stat`]).
 pub fn start_ticks(pid: u32) -> Result<u64, ProcError> {
-    let stat = read(pid, "stat")?;
-    let stat = String::from_utf8_lossy(&stat);
-    // comm may contain spaces and parentheses: fields start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    rest.split_whitespace()
-        .nth(19)
-        .and_then(|s| s.parse().ok())
-        .ok_or(ProcError::NoSuchProcess { pid })
+    stat(pid).map(|s| s.start_ticks)
+}
+
+/// The wall-clock time of a start time in ticks since boot.
+pub fn ticks_to_time(ticks: u64) -> SystemTime {
+    let btime = fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    UNIX_EPOCH
+        + Duration::from_secs(btime)
+        + Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz)
 }
 
 /// The short command name.
@@ -69,14 +119,7 @@ pub fn comm(pid: u32) -> String {
 /// Whether the process `pid` that started at `ticks` is still running (and
 /// is not a zombie waiting to be reaped).
 pub fn alive(pid: u32, ticks: u64) -> bool {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let mut fields = rest.split_whitespace();
-    let state = fields.next().unwrap_or("X");
-    let same = fields.nth(18).and_then(|s| s.parse::<u64>().ok()) == Some(ticks);
-    same && state != "Z" && state != "X"
+    stat(pid).is_ok_and(|s| s.start_ticks == ticks && !s.is_dead())
 }
 
 /// The network namespace of a process (`net:[inode]`), if readable.
@@ -198,8 +241,9 @@ pub const JOB_VARS: &[&str] = &["SLURM_JOB_ID", "PBS_JOBID", "PMIX_NAMESPACE"];
 
 /// Reads rank, size and job id from `/proc/PID/environ` (the environment the
 /// process was started with). See [`RANK_VARS`], [`SIZE_VARS`], [`JOB_VARS`];
-/// without a job variable the job is named after the launcher, the nearest
-/// ancestor that is not itself an MPI rank: `launcher-PID`.
+/// without a job variable, Hydra's control port names the job (`hydra-PORT`),
+/// else the launcher does (`launcher-PID`: the outermost launcher among its
+/// ancestors, else its parent).
 pub fn identity(pid: u32) -> Result<Identity, ProcError> {
     let env = read(pid, "environ")?;
     let vars: Vec<(&[u8], &[u8])> = env
@@ -227,9 +271,7 @@ pub fn identity(pid: u32) -> Result<Identity, ProcError> {
 }
 
 fn parent(pid: u32) -> Option<u32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    rest.split_whitespace().nth(1)?.parse().ok()
+    stat(pid).ok().map(|s| s.ppid)
 }
 
 /// MPICH's Hydra without a batch system: every node's proxy carries the
@@ -244,8 +286,9 @@ fn hydra_job(pid: u32) -> Option<String> {
     (!port.is_empty()).then(|| format!("hydra-{port}"))
 }
 
-/// The nearest ancestor whose command is a launcher (mpirun, mpiexec,
-/// orted, hydra_pmi_proxy, srun...), else the parent.
+/// The outermost ancestor, up to 16 generations up, whose command is a
+/// launcher (mpirun, mpiexec, orted, hydra_pmi_proxy, srun...), else the
+/// parent.
 fn launcher_pid(pid: u32) -> u32 {
     const LAUNCHERS: &[&str] = &[
         "mpirun",
@@ -293,6 +336,23 @@ mod tests {
             start_ticks(u32::MAX - 1),
             Err(ProcError::NoSuchProcess { .. })
         ));
+    }
+
+    #[test]
+    fn stat_fields_after_a_hostile_comm() {
+        let line = "42 (a) b (c) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 123456 1 1";
+        assert_eq!(
+            Stat::parse(line),
+            Some(Stat {
+                state: 'S',
+                ppid: 7,
+                start_ticks: 123456,
+            })
+        );
+        assert_eq!(Stat::parse("42 (x"), None);
+        let own = stat(std::process::id()).unwrap();
+        assert_eq!(own.ppid, std::os::unix::process::parent_id());
+        assert!(!own.is_dead());
     }
 
     #[test]

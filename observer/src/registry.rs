@@ -1,14 +1,14 @@
 //! The ranks the daemon observes: attaching to a process, noticing that it
 //! exited, keeping its final figures for `--retain-exited`, then forgetting
 //! it. One [`State`] behind a mutex is shared by the control loop and the
-//! HTTP server.
+//! HTTP server. A scrape flows one way: the probes' maps and the stats
+//! segments are read into a [`Snapshot`], which [`metrics`] renders.
 
 use std::{
     collections::{BTreeMap, HashSet},
     time::{Duration, Instant, SystemTime},
 };
 
-use observer_common::maps;
 use thiserror::Error;
 
 use crate::{
@@ -16,7 +16,8 @@ use crate::{
     metrics::{self, RenderOptions, SelfMetrics},
     probes::{Attachment, ProbeError, Probes},
     procfs::{self, Identity, ProcError},
-    segment::{Figures, Segment, SegmentProblem},
+    segment::{self, Figures, Segment, SegmentProblem},
+    snapshot::{CallsByFunction, Health, Labels, RankSnapshot, SegmentSnapshot, Snapshot},
     symbols::{self, SymbolError},
 };
 
@@ -54,10 +55,8 @@ pub struct Rank {
     pub ticks: u64,
     /// Rank, size, job, from /proc/PID/environ.
     pub identity: Identity,
-    /// `jobid="...",rank="..."`, pre-rendered.
-    pub labels: String,
-    /// `jobid="..."`, pre-rendered.
-    pub jobid_label: String,
+    /// The labels made of the identity.
+    pub labels: Labels,
     /// "openmpi" or "mpich".
     pub library: &'static str,
     /// Library version.
@@ -77,7 +76,7 @@ pub struct Rank {
     segment: Option<Segment>,
     /// The last problem met with the segment, counted once per change.
     segment_problem: Option<SegmentProblem>,
-    /// The segment's figures as of the last scrape.
+    /// The segment's figures as of the last read.
     pub figures: Option<Figures>,
 }
 
@@ -88,7 +87,8 @@ impl Rank {
     }
 
     /// A rank with no process behind it, for benchmarks of the metric model
-    /// (scrape time and memory at scale with synthetic map entries).
+    /// (scrape time and memory at scale with synthetic map entries) and its
+    /// golden test.
     #[doc(hidden)]
     pub fn synthetic(pid: u32, rank: u32, jobid: &str) -> Rank {
         let identity = Identity {
@@ -96,12 +96,10 @@ impl Rank {
             size: "256".into(),
             jobid: jobid.to_string(),
         };
-        let jobid_label = format!("jobid=\"{}\"", metrics::escape(jobid));
         Rank {
             pid,
             ticks: 0,
-            labels: format!("{jobid_label},rank=\"{rank}\""),
-            jobid_label,
+            labels: Labels::new(&identity),
             identity,
             library: "openmpi",
             version: "synthetic".into(),
@@ -135,23 +133,6 @@ pub struct State {
     /// Processes already looked at by `--all` and found not to be MPI, with
     /// their start ticks, so they are not re-read every tick.
     pub not_mpi: HashSet<(u32, u64)>,
-}
-
-fn boot_time() -> SystemTime {
-    let btime = std::fs::read_to_string("/proc/stat")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())
-        })
-        .unwrap_or(0);
-    SystemTime::UNIX_EPOCH + Duration::from_secs(btime)
-}
-
-fn ticks_to_time(ticks: u64) -> SystemTime {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    boot_time() + Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz)
 }
 
 impl State {
@@ -209,20 +190,17 @@ impl State {
         if let Some(a) = &attachment {
             self.selfm.probes.add(a.probes as i64);
         }
-        let jobid_label = format!("jobid=\"{}\"", metrics::escape(&identity.jobid));
-        let labels = format!("{jobid_label},rank=\"{}\"", metrics::escape(&identity.rank));
         self.ranks.insert(
             pid,
             Rank {
                 pid,
                 ticks,
+                labels: Labels::new(&identity),
                 identity,
-                labels,
-                jobid_label,
                 library: lib.name,
                 version: lib.version.clone(),
                 comm: procfs::comm(pid),
-                started_at: ticks_to_time(ticks),
+                started_at: procfs::ticks_to_time(ticks),
                 attached_at: SystemTime::now(),
                 exited_at: None,
                 exited_wall: None,
@@ -306,20 +284,6 @@ impl State {
         }
     }
 
-    /// Reads the per-process statistics from the maps.
-    pub fn read_stats(&self) -> BTreeMap<u32, metrics::ProcStats> {
-        let Some(p) = self.probes.as_ref() else {
-            return BTreeMap::new();
-        };
-        let cpus = aya::util::nr_cpus().unwrap_or(1);
-        p.ebpf()
-            .map(maps::STATS)
-            .and_then(crate::sys::map_fd)
-            .and_then(|fd| metrics::read_stats_batched(fd, cpus))
-            .or_else(|| metrics::stats_map(p.ebpf()).map(|m| metrics::read_stats(&m)))
-            .unwrap_or_default()
-    }
-
     /// Finds segments not found yet and reads every segment's figures.
     /// A segment that fails is skipped (its figures are dropped) and counted
     /// once per change of problem.
@@ -354,26 +318,62 @@ impl State {
         }
     }
 
-    /// One scrape's exposition text.
-    pub fn scrape(&mut self, extra: &str) -> String {
-        let started = Instant::now();
+    /// The ranks as they stand, with `calls`, the call statistics read from
+    /// the maps (those of processes not registered here are dropped:
+    /// identity only ever comes from the registry), the daemon's `health`,
+    /// and `now_ns`, `CLOCK_MONOTONIC` now, to age outstanding requests by.
+    pub fn snapshot(
+        &self,
+        mut calls: BTreeMap<u32, CallsByFunction>,
+        health: Health,
+        now_ns: u64,
+    ) -> Snapshot {
+        let ranks = self
+            .ranks
+            .values()
+            .map(|r| RankSnapshot {
+                pid: r.pid,
+                identity: r.identity.clone(),
+                labels: r.labels.clone(),
+                library: r.library,
+                version: r.version.clone(),
+                started: r.started_at,
+                attached: r.attached_at,
+                exited: r.exited_wall,
+                calls: calls.remove(&r.pid),
+                segment: r.figures.as_ref().map(|f| SegmentSnapshot {
+                    figures: f.clone(),
+                    // Zero for a rank that exited.
+                    oldest_request_age: match (f.oldest_started_ns, r.exited_at) {
+                        (Some(t), None) => Duration::from_nanos(now_ns.saturating_sub(t)),
+                        _ => Duration::ZERO,
+                    },
+                }),
+            })
+            .collect();
+        Snapshot { ranks, health }
+    }
+
+    /// Reads the stats segments and the maps, now.
+    pub fn collect(&mut self) -> Snapshot {
         self.read_segments();
-        let stats = self.read_stats();
-        let errors = self
+        let (calls, map_failures) = self
             .probes
             .as_ref()
-            .and_then(|p| metrics::errors_map(p.ebpf()))
-            .map(|m| metrics::read_errors(&m))
+            .map(|p| (p.read_stats(), p.read_map_failures()))
             .unwrap_or_default();
-        metrics::render(
-            &self.ranks,
-            &stats,
-            &errors,
-            &self.selfm,
-            self.render,
-            started,
-            extra,
-        )
+        let health = Health {
+            map_failures,
+            scrapes_total: crate::server::scrapes_total(),
+        };
+        self.snapshot(calls, health, segment::monotonic_ns())
+    }
+
+    /// One scrape's exposition text.
+    pub fn scrape(&mut self) -> String {
+        let started = Instant::now();
+        let snap = self.collect();
+        metrics::render(&snap, &self.selfm, self.render, || started.elapsed())
     }
 
     /// Whether any rank is still running.

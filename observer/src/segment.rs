@@ -27,6 +27,8 @@ use observer_common::{
     segment::{self, Header, MAGIC, MAX_SEGMENT_BYTES, VERSION, request_state},
 };
 
+use crate::procfs;
+
 /// Why a segment was skipped; the label of `mpi_observer_segment_errors_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SegmentProblem {
@@ -52,25 +54,69 @@ impl SegmentProblem {
     }
 }
 
+/// A pair of figures by direction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Directed {
+    /// Sent.
+    pub send: u64,
+    /// Received.
+    pub recv: u64,
+}
+
+/// Point-to-point traffic with one peer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerTraffic {
+    /// Messages.
+    pub messages: Directed,
+    /// Bytes (actual received sizes).
+    pub bytes: Directed,
+}
+
+/// One function as the stats layer counts it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LayerCalls {
+    /// Calls.
+    pub calls: u64,
+    /// Bytes by the layer's definition (root-only arguments at the root only).
+    pub bytes: Directed,
+}
+
+/// Request counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// Nonblocking and persistent requests started.
+    pub started: u64,
+    /// Seen completing through the Wait and Test families.
+    pub completed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+    /// Not tracked because the request table was full.
+    pub table_full: u64,
+}
+
 /// One read of a segment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Figures {
     /// `MPI_COMM_WORLD` size the process reported.
     pub world_size: u32,
-    /// Peer world rank to (messages, bytes) per direction; only non-zero.
-    pub peers: BTreeMap<u32, ([u64; 2], [u64; 2])>,
-    /// Function ID to (calls, bytes per direction); only non-zero.
-    pub functions: BTreeMap<u16, (u64, [u64; 2])>,
-    /// Requests started, completed, cancelled, not tracked (table full).
-    pub requests: [u64; 4],
-    /// Messages beyond the peer array, and unattributed messages.
-    pub overflow: [u64; 2],
+    /// Peer world rank to its traffic; only peers with some.
+    pub peers: BTreeMap<u32, PeerTraffic>,
+    /// Function ID to its calls and bytes; only functions called.
+    pub functions: BTreeMap<u16, LayerCalls>,
+    /// Request counters.
+    pub requests: Requests,
+    /// Messages with world ranks beyond the peer array.
+    pub peer_overflow_messages: u64,
+    /// Messages whose peer or size could not be determined.
+    pub unattributed_messages: u64,
     /// Outstanding requests now (active nonblocking or started persistent).
     pub outstanding: u64,
     /// `CLOCK_MONOTONIC` start of the oldest outstanding request.
     pub oldest_started_ns: Option<u64>,
-    /// Persistent requests: (active, inactive).
-    pub persistent: (u64, u64),
+    /// Persistent requests started and not completed.
+    pub persistent_active: u64,
+    /// Persistent requests not started.
+    pub persistent_inactive: u64,
 }
 
 /// An open segment of one rank.
@@ -127,10 +173,7 @@ impl Segment {
             return;
         };
         // Gone, or a zombie nobody has reaped yet.
-        let gone = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| {
-            let state = st.rsplit_once(')').map(|(_, r)| r.trim_start());
-            state.is_some_and(|r| r.starts_with('Z') || r.starts_with('X'))
-        });
+        let gone = procfs::stat(pid).map_or(true, |st| st.is_dead());
         if gone && ours.dev() == there.dev() && ours.ino() == there.ino() {
             let _ = std::fs::remove_file(&path);
         }
@@ -329,30 +372,39 @@ impl Mapping {
             ..Figures::default()
         };
         let c = |f: usize| self.u64_at(co + f as u64);
-        out.requests = [
-            c(offset_of!(C, requests_started)),
-            c(offset_of!(C, requests_completed)),
-            c(offset_of!(C, requests_cancelled)),
-            c(offset_of!(C, request_table_full)),
-        ];
-        out.overflow = [
-            c(offset_of!(C, peer_overflow_messages)),
-            c(offset_of!(C, unattributed_messages)),
-        ];
+        out.requests = Requests {
+            started: c(offset_of!(C, requests_started)),
+            completed: c(offset_of!(C, requests_completed)),
+            cancelled: c(offset_of!(C, requests_cancelled)),
+            table_full: c(offset_of!(C, request_table_full)),
+        };
+        out.peer_overflow_messages = c(offset_of!(C, peer_overflow_messages));
+        out.unattributed_messages = c(offset_of!(C, unattributed_messages));
+        let directed = |at: u64| Directed {
+            send: self.u64_at(at),
+            recv: self.u64_at(at + 8),
+        };
         for peer in 0..u64::from(peer_slots) {
             let b = po + peer * size_of::<P>() as u64;
-            let m = [self.u64_at(b), self.u64_at(b + 8)];
-            let y = [self.u64_at(b + 16), self.u64_at(b + 24)];
-            if m != [0, 0] || y != [0, 0] {
-                out.peers.insert(peer as u32, (m, y));
+            let t = PeerTraffic {
+                messages: directed(b + offset_of!(P, messages) as u64),
+                bytes: directed(b + offset_of!(P, bytes) as u64),
+            };
+            if t != PeerTraffic::default() {
+                out.peers.insert(peer as u32, t);
             }
         }
         for f in 0..u64::from(function_slots) {
             let b = fo + f * size_of::<F>() as u64;
-            let calls = self.u64_at(b);
+            let calls = self.u64_at(b + offset_of!(F, calls) as u64);
             if calls != 0 {
-                out.functions
-                    .insert(f as u16, (calls, [self.u64_at(b + 8), self.u64_at(b + 16)]));
+                out.functions.insert(
+                    f as u16,
+                    LayerCalls {
+                        calls,
+                        bytes: directed(b + offset_of!(F, bytes) as u64),
+                    },
+                );
             }
         }
         let mut oldest = u64::MAX;
@@ -364,10 +416,10 @@ impl Mapping {
                     out.outstanding += 1;
                     oldest = oldest.min(self.u64_at(b + offset_of!(R, started_ns) as u64));
                     if state == request_state::PERSISTENT_ACTIVE {
-                        out.persistent.0 += 1;
+                        out.persistent_active += 1;
                     }
                 }
-                request_state::PERSISTENT_INACTIVE => out.persistent.1 += 1,
+                request_state::PERSISTENT_INACTIVE => out.persistent_inactive += 1,
                 _ => {}
             }
         }
@@ -488,12 +540,24 @@ mod tests {
         let now = monotonic_ns();
         let f = read("ok", &image(now), 0o600).unwrap();
         assert_eq!(f.world_size, 4);
-        assert_eq!(f.peers.get(&2), Some(&([3, 0], [72, 0])));
+        assert_eq!(
+            f.peers.get(&2),
+            Some(&PeerTraffic {
+                messages: Directed { send: 3, recv: 0 },
+                bytes: Directed { send: 72, recv: 0 },
+            })
+        );
         assert_eq!(f.peers.len(), 1);
-        assert_eq!(f.functions.get(&5), Some(&(9, [0, 0])));
-        assert_eq!(f.requests[0], 7);
+        assert_eq!(
+            f.functions.get(&5),
+            Some(&LayerCalls {
+                calls: 9,
+                bytes: Directed::default(),
+            })
+        );
+        assert_eq!(f.requests.started, 7);
         assert_eq!(f.outstanding, 2);
-        assert_eq!(f.persistent, (1, 1));
+        assert_eq!((f.persistent_active, f.persistent_inactive), (1, 1));
         assert_eq!(f.oldest_started_ns, Some(now - 2_000_000_000));
     }
 

@@ -705,7 +705,7 @@ impl Server {
             }
         }
         let mut end = EndFlight(Some(&self.flight));
-        let text = lock(&self.state).scrape("");
+        let text = lock(&self.state).scrape();
         SCRAPES.fetch_add(1, Ordering::Relaxed);
         // Requests from now on start a new collection; those that joined
         // this one have said whether they want gzip.

@@ -1,18 +1,19 @@
 //! The live per-rank table the demo prints: calls, MPI time and the top
 //! functions by time, refreshed every second.
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::fmt::Write as _;
 
 use observer_common::FUNCTIONS;
 
-use crate::{metrics::ProcStats, registry::Rank};
+use crate::snapshot::{RankSnapshot, Snapshot};
 
-/// Renders the table for the ranks in `ranks`.
-pub fn table(ranks: &BTreeMap<u32, Rank>, stats: &BTreeMap<u32, ProcStats>) -> String {
-    let mut rows: Vec<(&Rank, u64, u64, String)> = ranks
-        .values()
+/// Renders the table for the ranks in `snap`.
+pub fn table(snap: &Snapshot) -> String {
+    let mut rows: Vec<(&RankSnapshot, u64, u64, String)> = snap
+        .ranks
+        .iter()
         .map(|r| {
-            let s = stats.get(&r.pid);
+            let s = r.calls.as_ref();
             let calls = s.map(|s| s.values().map(|c| c.calls).sum()).unwrap_or(0);
             let ns = s.map(|s| s.values().map(|c| c.time_ns).sum()).unwrap_or(0);
             let mut top: Vec<(u16, u64)> = s
@@ -45,11 +46,7 @@ pub fn table(ranks: &BTreeMap<u32, Rank>, stats: &BTreeMap<u32, ProcStats>) -> S
         "job", "rank", "pid", "calls", "MPI s"
     );
     for (r, calls, ns, top) in rows {
-        let state = if r.exited_at.is_some() {
-            " (exited)"
-        } else {
-            ""
-        };
+        let state = if !r.running() { " (exited)" } else { "" };
         let _ = writeln!(
             out,
             "{:<18} {:>5} {:>8} {:>10} {:>9.2}  {top}{state}",

@@ -1,6 +1,6 @@
 //! The raw `bpf(2)` system call, for what aya 0.14 does not offer:
 //! uprobe_multi programs and links ([`crate::multi`]) and batched map reads
-//! ([`crate::metrics`]).
+//! ([`crate::probes`]).
 
 use std::{
     io,

@@ -1,0 +1,145 @@
+//! One collection's facts, with named fields: what the registry gathers from
+//! the probes' maps, the stats segments and its own records, and all that the
+//! renderer ([`crate::metrics`]) and the summary table get to see. Plain
+//! values: no map handles, no file handles, and no clock, since every time in
+//! it was read by the collector (which is what lets a test render a fixed one).
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, SystemTime},
+};
+
+use observer_common::maps::CallStats;
+
+use crate::{procfs::Identity, segment::Figures};
+
+/// One process's call statistics from the maps: function ID to its figures,
+/// summed over CPUs.
+pub type CallsByFunction = BTreeMap<u16, CallStats>;
+
+/// In-kernel map updates that failed (the map was full), summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapFailures {
+    /// A statistics entry could not be created.
+    pub stats: u64,
+    /// An in-flight entry could not be created.
+    pub inflight: u64,
+}
+
+/// The daemon's own figures that come with a collection.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Health {
+    /// Map update failures so far.
+    pub map_failures: MapFailures,
+    /// Collections completed by the server so far.
+    pub scrapes_total: u64,
+}
+
+/// Escapes a label value for the text exposition format.
+pub fn escape(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// A rank's identifying labels, escaped and rendered once when the rank is
+/// registered rather than at every scrape.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Labels {
+    /// `jobid="...",rank="..."`.
+    pub rank: String,
+    /// `jobid="..."`.
+    pub job: String,
+}
+
+impl Labels {
+    /// The labels of a rank with this identity.
+    pub fn new(identity: &Identity) -> Labels {
+        let job = format!("jobid=\"{}\"", escape(&identity.jobid));
+        Labels {
+            rank: format!("{job},rank=\"{}\"", escape(&identity.rank)),
+            job,
+        }
+    }
+}
+
+/// A rank's stats segment as of this collection.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SegmentSnapshot {
+    /// What the segment said.
+    pub figures: Figures,
+    /// Age of the oldest outstanding request: zero when there is none, and
+    /// for a rank that has exited.
+    pub oldest_request_age: Duration,
+}
+
+/// One rank as of this collection.
+#[derive(Clone, Debug)]
+pub struct RankSnapshot {
+    /// Process ID.
+    pub pid: u32,
+    /// Rank, world size and job, as read from /proc.
+    pub identity: Identity,
+    /// The labels made of the identity.
+    pub labels: Labels,
+    /// "openmpi" or "mpich".
+    pub library: &'static str,
+    /// Library version.
+    pub version: String,
+    /// When the process started.
+    pub started: SystemTime,
+    /// When the probes went in.
+    pub attached: SystemTime,
+    /// When the observer saw it exit; `None` while it runs.
+    pub exited: Option<SystemTime>,
+    /// Call statistics from the maps; `None` when the maps hold none for it.
+    pub calls: Option<CallsByFunction>,
+    /// Stats-segment figures; `None` without a readable segment.
+    pub segment: Option<SegmentSnapshot>,
+}
+
+impl RankSnapshot {
+    /// Whether the rank still runs.
+    pub fn running(&self) -> bool {
+        self.exited.is_none()
+    }
+}
+
+/// Everything one scrape renders.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// The observed ranks, by pid.
+    pub ranks: Vec<RankSnapshot>,
+    /// The daemon's own figures.
+    pub health: Health,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping() {
+        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape("x\ny"), "x\\ny");
+        let id = Identity {
+            rank: "3".into(),
+            size: "4".into(),
+            jobid: "j\"1".into(),
+        };
+        assert_eq!(
+            Labels::new(&id),
+            Labels {
+                rank: r#"jobid="j\"1",rank="3""#.into(),
+                job: r#"jobid="j\"1""#.into(),
+            }
+        );
+    }
+}

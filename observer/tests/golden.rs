@@ -1,0 +1,230 @@
+//! The exposition, byte for byte: a deterministic registry state (no BPF, no
+//! clock) rendered and compared with the committed files under `golden/`,
+//! which `promtool check metrics` must also accept.
+//!
+//! The state covers ranks with and without stats-segment figures, a rank
+//! with no call statistics, a retained exited rank, a job id that needs
+//! escaping, map entries of a process the registry does not know, bytes and
+//! unknown-bytes series, map update failures and a segment error; it is
+//! rendered with per-rank histograms off and on.
+//!
+//! `MPI_OBSERVER_BLESS=1 cargo test -p mpi-observer --test golden` rewrites
+//! the files; review the diff: every name, label and value is an interface.
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use mpi_observer::{
+    metrics::{self, RenderOptions},
+    registry::{Rank, State},
+    segment::{Directed, Figures, LayerCalls, PeerTraffic, Requests, SegmentProblem},
+    snapshot::{CallsByFunction, Health, MapFailures, Snapshot},
+};
+use observer_common::{
+    FUNCTIONS,
+    maps::{CallStats, HIST_SLOTS},
+};
+
+/// `CLOCK_MONOTONIC` at the fixture's scrape.
+const NOW_NS: u64 = 10_000_000_000;
+
+fn id(name: &str) -> u16 {
+    FUNCTIONS
+        .iter()
+        .position(|f| f.name == name)
+        .unwrap_or_else(|| panic!("{name} in the function table")) as u16
+}
+
+fn at(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+fn stats(calls: u64, seed: u64) -> CallStats {
+    let mut s = CallStats::ZERO;
+    s.calls = calls;
+    s.time_ns = calls * 1_500 + seed;
+    s.bytes = [calls * 64, calls * 32];
+    // Spread over the slots, the last ones (beyond 1.07 s) included, so
+    // the buckets add up to the call count.
+    for i in 0..calls {
+        s.hist[((i * 7 + seed) % HIST_SLOTS as u64) as usize] += 1;
+    }
+    s
+}
+
+fn rank(pid: u32, r: u32, job: &str, started_ms: u64) -> Rank {
+    let mut rank = Rank::synthetic(pid, r, job);
+    rank.started_at = at(started_ms);
+    rank.attached_at = at(started_ms + 1_250);
+    rank
+}
+
+fn directed(send: u64, recv: u64) -> Directed {
+    Directed { send, recv }
+}
+
+/// The state and the map contents.
+fn fixture(per_rank_histograms: bool) -> (State, BTreeMap<u32, CallsByFunction>) {
+    let render = RenderOptions {
+        per_rank_histograms,
+    };
+    let mut state = State::new(None, Vec::new(), true, render);
+    let (send, recv, allreduce, barrier) = (
+        id("MPI_Send"),
+        id("MPI_Recv"),
+        id("MPI_Allreduce"),
+        id("MPI_Barrier"),
+    );
+
+    // Job A, rank 0: calls, bytes, unknown bytes, and a stats segment with
+    // the oldest outstanding request started 2.5 s before `NOW_NS`.
+    let mut a0 = rank(101, 0, "job-a", 1_700_000_000_250);
+    let mut f = Figures {
+        world_size: 2,
+        outstanding: 2,
+        oldest_started_ns: Some(NOW_NS - 2_500_000_000),
+        persistent_active: 1,
+        persistent_inactive: 3,
+        requests: Requests {
+            started: 40,
+            completed: 37,
+            cancelled: 1,
+            table_full: 2,
+        },
+        peer_overflow_messages: 5,
+        unattributed_messages: 6,
+        ..Figures::default()
+    };
+    let traffic = |messages, bytes| PeerTraffic { messages, bytes };
+    f.peers
+        .insert(1, traffic(directed(10, 11), directed(640, 704)));
+    f.peers.insert(7, traffic(directed(0, 1), directed(0, 8)));
+    f.functions.insert(
+        send,
+        LayerCalls {
+            calls: 10,
+            bytes: directed(640, 0),
+        },
+    );
+    f.functions.insert(
+        allreduce,
+        LayerCalls {
+            calls: 4,
+            bytes: directed(32, 32),
+        },
+    );
+    a0.figures = Some(f);
+    state.ranks.insert(101, a0);
+
+    // Job A, rank 1: calls but no stats segment.
+    state
+        .ranks
+        .insert(102, rank(102, 1, "job-a", 1_700_000_000_500));
+
+    // Job B, rank 0: exited and retained, with frozen segment figures.
+    let mut b0 = rank(201, 0, "job-b", 1_700_000_100_000);
+    b0.exited_at = Some(std::time::Instant::now());
+    b0.exited_wall = Some(at(1_700_000_200_125));
+    b0.figures = Some(Figures {
+        world_size: 1,
+        outstanding: 1,
+        oldest_started_ns: Some(1_000),
+        requests: Requests {
+            started: 3,
+            completed: 2,
+            ..Requests::default()
+        },
+        ..Figures::default()
+    });
+    state.ranks.insert(201, b0);
+
+    // A job id to escape, and a rank the maps have nothing for yet.
+    state
+        .ranks
+        .insert(301, rank(301, 0, "we\"ird\\job\nid", 1_700_000_300_000));
+
+    let mut map = BTreeMap::new();
+    let mut s = stats(12, 1);
+    s.bytes_unknown = [0, 2];
+    map.insert(101, BTreeMap::from([(send, stats(10, 0)), (recv, s)]));
+    map.insert(
+        102,
+        BTreeMap::from([
+            (send, stats(20, 2)),
+            (allreduce, stats(7, 3)),
+            (barrier, stats(3, 4)),
+        ]),
+    );
+    map.insert(201, BTreeMap::from([(barrier, stats(5, 5))]));
+    // A process the registry does not know: never exported.
+    map.insert(999, BTreeMap::from([(send, stats(99, 6))]));
+
+    state.selfm.segment_error(SegmentProblem::Corrupt);
+    (state, map)
+}
+
+fn golden(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name)
+}
+
+fn render(per_rank_histograms: bool) -> String {
+    let (state, map) = fixture(per_rank_histograms);
+    let health = Health {
+        map_failures: MapFailures {
+            stats: 3,
+            inflight: 1,
+        },
+        scrapes_total: 0,
+    };
+    let snap: Snapshot = state.snapshot(map, health, NOW_NS);
+    metrics::render(&snap, &state.selfm, state.render, || {
+        Duration::from_millis(3)
+    })
+}
+
+fn check(name: &str, text: &str) {
+    let path = golden(name);
+    if std::env::var_os("MPI_OBSERVER_BLESS").is_some() {
+        std::fs::write(&path, text).expect("write the golden file");
+    }
+    let want = std::fs::read_to_string(&path).expect("golden file; bless to create it");
+    if text != want {
+        let line = text
+            .lines()
+            .zip(want.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| text.lines().count().min(want.lines().count()));
+        panic!(
+            "{name} differs from the rendering, first at line {}:\n  rendered: {:?}\n  golden:   {:?}",
+            line + 1,
+            text.lines().nth(line),
+            want.lines().nth(line)
+        );
+    }
+    let out = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&path).expect("golden file"))
+        .output()
+        .expect("promtool on PATH");
+    assert!(
+        out.status.success(),
+        "promtool check metrics {name}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn exposition_is_unchanged() {
+    check("exposition.prom", &render(false));
+}
+
+#[test]
+fn exposition_with_per_rank_histograms_is_unchanged() {
+    check("exposition-per-rank-histograms.prom", &render(true));
+}
