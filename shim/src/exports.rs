@@ -279,45 +279,44 @@ extern "C" fn no_dlsym(_: *mut c_void, _: *const i8) -> *mut c_void {
     core::ptr::null_mut()
 }
 
-/// `dlopen`: [`refresh`], then libc's `dlopen` with the caller's own return
-/// address still on the stack, so libc searches the caller's `RUNPATH` and
-/// namespace, not the shim's.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-unsafe extern "C" fn dlopen() {
-    core::arch::naked_asm!(
-        // Entry: rsp = 8 mod 16. Two pushes and 8 bytes realign it.
-        "push rdi",
-        "push rsi",
-        "sub rsp, 8",
-        "call {refresh}",
-        "add rsp, 8",
-        "pop rsi",
-        "pop rdi",
-        "jmp qword ptr [rip + {real}]",
-        refresh = sym refresh,
-        real = sym REAL_DLOPEN,
-    )
+/// Defines an interposed libc entry point that calls [`refresh`], then
+/// jumps to libc's with the caller's own return address still on the stack:
+/// libc decides from it which object called (for `dlopen`, whose `RUNPATH`
+/// and namespace to search; for `dlsym`, what `RTLD_NEXT` means), so it must
+/// be the real caller's, not the shim's. The two arguments are kept.
+macro_rules! refresh_then {
+    ($(#[$doc:meta])* $name:ident, $real:ident) => {
+        $(#[$doc])*
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                // Entry: rsp = 8 mod 16. Two pushes and 8 bytes realign it.
+                "push rdi",
+                "push rsi",
+                "sub rsp, 8",
+                "call {refresh}",
+                "add rsp, 8",
+                "pop rsi",
+                "pop rdi",
+                "jmp qword ptr [rip + {real}]",
+                refresh = sym refresh,
+                real = sym $real,
+            )
+        }
+    };
 }
 
-/// `dlsym`: as [`dlopen`]; libc decides `RTLD_NEXT` from the caller's return
-/// address, which the tail jump keeps.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-unsafe extern "C" fn dlsym() {
-    core::arch::naked_asm!(
-        "push rdi",
-        "push rsi",
-        "sub rsp, 8",
-        "call {refresh}",
-        "add rsp, 8",
-        "pop rsi",
-        "pop rdi",
-        "jmp qword ptr [rip + {real}]",
-        refresh = sym refresh,
-        real = sym REAL_DLSYM,
-    )
-}
+refresh_then!(
+    /// `dlopen`, after [`refresh`].
+    dlopen,
+    REAL_DLOPEN
+);
+refresh_then!(
+    /// `dlsym`, after [`refresh`].
+    dlsym,
+    REAL_DLSYM
+);
 
 /// A private IFUNC: the dynamic linker calls its resolver while it
 /// relocates the shim (for the IRELATIVE relocation of [`STARTUP`]), after
