@@ -671,3 +671,22 @@ pub fn assert_no_probes_left() {
         "uprobe_multi links remain:\n{text}"
     );
 }
+
+/// Asserts that `promtool check metrics` finds nothing to say about `body`.
+pub fn promtool_check(body: &str) {
+    let mut c = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    c.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = c.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics is not clean:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

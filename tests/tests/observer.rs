@@ -3,16 +3,12 @@
 //! MPICH 5 from PyPI, MPICH 5 through its native and its MPI-5 standard ABI),
 //! real HTTP scrapes, real bpftool and promtool.
 
-use std::{
-    collections::BTreeMap,
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{collections::BTreeMap, path::Path, process::Command, time::Duration};
 
 use e2e::{
     Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile, free_port, http_get,
-    observer_bin, program, require, run_with_timeout, scratch, signal, sum, wait_for,
+    observer_bin, program, promtool_check, require, run_with_timeout, scratch, signal, sum,
+    wait_for,
 };
 
 /// Iterations of the counted phase of tests/programs/mix.c.
@@ -155,25 +151,6 @@ fn jobid_of(samples: &[Sample], pid: u32) -> Option<String> {
         .iter()
         .find(|s| s.name == "mpi_rank_info" && s.label("pid") == Some(&pid.to_string()))
         .and_then(|s| s.label("jobid").map(str::to_string))
-}
-
-fn promtool_check(body: &str) {
-    let mut c = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write as _;
-    c.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let out = c.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool check metrics is not clean:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn exact_counts(mpi: Mpi) {

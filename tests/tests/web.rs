@@ -27,8 +27,8 @@ use std::{
 
 use base64::Engine as _;
 use e2e::{
-    Need, free_port, http_get, observer_bin, parse_metrics, require, run_with_timeout, scratch,
-    wait_for, workspace_root,
+    Need, free_port, http_get, observer_bin, parse_metrics, promtool_check, require,
+    run_with_timeout, scratch, wait_for, workspace_root,
 };
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject as _};
 
@@ -224,24 +224,6 @@ fn scrapes_total(text: &str) -> f64 {
         .find(|s| s.name == "mpi_observer_scrapes_total")
         .map(|s| s.value)
         .expect("mpi_observer_scrapes_total in the exposition")
-}
-
-fn promtool_check(body: &str) {
-    let mut c = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    c.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let out = c.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool check metrics is not clean:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 // ---------------------------------------------------------------- daemons
