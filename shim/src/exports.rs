@@ -71,6 +71,8 @@ static LOCK: AtomicBool = AtomicBool::new(false);
 /// needs only its new objects scanned.
 static SEEN: AtomicUsize = AtomicUsize::new(0);
 static LAST: AtomicPtr<LinkMap> = AtomicPtr::new(core::ptr::null_mut());
+/// Set while [`with_all_visible`] runs its closure: updates wait.
+static ALL_VISIBLE: AtomicBool = AtomicBool::new(false);
 /// Libc's `dlopen` and `dlsym`, which the hooks jump to.
 static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
 static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
@@ -101,7 +103,19 @@ impl Drop for Locked {
 /// has loaded. Cheap when nothing was loaded since the last call.
 pub(crate) extern "C" fn refresh() {
     let _l = Locked::take();
-    update(false);
+    if REAL_DLOPEN.load(Relaxed) == 0 {
+        find_real();
+    }
+    if !ALL_VISIBLE.load(Relaxed) {
+        update(false);
+    }
+}
+
+/// Finds libc's `dlopen` and `dlsym` (the next definitions after the shim).
+fn find_real() {
+    let real = |n: &CStr, none: usize| loaded::find(n, &[]).map_or(none, |p| p as usize);
+    REAL_DLOPEN.store(real(c"dlopen", no_dlopen as *const () as usize), Relaxed);
+    REAL_DLSYM.store(real(c"dlsym", no_dlsym as *const () as usize), Relaxed);
 }
 
 /// Runs `f` with every export visible, then recomputes the set from
@@ -114,9 +128,13 @@ pub(crate) fn with_all_visible<T>(f: impl FnOnce() -> T) -> T {
         if let Some(shim) = shim() {
             set(&shim, |_, v| if v & HIDDEN_BIT != 0 { VISIBLE } else { v });
         }
+        // The `dlopen` inside `f` refreshes on entry: it must not hide
+        // anything again before the tool is bound.
+        ALL_VISIBLE.store(true, Relaxed);
     }
     let r = f();
     let _l = Locked::take();
+    ALL_VISIBLE.store(false, Relaxed);
     update(true);
     r
 }
@@ -162,10 +180,8 @@ fn update(full: bool) {
             .is_some_and(|m| core::ptr::eq(m, LAST.load(Relaxed)));
     SEEN.store(n, Relaxed);
     LAST.store(last, Relaxed);
-    if !grown || REAL_DLOPEN.load(Relaxed) == 0 {
-        let real = |n: &CStr, none: usize| loaded::find(n, &[]).map_or(none, |p| p as usize);
-        REAL_DLOPEN.store(real(c"dlopen", no_dlopen as *const () as usize), Relaxed);
-        REAL_DLSYM.store(real(c"dlsym", no_dlsym as *const () as usize), Relaxed);
+    if !grown {
+        find_real();
     }
     let Some(shim) = shim() else {
         return;
