@@ -6,6 +6,8 @@
 
 pub mod cookie;
 pub mod functions;
+#[cfg(not(target_arch = "bpf"))]
+pub mod inject;
 pub mod maps;
 pub mod std_abi;
 // Atomics the BPF target lacks; the programs never touch the segment.

@@ -157,7 +157,31 @@ pub struct ProcConfig {
     /// Offset of the `size` field in Open MPI's datatype object, validated
     /// at attach time against predefined types; 0 if not validated.
     pub ompi_dt_size_offset: u64,
+    /// Calls made from code in `[skip_lo, skip_hi)` are not counted, nor
+    /// anything nested in them: the code of a shim injected into the
+    /// process, which counts those calls itself (`attach --inject`). 0, 0
+    /// when there is none.
+    pub skip_lo: u64,
+    /// See [`ProcConfig::skip_lo`].
+    pub skip_hi: u64,
+    /// The MPI library's code: a call made from inside it is never an
+    /// injection's stop point (the library may hold its locks there).
+    pub lib_lo: u64,
+    /// See [`ProcConfig::lib_lo`].
+    pub lib_hi: u64,
+    /// Non-zero: the next application-level call of this process (the
+    /// outermost on its thread, made from outside the library) sends this
+    /// signal to its own thread, which the daemon, tracing it, catches
+    /// there; then it is cleared. See docs/inject.md.
+    pub inject_signal: u32,
+    /// Zero.
+    pub pad: u32,
 }
+
+/// Bit of [`Inflight::unknown`] marking a call made from
+/// [`ProcConfig::skip_lo`]'s range: it is tracked, so the calls nested in it
+/// stay nested, but never recorded.
+pub const INFLIGHT_SKIP: u32 = 1 << 31;
 
 /// Key of [`OMPI_TYPES`].
 #[repr(C)]

@@ -10,14 +10,17 @@
 //!
 //! ```text
 //! Header | RankCounters | PeerCounters[peer_slots] | FunctionCounters[function_slots] | RequestSlot[request_slots]
+//!        | CallTiming[function_slots]
 //! ```
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
+use crate::maps::HIST_SLOTS;
+
 /// First bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"MPIOSEG\0";
 /// Layout version; bump on any change below.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Segment path prefix; the pid follows.
 pub const PATH_PREFIX: &str = "/dev/shm/mpi-observer.";
 /// Most peers with a counter of their own; traffic with world ranks at or
@@ -65,10 +68,23 @@ pub struct Header {
     pub functions_offset: u64,
     /// Byte offset of the [`RequestSlot`] array.
     pub requests_offset: u64,
+    /// Byte offset of the [`CallTiming`] array (`function_slots` long).
+    pub timing_offset: u64,
     /// 1 once initialised.
     pub ready: AtomicU32,
-    /// Zero.
-    pub reserved: u32,
+    /// [`flags`]: how the segment's figures relate to the process.
+    pub flags: u32,
+}
+
+/// Bits of [`Header::flags`].
+pub mod flags {
+    /// The shim was injected into the running process (`mpi-observer attach
+    /// --inject`): the timing block counts the calls made from the
+    /// injection on, not from the process's start, so a reader adds it to
+    /// what it counted before instead of replacing that.
+    pub const INJECTED: u32 = 1;
+    /// Every bit a reader of this version knows.
+    pub const KNOWN: u32 = INJECTED;
 }
 
 /// Rank-wide counters.
@@ -115,6 +131,27 @@ pub struct FunctionCounters {
     pub bytes: [AtomicU64; 2],
 }
 
+/// The shim's timing of one function at the application's level: only
+/// the outermost MPI call of each thread counts, as with the probes
+/// (`observer-ebpf/src/calls.rs`), indexed by function ID.
+#[repr(C)]
+#[derive(Default)]
+pub struct CallTiming {
+    /// Calls completed.
+    pub calls: AtomicU64,
+    /// Their total time in nanoseconds (`CLOCK_MONOTONIC`'s rate).
+    pub time_ns: AtomicU64,
+    /// Bytes per direction ([`SEND`], [`RECV`]) by the probes' definition
+    /// (README, "Byte conventions"): count x type size of the arguments
+    /// each function's [`crate::functions::BytePart`]s name.
+    pub bytes: [AtomicU64; 2],
+    /// Calls whose byte figure for that direction could not be known.
+    pub bytes_unknown: [AtomicU64; 2],
+    /// log2 latency histogram: slot [`crate::maps::hist_slot`] of each
+    /// call's nanoseconds, the probes' buckets.
+    pub hist: [AtomicU64; HIST_SLOTS],
+}
+
 /// State of a [`RequestSlot`].
 pub mod request_state {
     /// Unused.
@@ -154,7 +191,15 @@ pub const fn segment_size(peer_slots: u32, function_slots: u32, request_slots: u
     let p = core::mem::size_of::<PeerCounters>() as u64 * peer_slots as u64;
     let f = core::mem::size_of::<FunctionCounters>() as u64 * function_slots as u64;
     let r = core::mem::size_of::<RequestSlot>() as u64 * request_slots as u64;
-    h + c + p + f + r
+    let t = core::mem::size_of::<CallTiming>() as u64 * function_slots as u64;
+    h + c + p + f + r + t
+}
+
+/// The offset of the [`CallTiming`] array of a well-formed segment: after
+/// the request table.
+pub const fn timing_offset(peer_slots: u32, function_slots: u32, request_slots: u32) -> u64 {
+    let (_, _, _, requests) = offsets(peer_slots, function_slots);
+    requests + core::mem::size_of::<RequestSlot>() as u64 * request_slots as u64
 }
 
 /// The offsets a well-formed segment has: (counters, peers, functions,
@@ -176,16 +221,19 @@ mod tests {
     #[test]
     fn layout_is_stable() {
         // A change here is a layout change: bump VERSION with it.
-        assert_eq!(core::mem::size_of::<Header>(), 88);
+        assert_eq!(core::mem::size_of::<Header>(), 96);
         assert_eq!(core::mem::size_of::<RankCounters>(), 56);
         assert_eq!(core::mem::size_of::<PeerCounters>(), 32);
         assert_eq!(core::mem::size_of::<FunctionCounters>(), 24);
         assert_eq!(core::mem::size_of::<RequestSlot>(), 32);
+        assert_eq!(core::mem::size_of::<CallTiming>(), 304);
         let (c, p, f, r) = offsets(4, 10);
-        assert_eq!((c, p, f, r), (88, 144, 272, 512));
-        assert_eq!(segment_size(4, 10, 2), 512 + 64);
+        assert_eq!((c, p, f, r), (96, 152, 280, 520));
+        let t = timing_offset(4, 10, 2);
+        assert_eq!(t, 520 + 64);
+        assert_eq!(segment_size(4, 10, 2), t + 304 * 10);
         // Every array starts 8-byte aligned, so its atomics are naturally aligned.
-        for o in [c, p, f, r] {
+        for o in [c, p, f, r, t] {
             assert_eq!(o % 8, 0);
         }
     }

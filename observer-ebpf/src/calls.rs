@@ -6,16 +6,19 @@
 use aya_ebpf::{
     EbpfContext as _,
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated::bpf_get_attach_cookie},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        generated::{bpf_get_attach_cookie, bpf_send_signal_thread},
+    },
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
 use observer_common::{
     cookie,
-    maps::{ErrorCounter, Inflight, STACK_DEPTH, StatKey, hist_slot},
+    maps::{ErrorCounter, INFLIGHT_SKIP, Inflight, STACK_DEPTH, StatKey, hist_slot},
 };
 
-use crate::{ERRORS, INFLIGHT, STATS, ZERO, bytes};
+use crate::{ERRORS, INFLIGHT, PROCS, STATS, ZERO, bytes};
 
 /// Entry of a call that moves no data of its own (synchronisation, request
 /// completion, one-sided, I/O, everything else).
@@ -62,6 +65,32 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
         stack: [0; STACK_DEPTH],
     };
     e.stack[0] = func;
+    if let Some(cfg) = PROCS.get_ptr_mut(&((id >> 32) as u32)) {
+        let cfg = unsafe { &mut *cfg };
+        if cfg.skip_hi != 0 || cfg.inject_signal != 0 {
+            // At the entry, before the first instruction, rsp points at the
+            // return address: the caller's code.
+            let rsp = unsafe { core::ptr::read_volatile(&(*ctx.regs).rsp) };
+            let from = unsafe { bpf_probe_read_user(rsp as *const u64) }.unwrap_or(0);
+            if from >= cfg.skip_lo && from < cfg.skip_hi {
+                // Made by the injected shim, which counts it: track it so
+                // its nested calls stay nested, never record it.
+                e.unknown = INFLIGHT_SKIP;
+                if INFLIGHT.insert(&id, &e, 0).is_err() {
+                    bump(ErrorCounter::InflightUpdate);
+                }
+                return;
+            }
+            let sig = cfg.inject_signal;
+            if sig != 0 && !(from >= cfg.lib_lo && from < cfg.lib_hi) {
+                // The injection's stop point: the application's own call,
+                // at its entry. One thread is enough; the daemon sends any
+                // other that raced here on its way.
+                cfg.inject_signal = 0;
+                unsafe { bpf_send_signal_thread(sig) };
+            }
+        }
+    }
     if with_bytes && cookie::has_bytes(cookie) {
         bytes::account(ctx, cookie, (id >> 32) as u32, &mut e);
     }
@@ -98,6 +127,9 @@ fn leave(ctx: &RetProbeContext) {
     }
     let done = *e;
     let _ = INFLIGHT.remove(&id);
+    if done.unknown & INFLIGHT_SKIP != 0 {
+        return;
+    }
     record(
         StatKey {
             tgid: (id >> 32) as u32,

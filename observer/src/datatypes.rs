@@ -172,5 +172,6 @@ pub fn proc_config(lib: &Library, dt: &Datatypes, bytes: bool) -> ProcConfig {
         bytes: u32::from(bytes),
         ompi_dt_class: class,
         ompi_dt_size_offset: offset,
+        ..ProcConfig::default()
     }
 }

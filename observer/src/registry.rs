@@ -116,6 +116,40 @@ impl Rank {
     }
 }
 
+/// A rank's call statistics: from the probes, or from a ready segment's
+/// timing, which replaces them (the shim was there from the process's start
+/// and counted every call the probes saw) or, for an injected shim, adds to
+/// them (the probes counted up to the handover, the shim from it on; see
+/// docs/inject.md). Without `bytes`, no byte figures.
+fn rank_calls(
+    probed: Option<CallsByFunction>,
+    f: Option<&Figures>,
+    bytes: bool,
+) -> Option<CallsByFunction> {
+    let Some(f) = f.filter(|f| f.ready) else {
+        return probed;
+    };
+    let mut out = if f.injected {
+        probed.unwrap_or_default()
+    } else {
+        CallsByFunction::default()
+    };
+    for (&id, t) in &f.timing {
+        let mut s = observer_common::maps::CallStats::ZERO;
+        s.calls = t.calls;
+        s.time_ns = t.time_ns;
+        s.hist = t.hist;
+        if bytes {
+            s.bytes = t.bytes;
+            s.bytes_unknown = t.bytes_unknown;
+        }
+        out.entry(id)
+            .or_insert(observer_common::maps::CallStats::ZERO)
+            .add(&s);
+    }
+    Some(out)
+}
+
 /// What the daemon knows and holds.
 pub struct State {
     /// The loaded programs and maps; `None` with `--no-bpf`.
@@ -183,9 +217,15 @@ impl State {
         let lib = symbols::read_library(&host_path)?;
         let dt = datatypes::inspect(pid, &lib, &map);
         let config = datatypes::proc_config(&lib, &dt, self.bytes);
+        // A rank whose shim already times its calls gets no probes: the
+        // segment counts them all (see `rank_calls`).
+        let timed =
+            matches!(Segment::open(pid), Ok(Some(seg)) if seg.read().is_ok_and(|f| f.ready));
         let attachment = match self.probes.as_mut() {
-            Some(p) => Some(p.attach(pid, &host_path, &lib, config, &dt.sizes, &self.functions)?),
-            None => None,
+            Some(p) if !timed => {
+                Some(p.attach(pid, &host_path, &lib, config, &dt.sizes, &self.functions)?)
+            }
+            _ => None,
         };
         if let Some(a) = &attachment {
             self.selfm.probes.add(a.probes as i64);
@@ -287,7 +327,13 @@ impl State {
     /// Finds segments not found yet and reads every segment's figures.
     /// A segment that fails is skipped (its figures are dropped) and counted
     /// once per change of problem.
+    ///
+    /// A rank whose segment is ready loses its probes at that moment: the
+    /// shim times every call of the process from its first (see
+    /// `rank_calls`), so the probes would only count calls twice. An
+    /// injected shim's handover is the injector's (docs/inject.md).
     pub fn read_segments(&mut self) {
+        let mut handover = Vec::new();
         for r in self.ranks.values_mut() {
             if r.segment.is_none() && r.exited_at.is_none() {
                 match Segment::open(r.pid) {
@@ -304,6 +350,9 @@ impl State {
             let Some(seg) = &r.segment else { continue };
             match seg.read() {
                 Ok(f) => {
+                    if f.ready && !f.injected && r.attachment.is_some() {
+                        handover.push(r.pid);
+                    }
                     r.figures = Some(f);
                     r.segment_problem = None;
                 }
@@ -315,6 +364,9 @@ impl State {
                     }
                 }
             }
+        }
+        for pid in handover {
+            self.detach(pid);
         }
     }
 
@@ -340,7 +392,7 @@ impl State {
                 started: r.started_at,
                 attached: r.attached_at,
                 exited: r.exited_wall,
-                calls: calls.remove(&r.pid),
+                calls: rank_calls(calls.remove(&r.pid), r.figures.as_ref(), self.bytes),
                 segment: r.figures.as_ref().map(|f| SegmentSnapshot {
                     figures: f.clone(),
                     // Zero for a rank that exited.

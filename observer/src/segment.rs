@@ -24,6 +24,7 @@ use std::{
 use observer_common::{
     FUNCTION_COUNT,
     generated::functions::SPEC_FINGERPRINT,
+    maps::HIST_SLOTS,
     segment::{self, Header, MAGIC, MAX_SEGMENT_BYTES, VERSION, request_state},
 };
 
@@ -81,6 +82,21 @@ pub struct LayerCalls {
     pub bytes: Directed,
 }
 
+/// One function as the shim times it at the application's level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timing {
+    /// Calls.
+    pub calls: u64,
+    /// Total nanoseconds.
+    pub time_ns: u64,
+    /// Bytes per direction, by the probes' definition.
+    pub bytes: [u64; 2],
+    /// Calls whose byte figure for that direction is unknown.
+    pub bytes_unknown: [u64; 2],
+    /// log2 latency histogram (the probes' slots).
+    pub hist: [u64; HIST_SLOTS],
+}
+
 /// Request counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Requests {
@@ -103,6 +119,14 @@ pub struct Figures {
     pub peers: BTreeMap<u32, PeerTraffic>,
     /// Function ID to its calls and bytes; only functions called.
     pub functions: BTreeMap<u16, LayerCalls>,
+    /// Whether the segment was initialised (ready) when read; only then
+    /// do its figures, timing included, stand for the rank.
+    pub ready: bool,
+    /// The shim was injected: its timing counts from the injection on, and
+    /// adds to what the probes counted before.
+    pub injected: bool,
+    /// Function ID to its application-level timing; only functions called.
+    pub timing: BTreeMap<u16, Timing>,
     /// Request counters.
     pub requests: Requests,
     /// Messages with world ranks beyond the peer array.
@@ -360,14 +384,21 @@ impl Mapping {
         let offsets_ok = self.u64_at(h(offset_of!(Header, counters_offset))) == co
             && self.u64_at(h(offset_of!(Header, peers_offset))) == po
             && self.u64_at(h(offset_of!(Header, functions_offset))) == fo
-            && self.u64_at(h(offset_of!(Header, requests_offset))) == ro;
+            && self.u64_at(h(offset_of!(Header, requests_offset))) == ro
+            && self.u64_at(h(offset_of!(Header, timing_offset)))
+                == segment::timing_offset(peer_slots, function_slots, request_slots)
+            && self.u32_at(h(offset_of!(Header, flags))) & !segment::flags::KNOWN == 0;
         if !header_ok || !offsets_ok {
             return Err(SegmentProblem::Corrupt);
         }
         use observer_common::segment::{
-            FunctionCounters as F, PeerCounters as P, RankCounters as C, RequestSlot as R,
+            CallTiming as T, FunctionCounters as F, PeerCounters as P, RankCounters as C,
+            RequestSlot as R,
         };
+        let to = segment::timing_offset(peer_slots, function_slots, request_slots);
         let mut out = Figures {
+            ready: true,
+            injected: self.u32_at(h(offset_of!(Header, flags))) & segment::flags::INJECTED != 0,
             world_size,
             ..Figures::default()
         };
@@ -405,6 +436,27 @@ impl Mapping {
                         bytes: directed(b + offset_of!(F, bytes) as u64),
                     },
                 );
+            }
+        }
+        for f in 0..u64::from(function_slots) {
+            let b = to + f * size_of::<T>() as u64;
+            let calls = self.u64_at(b + offset_of!(T, calls) as u64);
+            if calls != 0 {
+                let d = |field: usize, i: usize| self.u64_at(b + (field + 8 * i) as u64);
+                let mut t = Timing {
+                    calls,
+                    time_ns: self.u64_at(b + offset_of!(T, time_ns) as u64),
+                    bytes: [d(offset_of!(T, bytes), 0), d(offset_of!(T, bytes), 1)],
+                    bytes_unknown: [
+                        d(offset_of!(T, bytes_unknown), 0),
+                        d(offset_of!(T, bytes_unknown), 1),
+                    ],
+                    hist: [0; HIST_SLOTS],
+                };
+                for (i, v) in t.hist.iter_mut().enumerate() {
+                    *v = self.u64_at(b + (offset_of!(T, hist) + 8 * i) as u64);
+                }
+                out.timing.insert(f as u16, t);
             }
         }
         let mut oldest = u64::MAX;
@@ -452,7 +504,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt as _;
 
     use observer_common::segment::{
-        FunctionCounters, Header, PeerCounters, RankCounters, RequestSlot,
+        CallTiming, FunctionCounters, Header, PeerCounters, RankCounters, RequestSlot,
     };
 
     use super::*;
@@ -490,7 +542,14 @@ mod tests {
         put64(&mut b, offset_of!(Header, peers_offset), po);
         put64(&mut b, offset_of!(Header, functions_offset), fo);
         put64(&mut b, offset_of!(Header, requests_offset), ro);
+        let to = segment::timing_offset(peers, funcs, reqs);
+        put64(&mut b, offset_of!(Header, timing_offset), to);
         put32(&mut b, offset_of!(Header, ready), 1);
+        let t7 = to as usize + 7 * size_of::<CallTiming>();
+        put64(&mut b, t7 + offset_of!(CallTiming, calls), 3);
+        put64(&mut b, t7 + offset_of!(CallTiming, time_ns), 3000);
+        put64(&mut b, t7 + offset_of!(CallTiming, bytes) + 8, 96);
+        put64(&mut b, t7 + offset_of!(CallTiming, hist) + 8 * 10, 3);
         put64(
             &mut b,
             co as usize + offset_of!(RankCounters, requests_started),
@@ -540,6 +599,7 @@ mod tests {
         let now = monotonic_ns();
         let f = read("ok", &image(now), 0o600).unwrap();
         assert_eq!(f.world_size, 4);
+        assert!(f.ready);
         assert_eq!(
             f.peers.get(&2),
             Some(&PeerTraffic {
@@ -555,6 +615,19 @@ mod tests {
                 bytes: Directed::default(),
             })
         );
+        let mut hist = [0; HIST_SLOTS];
+        hist[10] = 3;
+        assert_eq!(
+            f.timing.get(&7),
+            Some(&Timing {
+                calls: 3,
+                time_ns: 3000,
+                bytes: [0, 96],
+                bytes_unknown: [0, 0],
+                hist,
+            })
+        );
+        assert_eq!(f.timing.len(), 1);
         assert_eq!(f.requests.started, 7);
         assert_eq!(f.outstanding, 2);
         assert_eq!((f.persistent_active, f.persistent_inactive), (1, 1));
@@ -589,6 +662,13 @@ mod tests {
         let off = std::mem::offset_of!(Header, spec_fingerprint);
         other_ids[off] ^= 1;
         assert_eq!(read("ids", &other_ids, 0o600), Err(SegmentProblem::Version));
+        let mut bad_timing = good.clone();
+        let off = std::mem::offset_of!(Header, timing_offset);
+        bad_timing[off] ^= 8;
+        assert_eq!(
+            read("timing", &bad_timing, 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
         assert_eq!(read("perm", &good, 0o666), Err(SegmentProblem::Untrusted));
         let garbage: Vec<u8> = (0..4096u32)
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)

@@ -7,17 +7,21 @@
 //! initial-exec model: one GOT load and one `%fs`-relative access. The linker
 //! marks the object `STATIC_TLS`, which an `LD_PRELOAD`ed library (or one
 //! dlopened into glibc's surplus static TLS) satisfies.
+//!
+//! The word after the depth is the thread's timing flag (see
+//! [`crate::timing`]): 1 while an application-level call is being timed.
 
 core::arch::global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
-    ".p2align 2",
+    ".p2align 3",
     // Global so every codegen unit can reach it, hidden so it is not exported.
     ".globl mpi_observer_shim_depth",
     ".hidden mpi_observer_shim_depth",
     ".type mpi_observer_shim_depth,@object",
-    ".size mpi_observer_shim_depth,4",
+    // The depth, then the timing flag of `crate::timing` (one u32 each).
+    ".size mpi_observer_shim_depth,8",
     "mpi_observer_shim_depth:",
-    ".zero 4",
+    ".zero 8",
     ".popsection",
 );
 

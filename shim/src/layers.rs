@@ -286,7 +286,10 @@ fn build() -> Result<(), ShimError> {
     for layer in list.with_fortran() {
         levels.push(match layer {
             Layer::Fortran => Level::Fortran,
-            Layer::Stats => Level::Builtin(&stats::LAYER),
+            Layer::Stats => {
+                crate::timing::enable();
+                Level::Builtin(&stats::LAYER)
+            }
             Layer::Library {
                 entry,
                 load_as,

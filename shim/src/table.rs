@@ -49,11 +49,7 @@ impl Raw {
 
 /// One Fortran symbol family: the spellings of one binding of one procedure.
 pub(crate) struct FortranRow {
-    /// The procedure, for messages.
-    #[expect(
-        dead_code,
-        reason = "kept so the table reads as data; messages use the spellings"
-    )]
+    /// The procedure: the row a timed call of this family counts under.
     pub(crate) function: observer_common::FunctionId,
     /// Spellings that enter at the caller's level, the canonical one first.
     pub(crate) mpi: &'static [&'static str],
@@ -161,12 +157,30 @@ macro_rules! dispatch {
             }
             return unsafe { cold($($a),*) };
         }
+        // The application's level (see crate::timing): depth 0 and no
+        // timed call open on this thread; 0 when not timed.
+        let t0 = if depth == 0 && $crate::timing::enabled() {
+            // SAFETY: this thread's depth variable.
+            unsafe { $crate::timing::enter(slot) }
+        } else {
+            0
+        };
+        // Bytes by the probes' definition, read at entry as the probe does;
+        // only for the procedures that move data.
+        let b = if t0 != 0 && const { $crate::timing::has_bytes($row) } {
+            $crate::timing::bytes($row, &[$($a),*])
+        } else {
+            $crate::timing::Bytes::default()
+        };
         unsafe { slot.write(level) };
         // SAFETY: `f` is the address of this procedure (or Fortran symbol) in
         // some layer, which takes these words and returns this type.
         let f: unsafe extern "C" fn($(word!($a)),*) -> $ret = unsafe { core::mem::transmute(f) };
         let r = unsafe { f($($a),*) };
         unsafe { $crate::depth::slot_again().write(depth) };
+        if t0 != 0 {
+            $crate::timing::leave($row, t0, b);
+        }
         r
     }};
 }

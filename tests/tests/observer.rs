@@ -33,39 +33,9 @@ fn start_mix(mpi: Mpi, dir: &Path, np: u32, iters: u64) -> Job {
     start_program(mpi, dir, np, "mix.c", &[iters.to_string()])
 }
 
-/// Expected (function, calls, send bytes, recv bytes, unknown send calls)
-/// for one rank of mix.c; `derived_known` says whether the library lets the
-/// probe read a derived datatype's size.
+/// mix.c's expected figures for one rank: see [`e2e::mix_expected`].
 fn expected(rank: u32, derived_known: bool) -> BTreeMap<&'static str, (u64, u64, u64, u64)> {
-    let i = ITERS;
-    let mut e = BTreeMap::new();
-    e.insert("MPI_Isend", (i, 64 * i, 0, 0));
-    e.insert("MPI_Irecv", (i, 0, 64 * i, 0));
-    e.insert("MPI_Waitall", (i, 0, 0, 0));
-    e.insert("MPI_Sendrecv", (i, 64 * i, 64 * i, 0));
-    e.insert("MPI_Bcast", (i, 0, 128 * i, 0));
-    e.insert("MPI_Allreduce", (i, 32 * i, 32 * i, 0));
-    e.insert("MPI_Reduce", (i, 8 * i, 0, 0));
-    e.insert("MPI_Barrier", (i, 0, 0, 0));
-    e.insert("MPI_Gather", (i, 4 * i, 0, 0));
-    e.insert("MPI_Alltoall", (i, 8 * i, 8 * i, 0));
-    e.insert("MPI_Allgather", (i, 4 * i, 4 * i, 0));
-    e.insert("MPI_Finalize", (1, 0, 0, 0));
-    match rank {
-        0 => {
-            e.insert("MPI_Send", (i, 100 * i, 0, 0));
-            let (bytes, unknown) = if derived_known { (24 * i, 0) } else { (0, i) };
-            e.insert("MPI_Ssend", (i, bytes, 0, unknown));
-        }
-        1 => {
-            e.insert("MPI_Recv", (i, 0, 100 * i, 0));
-        }
-        2 => {
-            e.insert("MPI_Recv", (i, 0, 24 * i, 0));
-        }
-        _ => {}
-    }
-    e
+    e2e::mix_expected(rank, ITERS, derived_known)
 }
 
 fn check_exact(samples: &[Sample], mpi: Mpi, jobid: &str) {

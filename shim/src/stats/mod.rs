@@ -31,7 +31,7 @@ mod comms;
 mod complete;
 mod p2p;
 mod requests;
-mod segment;
+pub(crate) mod segment;
 
 /// A layer implemented inside the shim.
 pub(crate) struct Builtin {

@@ -16,8 +16,8 @@ use observer_common::{
     FUNCTION_COUNT,
     generated::functions::SPEC_FINGERPRINT,
     segment::{
-        FunctionCounters, Header, MAGIC, MAX_PEER_SLOTS, PATH_PREFIX, PeerCounters, REQUEST_SLOTS,
-        RankCounters, RequestSlot, VERSION, offsets, segment_size,
+        CallTiming, FunctionCounters, Header, MAGIC, MAX_PEER_SLOTS, PATH_PREFIX, PeerCounters,
+        REQUEST_SLOTS, RankCounters, RequestSlot, VERSION, offsets, segment_size, timing_offset,
     },
 };
 
@@ -37,6 +37,9 @@ pub(crate) struct State {
     pub(crate) functions: &'static [FunctionCounters],
     /// The request table.
     pub(crate) requests: &'static [RequestSlot],
+    /// Per-function timing at the application's level, indexed by
+    /// `FunctionId` (see [`crate::timing`]).
+    pub(crate) timing: &'static [CallTiming],
     /// The segment's path, unlinked at `MPI_Finalize`.
     path: CString,
     /// `MPI_THREAD_MULTIPLE`: counters need atomic read-modify-writes.
@@ -210,6 +213,7 @@ fn build() -> Result<State, SegmentError> {
     unsafe { libc::close(fd) };
     let base = base.cast::<u8>();
     let (c, p, f, r) = offsets(peer_slots, functions);
+    let t = timing_offset(peer_slots, functions, REQUEST_SLOTS);
     // SAFETY: the mapping is `size` bytes of zeroes (fresh file), page
     // aligned, and every offset is 8-byte aligned (checked in
     // observer-common), so these are valid, aligned, initialised (all-zero
@@ -229,6 +233,7 @@ fn build() -> Result<State, SegmentError> {
         (*h).peers_offset = p;
         (*h).functions_offset = f;
         (*h).requests_offset = r;
+        (*h).timing_offset = t;
         let state = State {
             abi,
             world_size,
@@ -245,10 +250,15 @@ fn build() -> Result<State, SegmentError> {
                 base.add(r as usize).cast::<RequestSlot>(),
                 REQUEST_SLOTS as usize,
             ),
+            timing: core::slice::from_raw_parts(
+                base.add(t as usize).cast::<CallTiming>(),
+                FUNCTION_COUNT,
+            ),
             path: cpath,
             multi,
             pid: std::process::id(),
         };
+        crate::timing::seed(state.timing);
         // Last, with Release: a reader that sees 1 sees the whole header.
         (*(&raw const (*h).ready).cast::<AtomicU32>()).store(1, Release);
         state

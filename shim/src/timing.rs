@@ -1,0 +1,329 @@
+//! Per-call timing at the application's level (issue 10).
+//!
+//! When the `stats` layer is in the tools list, the dispatch (`dispatch!` in
+//! [`crate::table`]) times every call the application makes: a call that
+//! enters at depth 0 while no timed call is open on the thread. A tool's or
+//! the library's nested MPI calls run at a deeper level, or (a tool at the
+//! top level) with the thread's timing flag set, so they are not counted:
+//! the same meaning as the probes' "outermost call per thread". Fortran
+//! calls count under their procedure's C function ID.
+//!
+//! Each timed call reads the clock twice and adds its calls, nanoseconds,
+//! log2 histogram slot and bytes to the segment's [`CallTiming`] row, with
+//! the stats layer's plain-or-atomic add (`State::add`: atomic under
+//! `MPI_THREAD_MULTIPLE`). Calls that end before the segment exists
+//! (`MPI_Initialized`, `MPI_Get_version`... before `MPI_Init`) are kept in
+//! a process-local block, [`EARLY`], that the segment starts from: so the
+//! segment holds every application-level call of the process, which is what
+//! lets the daemon use it alone for a rank (see docs/stats.md). `MPI_Init`
+//! and `MPI_Init_thread` land in the segment itself, which they create
+//! before they return.
+//!
+//! **The clock.** `CLOCK_MONOTONIC` through the vDSO costs about 20 ns
+//! here; the CPU's time-stamp counter about 9. When the kernel itself keeps
+//! time with the TSC (its clocksource is `tsc`, which it only chooses for an
+//! invariant, synchronised counter), calls are timed with `rdtsc`, converted
+//! with a ratio measured against `CLOCK_MONOTONIC` over the first
+//! [`CALIBRATION_NS`] after timing starts; until then, and on any other
+//! clocksource, with `clock_gettime`. A start read from the TSC carries
+//! [`TSC`] so a call that straddles the switch is still measured right.
+//!
+//! **Bytes** follow the probes' definition (README, "Byte conventions"), from
+//! the same per-function table (`FunctionInfo::bytes`): count x type size of
+//! the named arguments, `MPI_IN_PLACE` counting nothing, a negative count or
+//! a type the library cannot size counting as unknown. The type size comes
+//! from the stats layer's ABI (the handle for MPICH's builtins and the
+//! standard ABI's fixed-size types, else the library's `MPI_Type_size_x`),
+//! so derived types are sized too. Fortran calls count their bytes as
+//! unknown: their arguments are Fortran handles passed by reference.
+//!
+//! [`CallTiming`]: observer_common::segment::CallTiming
+
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+use observer_common::{
+    FUNCTION_COUNT, FUNCTIONS,
+    functions::{CountKind, Family},
+    maps::hist_slot,
+    segment::CallTiming,
+};
+
+use crate::generated::fortran::FORTRAN;
+
+/// Calls timed before the segment existed; copied into it when it is made.
+static EARLY: [CallTiming; FUNCTION_COUNT] = [const {
+    CallTiming {
+        calls: core::sync::atomic::AtomicU64::new(0),
+        time_ns: core::sync::atomic::AtomicU64::new(0),
+        bytes: [const { core::sync::atomic::AtomicU64::new(0) }; 2],
+        bytes_unknown: [const { core::sync::atomic::AtomicU64::new(0) }; 2],
+        hist: [const { core::sync::atomic::AtomicU64::new(0) }; observer_common::maps::HIST_SLOTS],
+    }
+}; FUNCTION_COUNT];
+
+/// Copies the calls timed so far into the new segment's block `to`, before
+/// the segment is published.
+pub(crate) fn seed(to: &[CallTiming]) {
+    for (e, t) in EARLY.iter().zip(to) {
+        t.calls.store(e.calls.load(Relaxed), Relaxed);
+        t.time_ns.store(e.time_ns.load(Relaxed), Relaxed);
+        for d in 0..2 {
+            t.bytes[d].store(e.bytes[d].load(Relaxed), Relaxed);
+            t.bytes_unknown[d].store(e.bytes_unknown[d].load(Relaxed), Relaxed);
+        }
+        for (a, b) in e.hist.iter().zip(&t.hist) {
+            b.store(a.load(Relaxed), Relaxed);
+        }
+    }
+}
+
+/// Whether calls are timed: the `stats` layer is in the list.
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Turns timing on; called while the stack is built.
+pub(crate) fn enable() {
+    start_calibration();
+    ENABLED.store(true, Relaxed);
+}
+
+/// Whether calls are timed.
+#[inline(always)]
+pub(crate) fn enabled() -> bool {
+    ENABLED.load(Relaxed)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds, through the vDSO; never 0, and below
+/// [`TSC`].
+#[inline(always)]
+fn now_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64).clamp(1, TSC - 1)
+}
+
+/// Marks a start read from the TSC (a count below 2^63: a century at 3 GHz).
+const TSC: u64 = 1 << 63;
+/// How long the TSC is measured against `CLOCK_MONOTONIC` before it is used.
+const CALIBRATION_NS: u64 = 5_000_000;
+
+/// Nanoseconds per TSC tick in 32.32 fixed point; 0 until calibrated, and
+/// for ever where the kernel does not keep time with the TSC.
+static TSC_MULT: AtomicU64 = AtomicU64::new(0);
+/// The calibration's start: (TSC, `CLOCK_MONOTONIC`); TSC 0 = no TSC.
+static CAL_TSC: AtomicU64 = AtomicU64::new(0);
+static CAL_NS: AtomicU64 = AtomicU64::new(0);
+
+#[inline(always)]
+fn rdtsc() -> u64 {
+    // SAFETY: rdtsc has no preconditions on x86-64 (user mode may read it
+    // unless the kernel sets CR4.TSD, which it does only for seccomp's
+    // strict mode, where the kernel's clocksource check below fails too).
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// Whether the kernel's clocksource is the TSC: read once, when timing
+/// starts, with plain system calls.
+fn kernel_uses_tsc() -> bool {
+    const PATH: &core::ffi::CStr =
+        c"/sys/devices/system/clocksource/clocksource0/current_clocksource";
+    let mut buf = [0u8; 16];
+    // SAFETY: open/read/close of a NUL-terminated path into an owned buffer.
+    let n = unsafe {
+        let fd = libc::open(PATH.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    n >= 3 && &buf[..n as usize] == b"tsc\n"
+}
+
+/// Starts measuring the TSC against the clock, if the kernel trusts it.
+fn start_calibration() {
+    if kernel_uses_tsc() {
+        CAL_NS.store(now_ns(), Relaxed);
+        CAL_TSC.store(rdtsc().max(1), Relaxed);
+    }
+}
+
+/// Finishes the calibration once [`CALIBRATION_NS`] have passed since it
+/// started; `now` is `CLOCK_MONOTONIC`.
+#[cold]
+fn try_calibrate(now: u64) {
+    let t0 = CAL_TSC.load(Relaxed);
+    let n0 = CAL_NS.load(Relaxed);
+    if t0 == 0 || now < n0 + CALIBRATION_NS {
+        return;
+    }
+    let ticks = rdtsc().wrapping_sub(t0);
+    let ns = now_ns() - n0;
+    if ticks == 0 || ticks >= TSC {
+        // A counter that stood still or went back: keep the clock.
+        CAL_TSC.store(0, Relaxed);
+        return;
+    }
+    let mult = ((u128::from(ns) << 32) / u128::from(ticks)) as u64;
+    TSC_MULT.store(mult.max(1), Relaxed);
+}
+
+/// The start of a timed call: a TSC count with [`TSC`] set, or nanoseconds.
+#[inline(always)]
+fn start() -> u64 {
+    if TSC_MULT.load(Relaxed) != 0 {
+        rdtsc() | TSC
+    } else {
+        now_ns()
+    }
+}
+
+/// Nanoseconds since `t0`, a value of [`start`].
+#[inline(always)]
+fn elapsed(t0: u64) -> u64 {
+    if t0 & TSC != 0 {
+        let ticks = rdtsc().wrapping_sub(t0 & !TSC);
+        if ticks >= TSC {
+            // Read on another CPU a little behind: no time.
+            return 0;
+        }
+        ((u128::from(ticks) * u128::from(TSC_MULT.load(Relaxed))) >> 32) as u64
+    } else {
+        let now = now_ns();
+        if CAL_TSC.load(Relaxed) != 0 && TSC_MULT.load(Relaxed) == 0 {
+            try_calibrate(now);
+        }
+        now.saturating_sub(t0)
+    }
+}
+
+/// Opens a timed call if none is open on this thread: returns its start,
+/// or 0 (a nested call at depth 0, made by a tool at the top level).
+///
+/// # Safety
+/// `depth` is this thread's depth variable ([`crate::depth::slot`]).
+#[inline(always)]
+pub(crate) unsafe fn enter(depth: *mut u32) -> u64 {
+    // SAFETY: the word after the depth is this thread's timing flag.
+    let flag = unsafe { depth.add(1) };
+    // SAFETY: as above.
+    if unsafe { flag.read() } != 0 {
+        return 0;
+    }
+    // SAFETY: as above.
+    unsafe { flag.write(1) };
+    start()
+}
+
+/// A timed call's bytes by the probes' definition: per direction, and bit
+/// `d` of `unknown` when direction `d`'s figure could not be known.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Bytes {
+    bytes: [u64; 2],
+    unknown: u8,
+}
+
+/// Whether row `row` is a C procedure that moves data by the probes'
+/// definition; Fortran rows (`row >= FUNCTION_COUNT`) are counted as
+/// unknown in [`leave`] instead.
+pub(crate) const fn has_bytes(row: usize) -> bool {
+    row < FUNCTION_COUNT
+        && (!matches!(FUNCTIONS[row].bytes[0].kind, CountKind::None)
+            || !matches!(FUNCTIONS[row].bytes[1].kind, CountKind::None))
+}
+
+/// The bytes of a call of C procedure `row` with argument words `args`,
+/// read at entry as the probe does (`observer-ebpf/src/bytes.rs`).
+#[inline(never)]
+pub(crate) fn bytes(row: usize, args: &[usize]) -> Bytes {
+    let info = &FUNCTIONS[row];
+    let mut out = Bytes::default();
+    let state = crate::stats::segment::state();
+    for p in &info.bytes {
+        let dir = p.direction as usize & 1;
+        let word = |i: u8| args.get(usize::from(i)).copied();
+        let count = match p.kind {
+            CountKind::None => continue,
+            CountKind::Unknowable => None,
+            CountKind::Int32 => word(p.count).map(|w| i64::from(w as u32 as i32)),
+            CountKind::Count64 => word(p.count).map(|w| w as i64),
+        };
+        // Before MPI_Init no call moves data; after it, the segment knows
+        // the ABI.
+        let Some(s) = state else {
+            out.unknown |= 1 << dir;
+            continue;
+        };
+        if matches!(info.family, Family::Collective) && word(p.buf) == Some(s.abi.c.in_place) {
+            continue;
+        }
+        let size = match (count, word(p.datatype)) {
+            (Some(0), _) => Some(0),
+            (Some(n), Some(dt)) if n > 0 => s.abi.bytes(n, s.abi.handle(dt)),
+            _ => None,
+        };
+        match size {
+            Some(b) => out.bytes[dir] += b,
+            None => out.unknown |= 1 << dir,
+        }
+    }
+    out
+}
+
+/// Closes the timed call of `row` started at `t0` and records it with its
+/// bytes `b`.
+#[inline(never)]
+pub(crate) fn leave(row: usize, t0: u64, b: Bytes) {
+    let ns = elapsed(t0);
+    // SAFETY: this thread's depth variable and the flag after it.
+    unsafe { crate::depth::slot_again().add(1).write(0) };
+    let (id, b) = if row < FUNCTION_COUNT {
+        (row, b)
+    } else {
+        let f = FORTRAN[row - FUNCTION_COUNT].function as usize;
+        let unknown = if has_bytes(f) {
+            let info = &FUNCTIONS[f];
+            info.bytes
+                .iter()
+                .filter(|p| !matches!(p.kind, CountKind::None))
+                .fold(0, |u, p| u | 1 << (p.direction as u8 & 1))
+        } else {
+            0
+        };
+        (
+            f,
+            Bytes {
+                bytes: [0; 2],
+                unknown,
+            },
+        )
+    };
+    let Some(s) = crate::stats::segment::state() else {
+        // Before MPI_Init: rare, so always atomic.
+        let c = &EARLY[id];
+        c.calls.fetch_add(1, Relaxed);
+        c.time_ns.fetch_add(ns, Relaxed);
+        c.hist[hist_slot(ns)].fetch_add(1, Relaxed);
+        for d in 0..2 {
+            if b.unknown & (1 << d) != 0 {
+                c.bytes_unknown[d].fetch_add(1, Relaxed);
+            }
+        }
+        return;
+    };
+    let c = &s.timing[id];
+    s.add(&c.calls, 1);
+    s.add(&c.time_ns, ns);
+    s.add(&c.hist[hist_slot(ns)], 1);
+    for d in 0..2 {
+        if b.unknown & (1 << d) != 0 {
+            s.add(&c.bytes_unknown[d], 1);
+        } else if b.bytes[d] != 0 {
+            s.add(&c.bytes[d], b.bytes[d]);
+        }
+    }
+}
