@@ -68,6 +68,10 @@ pub mod go {
     /// application's thread, at the end of its next timed call (no stop,
     /// no tracing), and then stores state EJECTED.
     pub const EJECT: u32 = 3;
+    /// After state COMMITTED: the probes record no new call of the
+    /// process (`ProcConfig::handed_over`); the shim may return to the
+    /// application, whose calls it alone counts from then on.
+    pub const HANDED: u32 = 4;
 }
 
 /// The mailbox. The daemon writes it in the target next to the stub; the

@@ -174,12 +174,15 @@ pub struct ProcConfig {
     /// signal to its own thread, which the daemon, tracing it, catches
     /// there; then it is cleared. See docs/inject.md.
     pub inject_signal: u32,
-    /// Zero.
-    pub pad: u32,
+    /// Non-zero once an injected shim has rewritten the process's slots and
+    /// counts its calls: the probes then only finish the calls already open
+    /// and record no new one (docs/inject.md, "Handover").
+    pub handed_over: u32,
 }
 
 /// Bit of [`Inflight::unknown`] marking a call made from
-/// [`ProcConfig::skip_lo`]'s range: it is tracked, so the calls nested in it
+/// [`ProcConfig::skip_lo`]'s range, or begun after
+/// [`ProcConfig::handed_over`]: it is tracked, so the calls nested in it
 /// stay nested, but never recorded.
 pub const INFLIGHT_SKIP: u32 = 1 << 31;
 

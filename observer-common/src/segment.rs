@@ -73,7 +73,7 @@ pub struct Header {
     /// 1 once initialised.
     pub ready: AtomicU32,
     /// [`flags`]: how the segment's figures relate to the process.
-    pub flags: u32,
+    pub flags: AtomicU32,
 }
 
 /// Bits of [`Header::flags`].
@@ -83,8 +83,12 @@ pub mod flags {
     /// injection on, not from the process's start, so a reader adds it to
     /// what it counted before instead of replacing that.
     pub const INJECTED: u32 = 1;
+    /// Set with `INJECTED` when the daemon detached the injected shim: its
+    /// slots are back, it counts nothing more, and a daemon attaching later
+    /// probes the rank again (the timing block keeps what it counted).
+    pub const EJECTED: u32 = 2;
     /// Every bit a reader of this version knows.
-    pub const KNOWN: u32 = INJECTED;
+    pub const KNOWN: u32 = INJECTED | EJECTED;
 }
 
 /// Rank-wide counters.

@@ -67,6 +67,16 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
     e.stack[0] = func;
     if let Some(cfg) = PROCS.get_ptr_mut(&((id >> 32) as u32)) {
         let cfg = unsafe { &mut *cfg };
+        if cfg.handed_over != 0 {
+            // The injected shim counts every call from now on: finish the
+            // open ones, track new ones so their nested calls stay nested,
+            // record none.
+            e.unknown = INFLIGHT_SKIP;
+            if INFLIGHT.insert(&id, &e, 0).is_err() {
+                bump(ErrorCounter::InflightUpdate);
+            }
+            return;
+        }
         if cfg.skip_hi != 0 || cfg.inject_signal != 0 {
             // At the entry, before the first instruction, rsp points at the
             // return address: the caller's code.

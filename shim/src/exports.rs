@@ -49,11 +49,12 @@ const HIDDEN_BIT: u16 = 0x8000;
 
 /// Whether `name` is one of the layered entry points: the C and Fortran
 /// spellings all start with `mpi`/`pmpi` in some case, and nothing else the
-/// shim exports does.
-fn managed(name: &CStr) -> bool {
+/// shim exports does but its own entries (`mpi_observer_shim_inject`...),
+/// which must never be hidden.
+pub(crate) fn managed(name: &CStr) -> bool {
     let b = name.to_bytes();
     let starts = |p: &[u8]| b.len() > p.len() && b[..p.len()].eq_ignore_ascii_case(p);
-    starts(b"mpi_") || starts(b"pmpi")
+    (starts(b"mpi_") || starts(b"pmpi")) && !b.starts_with(b"mpi_observer_")
 }
 
 /// [`managed`]'s test on the first bytes of a name, before it is measured:

@@ -6,7 +6,10 @@
 //! for, or be broken by, a shim they never use). Everything is resolved
 //! before anything is published, so a bad list never leaves a partial stack.
 
-use core::ffi::{CStr, c_void};
+use core::{
+    ffi::{CStr, c_void},
+    sync::atomic::{AtomicBool, Ordering},
+};
 use std::{ffi::CString, sync::Once};
 
 use observer_common::{FUNCTION_COUNT, FUNCTIONS};
@@ -51,6 +54,10 @@ pub(crate) enum ShimError {
         /// `dlerror()`.
         reason: String,
     },
+    /// No loaded object defines `PMPI_Init` (an injected shim only: a
+    /// preloaded one reports the missing procedure at its first call).
+    #[error("no loaded object defines PMPI_Init: no MPI library in this process")]
+    NoLibrary,
     /// More layers than the table has room for.
     #[error(
         "{count} levels requested (with fortran and the MPI library); at most {MAX_LEVELS} are supported"
@@ -84,6 +91,9 @@ enum Level {
 }
 
 static INIT: Once = Once::new();
+/// Set when an injected shim commits (crate::inject): its stack was built
+/// from the daemon's list, and the environment's is never built.
+static INJECTED: AtomicBool = AtomicBool::new(false);
 
 /// Builds and publishes the stack unless already done; on failure, reports
 /// one line and exits.
@@ -91,11 +101,47 @@ pub(crate) fn ensure() {
     // Keeps the start-up relocation that sets the visible function set
     // (crate::exports) from being discarded by the linker.
     core::hint::black_box(&crate::exports::STARTUP);
+    if INJECTED.load(Ordering::Acquire) {
+        return;
+    }
     INIT.call_once(|| {
-        if let Err(e) = build() {
+        if let Err(e) = ToolsList::from_env()
+            .map_err(ShimError::from)
+            .and_then(|list| build(list, false))
+        {
             fatal(&e.to_string());
         }
     });
+}
+
+/// Whether the stack was built from the environment (the shim is
+/// preloaded and the process has made an MPI call through it).
+pub(crate) fn env_stack_built() -> bool {
+    INIT.is_completed()
+}
+
+/// What an injected build made.
+pub(crate) struct Built {
+    /// `stats` is in the list: the caller creates the segment and starts
+    /// timing at its commit.
+    pub(crate) stats: bool,
+    /// The link maps of every object the bottom levels call into (the MPI
+    /// library and its Fortran bindings' libraries), for an injected build
+    /// only: the objects whose definitions routed calls went to before.
+    pub(crate) bottom: Vec<*mut c_void>,
+}
+
+/// Builds and publishes the stack of an injected shim from `list` (the
+/// daemon's, not the environment's). Nothing is exited on: every failure is
+/// returned, and leaves no tool loaded. The table is published but unused
+/// until the caller routes calls to the shim; a later build overwrites it.
+pub(crate) fn build_injected(list: &str) -> Result<Built, ShimError> {
+    build(ToolsList::parse(list)?, true)
+}
+
+/// Records that the injected stack is live: [`ensure`] builds nothing more.
+pub(crate) fn mark_injected() {
+    INJECTED.store(true, Ordering::Release);
 }
 
 /// Prints `mpi-observer-shim: MSG` as one write and exits with status 1,
@@ -139,7 +185,7 @@ fn dlsym(handle: *mut c_void, name: &str) -> *const c_void {
 }
 
 /// The link map of the object containing `addr`, and its file name.
-fn owner(addr: *const c_void) -> (*mut c_void, String) {
+pub(crate) fn owner(addr: *const c_void) -> (*mut c_void, String) {
     // Not exported by the libc crate: dladdr1's RTLD_DL_LINKMAP request.
     const RTLD_DL_LINKMAP: libc::c_int = 2;
     // SAFETY: Dl_info is plain data; dladdr1 fills it and the map pointer.
@@ -280,26 +326,51 @@ impl Resolver<'_> {
     }
 }
 
-fn build() -> Result<(), ShimError> {
-    let list = ToolsList::from_env()?;
+/// Builds the stack from `list`; an `injected` build starts no timing
+/// (its caller does, at its commit) and closes the tools it loaded if it
+/// fails.
+fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
     let mut levels = Vec::new();
+    let close = |levels: &[Level]| {
+        for l in levels {
+            if let Level::Tool { handle, .. } = l {
+                // SAFETY: a handle of ours that nothing else uses yet.
+                unsafe { libc::dlclose(*handle) };
+            }
+        }
+    };
+    let mut stats = false;
     for layer in list.with_fortran() {
         levels.push(match layer {
             Layer::Fortran => Level::Fortran,
             Layer::Stats => {
-                crate::timing::enable();
+                stats = true;
+                if !injected {
+                    crate::timing::enable();
+                }
                 Level::Builtin(&stats::LAYER)
             }
             Layer::Library {
                 entry,
                 load_as,
                 short,
-            } => load(&entry, &load_as, short)?,
+            } => match load(&entry, &load_as, short) {
+                Ok(l) => l,
+                Err(e) => {
+                    if injected {
+                        close(&levels);
+                    }
+                    return Err(e);
+                }
+            },
         });
     }
     levels.push(Level::Mpi);
     let n = levels.len();
     if n > MAX_LEVELS {
+        if injected {
+            close(&levels);
+        }
         return Err(ShimError::TooManyLevels { count: n });
     }
     let tool_maps: Vec<*mut c_void> = levels
@@ -312,12 +383,29 @@ fn build() -> Result<(), ShimError> {
     let r = Resolver {
         tool_maps: &tool_maps,
     };
+    let init = r.at(&Level::Mpi, observer_common::FunctionId::Init as usize);
+    let library = if init.is_none() {
+        core::ptr::null_mut()
+    } else {
+        owner(init.0).0
+    };
+    if injected && library.is_null() {
+        close(&levels);
+        return Err(ShimError::NoLibrary);
+    }
     let mut defined = vec![0usize; n];
     let mut fns = vec![Raw::NONE; n];
+    let mut bottom: Vec<*mut c_void> = Vec::new();
     for row in 0..ROWS {
         for (l, level) in levels.iter().enumerate() {
             fns[l] = r.at(level, row);
             defined[l] += usize::from(!fns[l].is_none());
+            if injected && !fns[l].is_none() && matches!(level, Level::Mpi | Level::Fortran) {
+                let m = owner(fns[l].0).0;
+                if !m.is_null() && !bottom.contains(&m) {
+                    bottom.push(m);
+                }
+            }
         }
         // The seed's search, done once per start level: a start past the
         // bottom means the bottom; a level lacking the row is skipped.
@@ -330,7 +418,7 @@ fn build() -> Result<(), ShimError> {
     if list.verbose {
         report(&levels, &defined);
     }
-    Ok(())
+    Ok(Built { stats, bottom })
 }
 
 /// The `v` line: every level, top first, with how many entry points it

@@ -15,6 +15,8 @@
 //! - [`handwritten`]: Init, Finalize, Pcontrol, Wtime/Wtick, non-`int` returns.
 //! - [`generated`]: everything else, from `cargo xtask codegen`.
 //! - [`stats`]: built-in layers written in Rust (the `stats` keyword).
+//! - [`inject`]: the entries `mpi-observer attach --inject` calls in a
+//!   running rank.
 //!
 //! Arguments are forwarded as machine words, which is only right for the
 //! x86_64 SysV calling convention.
@@ -35,6 +37,7 @@ mod config;
 mod depth;
 mod exports;
 mod handwritten;
+mod inject;
 mod layers;
 mod loaded;
 mod stats;

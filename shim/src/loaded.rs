@@ -152,7 +152,7 @@ impl Object {
     ///
     /// # Safety
     /// `i` indexes this object's dynamic symbol table.
-    unsafe fn name(&self, i: usize) -> &CStr {
+    pub(crate) unsafe fn name(&self, i: usize) -> &CStr {
         // SAFETY: per the caller; st_name indexes the string table.
         unsafe {
             CStr::from_ptr(
@@ -267,6 +267,42 @@ impl Object {
         const STT_GNU_IFUNC: u8 = 10;
         (s.st_info & 0xf != STT_GNU_IFUNC)
             .then(|| (self.base + s.st_value as usize) as *const c_void)
+    }
+
+    /// The address of the function `name` (GNU hash `h`) that a lookup in
+    /// this object binds to: `STT_FUNC` only, so never an IFUNC's resolver
+    /// nor a data object.
+    pub(crate) fn function(&self, name: &CStr, h: u32) -> Option<usize> {
+        const STT_FUNC: u8 = 2;
+        let i = self.index(name, h)?;
+        // SAFETY: a valid index.
+        let s = unsafe { &*self.symtab.add(i) };
+        (s.st_info & 0xf == STT_FUNC).then(|| self.base + s.st_value as usize)
+    }
+
+    /// Every dynamic relocation of this object against a symbol: the slot's
+    /// address, the relocation type, its addend and the symbol's index.
+    pub(crate) fn relocations(&self) -> impl Iterator<Item = (*mut usize, u32, i64, usize)> {
+        self.rela.into_iter().flat_map(move |(table, size)| {
+            let n = if table.is_null() {
+                0
+            } else {
+                size / size_of::<Rela>()
+            };
+            (0..n).filter_map(move |k| {
+                // SAFETY: `k` is within the table the dynamic section gives.
+                let r = unsafe { &*table.add(k) };
+                let sym = (r.r_info >> 32) as usize;
+                (sym != 0).then(|| {
+                    (
+                        (self.base + r.r_offset as usize) as *mut usize,
+                        r.r_info as u32,
+                        r.r_addend,
+                        sym,
+                    )
+                })
+            })
+        })
     }
 
     /// The address of symbol `i` in memory.
@@ -392,54 +428,112 @@ pub(crate) struct Placement {
     pub(crate) relro: bool,
 }
 
-/// Where `addr` lies in `map`'s segments, from the program headers mapped
-/// with the ELF header at the object's base; `None` if they are not there
-/// or `addr` is in no loadable segment.
-pub(crate) fn placement(map: &LinkMap, addr: usize) -> Option<Placement> {
-    const PT_LOAD: u32 = 1;
-    const PT_GNU_RELRO: u32 = 0x6474_e552;
-    const PF_W: u32 = 2;
+/// `Elf64_Phdr`.
+#[repr(C)]
+pub(crate) struct Phdr {
+    p_type: u32,
+    p_flags: u32,
+    p_offset: u64,
+    p_vaddr: u64,
+    p_paddr: u64,
+    p_filesz: u64,
+    p_memsz: u64,
+    p_align: u64,
+}
+
+const PT_LOAD: u32 = 1;
+const PT_GNU_RELRO: u32 = 0x6474_e552;
+const PF_X: u32 = 1;
+const PF_W: u32 = 2;
+
+/// `map`'s program headers in memory: after the ELF header at the object's
+/// base (a shared object's first loadable segment maps the file from offset
+/// 0 there), or for the main program, whose base is 0 when it is not
+/// position-independent, from the auxiliary vector (`AT_PHDR`), which only
+/// calls made after libc is initialised need.
+fn program_headers(map: &LinkMap) -> Option<&'static [Phdr]> {
     let base = map.l_addr;
-    if base == 0 {
+    // SAFETY: the magic is checked before the header's other fields are
+    // read; the table it names lies in the same mapped segment.
+    unsafe {
+        if base != 0 && *(base as *const [u8; 4]) == *b"\x7fELF" {
+            let phoff = *((base + 32) as *const u64) as usize;
+            let phnum = *((base + 56) as *const u16) as usize;
+            return Some(core::slice::from_raw_parts(
+                (base + phoff) as *const Phdr,
+                phnum,
+            ));
+        }
+    }
+    let main = objects().next().is_some_and(|m| core::ptr::eq(m, map));
+    if !main {
         return None;
     }
-    // SAFETY: a shared object's first loadable segment maps the file from
-    // offset 0 at its base, so the ELF header is readable there; checked by
-    // its magic before anything else is read.
-    unsafe {
-        if *(base as *const [u8; 4]) != *b"\x7fELF" {
-            return None;
+    // SAFETY: getauxval reads the vector the kernel passed; AT_PHDR is the
+    // address of the program's own mapped program headers.
+    let (at, n) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR),
+            libc::getauxval(libc::AT_PHNUM),
+        )
+    };
+    // SAFETY: as above.
+    (at != 0).then(|| unsafe { core::slice::from_raw_parts(at as *const Phdr, n as usize) })
+}
+
+/// Where `addr` lies in `map`'s segments, from its program headers in
+/// memory; `None` if they cannot be found or `addr` is in no loadable
+/// segment.
+pub(crate) fn placement(map: &LinkMap, addr: usize) -> Option<Placement> {
+    let base = map.l_addr;
+    let mut place = Placement {
+        writable: false,
+        relro: false,
+    };
+    let mut loaded = false;
+    for ph in program_headers(map)? {
+        let vaddr = ph.p_vaddr as usize + base;
+        let memsz = ph.p_memsz as usize;
+        if !(vaddr..vaddr + memsz).contains(&addr) {
+            continue;
         }
-        let phoff = *((base + 32) as *const u64) as usize;
-        let phnum = *((base + 56) as *const u16) as usize;
-        let mut place = Placement {
-            writable: false,
-            relro: false,
-        };
-        let mut loaded = false;
-        for k in 0..phnum {
-            // Elf64_Phdr: p_type, p_flags, p_offset, p_vaddr, p_paddr,
-            // p_filesz, p_memsz, p_align.
-            let ph = (base + phoff + 56 * k) as *const u32;
-            let (ty, flags) = (*ph, *ph.add(1));
-            let vaddr = *(ph.add(4) as *const u64) as usize + base;
-            let memsz = *(ph.add(10) as *const u64) as usize;
-            if !(vaddr..vaddr + memsz).contains(&addr) {
-                continue;
+        match ph.p_type {
+            PT_LOAD => {
+                loaded = true;
+                place.writable = ph.p_flags & PF_W != 0;
             }
-            match ty {
-                PT_LOAD => {
-                    loaded = true;
-                    place.writable = flags & PF_W != 0;
-                }
-                // glibc protects the range's whole pages only: a slot in
-                // its last, partial page stays writable.
-                PT_GNU_RELRO => place.relro = addr < (vaddr + memsz) & !4095,
-                _ => {}
-            }
+            // glibc protects the range's whole pages only: a slot in
+            // its last, partial page stays writable.
+            PT_GNU_RELRO => place.relro = addr < (vaddr + memsz) & !4095,
+            _ => {}
         }
-        loaded.then_some(place)
     }
+    loaded.then_some(place)
+}
+
+/// The pages of `map`'s `PT_GNU_RELRO` range that glibc made read-only
+/// after relocation (`_dl_protect_relro`: the start rounded down, the end
+/// rounded down), or `None`.
+pub(crate) fn relro_pages(map: &LinkMap) -> Option<(usize, usize)> {
+    let ph = program_headers(map)?
+        .iter()
+        .find(|p| p.p_type == PT_GNU_RELRO)?;
+    let start = (ph.p_vaddr as usize + map.l_addr) & !4095;
+    let end = (ph.p_vaddr as usize + map.l_addr + ph.p_memsz as usize) & !4095;
+    (end > start).then_some((start, end))
+}
+
+/// The addresses of `map`'s executable loadable segments: from the lowest
+/// start to the highest end.
+pub(crate) fn code_range(map: &LinkMap) -> Option<(usize, usize)> {
+    let code = program_headers(map)?
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD && p.p_flags & PF_X != 0);
+    let (lo, hi) = code.fold((usize::MAX, 0), |(lo, hi), p| {
+        let start = p.p_vaddr as usize + map.l_addr;
+        (lo.min(start), hi.max(start + p.p_memsz as usize))
+    });
+    (lo < hi).then_some((lo, hi))
 }
 
 /// Whether `map` is the shim itself.

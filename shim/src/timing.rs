@@ -281,6 +281,7 @@ pub(crate) fn leave(row: usize, t0: u64, b: Bytes) {
     let ns = elapsed(t0);
     // SAFETY: this thread's depth variable and the flag after it.
     unsafe { crate::depth::slot_again().add(1).write(0) };
+    crate::inject::poll();
     let (id, b) = if row < FUNCTION_COUNT {
         (row, b)
     } else {

@@ -4,11 +4,14 @@
 //! The state is built once, in `MPI_Init`/`MPI_Init_thread`, and published
 //! through one pointer: until then, and forever if the segment cannot be
 //! created, every wrapper sees no state and only passes the call through.
+//! A shim injected into a running process (crate::inject) builds it while
+//! it prepares ([`prepare_injected`], flag `INJECTED`, not ready), publishes
+//! it at its commit and sets `ready` once its calls are routed.
 
 use core::{
     ffi::c_int,
     ptr::null_mut,
-    sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::*},
+    sync::atomic::{AtomicPtr, AtomicU64, Ordering::*},
 };
 use std::ffi::CString;
 
@@ -49,6 +52,10 @@ pub(crate) struct State {
     pub(crate) multi: bool,
     /// The creating process (see [`at_exit`]).
     pid: u32,
+    /// The segment's header, for `ready`.
+    header: &'static Header,
+    /// The mapping, for an injected shim that aborts ([`Prepared::discard`]).
+    map: (usize, usize),
 }
 
 static STATE: AtomicPtr<State> = AtomicPtr::new(null_mut());
@@ -91,13 +98,8 @@ pub(crate) fn init() {
     if !STATE.load(Acquire).is_null() {
         return;
     }
-    match build() {
-        Ok(s) => {
-            STATE.store(Box::into_raw(Box::new(s)), Release);
-            // A program that exits without MPI_Finalize still removes its
-            // file. SAFETY: registers a plain extern "C" fn.
-            unsafe { libc::atexit(at_exit) };
-        }
+    match build(0, true) {
+        Ok(s) => publish(s),
         Err(e) => {
             let line = format!(
                 "mpi-observer-shim: stats: {e}; the stats layer passes calls through (pid {})\n",
@@ -106,6 +108,63 @@ pub(crate) fn init() {
             // SAFETY: one write(2) of an owned buffer, so ranks do not interleave.
             unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
         }
+    }
+}
+
+/// Publishes the state: the layer counts from the next call on.
+fn publish(s: State) {
+    STATE.store(Box::into_raw(Box::new(s)), Release);
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    // A program that exits without MPI_Finalize still removes its file.
+    // SAFETY: registers a plain extern "C" fn.
+    AT_EXIT.call_once(|| unsafe {
+        libc::atexit(at_exit);
+    });
+}
+
+/// The segment of a shim injected into a running process (crate::inject):
+/// created with the `INJECTED` flag and not ready, and not yet published.
+pub(crate) struct Prepared(State);
+
+/// Creates an injected shim's segment, MPI being initialised already.
+pub(crate) fn prepare_injected() -> Result<Prepared, SegmentError> {
+    build(observer_common::segment::flags::INJECTED, false).map(Prepared)
+}
+
+impl Prepared {
+    /// Publishes the state (the commit, before the first call is routed
+    /// to the shim); the header stays not ready until [`mark_ready`].
+    pub(crate) fn publish(self) {
+        publish(self.0);
+    }
+
+    /// Removes the file and the mapping (an aborted injection: nothing
+    /// ever saw the state).
+    pub(crate) fn discard(self) {
+        let s = self.0;
+        // SAFETY: our file, and a mapping no reference outlives (`s` and
+        // its slices are dropped here, unpublished).
+        unsafe {
+            libc::unlink(s.path.as_ptr());
+            libc::munmap(s.map.0 as *mut libc::c_void, s.map.1);
+        }
+    }
+}
+
+/// Sets the published segment's `ready` (Release: a reader that sees 1
+/// sees the whole header).
+pub(crate) fn mark_ready() {
+    if let Some(s) = state() {
+        s.header.ready.store(1, Release);
+    }
+}
+
+/// Sets the `EJECTED` flag: the injected shim has put its slots back.
+pub(crate) fn mark_ejected() {
+    if let Some(s) = state() {
+        s.header
+            .flags
+            .fetch_or(observer_common::segment::flags::EJECTED, Release);
     }
 }
 
@@ -137,7 +196,8 @@ fn os(path: &str, what: &'static str) -> SegmentError {
     }
 }
 
-fn build() -> Result<State, SegmentError> {
+/// Creates the segment with header flags `marks`, `ready` set at once or not.
+fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
     let abi = Abi::detect()?;
     let mut n: c_int = 0;
     // SAFETY: the library's PMPI_Comm_size with an out-pointer.
@@ -234,6 +294,7 @@ fn build() -> Result<State, SegmentError> {
         (*h).functions_offset = f;
         (*h).requests_offset = r;
         (*h).timing_offset = t;
+        (*h).flags = core::sync::atomic::AtomicU32::new(marks);
         let state = State {
             abi,
             world_size,
@@ -257,10 +318,14 @@ fn build() -> Result<State, SegmentError> {
             path: cpath,
             multi,
             pid: std::process::id(),
+            header: &*h,
+            map: (base as usize, size as usize),
         };
         crate::timing::seed(state.timing);
-        // Last, with Release: a reader that sees 1 sees the whole header.
-        (*(&raw const (*h).ready).cast::<AtomicU32>()).store(1, Release);
+        if ready {
+            // Last, with Release: a reader that sees 1 sees the whole header.
+            state.header.ready.store(1, Release);
+        }
         state
     };
     Ok(s)
