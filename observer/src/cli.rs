@@ -106,6 +106,24 @@ pub struct AttachArgs {
     /// request health) of your own processes, without privileges.
     #[arg(long)]
     pub no_bpf: bool,
+    /// Load the shim into each rank while it runs and route its MPI calls
+    /// through it (docs/inject.md): the rank then runs at the shim's cost,
+    /// nanoseconds a call, and loses its probes. The rank is stopped for
+    /// about a millisecond, at the entry of its next MPI call.
+    #[arg(long, conflicts_with = "no_bpf")]
+    pub inject: bool,
+    /// The tools list of an injected rank; it must include `stats`.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "stats",
+        requires = "inject"
+    )]
+    pub inject_tools: String,
+    /// Seconds to wait for a rank's next MPI call to inject at; a rank that
+    /// makes none stays observed by probes.
+    #[arg(long, value_name = "SECS", default_value_t = 30, requires = "inject")]
+    pub inject_timeout: u64,
     /// Print a live per-rank summary table every second.
     #[arg(long)]
     pub summary: bool,

@@ -46,6 +46,12 @@ pub enum DaemonError {
     /// A bad --web.config.file.
     #[error(transparent)]
     WebConfig(#[from] WebConfigError),
+    /// A bad --inject setting.
+    #[error(transparent)]
+    Inject(#[from] crate::inject::InjectError),
+    /// The shim for --inject is missing.
+    #[error(transparent)]
+    Shim(#[from] crate::launcher::LaunchError),
     /// The async runtime could not start.
     #[error("cannot start the runtime: {source}")]
     Runtime {
@@ -72,6 +78,26 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         checks::kernel()?;
     }
     let functions = functions::select(args.functions.as_deref())?;
+    let inject = if args.inject {
+        let l = crate::launcher::tools_list::ToolsList::parse(&args.inject_tools);
+        if !l.is_ok_and(|l| {
+            l.layers
+                .contains(&crate::launcher::tools_list::Layer::Stats)
+        }) {
+            return Err(crate::inject::InjectError::NoStats {
+                tools: args.inject_tools.clone(),
+            }
+            .into());
+        }
+        Some(crate::inject::Request {
+            pid: 0,
+            shim: crate::launcher::shim_path()?,
+            tools: args.inject_tools.clone(),
+            timeout: Duration::from_secs(args.inject_timeout),
+        })
+    } else {
+        None
+    };
     // Validate every --pid before touching anything, so bad input costs the
     // job nothing.
     for &pid in &args.pid {
@@ -80,11 +106,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             .map_err(AttachError::from)?
             .is_none()
         {
-            return Err(AttachError::NoMpiLibrary {
-                pid,
-                comm: procfs::comm(pid),
-            }
-            .into());
+            return Err(AttachError::no_library(pid).into());
         }
     }
     let web = args
@@ -117,6 +139,11 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
                 st.ranks.get(&pid).map_or(0, |r| r.probes()),
                 t.elapsed().as_secs_f64() * 1e3
             );
+        }
+    }
+    if let Some(req) = &inject {
+        for &pid in &args.pid {
+            start_injection(&state, req, pid);
         }
     }
     if let Some(w) = server::exposure_warning(args.listen, web.as_ref()) {
@@ -157,7 +184,11 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         st.expire(retain);
         if args.all && last_scan.elapsed() >= Duration::from_secs(1) {
             last_scan = Instant::now();
-            scan(&mut st, args.same_netns);
+            for pid in scan(&mut st, args.same_netns) {
+                if let Some(req) = &inject {
+                    start_injection(&state, req, pid);
+                }
+            }
         }
         if args.summary && !st.ranks.is_empty() && last_summary.elapsed() >= Duration::from_secs(1)
         {
@@ -169,14 +200,65 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
     }
     server.abort();
+    let injected: Vec<u32> = {
+        let st = state.lock().unwrap_or_else(|p| p.into_inner());
+        st.ranks
+            .values()
+            .filter(|r| r.injected && r.exited_at.is_none())
+            .map(|r| r.pid)
+            .collect()
+    };
+    for pid in injected {
+        // Detach restores every slot the injection rewrote; the shim does
+        // it on the rank's next call, so a rank that makes none stays
+        // routed, correct, until it does.
+        match crate::inject::eject(pid, EJECT_WAIT) {
+            Ok(true) => eprintln!("mpi-observer: pid {pid}: the shim is detached"),
+            Ok(false) | Err(_) => {
+                eprintln!("mpi-observer: pid {pid}: the shim detaches at the rank's next MPI call")
+            }
+        }
+    }
     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
     st.detach_all();
     eprintln!("mpi-observer: detached, exiting");
     Ok(())
 }
 
-/// `--all`: attach to MPI processes not seen before.
-fn scan(st: &mut State, same_netns: bool) {
+/// How long shutdown waits for an injected rank to put its slots back.
+const EJECT_WAIT: Duration = Duration::from_secs(2);
+
+/// Injects the shim into `pid` on a thread of its own; one line on stderr
+/// either way.
+fn start_injection(state: &Arc<Mutex<State>>, req: &crate::inject::Request, pid: u32) {
+    let state = state.clone();
+    let req = crate::inject::Request { pid, ..req.clone() };
+    std::thread::spawn(move || match crate::inject::inject(&state, &req) {
+        Ok(i) => {
+            eprintln!(
+                "mpi-observer: injected the shim into pid {pid}: {} slots, thread {} stopped {:.2} ms, shim live after {:.1} ms, {:.0} ms in all",
+                i.slots,
+                i.tid,
+                i.stopped.as_secs_f64() * 1e3,
+                i.loaded.as_secs_f64() * 1e3,
+                i.total.as_secs_f64() * 1e3,
+            );
+            if i.lost_in_flight > 0 {
+                eprintln!(
+                    "mpi-observer: pid {pid}: {} calls were still open after {}s when its probes went; they are not counted",
+                    i.lost_in_flight,
+                    crate::inject::DRAIN_TIMEOUT.as_secs()
+                );
+            }
+        }
+        Err(e @ crate::inject::InjectError::AlreadyLoaded { .. }) => eprintln!("mpi-observer: {e}"),
+        Err(e) => eprintln!("mpi-observer: {e}; it stays observed by probes"),
+    });
+}
+
+/// `--all`: attach to MPI processes not seen before; returns their pids.
+fn scan(st: &mut State, same_netns: bool) -> Vec<u32> {
+    let mut new = Vec::new();
     let me = std::process::id();
     let my_netns = procfs::net_namespace(me);
     for pid in procfs::all_pids() {
@@ -194,10 +276,13 @@ fn scan(st: &mut State, same_netns: bool) {
         }
         match procfs::mpi_library(pid) {
             Ok(Some(_)) => match st.attach(pid) {
-                Ok(()) => eprintln!(
-                    "mpi-observer: attached to pid {pid} ({})",
-                    procfs::comm(pid)
-                ),
+                Ok(()) => {
+                    eprintln!(
+                        "mpi-observer: attached to pid {pid} ({})",
+                        procfs::comm(pid)
+                    );
+                    new.push(pid);
+                }
                 Err(e) => {
                     eprintln!("mpi-observer: pid {pid}: {e}");
                     st.not_mpi.insert((pid, ticks));
@@ -215,6 +300,7 @@ fn scan(st: &mut State, same_netns: bool) {
     // Forget entries of processes that are gone, so the set stays small.
     st.not_mpi
         .retain(|(pid, ticks)| procfs::alive(*pid, *ticks));
+    new
 }
 
 fn print_summary(st: &mut State) {

@@ -22,7 +22,7 @@ use std::{
     dead_code,
     reason = "the launcher needs only the preload half of the shared parser"
 )]
-mod tools_list;
+pub(crate) mod tools_list;
 
 use tools_list::{ConfigError, LIST_VARS, ToolsList};
 

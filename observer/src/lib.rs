@@ -12,6 +12,7 @@ pub mod commands;
 pub mod daemon;
 pub mod datatypes;
 pub mod functions;
+pub mod inject;
 pub mod launcher;
 pub mod metrics;
 pub mod multi;

@@ -38,6 +38,8 @@ pub struct SelfMetrics {
     pub probes: IntGauge,
     /// Failed attach attempts.
     pub attach_failures: IntCounter,
+    /// Ranks the shim was injected into and that are alive.
+    pub injected: IntGauge,
     /// Duration of the last scrape's collection.
     pub scrape_seconds: Gauge,
     scrapes: IntCounter,
@@ -57,6 +59,11 @@ impl SelfMetrics {
         let probes = IntGauge::new(
             "mpi_observer_probes",
             "Uprobes and uretprobes currently attached.",
+        )
+        .expect("valid metric");
+        let injected = IntGauge::new(
+            "mpi_observer_injected_processes",
+            "Live MPI processes whose calls an injected shim counts (attach --inject, by this daemon or adopted from an earlier one); they carry no probes.",
         )
         .expect("valid metric");
         let attach_failures = IntCounter::new(
@@ -98,6 +105,7 @@ impl SelfMetrics {
             Box::new(attached.clone()),
             Box::new(probes.clone()),
             Box::new(attach_failures.clone()),
+            Box::new(injected.clone()),
             Box::new(scrape_seconds.clone()),
             Box::new(scrapes.clone()),
             Box::new(map_failures.clone()),
@@ -109,6 +117,7 @@ impl SelfMetrics {
             attached,
             probes,
             attach_failures,
+            injected,
             scrape_seconds,
             scrapes,
             map_failures,

@@ -79,8 +79,10 @@ pub struct Attachment {
 pub struct Probes {
     ebpf: Ebpf,
     progs: HashMap<&'static str, OwnedFd>,
-    /// Link sets being closed in the background; joined at shutdown.
-    closing: Vec<JoinHandle<()>>,
+    /// Link sets being closed in the background, with the process whose
+    /// configuration leaves `PROCS` once they are gone (`None` once the
+    /// process is attached again); joined at shutdown.
+    closing: Vec<(Option<u32>, JoinHandle<()>)>,
 }
 
 impl Probes {
@@ -152,6 +154,12 @@ impl Probes {
         datatypes: &BTreeMap<u64, u64>,
         functions: &[u16],
     ) -> Result<Attachment, ProbeError> {
+        // An earlier detach of this pid must not remove the new config.
+        for (p, _) in &mut self.closing {
+            if *p == Some(pid) {
+                *p = None;
+            }
+        }
         let mut att = Attachment::default();
         let mut procs: BpfHashMap<&mut MapData, u32, ProcConfig> =
             BpfHashMap::try_from(self.ebpf.map_mut(maps::PROCS).expect("PROCS map in object"))
@@ -231,21 +239,62 @@ impl Probes {
         Ok(att)
     }
 
+    /// Changes process `pid`'s configuration in the programs' map (the
+    /// injection's trigger and skip range, docs/inject.md); the programs see
+    /// the new value at their next lookup.
+    pub fn update_config(
+        &mut self,
+        pid: u32,
+        change: impl FnOnce(&mut ProcConfig),
+    ) -> Result<(), ProbeError> {
+        let map_err = |source| ProbeError::Map {
+            map: maps::PROCS,
+            source,
+        };
+        let mut procs: BpfHashMap<&mut MapData, u32, ProcConfig> =
+            BpfHashMap::try_from(self.ebpf.map_mut(maps::PROCS).expect("PROCS map in object"))
+                .map_err(map_err)?;
+        let mut c = procs.get(&pid, 0).map_err(map_err)?;
+        change(&mut c);
+        procs.insert(pid, c, 0).map_err(map_err)
+    }
+
+    /// Calls of process `pid` the probes are timing now and will record:
+    /// those open on some thread, less the ones made by an injected shim.
+    pub fn open_calls(&self, pid: u32) -> usize {
+        let Some(Ok(inflight)) = self
+            .ebpf
+            .map(maps::INFLIGHT)
+            .map(BpfHashMap::<&MapData, u64, Inflight>::try_from)
+        else {
+            return 0;
+        };
+        inflight
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(k, e)| (k >> 32) as u32 == pid && e.unknown & maps::INFLIGHT_SKIP == 0)
+            .count()
+    }
+
     /// Removes a process's probes. Entry links close before the return link
     /// (they were pushed after it; we close in reverse), so no new call
     /// starts being timed while its return probe goes away. The closing
-    /// waits for an RCU grace period, so it runs on a background thread.
+    /// waits for RCU grace periods (about 200 ms here), so it runs on a
+    /// background thread; until it is done the probes still fire, and the
+    /// process's configuration stays in `PROCS` for them: an injected
+    /// rank's skip range must outlive its probes, or the calls its shim
+    /// makes would be counted by both (docs/inject.md, "Handover").
     /// Statistics stay in the map until the rank is forgotten.
     pub fn detach(&mut self, pid: u32, mut att: Attachment) {
         let links: Vec<OwnedFd> = att.links.drain(..).rev().collect();
-        if !links.is_empty() {
-            self.closing.push(std::thread::spawn(move || {
+        self.closing.push((
+            Some(pid),
+            std::thread::spawn(move || {
                 for l in links {
                     drop(l);
                 }
-            }));
-        }
-        self.closing.retain(|h| !h.is_finished());
+            }),
+        ));
         if let Some(Ok(mut types)) = self
             .ebpf
             .map_mut(maps::OMPI_TYPES)
@@ -254,6 +303,28 @@ impl Probes {
             for k in &att.type_keys {
                 let _ = types.remove(k);
             }
+        }
+        self.reap();
+    }
+
+    /// Drops the configuration of processes whose links are all closed.
+    /// Called on every detach and from the daemon's loop.
+    pub fn reap(&mut self) {
+        let (done, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.closing)
+            .into_iter()
+            .partition(|(_, h)| h.is_finished());
+        self.closing = open;
+        for (pid, h) in done {
+            let _ = h.join();
+            if let Some(pid) = pid {
+                self.forget_config(pid);
+            }
+        }
+    }
+
+    fn forget_config(&mut self, pid: u32) {
+        if self.closing.iter().any(|(p, _)| *p == Some(pid)) {
+            return;
         }
         if let Some(Ok(mut procs)) = self
             .ebpf
@@ -301,8 +372,11 @@ impl Probes {
 
     /// Waits until every detached link is really gone from the kernel.
     pub fn finish_detaching(&mut self) {
-        for h in self.closing.drain(..) {
+        for (pid, h) in std::mem::take(&mut self.closing) {
             let _ = h.join();
+            if let Some(pid) = pid {
+                self.forget_config(pid);
+            }
         }
     }
 }

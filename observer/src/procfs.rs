@@ -122,6 +122,20 @@ pub fn alive(pid: u32, ticks: u64) -> bool {
     stat(pid).is_ok_and(|s| s.start_ticks == ticks && !s.is_dead())
 }
 
+/// The thread ids of process `pid`.
+pub fn threads(pid: u32) -> Result<Vec<u32>, ProcError> {
+    let dir = Path::new("/proc").join(pid.to_string()).join("task");
+    let rd = std::fs::read_dir(&dir).map_err(|source| ProcError::Unreadable {
+        pid,
+        file: "task",
+        source,
+    })?;
+    Ok(rd
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect())
+}
+
 /// The network namespace of a process (`net:[inode]`), if readable.
 pub fn net_namespace(pid: u32) -> Option<PathBuf> {
     fs::read_link(format!("/proc/{pid}/ns/net")).ok()
@@ -208,6 +222,21 @@ pub fn mpi_library(pid: u32) -> Result<Option<MappedLib>, ProcError> {
             .and_then(|s| s.to_str())
             .is_some_and(is_mpi_library)
     })
+}
+
+/// Whether `pid` runs a statically linked executable: its program has no
+/// `PT_INTERP` (no dynamic loader). Unreadable counts as not static.
+pub fn is_static(pid: u32) -> bool {
+    use object::read::elf::{FileHeader as _, ProgramHeader as _};
+    let Ok(data) = std::fs::read(format!("/proc/{pid}/exe")) else {
+        return false;
+    };
+    let Ok(h) = object::elf::FileHeader64::<object::Endianness>::parse(&*data) else {
+        return false;
+    };
+    let Ok(e) = h.endian() else { return false };
+    h.program_headers(e, &*data)
+        .is_ok_and(|phs| !phs.iter().any(|p| p.p_type(e) == object::elf::PT_INTERP))
 }
 
 /// The lowest mapping of the file at `path` in `pid`'s address space.

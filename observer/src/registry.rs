@@ -38,12 +38,35 @@ pub enum AttachError {
         /// Its command name.
         comm: String,
     },
+    /// A statically linked program: no shared MPI library to probe.
+    #[error(
+        "process {pid} ({comm}) is a statically linked executable: there is no shared MPI library to probe \
+         and no dynamic loader to --inject the shim with; link it against the shared libmpi (mpicc's default)"
+    )]
+    Static {
+        /// The pid.
+        pid: u32,
+        /// Its command name.
+        comm: String,
+    },
     /// The library could not be read.
     #[error(transparent)]
     Symbols(#[from] SymbolError),
     /// Probes could not be attached.
     #[error(transparent)]
     Probe(#[from] ProbeError),
+}
+
+impl AttachError {
+    /// Why `pid`, which maps no MPI library, cannot be attached to.
+    pub fn no_library(pid: u32) -> AttachError {
+        let comm = procfs::comm(pid);
+        if procfs::is_static(pid) {
+            AttachError::Static { pid, comm }
+        } else {
+            AttachError::NoMpiLibrary { pid, comm }
+        }
+    }
 }
 
 /// One observed rank.
@@ -78,9 +101,28 @@ pub struct Rank {
     segment_problem: Option<SegmentProblem>,
     /// The segment's figures as of the last read.
     pub figures: Option<Figures>,
+    /// Its calls are counted by a shim injected into it (`attach
+    /// --inject`), by this daemon or, see `adopted`, an earlier one.
+    pub injected: bool,
+    /// The injected shim was there, counting, before this daemon attached
+    /// (a daemon restarted after `kill -9`): its timing replaces what the
+    /// probes counted instead of adding to it.
+    pub adopted: bool,
+    /// This daemon is injecting the shim into it now: the injector, not
+    /// `read_segments`, decides when the probes go.
+    pub injecting: bool,
+    /// How the probes read its library's handles (`maps::lib_kind`).
+    pub lib_kind: u32,
+    /// Its MPI library's path, as the process sees it.
+    pub lib_path: std::path::PathBuf,
 }
 
 impl Rank {
+    /// Whether probes are attached to this rank now.
+    pub fn is_probed(&self) -> bool {
+        self.attachment.is_some()
+    }
+
     /// Uprobes plus uretprobes attached to this rank now.
     pub fn probes(&self) -> usize {
         self.attachment.as_ref().map_or(0, |a| a.probes)
@@ -112,24 +154,38 @@ impl Rank {
             segment: None,
             segment_problem: None,
             figures: None,
+            injected: false,
+            adopted: false,
+            injecting: false,
+            lib_kind: observer_common::maps::lib_kind::OPEN_MPI,
+            lib_path: "/synthetic/libmpi.so.40".into(),
         }
     }
 }
 
+/// The line for a rank whose live shim an earlier daemon injected.
+fn adoption_line(pid: u32) -> String {
+    format!(
+        "pid {pid} runs a shim injected before this daemon attached; it counts the rank's calls, so the rank carries no probes"
+    )
+}
+
 /// A rank's call statistics: from the probes, or from a ready segment's
-/// timing, which replaces them (the shim was there from the process's start
-/// and counted every call the probes saw) or, for an injected shim, adds to
-/// them (the probes counted up to the handover, the shim from it on; see
+/// timing, which replaces them (the shim was there from the process's start,
+/// or from before this daemon attached, and counted every call the probes
+/// saw) or, for a shim this daemon injected (`add`), adds to them (the
+/// probes counted up to the handover, the shim from it on; see
 /// docs/inject.md). Without `bytes`, no byte figures.
 fn rank_calls(
     probed: Option<CallsByFunction>,
     f: Option<&Figures>,
+    add: bool,
     bytes: bool,
 ) -> Option<CallsByFunction> {
     let Some(f) = f.filter(|f| f.ready) else {
         return probed;
     };
-    let mut out = if f.injected {
+    let mut out = if add {
         probed.unwrap_or_default()
     } else {
         CallsByFunction::default()
@@ -202,10 +258,7 @@ impl State {
     }
 
     fn try_attach(&mut self, pid: u32, ticks: u64) -> Result<(), AttachError> {
-        let map = procfs::mpi_library(pid)?.ok_or_else(|| AttachError::NoMpiLibrary {
-            pid,
-            comm: procfs::comm(pid),
-        })?;
+        let map = procfs::mpi_library(pid)?.ok_or_else(|| AttachError::no_library(pid))?;
         let identity = procfs::identity(pid)?;
         // A new process reusing the pid of an exited rank: the maps are
         // keyed by pid, so the old rank's figures, probes and datatype
@@ -218,9 +271,13 @@ impl State {
         let dt = datatypes::inspect(pid, &lib, &map);
         let config = datatypes::proc_config(&lib, &dt, self.bytes);
         // A rank whose shim already times its calls gets no probes: the
-        // segment counts them all (see `rank_calls`).
-        let timed =
-            matches!(Segment::open(pid), Ok(Some(seg)) if seg.read().is_ok_and(|f| f.ready));
+        // segment counts them all (see `rank_calls`), and a live shim an
+        // earlier daemon injected is adopted. One detached since counts
+        // nothing more: probes.
+        let (timed, adopted) = match Segment::open(pid).map(|s| s.map(|s| s.read())) {
+            Ok(Some(Ok(f))) if f.ready && !f.ejected => (true, f.injected),
+            _ => (false, false),
+        };
         let attachment = match self.probes.as_mut() {
             Some(p) if !timed => {
                 Some(p.attach(pid, &host_path, &lib, config, &dt.sizes, &self.functions)?)
@@ -248,9 +305,18 @@ impl State {
                 segment: None,
                 segment_problem: None,
                 figures: None,
+                injected: adopted,
+                adopted,
+                injecting: false,
+                lib_kind: config.lib,
+                lib_path: map.path.clone(),
             },
         );
         self.selfm.attached.set(self.attached_count() as i64);
+        if adopted {
+            self.selfm.injected.inc();
+            eprintln!("mpi-observer: {}", adoption_line(pid));
+        }
         Ok(())
     }
 
@@ -274,11 +340,15 @@ impl State {
         }
         for pid in &exited {
             self.detach(*pid);
+            if self.ranks.get(pid).is_some_and(|r| r.injected) {
+                self.selfm.injected.dec();
+            }
         }
         exited
     }
 
-    /// Forgets ranks that exited longer than `retain` ago.
+    /// Forgets ranks that exited longer than `retain` ago, and the
+    /// configuration of processes whose probes are all gone.
     pub fn expire(&mut self, retain: Duration) {
         let expired: Vec<u32> = self
             .ranks
@@ -289,6 +359,28 @@ impl State {
         for pid in expired {
             self.forget(pid);
         }
+        if let Some(p) = self.probes.as_mut() {
+            p.reap();
+        }
+    }
+
+    /// Ends the probes of a rank the shim was injected into, once the
+    /// probes have no call of it open (docs/inject.md, "Handover"): what
+    /// they counted stays in the map and the segment adds to it.
+    pub fn hand_over_injected(&mut self, pid: u32) {
+        self.detach(pid);
+        if let Some(r) = self.ranks.get_mut(&pid) {
+            r.injecting = false;
+            if !r.injected {
+                r.injected = true;
+                self.selfm.injected.inc();
+            }
+        }
+    }
+
+    /// The rank of `pid`, if attached.
+    pub fn rank(&self, pid: u32) -> Option<&Rank> {
+        self.ranks.get(&pid)
     }
 
     fn detach(&mut self, pid: u32) {
@@ -330,10 +422,13 @@ impl State {
     ///
     /// A rank whose segment is ready loses its probes at that moment: the
     /// shim times every call of the process from its first (see
-    /// `rank_calls`), so the probes would only count calls twice. An
-    /// injected shim's handover is the injector's (docs/inject.md).
+    /// `rank_calls`), so the probes would only count calls twice. A shim
+    /// this daemon is injecting is handed over by the injector
+    /// (docs/inject.md); one injected before it attached and still live is
+    /// adopted: the probes go, and its timing stands for the rank.
     pub fn read_segments(&mut self) {
         let mut handover = Vec::new();
+        let mut adopt = Vec::new();
         for r in self.ranks.values_mut() {
             if r.segment.is_none() && r.exited_at.is_none() {
                 match Segment::open(r.pid) {
@@ -350,8 +445,12 @@ impl State {
             let Some(seg) = &r.segment else { continue };
             match seg.read() {
                 Ok(f) => {
-                    if f.ready && !f.injected && r.attachment.is_some() {
-                        handover.push(r.pid);
+                    if f.ready && r.attachment.is_some() && !r.injecting {
+                        if !f.injected {
+                            handover.push(r.pid);
+                        } else if !f.ejected && !r.injected {
+                            adopt.push(r.pid);
+                        }
                     }
                     r.figures = Some(f);
                     r.segment_problem = None;
@@ -367,6 +466,22 @@ impl State {
         }
         for pid in handover {
             self.detach(pid);
+        }
+        for pid in adopt {
+            eprintln!("mpi-observer: {}", adoption_line(pid));
+            self.detach(pid);
+            if let Some(r) = self.ranks.get_mut(&pid) {
+                r.injected = true;
+                r.adopted = true;
+                self.selfm.injected.inc();
+            }
+        }
+    }
+
+    /// Marks `pid` as being injected into by this daemon, or no longer.
+    pub fn set_injecting(&mut self, pid: u32, on: bool) {
+        if let Some(r) = self.ranks.get_mut(&pid) {
+            r.injecting = on;
         }
     }
 
@@ -392,7 +507,12 @@ impl State {
                 started: r.started_at,
                 attached: r.attached_at,
                 exited: r.exited_wall,
-                calls: rank_calls(calls.remove(&r.pid), r.figures.as_ref(), self.bytes),
+                calls: rank_calls(
+                    calls.remove(&r.pid),
+                    r.figures.as_ref(),
+                    r.figures.as_ref().is_some_and(|f| f.injected) && !r.adopted,
+                    self.bytes,
+                ),
                 segment: r.figures.as_ref().map(|f| SegmentSnapshot {
                     figures: f.clone(),
                     // Zero for a rank that exited.

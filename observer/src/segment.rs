@@ -125,6 +125,8 @@ pub struct Figures {
     /// The shim was injected: its timing counts from the injection on, and
     /// adds to what the probes counted before.
     pub injected: bool,
+    /// The injected shim was detached: it counts nothing more.
+    pub ejected: bool,
     /// Function ID to its application-level timing; only functions called.
     pub timing: BTreeMap<u16, Timing>,
     /// Request counters.
@@ -399,6 +401,7 @@ impl Mapping {
         let mut out = Figures {
             ready: true,
             injected: self.u32_at(h(offset_of!(Header, flags))) & segment::flags::INJECTED != 0,
+            ejected: self.u32_at(h(offset_of!(Header, flags))) & segment::flags::EJECTED != 0,
             world_size,
             ..Figures::default()
         };
