@@ -4,6 +4,8 @@
  * Every rank prints "READY <rank> <pid>", then waits (without MPI calls)
  * until GOFILE exists, then runs ITER iterations of the counted phase, checks
  * every result it received, and prints "OK <rank>" or exits non-zero.
+ * With MIX_POLL set, the wait makes an MPI_Iprobe call every 2 ms, so a
+ * daemon can inject the shim at one of them (tests/tests/inject.rs). 
  * The expected per-rank counts are documented in tests/tests/observer.rs. */
 #include <mpi.h>
 #include <stdio.h>
@@ -31,8 +33,16 @@ int main(int argc, char **argv) {
     const char *go = argc > 2 ? argv[2] : NULL;
     printf("READY %d %d\n", rank, (int)getpid());
     fflush(stdout);
-    while (go && access(go, F_OK) != 0)
-        usleep(20000);
+    int poll = getenv("MIX_POLL") != NULL;
+    while (go && access(go, F_OK) != 0) {
+        if (poll) {
+            int flag;
+            MPI_Iprobe(MPI_ANY_SOURCE, 999, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+            usleep(2000);
+        } else {
+            usleep(20000);
+        }
+    }
 
     int right = (rank + 1) % size, left = (rank + size - 1) % size;
     MPI_Datatype triple;

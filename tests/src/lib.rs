@@ -556,6 +556,10 @@ pub struct Daemon {
     child: Option<Child>,
     /// Where it serves /metrics.
     pub addr: String,
+    /// Its stderr lines.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The thread reading them; it ends at EOF, when the daemon exits.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Daemon {
@@ -573,17 +577,22 @@ impl Daemon {
             .spawn()
             .expect("start mpi-observer");
         let stderr = child.stderr.take().expect("piped");
-        std::thread::spawn(move || {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = log.clone();
+        let reader = std::thread::spawn(move || {
             for l in std::io::BufReader::new(stderr)
                 .lines()
                 .map_while(Result::ok)
             {
                 eprintln!("[daemon] {l}");
+                keep.lock().unwrap().push(l);
             }
         });
         let mut d = Daemon {
             child: Some(child),
             addr,
+            log,
+            reader: Some(reader),
         };
         wait_for(
             "the daemon to serve /metrics",
@@ -600,6 +609,11 @@ impl Daemon {
         d
     }
 
+    /// The lines the daemon printed on stderr so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
     /// One scrape: the body and its samples. Asserts the daemon still runs.
     pub fn scrape(&mut self) -> (String, Vec<Sample>) {
         let running = self.child.as_mut().unwrap().try_wait().unwrap().is_none();
@@ -611,11 +625,21 @@ impl Daemon {
     }
 
     /// Sends `sig` and waits for the daemon to exit.
-    pub fn stop(mut self, sig: i32) -> std::process::ExitStatus {
+    pub fn stop(self, sig: i32) -> std::process::ExitStatus {
+        self.stop_and_log(sig).0
+    }
+
+    /// Sends `sig`, waits for the daemon to exit, and returns its status
+    /// and every line it printed on stderr.
+    pub fn stop_and_log(mut self, sig: i32) -> (std::process::ExitStatus, Vec<String>) {
         let child = self.child.take().unwrap();
         // SAFETY: kill(2) on our own child.
         unsafe { kill(child.id() as i32, sig) };
-        wait_with_timeout(child, Duration::from_secs(30)).status
+        let status = wait_with_timeout(child, Duration::from_secs(30)).status;
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        (status, self.log())
     }
 }
 

@@ -27,6 +27,10 @@ const PACKAGES: &[&str] = &[
     "hyperfine",
     // `python3 -m venv` for the MPI stacks from PyPI.
     "python3-venv",
+    // A rank held by another tracer, and a static program (libc.a), are
+    // refused by `attach --inject` (tests/tests/inject.rs).
+    "strace",
+    "libc6-dev",
 ];
 
 /// bpf-linker 0.10.1 links with rustc's own LLVM; 0.11 and later need a

@@ -1,0 +1,620 @@
+//! End-to-end tests of `mpi-observer attach --inject` (issue 10): the
+//! daemon loads the shim into running ranks and hands them over from their
+//! probes to the shim's timing, on Debian's Open MPI and MPICH.
+//!
+//! - **exact after injection**: ranks paused before their counted phase
+//!   (tests/programs/mix.c with MIX_POLL, whose wait makes MPI_Iprobe calls
+//!   to stop at) are injected; then calls, bytes and peers of the phase are
+//!   exact, and the ranks carry no probes;
+//! - **in full traffic**: injected while they run mix.c's phase, the job
+//!   stays correct and its calls are counted exactly once across the
+//!   handover;
+//! - **threads**: 4 threads x MPI_THREAD_MULTIPLE stay exact;
+//! - **Fortran** callers are routed through the shim;
+//! - **kill -9** of the daemon at random moments of injections: the job
+//!   finishes with every payload checked, and no thread is ever left
+//!   stopped;
+//! - **detach** puts every slot back: after the daemon's SIGTERM the
+//!   shim's counts stop;
+//! - **bad input** gets one line.
+
+use std::{
+    collections::BTreeMap,
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use e2e::{
+    Daemon, Job, Mpi, Need, Sample, compile, observer_bin, program, require, scratch, sum, wait_for,
+};
+
+const NP: u32 = 3;
+const ITERS: u64 = 40;
+
+fn needs(mpi: Mpi) -> bool {
+    require(&[Need::Root, Need::Mpi(mpi), Need::Command("bpftool")])
+}
+
+/// Starts `src` on `np` ranks with `env` set in every rank.
+fn start(mpi: Mpi, dir: &Path, src: &str, np: u32, args: &[String], env: &[(&str, &str)]) -> Job {
+    let stem = Path::new(src).file_stem().unwrap().to_str().unwrap();
+    let exe = dir.join(format!("{stem}-{}", mpi.name()));
+    compile(mpi, &program(src), &exe, &[]);
+    let mut c = mpi.launcher(np);
+    for (k, v) in env {
+        if mpi.is_open_mpi() {
+            c.args(["-x", &format!("{k}={v}")]);
+        } else {
+            c.args(["-genv", k, v]);
+        }
+    }
+    c.arg(&exe).args(args);
+    Job::spawn(c, np, dir.join("go"))
+}
+
+fn inject_args(job: &Job) -> Vec<String> {
+    let mut a = job.pid_args();
+    a.push("--inject".into());
+    a
+}
+
+/// Waits until the daemon has handed `n` ranks over to the shim.
+fn wait_injected(d: &mut Daemon, n: u32) -> Vec<Sample> {
+    wait_for(
+        "the injections and handovers",
+        Duration::from_secs(60),
+        || {
+            let (_, s) = d.scrape();
+            (sum(&s, "mpi_observer_injected_processes", &[]) == f64::from(n)
+                && sum(&s, "mpi_observer_probes", &[]) == 0.0)
+                .then_some(s)
+        },
+    )
+}
+
+/// Waits until every rank has exited and returns the final scrape.
+fn final_scrape(d: &mut Daemon) -> Vec<Sample> {
+    wait_for(
+        "the daemon to notice the exits",
+        Duration::from_secs(10),
+        || {
+            let (_, s) = d.scrape();
+            (sum(&s, "mpi_observer_attached_processes", &[]) == 0.0
+                && sum(&s, "mpi_observer_injected_processes", &[]) == 0.0)
+                .then_some(s)
+        },
+    )
+}
+
+fn calls(s: &[Sample], rank: u32, function: &str) -> u64 {
+    sum(
+        s,
+        "mpi_calls_total",
+        &[("rank", &rank.to_string()), ("function", function)],
+    ) as u64
+}
+
+/// mix.c's point-to-point traffic per (rank, peer, direction): (messages,
+/// bytes), with 3 ranks: the Isend/Irecv and Sendrecv rings (64 B each way
+/// to the right, from the left), rank 0's 100-byte Send to 1 and its
+/// 24-byte Ssend of a derived type to 2.
+fn mix_peers(iters: u64) -> BTreeMap<(u32, u32, &'static str), (u64, u64)> {
+    let mut m = BTreeMap::new();
+    let mut add = |r: u32, p: u32, d: &'static str, msgs: u64, bytes: u64| {
+        let e = m.entry((r, p, d)).or_insert((0, 0));
+        e.0 += msgs * iters;
+        e.1 += bytes * iters;
+    };
+    for r in 0..NP {
+        add(r, (r + 1) % NP, "send", 2, 128);
+        add(r, (r + NP - 1) % NP, "recv", 2, 128);
+    }
+    add(0, 1, "send", 1, 100);
+    add(1, 0, "recv", 1, 100);
+    add(0, 2, "send", 1, 24);
+    add(2, 0, "recv", 1, 24);
+    m
+}
+
+fn check_peers(s: &[Sample], mpi: Mpi) {
+    for ((r, p, d), (msgs, bytes)) in mix_peers(ITERS) {
+        let l = [
+            ("rank", r.to_string()),
+            ("peer", p.to_string()),
+            ("direction", d.to_string()),
+        ];
+        let l: Vec<(&str, &str)> = l.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            (
+                sum(s, "mpi_peer_messages_total", &l) as u64,
+                sum(s, "mpi_peer_bytes_total", &l) as u64
+            ),
+            (msgs, bytes),
+            "{mpi:?} rank {r} peer {p} {d}: (messages, bytes)"
+        );
+    }
+}
+
+fn exact_after_injection(mpi: Mpi) {
+    if !needs(mpi) {
+        return;
+    }
+    let dir = scratch(&format!("inject-exact-{}", mpi.name()));
+    let job = start(
+        mpi,
+        &dir,
+        "mix.c",
+        NP,
+        &[ITERS.to_string()],
+        &[("MIX_POLL", "1")],
+    );
+    let mut d = Daemon::start(&inject_args(&job));
+    wait_injected(&mut d, NP);
+    let injected: Vec<String> = d
+        .log()
+        .into_iter()
+        .filter(|l| l.contains("injected the shim into pid"))
+        .collect();
+    assert_eq!(
+        injected.len(),
+        NP as usize,
+        "one line per rank: {injected:?}"
+    );
+    job.go();
+    job.finish("OK ");
+    let s = final_scrape(&mut d);
+    for rank in 0..NP {
+        let r = rank.to_string();
+        // The whole phase ran under the shim, which sizes the derived type
+        // on both libraries.
+        for (f, (n, send, recv, unknown)) in e2e::mix_expected(rank, ITERS, true) {
+            assert_eq!(calls(&s, rank, f), n, "{mpi:?} rank {rank} {f} calls");
+            let l = |dir: &'static str| [("rank", r.as_str()), ("function", f), ("direction", dir)];
+            assert_eq!(
+                (
+                    sum(&s, "mpi_bytes_total", &l("send")) as u64,
+                    sum(&s, "mpi_bytes_total", &l("recv")) as u64,
+                    sum(&s, "mpi_bytes_unknown_calls_total", &l("send")) as u64,
+                ),
+                (send, recv, unknown),
+                "{mpi:?} rank {rank} {f}: (send, recv, unknown send calls)"
+            );
+            if n > 0 {
+                assert!(
+                    sum(
+                        &s,
+                        "mpi_call_seconds_total",
+                        &[("rank", r.as_str()), ("function", f)]
+                    ) > 0.0
+                );
+            }
+        }
+    }
+    check_peers(&s, mpi);
+    assert_eq!(sum(&s, "mpi_observer_probes", &[]), 0.0);
+    let _ = d.stop(e2e::signal::TERM);
+    e2e::assert_no_probes_left();
+}
+
+fn in_full_traffic(mpi: Mpi) {
+    if !needs(mpi) {
+        return;
+    }
+    // MPICH busy-polls: 3 ranks on 2 cores make about 30 rounds a second.
+    let long: u64 = if mpi.is_open_mpi() { 4000 } else { 400 };
+    let dir = scratch(&format!("inject-traffic-{}", mpi.name()));
+    let job = start(mpi, &dir, "mix.c", NP, &[long.to_string()], &[]);
+    job.go();
+    let mut d = Daemon::start(&inject_args(&job));
+    wait_injected(&mut d, NP);
+    job.finish("OK ");
+    let s = final_scrape(&mut d);
+    // Probes before the handover plus the shim after it: every call of the
+    // phase once. (The daemon attached after the phase began, so only
+    // functions called every round can be checked: at least the rounds
+    // after the attach, never more than all of them.)
+    for rank in 0..NP {
+        let a = calls(&s, rank, "MPI_Allreduce");
+        let b = calls(&s, rank, "MPI_Barrier");
+        assert!(
+            a > 0 && a <= long,
+            "{mpi:?} rank {rank}: {a} Allreduce calls"
+        );
+        // Allreduce and Barrier alternate: whatever the moment of the
+        // attach, the counts differ by at most one round.
+        assert!(
+            a.abs_diff(b) <= 1,
+            "{mpi:?} rank {rank}: {a} Allreduce, {b} Barrier"
+        );
+    }
+    let _ = d.stop(e2e::signal::TERM);
+    e2e::assert_no_probes_left();
+}
+
+fn threads(mpi: Mpi) {
+    if !needs(mpi) {
+        return;
+    }
+    const ROUNDS: u64 = 200;
+    let dir = scratch(&format!("inject-threads-{}", mpi.name()));
+    let job = start(mpi, &dir, "inject/threads.c", 2, &[ROUNDS.to_string()], &[]);
+    let mut d = Daemon::start(&inject_args(&job));
+    wait_injected(&mut d, 2);
+    job.go();
+    job.finish("OK ");
+    let s = final_scrape(&mut d);
+    for rank in 0..2 {
+        assert_eq!(
+            calls(&s, rank, "MPI_Sendrecv"),
+            4 * ROUNDS,
+            "{mpi:?} rank {rank}: Sendrecv calls of 4 threads"
+        );
+        let r = rank.to_string();
+        let peer = (1 - rank).to_string();
+        for dir in ["send", "recv"] {
+            assert_eq!(
+                sum(
+                    &s,
+                    "mpi_peer_bytes_total",
+                    &[("rank", &r), ("peer", &peer), ("direction", dir)]
+                ) as u64,
+                4 * ROUNDS * 32,
+                "{mpi:?} rank {rank} {dir} bytes"
+            );
+        }
+    }
+    let _ = d.stop(e2e::signal::TERM);
+    e2e::assert_no_probes_left();
+}
+
+fn fortran(mpi: Mpi) {
+    // `Need::Command` holds a `&'static str`: leaked, once per test.
+    let mpifort = mpi.mpifort().leak();
+    if !needs(mpi) || !require(&[Need::Command(mpifort)]) {
+        return;
+    }
+    let dir = scratch(&format!("inject-fortran-{}", mpi.name()));
+    // FORTRAN_POLL: the wait makes MPI_IPROBE calls to stop at, so the
+    // whole phase runs under the shim.
+    let job = start(mpi, &dir, "fortran.f90", 2, &[], &[("FORTRAN_POLL", "1")]);
+    let mut d = Daemon::start(&inject_args(&job));
+    wait_injected(&mut d, 2);
+    job.go();
+    job.finish("OK ");
+    let s = final_scrape(&mut d);
+    assert_eq!(calls(&s, 0, "MPI_Send"), 10, "{mpi:?}: rank 0's MPI_SEND");
+    assert_eq!(calls(&s, 1, "MPI_Recv"), 10, "{mpi:?}: rank 1's MPI_RECV");
+    for rank in 0..2 {
+        assert_eq!(calls(&s, rank, "MPI_Barrier"), 5, "{mpi:?} rank {rank}");
+    }
+    let _ = d.stop(e2e::signal::TERM);
+    e2e::assert_no_probes_left();
+}
+
+/// Threads of `pids` in a stopped state (T or t).
+fn stopped(pids: &[u32]) -> Vec<String> {
+    let mut out = Vec::new();
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().next());
+            if matches!(state, Some("T") | Some("t")) {
+                out.push(format!("{pid}/{}", t.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out
+}
+
+fn kill9(mpi: Mpi) {
+    if !needs(mpi) {
+        return;
+    }
+    let dir = scratch(&format!("inject-kill9-{}", mpi.name()));
+    // Full traffic, every payload checked, until the stop file exists.
+    let job = start(mpi, &dir, "inject/kill9.c", NP, &[], &[]);
+    let pids: Vec<u32> = job.pids();
+    job.go();
+    // Kill the daemon at moments spread over the injection: before the
+    // stop, while the stub runs, after the handover.
+    let mut injected = 0;
+    for i in 0..12u64 {
+        let d = Daemon::start(&inject_args(&job));
+        std::thread::sleep(Duration::from_millis(i * 7 % 60));
+        injected += d
+            .log()
+            .iter()
+            .filter(|l| l.contains("injected the shim"))
+            .count();
+        let _ = d.stop(e2e::signal::KILL);
+        // The kernel releases traced threads with their tracer: none may
+        // stay stopped.
+        let t = Instant::now();
+        loop {
+            let s = stopped(&pids);
+            if s.is_empty() {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(2),
+                "{mpi:?}: threads left stopped after kill -9 #{i}: {s:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    eprintln!("{mpi:?}: {injected} injections finished before their daemon was killed");
+    // Let the ranks end their phase; each checks every payload it got.
+    std::fs::write(dir.join("go.stop"), b"stop").unwrap();
+    job.finish("OK ");
+    e2e::assert_no_probes_left();
+}
+
+/// A daemon killed after injecting leaves live shims behind; the next one
+/// (here without --inject) adopts them: no probes, and their timing, which
+/// counted every call since the injection, stands for the ranks, exact.
+fn restarted_daemon_adopts(mpi: Mpi) {
+    if !needs(mpi) {
+        return;
+    }
+    let dir = scratch(&format!("inject-adopt-{}", mpi.name()));
+    let job = start(
+        mpi,
+        &dir,
+        "mix.c",
+        NP,
+        &[ITERS.to_string()],
+        &[("MIX_POLL", "1")],
+    );
+    let mut first = Daemon::start(&inject_args(&job));
+    wait_injected(&mut first, NP);
+    let _ = first.stop(e2e::signal::KILL);
+    let mut d = Daemon::start(&job.pid_args());
+    wait_injected(&mut d, NP);
+    let adopted = d
+        .log()
+        .iter()
+        .filter(|l| l.contains("runs a shim injected before this daemon attached"))
+        .count();
+    assert_eq!(adopted, NP as usize, "{:?}", d.log());
+    job.go();
+    job.finish("OK ");
+    let s = final_scrape(&mut d);
+    for rank in 0..NP {
+        for (f, (n, ..)) in e2e::mix_expected(rank, ITERS, true) {
+            assert_eq!(calls(&s, rank, f), n, "{mpi:?} rank {rank} {f} calls");
+        }
+    }
+    check_peers(&s, mpi);
+    let _ = d.stop(e2e::signal::TERM);
+    e2e::assert_no_probes_left();
+}
+
+fn detach_puts_slots_back(mpi: Mpi) {
+    if !needs(mpi) {
+        return;
+    }
+    let dir = scratch(&format!("inject-detach-{}", mpi.name()));
+    let job = start(
+        mpi,
+        &dir,
+        "mix.c",
+        NP,
+        &[ITERS.to_string()],
+        &[("MIX_POLL", "1")],
+    );
+    let mut d = Daemon::start(&inject_args(&job));
+    wait_injected(&mut d, NP);
+    // The daemon asks each shim to detach and waits for it to say so: the
+    // ranks' polls reach the shim every 2 ms.
+    let (status, log) = d.stop_and_log(e2e::signal::TERM);
+    assert!(status.success(), "{mpi:?}: the daemon's exit: {status}");
+    let detached = log
+        .iter()
+        .filter(|l| l.ends_with("the shim is detached"))
+        .count();
+    assert_eq!(detached, NP as usize, "{mpi:?}: {log:?}");
+    // A daemon without probes reads the segments: after the detach the
+    // shim sees no call, so the phase's calls never reach them.
+    let mut reader = Daemon::start(&[job.pid_args(), vec!["--no-bpf".into()]].concat());
+    job.go();
+    job.finish("OK ");
+    let s = final_scrape(&mut reader);
+    for rank in 0..NP {
+        assert!(
+            calls(&s, rank, "MPI_Iprobe") > 0,
+            "{mpi:?} rank {rank}: the waits' calls before the detach are counted"
+        );
+        assert_eq!(
+            calls(&s, rank, "MPI_Allreduce"),
+            0,
+            "{mpi:?} rank {rank}: no call reaches the shim after the detach"
+        );
+    }
+    e2e::assert_no_probes_left();
+}
+
+fn bad_input() {
+    if !require(&[Need::Root, Need::Mpi(Mpi::OpenMpi), Need::Command("gcc")]) {
+        return;
+    }
+    let one_line = |args: &[&str], want: &str| {
+        let o = Command::new(observer_bin())
+            .arg("attach")
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    };
+    let me = std::process::id().to_string();
+    // Checked before any pid: the list is the daemon's own input.
+    one_line(
+        &["--pid", &me, "--inject", "--inject-tools", "/tmp/tool.so"],
+        "lacks `stats`",
+    );
+    // A static program: nothing to probe, no loader to inject with.
+    let dir = scratch("inject-bad-input");
+    let src = dir.join("static.c");
+    std::fs::write(
+        &src,
+        "#include <unistd.h>\nint main(void) { sleep(60); return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.join("static");
+    let o = Command::new("gcc")
+        .args(["-static", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut st = Command::new(&exe).spawn().unwrap();
+    one_line(
+        &["--pid", &st.id().to_string(), "--inject"],
+        "statically linked executable",
+    );
+    let _ = st.kill();
+    let _ = st.wait();
+}
+
+/// A rank that cannot be injected (here another tracer holds it, as a
+/// debugger would) gets one line, stays exactly as it was, and its probes
+/// keep counting it exactly; the other ranks are injected.
+fn refused_rank_stays_probed(mpi: Mpi) {
+    if !needs(mpi) || !require(&[Need::Command("strace")]) {
+        return;
+    }
+    let dir = scratch(&format!("inject-refused-{}", mpi.name()));
+    let job = start(
+        mpi,
+        &dir,
+        "mix.c",
+        NP,
+        &[ITERS.to_string()],
+        &[("MIX_POLL", "1")],
+    );
+    let traced = job.pid(1);
+    let mut strace = Command::new("strace")
+        .args(["-o", "/dev/null", "-p", &traced.to_string()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("strace to hold the rank", Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{traced}/status"))
+            .ok()?
+            .lines()
+            .any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0")
+            .then_some(())
+    });
+    let mut d = Daemon::start(&inject_args(&job));
+    let line = wait_for("the refusal", Duration::from_secs(30), || {
+        d.log()
+            .into_iter()
+            .find(|l| l.contains(&format!("pid {traced} is already traced")))
+    });
+    assert!(
+        line.contains("(strace)") && line.ends_with("it stays observed by probes"),
+        "{line}"
+    );
+    wait_for("the other injections", Duration::from_secs(60), || {
+        let (_, s) = d.scrape();
+        (sum(&s, "mpi_observer_injected_processes", &[]) == f64::from(NP - 1)
+            && sum(&s, "mpi_observer_probes", &[]) > 0.0)
+            .then_some(())
+    });
+    job.go();
+    job.finish("OK ");
+    let s = final_scrape(&mut d);
+    for rank in 0..NP {
+        for (f, (n, ..)) in e2e::mix_expected(rank, ITERS, true) {
+            assert_eq!(calls(&s, rank, f), n, "{mpi:?} rank {rank} {f} calls");
+        }
+    }
+    let _ = strace.kill();
+    let _ = strace.wait();
+    let _ = d.stop(e2e::signal::TERM);
+    e2e::assert_no_probes_left();
+}
+
+#[test]
+fn inject_refused_rank_stays_probed_open_mpi() {
+    refused_rank_stays_probed(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_restarted_daemon_adopts_open_mpi() {
+    restarted_daemon_adopts(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_exact_after_injection_open_mpi() {
+    exact_after_injection(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_exact_after_injection_mpich() {
+    exact_after_injection(Mpi::Mpich);
+}
+
+#[test]
+fn inject_in_full_traffic_open_mpi() {
+    in_full_traffic(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_in_full_traffic_mpich() {
+    in_full_traffic(Mpi::Mpich);
+}
+
+#[test]
+fn inject_threads_open_mpi() {
+    threads(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_threads_mpich() {
+    threads(Mpi::Mpich);
+}
+
+#[test]
+fn inject_fortran_open_mpi() {
+    fortran(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_fortran_mpich() {
+    fortran(Mpi::Mpich);
+}
+
+#[test]
+fn inject_kill9_open_mpi() {
+    kill9(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_kill9_mpich() {
+    kill9(Mpi::Mpich);
+}
+
+#[test]
+fn inject_detach_open_mpi() {
+    detach_puts_slots_back(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_detach_mpich() {
+    detach_puts_slots_back(Mpi::Mpich);
+}
+
+#[test]
+fn inject_bad_input() {
+    bad_input();
+}
