@@ -136,7 +136,7 @@ const COMM_RANK: Probe = Probe {
 };
 
 /// Lines of a child's pipe, read on a thread so waits can time out.
-fn lines(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
+pub(crate) fn lines(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         // Keep draining after the receiver is gone: a closed pipe would
@@ -150,7 +150,11 @@ fn lines(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
 }
 
 /// Waits for a line containing `needle`; returns it and the lines before.
-fn wait_line(rx: &Receiver<String>, needle: &str, what: &str) -> Result<(String, Vec<String>)> {
+pub(crate) fn wait_line(
+    rx: &Receiver<String>,
+    needle: &str,
+    what: &str,
+) -> Result<(String, Vec<String>)> {
     let deadline = Instant::now() + STEP;
     let mut seen = Vec::new();
     loop {
@@ -166,7 +170,7 @@ fn wait_line(rx: &Receiver<String>, needle: &str, what: &str) -> Result<(String,
     }
 }
 
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -196,7 +200,7 @@ fn signal(child: &Child, sig: &str) {
 }
 
 /// Waits up to STEP for `child`, then kills it.
-fn reap(child: &mut Child, what: &str) -> Result<()> {
+pub(crate) fn reap(child: &mut Child, what: &str) -> Result<()> {
     let deadline = Instant::now() + STEP;
     loop {
         if let Some(st) = child.try_wait()? {

@@ -1,5 +1,6 @@
 //! Project automation: `cargo xtask <setup|codegen|build|test|demo|bench>`.
 mod bench_common;
+mod bench_inject;
 mod bench_observer;
 mod bench_shim;
 mod bench_stats;
@@ -46,7 +47,9 @@ enum Cmd {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
     },
-    /// Benchmarks: `shim` (the layering shim's dispatch cost and latency).
+    /// Benchmarks: `shim` (the layering shim's dispatch cost and latency),
+    /// `observer` (probe cost, attach, scrape), `stats` (the argument
+    /// layer), `inject` (`attach --inject`: latency, injection time).
     Bench {
         /// Which benchmark to run.
         which: String,
@@ -132,7 +135,10 @@ fn main() -> Result<()> {
             "shim" => bench_shim::run(&root),
             "observer" => bench_observer::run(&root),
             "stats" => bench_stats::run(&root),
-            other => anyhow::bail!("unknown benchmark `{other}` (known: shim)"),
+            "inject" => bench_inject::run(&root),
+            other => {
+                anyhow::bail!("unknown benchmark `{other}` (known: shim, observer, stats, inject)")
+            }
         },
     }
 }

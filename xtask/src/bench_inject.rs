@@ -1,0 +1,354 @@
+//! `cargo xtask bench inject`: what `attach --inject` buys and costs.
+//!
+//! - One-way latency of an 8-byte and a 64 KiB ping-pong between two ranks,
+//!   four ways: bare; observed by the probes (`attach`); injected (`attach
+//!   --inject`, measured once the handover is done and the probes' links
+//!   are closed); and the shim preloaded with `stats` from the start.
+//! - Per injected rank, from the daemon's own line: the time from the
+//!   request to the handover (goal ≤ 250 ms), the time the stopped thread
+//!   stays stopped (goal ≤ 20 ms), and from the stop to the shim's commit.
+//!
+//! The ranks wait for a go file making an `MPI_Iprobe` call every
+//! millisecond, where the daemon can stop them. Configurations run
+//! round-robin, `REPS` times each, in one invocation, so drift on a shared
+//! VM hits all alike; each run reports the median of 15 timed batches, the
+//! report the median of the runs. Results go to
+//! `docs/benchmarks-inject.md` with the command and machine.
+
+use std::{
+    fmt::Write as _,
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{
+    bench_common::{Mpi, loadavg, machine, median},
+    bench_observer::{free_port, lines, reap, wait_line},
+    cargo,
+    setup::run_cmd,
+};
+
+/// Runs per configuration; odd, so the median is a run.
+const REPS: usize = 7;
+/// How long a daemon may take to attach or inject.
+const STEP: Duration = Duration::from_secs(90);
+/// After the handover the probes' links take about 200 ms to close; the
+/// timed part starts after this.
+const SETTLE: Duration = Duration::from_millis(1000);
+
+const PING_PONG_C: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define BATCHES 15
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One-way ns: half the round trip. */
+static double batch(int rank, char *buf, int bytes, int iters) {
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; i++) {
+        if (rank == 0) {
+            MPI_Send(buf, bytes, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+            MPI_Recv(buf, bytes, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(buf, bytes, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, bytes, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+        }
+    }
+    return (MPI_Wtime() - t0) / (2.0 * iters) * 1e9;
+}
+
+static double latency(int rank, char *buf, int bytes, int iters) {
+    double v[BATCHES];
+    batch(rank, buf, bytes, iters / 4 + 1);
+    for (int b = 0; b < BATCHES; b++) v[b] = batch(rank, buf, bytes, iters);
+    qsort(v, BATCHES, sizeof(double), cmp);
+    return v[BATCHES / 2];
+}
+
+int main(int argc, char **argv) {
+    int rank, flag;
+    char path[4096];
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    snprintf(path, sizeof path, "%s/pid.%d", argv[1], rank);
+    FILE *f = fopen(path, "w");
+    if (!f) MPI_Abort(MPI_COMM_WORLD, 1);
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    snprintf(path, sizeof path, "%s/go", argv[1]);
+    while (access(path, F_OK) != 0) {
+        MPI_Iprobe(MPI_ANY_SOURCE, 99, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+        usleep(1000);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    char *buf = calloc(1, 65536);
+    double l8 = latency(rank, buf, 8, 4000);
+    double l64 = latency(rank, buf, 65536, 400);
+    if (rank == 0) printf("lat8_ns=%.1f lat64k_ns=%.1f\n", l8, l64);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Config {
+    Bare,
+    Probes,
+    Injected,
+    Preloaded,
+}
+
+impl Config {
+    const ALL: [Config; 4] = [
+        Config::Bare,
+        Config::Probes,
+        Config::Injected,
+        Config::Preloaded,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Config::Bare => "bare",
+            Config::Probes => "probes (`attach`)",
+            Config::Injected => "injected (`attach --inject`)",
+            Config::Preloaded => "shim preloaded, `stats`",
+        }
+    }
+}
+
+/// One injected rank, from the daemon's line: (request to handover, stopped,
+/// stop to commit), in ms.
+type Injection = (f64, f64, f64);
+
+struct Run {
+    lat8: f64,
+    lat64k: f64,
+    injections: Vec<Injection>,
+}
+
+fn number_before(line: &str, unit_suffix: &str) -> Option<f64> {
+    let at = line.find(unit_suffix)?;
+    line[..at].rsplit(' ').next()?.parse().ok()
+}
+
+fn parse_injection(l: &str) -> Option<Injection> {
+    let total = number_before(l, " ms in all")?;
+    let stopped = number_before(l, " ms, shim live")?;
+    let live_at = l.find("shim live after ")? + "shim live after ".len();
+    let live = l[live_at..].split(' ').next()?.parse().ok()?;
+    Some((total, stopped, live))
+}
+
+fn one_run(
+    mpi: Mpi,
+    prog: &Path,
+    observer: &Path,
+    shim: &Path,
+    work: &Path,
+    config: Config,
+) -> Result<Run> {
+    let dir = work.join("run");
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir)?;
+    let preload = (config == Config::Preloaded).then_some((shim, "stats"));
+    let mut job = mpi
+        .job(2, preload, prog)
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let out = lines(job.stdout.take().context("stdout")?);
+    let deadline = Instant::now() + STEP;
+    let pids: Vec<String> = loop {
+        let got: Vec<String> = (0..2)
+            .filter_map(|r| fs::read_to_string(dir.join(format!("pid.{r}"))).ok())
+            .filter(|s| s.ends_with('\n'))
+            .map(|s| s.trim().to_string())
+            .collect();
+        if got.len() == 2 {
+            break got;
+        }
+        if Instant::now() > deadline {
+            let _ = job.kill();
+            bail!("ping-pong ranks did not start");
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    let mut daemon = None;
+    let mut injections = Vec::new();
+    if matches!(config, Config::Probes | Config::Injected) {
+        let mut d = Command::new(observer);
+        d.arg("attach");
+        for pid in &pids {
+            d.args(["--pid", pid]);
+        }
+        if config == Config::Injected {
+            d.arg("--inject");
+        }
+        let mut d = d
+            .args(["--listen", &format!("127.0.0.1:{}", free_port()?)])
+            .args(["--retain-exited", "0"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()?;
+        let err = lines(d.stderr.take().context("stderr")?);
+        let needle = if config == Config::Injected {
+            "injected the shim into pid"
+        } else {
+            "attached to pid"
+        };
+        for _ in &pids {
+            let (l, _) = wait_line(&err, needle, "mpi-observer")?;
+            if config == Config::Injected {
+                injections.push(parse_injection(&l).with_context(|| format!("parsing `{l}`"))?);
+            }
+        }
+        daemon = Some(d);
+    }
+    thread::sleep(SETTLE);
+    fs::write(dir.join("go"), "")?;
+    let (l, _) = wait_line(&out, "lat8_ns=", "ping-pong")?;
+    reap(&mut job, "ping-pong job")?;
+    if let Some(mut d) = daemon {
+        let _ = Command::new("kill").arg(d.id().to_string()).status();
+        reap(&mut d, "mpi-observer")?;
+    }
+    let get = |k: &str| -> Result<f64> {
+        l.split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.parse().ok())
+            .with_context(|| format!("no {k} in `{l}`"))
+    };
+    Ok(Run {
+        lat8: get("lat8_ns=")?,
+        lat64k: get("lat64k_ns=")?,
+        injections,
+    })
+}
+
+fn spread(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{lo:.0}–{hi:.0}")
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// `cargo xtask bench inject`.
+pub fn run(root: &Path) -> Result<()> {
+    run_cmd(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "mpi-observer",
+        "-p",
+        "mpi-observer-shim",
+    ]))?;
+    let observer = root.join("target/release/mpi-observer");
+    let shim = root.join("target/release/libmpi_observer_shim.so");
+    let work = root.join("target/bench-inject");
+    let load_before = loadavg();
+    let mut report = String::new();
+    writeln!(
+        report,
+        "# `attach --inject` benchmarks\n\n\
+         Command: `cargo xtask bench inject` (writes this file; the C source is in \
+         `xtask/src/bench_inject.rs`).\n\n\
+         Machine: {}.\n\n\
+         Every latency is the median of {REPS} runs taken round-robin across the four \
+         configurations in one invocation (the range of the runs beside it); each run \
+         reports the median of 15 timed batches. Ratios compare medians of the same \
+         invocation. The injected runs are timed from 1 s after the handover (the probes' \
+         links are closed by then).\n",
+        machine()
+    )?;
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
+        let dir = work.join(mpi.suffix());
+        fs::create_dir_all(&dir)?;
+        let src = dir.join("pingpong.c");
+        fs::write(&src, PING_PONG_C)?;
+        let prog: PathBuf = dir.join("pingpong");
+        mpi.mpicc(&[], &src, &prog)?;
+        let mut runs: Vec<Vec<Run>> = Config::ALL.iter().map(|_| Vec::new()).collect();
+        for _ in 0..REPS {
+            for (i, &c) in Config::ALL.iter().enumerate() {
+                runs[i].push(one_run(mpi, &prog, &observer, &shim, &dir, c)?);
+            }
+        }
+        let l8: Vec<Vec<f64>> = runs
+            .iter()
+            .map(|r| r.iter().map(|r| r.lat8).collect())
+            .collect();
+        let l64: Vec<Vec<f64>> = runs
+            .iter()
+            .map(|r| r.iter().map(|r| r.lat64k).collect())
+            .collect();
+        let (b8, b64) = (median(&l8[0]), median(&l64[0]));
+        writeln!(
+            report,
+            "## {}: one-way latency, 2 ranks\n\n\
+             | configuration | 8 B | runs | vs bare | 64 KiB | runs | vs bare |\n\
+             |---|---:|---:|---:|---:|---:|---:|",
+            mpi.name()
+        )?;
+        for (i, c) in Config::ALL.iter().enumerate() {
+            writeln!(
+                report,
+                "| {} | {:.0} ns | {} | {:.3} | {:.0} ns | {} | {:.3} |",
+                c.name(),
+                median(&l8[i]),
+                spread(&l8[i]),
+                median(&l8[i]) / b8,
+                median(&l64[i]),
+                spread(&l64[i]),
+                median(&l64[i]) / b64,
+            )?;
+        }
+        let inj: Vec<Injection> = runs[2]
+            .iter()
+            .flat_map(|r| r.injections.iter().copied())
+            .collect();
+        let total: Vec<f64> = inj.iter().map(|i| i.0).collect();
+        let stopped: Vec<f64> = inj.iter().map(|i| i.1).collect();
+        let live: Vec<f64> = inj.iter().map(|i| i.2).collect();
+        writeln!(
+            report,
+            "\n{} injections ({REPS} jobs × 2 ranks), per rank:\n\n\
+             | figure | median | max | goal |\n|---|---:|---:|---:|\n\
+             | request to handover (\"in all\") | {:.0} ms | {:.0} ms | ≤ 250 ms |\n\
+             | thread stopped | {:.2} ms | {:.2} ms | ≤ 20 ms |\n\
+             | stop to the shim's commit (`dlopen`, set-up, slots) | {:.1} ms | {:.1} ms | – |\n",
+            inj.len(),
+            median(&total),
+            max(&total),
+            median(&stopped),
+            max(&stopped),
+            median(&live),
+            max(&live),
+        )?;
+    }
+    writeln!(
+        report,
+        "Load average (1/5/15 min) before and after: {load_before} / {}. The machine is \
+         shared; figures taken under load are noisier.",
+        loadavg()
+    )?;
+    let out = root.join("docs/benchmarks-inject.md");
+    fs::write(&out, &report)?;
+    print!("{report}");
+    println!("wrote {}", out.display());
+    Ok(())
+}
