@@ -14,7 +14,7 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use observer_common::{
-    cookie,
+    FunctionId, cookie,
     maps::{ErrorCounter, INFLIGHT_SKIP, Inflight, STACK_DEPTH, StatKey, hist_slot},
 };
 
@@ -92,7 +92,10 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
                 return;
             }
             let sig = cfg.inject_signal;
-            if sig != 0 && !(from >= cfg.lib_lo && from < cfg.lib_hi) {
+            // Not at MPI_Init: the shim needs MPI initialised, and a rank
+            // found by `--all` as it starts would be refused for good.
+            let init = func == FunctionId::Init as u16 || func == FunctionId::InitThread as u16;
+            if sig != 0 && !init && !(from >= cfg.lib_lo && from < cfg.lib_hi) {
                 // The injection's stop point: the application's own call,
                 // at its entry. One thread is enough; the daemon sends any
                 // other that raced here on its way.

@@ -355,6 +355,33 @@ fn kill9(mpi: Mpi) {
     e2e::assert_no_probes_left();
 }
 
+/// A rank found before its MPI_Init (as `--all` finds ranks that start) is
+/// not stopped at MPI_Init, where the shim would refuse, but at its first
+/// call after it; its barriers are then exact.
+fn before_init(mpi: Mpi) {
+    if !needs(mpi) {
+        return;
+    }
+    let dir = scratch(&format!("inject-before-init-{}", mpi.name()));
+    let job = start(mpi, &dir, "inject/late_init.c", 2, &[], &[]);
+    let mut d = Daemon::start(&inject_args(&job));
+    job.go();
+    wait_injected(&mut d, 2);
+    job.finish("OK ");
+    let s = final_scrape(&mut d);
+    for rank in 0..2 {
+        assert_eq!(calls(&s, rank, "MPI_Barrier"), 10, "{mpi:?} rank {rank}");
+        assert_eq!(calls(&s, rank, "MPI_Init"), 1, "{mpi:?} rank {rank}");
+    }
+    assert!(
+        !d.log().iter().any(|l| l.contains("not initialised")),
+        "{:?}",
+        d.log()
+    );
+    let _ = d.stop(e2e::signal::TERM);
+    e2e::assert_no_probes_left();
+}
+
 /// A daemon killed after injecting leaves live shims behind; the next one
 /// (here without --inject) adopts them: no probes, and their timing, which
 /// counted every call since the injection, stands for the ranks, exact.
@@ -552,6 +579,16 @@ fn inject_refused_rank_stays_probed_open_mpi() {
 #[test]
 fn inject_restarted_daemon_adopts_open_mpi() {
     restarted_daemon_adopts(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_before_init_open_mpi() {
+    before_init(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_before_init_mpich() {
+    before_init(Mpi::Mpich);
 }
 
 #[test]
