@@ -53,6 +53,29 @@ fn start(mpi: Mpi, dir: &Path, src: &str, np: u32, args: &[String], env: &[(&str
     Job::spawn(c, np, dir.join("go"))
 }
 
+/// mix.c on NP ranks, ITERS rounds, waiting for its go file in MPI_Iprobe
+/// calls (MIX_POLL) where the daemon can stop it.
+fn polling_mix(mpi: Mpi, test: &str) -> Job {
+    let dir = scratch(&format!("inject-{test}-{}", mpi.name()));
+    start(
+        mpi,
+        &dir,
+        "mix.c",
+        NP,
+        &[ITERS.to_string()],
+        &[("MIX_POLL", "1")],
+    )
+}
+
+/// Every rank's calls of mix.c's phase, exact.
+fn assert_mix_calls(s: &[Sample], mpi: Mpi) {
+    for rank in 0..NP {
+        for (f, (n, ..)) in e2e::mix_expected(rank, ITERS, true) {
+            assert_eq!(calls(s, rank, f), n, "{mpi:?} rank {rank} {f} calls");
+        }
+    }
+}
+
 fn inject_args(job: &Job) -> Vec<String> {
     let mut a = job.pid_args();
     a.push("--inject".into());
@@ -140,15 +163,7 @@ fn exact_after_injection(mpi: Mpi) {
     if !needs(mpi) {
         return;
     }
-    let dir = scratch(&format!("inject-exact-{}", mpi.name()));
-    let job = start(
-        mpi,
-        &dir,
-        "mix.c",
-        NP,
-        &[ITERS.to_string()],
-        &[("MIX_POLL", "1")],
-    );
+    let job = polling_mix(mpi, "exact");
     let mut d = Daemon::start(&inject_args(&job));
     wait_injected(&mut d, NP);
     let injected: Vec<String> = d
@@ -389,15 +404,7 @@ fn restarted_daemon_adopts(mpi: Mpi) {
     if !needs(mpi) {
         return;
     }
-    let dir = scratch(&format!("inject-adopt-{}", mpi.name()));
-    let job = start(
-        mpi,
-        &dir,
-        "mix.c",
-        NP,
-        &[ITERS.to_string()],
-        &[("MIX_POLL", "1")],
-    );
+    let job = polling_mix(mpi, "adopt");
     let mut first = Daemon::start(&inject_args(&job));
     wait_injected(&mut first, NP);
     let _ = first.stop(e2e::signal::KILL);
@@ -412,11 +419,7 @@ fn restarted_daemon_adopts(mpi: Mpi) {
     job.go();
     job.finish("OK ");
     let s = final_scrape(&mut d);
-    for rank in 0..NP {
-        for (f, (n, ..)) in e2e::mix_expected(rank, ITERS, true) {
-            assert_eq!(calls(&s, rank, f), n, "{mpi:?} rank {rank} {f} calls");
-        }
-    }
+    assert_mix_calls(&s, mpi);
     check_peers(&s, mpi);
     let _ = d.stop(e2e::signal::TERM);
     e2e::assert_no_probes_left();
@@ -426,15 +429,7 @@ fn detach_puts_slots_back(mpi: Mpi) {
     if !needs(mpi) {
         return;
     }
-    let dir = scratch(&format!("inject-detach-{}", mpi.name()));
-    let job = start(
-        mpi,
-        &dir,
-        "mix.c",
-        NP,
-        &[ITERS.to_string()],
-        &[("MIX_POLL", "1")],
-    );
+    let job = polling_mix(mpi, "detach");
     let mut d = Daemon::start(&inject_args(&job));
     wait_injected(&mut d, NP);
     // The daemon asks each shim to detach and waits for it to say so: the
@@ -519,15 +514,7 @@ fn refused_rank_stays_probed(mpi: Mpi) {
     if !needs(mpi) || !require(&[Need::Command("strace")]) {
         return;
     }
-    let dir = scratch(&format!("inject-refused-{}", mpi.name()));
-    let job = start(
-        mpi,
-        &dir,
-        "mix.c",
-        NP,
-        &[ITERS.to_string()],
-        &[("MIX_POLL", "1")],
-    );
+    let job = polling_mix(mpi, "refused");
     let traced = job.pid(1);
     let mut strace = Command::new("strace")
         .args(["-o", "/dev/null", "-p", &traced.to_string()])
@@ -560,11 +547,7 @@ fn refused_rank_stays_probed(mpi: Mpi) {
     job.go();
     job.finish("OK ");
     let s = final_scrape(&mut d);
-    for rank in 0..NP {
-        for (f, (n, ..)) in e2e::mix_expected(rank, ITERS, true) {
-            assert_eq!(calls(&s, rank, f), n, "{mpi:?} rank {rank} {f} calls");
-        }
-    }
+    assert_mix_calls(&s, mpi);
     let _ = strace.kill();
     let _ = strace.wait();
     let _ = d.stop(e2e::signal::TERM);

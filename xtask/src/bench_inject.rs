@@ -21,22 +21,20 @@ use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 
 use crate::{
     bench_common::{Mpi, loadavg, machine, median},
-    bench_observer::{free_port, lines, reap, wait_line},
+    bench_observer::{free_port, lines, rank_pids, reap, wait_line},
     cargo,
     setup::run_cmd,
 };
 
 /// Runs per configuration; odd, so the median is a run.
 const REPS: usize = 7;
-/// How long a daemon may take to attach or inject.
-const STEP: Duration = Duration::from_secs(90);
 /// After the handover the probes' links take about 200 ms to close; the
 /// timed part starts after this.
 const SETTLE: Duration = Duration::from_millis(1000);
@@ -170,22 +168,7 @@ fn one_run(
         .stderr(Stdio::piped())
         .spawn()?;
     let out = lines(job.stdout.take().context("stdout")?);
-    let deadline = Instant::now() + STEP;
-    let pids: Vec<String> = loop {
-        let got: Vec<String> = (0..2)
-            .filter_map(|r| fs::read_to_string(dir.join(format!("pid.{r}"))).ok())
-            .filter(|s| s.ends_with('\n'))
-            .map(|s| s.trim().to_string())
-            .collect();
-        if got.len() == 2 {
-            break got;
-        }
-        if Instant::now() > deadline {
-            let _ = job.kill();
-            bail!("ping-pong ranks did not start");
-        }
-        thread::sleep(Duration::from_millis(5));
-    };
+    let pids = rank_pids(&dir, 2, &mut job)?;
     let mut daemon = None;
     let mut injections = Vec::new();
     if matches!(config, Config::Probes | Config::Injected) {

@@ -218,6 +218,27 @@ pub(crate) fn reap(child: &mut Child, what: &str) -> Result<()> {
     }
 }
 
+/// The pids the `n` ranks of `job` wrote to `dir/pid.RANK`; kills the job
+/// if they do not within STEP.
+pub(crate) fn rank_pids(dir: &Path, n: u32, job: &mut Child) -> Result<Vec<String>> {
+    let deadline = Instant::now() + STEP;
+    loop {
+        let got: Vec<String> = (0..n)
+            .filter_map(|r| fs::read_to_string(dir.join(format!("pid.{r}"))).ok())
+            .filter(|s| s.ends_with('\n'))
+            .map(|s| s.trim().to_string())
+            .collect();
+        if got.len() == n as usize {
+            return Ok(got);
+        }
+        if Instant::now() > deadline {
+            let _ = job.kill();
+            bail!("the ranks did not start");
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The MPI library file a process maps.
 fn mapped_library(pid: u32, pattern: &str) -> Result<String> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps"))?;
@@ -940,22 +961,7 @@ fn pingpong_run(mpi: Mpi, p: &Paths, observe: bool) -> Result<[f64; 5]> {
         .stderr(Stdio::piped())
         .spawn()?;
     let out = lines(job.stdout.take().context("stdout")?);
-    let deadline = Instant::now() + STEP;
-    let pids: Vec<String> = loop {
-        let got: Vec<String> = (0..2)
-            .filter_map(|r| fs::read_to_string(dir.join(format!("pid.{r}"))).ok())
-            .filter(|s| s.ends_with('\n'))
-            .map(|s| s.trim().to_string())
-            .collect();
-        if got.len() == 2 {
-            break got;
-        }
-        if Instant::now() > deadline {
-            let _ = job.kill();
-            bail!("ping-pong ranks did not start");
-        }
-        thread::sleep(Duration::from_millis(5));
-    };
+    let pids = rank_pids(&dir, 2, &mut job)?;
     let mut daemon = None;
     if observe {
         let port = free_port()?;
