@@ -4,7 +4,7 @@
 //! The daemon writes a small loader stub and this mailbox into the target
 //! (docs/inject.md). The stub runs on one thread of the rank, stopped at the
 //! entry of an application-level MPI call: it `dlopen`s the shim, looks up
-//! [`INJECT_SYMBOL`] (or [`EJECT_SYMBOL`]) and calls it with the mailbox's
+//! [`INJECT_SYMBOL`] and calls it with the mailbox's
 //! address. Everything after that is a conversation through this struct:
 //!
 //! ```text
@@ -12,6 +12,7 @@
 //! shim     : builds its stack and segment   -> shim_lo/shim_hi, state = PREPARED
 //! daemon   : tells its probes to ignore calls made from [shim_lo, shim_hi), go = GO
 //! shim     : rewrites the GOT slots         -> slots, state = COMMITTED
+//! daemon   : tells its probes to record no new call, go = HANDED
 //! stub     : state = DONE (the last store before it returns to the rank's code)
 //! ```
 //!
@@ -25,9 +26,6 @@
 
 /// `dlsym` name of the shim's injection entry: `int f(Mailbox *)`.
 pub const INJECT_SYMBOL: &[u8] = b"mpi_observer_shim_inject\0";
-/// `dlsym` name of the shim's ejection entry: `int f(Mailbox *)`; it puts
-/// every slot the injection rewrote back and leaves the shim inert.
-pub const EJECT_SYMBOL: &[u8] = b"mpi_observer_shim_eject\0";
 /// [`Mailbox::magic`].
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MPIOINJ\0");
 /// [`Mailbox::version`]; bump on any change.

@@ -439,25 +439,3 @@ fn eject_now(mb: *mut Mailbox) {
     }
     EJECTING.store(false, Release);
 }
-
-/// The ejection entry, for a stub that runs it directly: puts every slot
-/// back at once. Returns 0.
-///
-/// # Safety
-/// `mb` is null or a live mailbox.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mpi_observer_shim_eject(mb: *mut Mailbox) -> c_int {
-    let live = MAILBOX.swap(null_mut(), AcqRel);
-    let n = if live.is_null() { 0 } else { restore() };
-    // SAFETY: null or a live mailbox, per the caller.
-    if let Some(m) = unsafe { mb.as_ref() }
-        && m.magic == MAGIC
-    {
-        // SAFETY: as above.
-        unsafe {
-            word(&raw mut (*mb).slots).store(n as u32, Relaxed);
-            return finish(mb, state::EJECTED, None);
-        }
-    }
-    0
-}

@@ -321,32 +321,15 @@ impl Object {
         &self,
         weak_only: bool,
     ) -> impl Iterator<Item = (*mut usize, u32, i64, &CStr)> {
-        self.rela.into_iter().flat_map(move |(table, size)| {
-            let n = if table.is_null() {
-                0
-            } else {
-                size / size_of::<Rela>()
-            };
-            (0..n).filter_map(move |k| {
-                // SAFETY: `k` is within the table the dynamic section gives.
-                let r = unsafe { &*table.add(k) };
-                let sym = (r.r_info >> 32) as usize;
+        const STB_WEAK: u8 = 2;
+        self.relocations()
+            .filter_map(move |(slot, kind, addend, sym)| {
                 // SAFETY: relocations index this object's symbol table.
                 let s = unsafe { &*self.symtab.add(sym) };
-                const STB_WEAK: u8 = 2;
-                (sym != 0 && s.st_shndx == 0 && (!weak_only || s.st_info >> 4 == STB_WEAK)).then(
-                    || {
-                        (
-                            (self.base + r.r_offset as usize) as *mut usize,
-                            r.r_info as u32,
-                            r.r_addend,
-                            // SAFETY: as above.
-                            unsafe { self.name(sym) },
-                        )
-                    },
-                )
+                (s.st_shndx == 0 && (!weak_only || s.st_info >> 4 == STB_WEAK))
+                    // SAFETY: as above.
+                    .then(|| (slot, kind, addend, unsafe { self.name(sym) }))
             })
-        })
     }
 
     /// Every symbol a lookup binds to in this object ([`Object::binds`])

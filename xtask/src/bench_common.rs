@@ -3,7 +3,7 @@
 
 use std::{fs, path::Path, process::Command};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use crate::setup::run_cmd;
 
@@ -135,4 +135,34 @@ pub fn machine() -> String {
             .join(" "),
         first_line("rustc", &["--version"]),
     )
+}
+
+/// The number after `key` (e.g. `lat8=`) among the words of `line`.
+pub fn field(line: &str, key: &str) -> Result<f64> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.parse().ok())
+        .with_context(|| format!("no {key} in `{line}`"))
+}
+
+/// "lo–hi" of `v`, with `digits` decimals.
+pub fn spread(v: &[f64], digits: usize) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{lo:.digits$}–{hi:.digits$}")
+}
+
+/// Ends `report` with the load averages (`load_before` and now), writes it
+/// to `docs/NAME` under `root` and prints it.
+pub fn write_report(root: &Path, name: &str, mut report: String, load_before: &str) -> Result<()> {
+    report.push_str(&format!(
+        "Load average (1/5/15 min) before and after the run: {load_before} / {}. The machine \
+         is shared: figures taken under load are noisier.\n",
+        loadavg()
+    ));
+    let out = root.join("docs").join(name);
+    fs::create_dir_all(out.parent().expect("docs/"))?;
+    fs::write(&out, &report)?;
+    print!("{report}");
+    println!("wrote {}", out.display());
+    Ok(())
 }

@@ -27,8 +27,8 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    bench_common::{Mpi, loadavg, machine, median},
-    bench_observer::{free_port, lines, rank_pids, reap, wait_line},
+    bench_common::{Mpi, field, loadavg, machine, median, spread, write_report},
+    bench_observer::{free_port, lines, rank_pids, reap, signal, wait_line},
     cargo,
     setup::run_cmd,
 };
@@ -205,25 +205,14 @@ fn one_run(
     let (l, _) = wait_line(&out, "lat8_ns=", "ping-pong")?;
     reap(&mut job, "ping-pong job")?;
     if let Some(mut d) = daemon {
-        let _ = Command::new("kill").arg(d.id().to_string()).status();
+        signal(&d, "-TERM");
         reap(&mut d, "mpi-observer")?;
     }
-    let get = |k: &str| -> Result<f64> {
-        l.split_whitespace()
-            .find_map(|w| w.strip_prefix(k)?.parse().ok())
-            .with_context(|| format!("no {k} in `{l}`"))
-    };
     Ok(Run {
-        lat8: get("lat8_ns=")?,
-        lat64k: get("lat64k_ns=")?,
+        lat8: field(&l, "lat8_ns=")?,
+        lat64k: field(&l, "lat64k_ns=")?,
         injections,
     })
-}
-
-fn spread(v: &[f64]) -> String {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{lo:.0}–{hi:.0}")
 }
 
 fn max(v: &[f64]) -> f64 {
@@ -293,10 +282,10 @@ pub fn run(root: &Path) -> Result<()> {
                 "| {} | {:.0} ns | {} | {:.3} | {:.0} ns | {} | {:.3} |",
                 c.name(),
                 median(&l8[i]),
-                spread(&l8[i]),
+                spread(&l8[i], 0),
                 median(&l8[i]) / b8,
                 median(&l64[i]),
-                spread(&l64[i]),
+                spread(&l64[i], 0),
                 median(&l64[i]) / b64,
             )?;
         }
@@ -323,15 +312,5 @@ pub fn run(root: &Path) -> Result<()> {
             max(&live),
         )?;
     }
-    writeln!(
-        report,
-        "Load average (1/5/15 min) before and after: {load_before} / {}. The machine is \
-         shared; figures taken under load are noisier.",
-        loadavg()
-    )?;
-    let out = root.join("docs/benchmarks-inject.md");
-    fs::write(&out, &report)?;
-    print!("{report}");
-    println!("wrote {}", out.display());
-    Ok(())
+    write_report(root, "benchmarks-inject.md", report, &load_before)
 }

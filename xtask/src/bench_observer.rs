@@ -193,7 +193,7 @@ fn calls(text: &str, function: &str) -> Option<u64> {
         .find_map(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
-fn signal(child: &Child, sig: &str) {
+pub(crate) fn signal(child: &Child, sig: &str) {
     let _ = Command::new("kill")
         .args([sig, &child.id().to_string()])
         .status();
@@ -989,11 +989,7 @@ fn pingpong_run(mpi: Mpi, p: &Paths, observe: bool) -> Result<[f64; 5]> {
     if let Some(mut d) = daemon {
         reap(&mut d, "mpi-observer")?;
     }
-    let get = |k: &str| -> Result<f64> {
-        l.split_whitespace()
-            .find_map(|w| w.strip_prefix(k)?.parse().ok())
-            .with_context(|| format!("no {k} in `{l}`"))
-    };
+    let get = |k: &str| crate::bench_common::field(&l, k);
     Ok([
         get("lat8=")?,
         get("lat1m=")?,

@@ -25,7 +25,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    bench_common::{Mpi, loadavg, machine, median},
+    bench_common::{Mpi, loadavg, machine, median, write_report},
     cargo,
     setup::run_cmd,
 };
@@ -196,18 +196,7 @@ pub fn run(root: &Path) -> Result<()> {
         )?;
     }
     startup(&mut report, &shim, &src, &dir)?;
-    writeln!(
-        report,
-        "Load average (1/5/15 min) before and after the run: {load_before} / {}. \
-         The machine is shared: figures taken under load are noisier and higher.",
-        loadavg()
-    )?;
-    let out = root.join("docs/benchmarks-shim.md");
-    fs::create_dir_all(out.parent().unwrap())?;
-    fs::write(&out, &report)?;
-    print!("{report}");
-    println!("wrote {}", out.display());
-    Ok(())
+    write_report(root, "benchmarks-shim.md", report, &load_before)
 }
 
 /// Spawns per timed batch of [`startup`].

@@ -25,7 +25,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    bench_common::{Mpi, loadavg, machine, median},
+    bench_common::{Mpi, loadavg, machine, median, spread, write_report},
     cargo,
     setup::run_cmd,
 };
@@ -187,12 +187,6 @@ fn fastest(v: &[f64]) -> f64 {
     v.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
-fn spread(v: &[f64]) -> String {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{lo:.1}–{hi:.1}")
-}
-
 struct Built {
     cost: PathBuf,
     pingpong: PathBuf,
@@ -288,7 +282,7 @@ pub fn run(root: &Path) -> Result<()> {
                     report,
                     "| {pattern} | {name} | {:.1} | {} | {:+.1} ns | {vs_pass} | {vs_pass_fast} |",
                     med[i],
-                    spread(&samples[i]),
+                    spread(&samples[i], 1),
                     (med[i] - med[0]) / calls,
                 )?;
             }
@@ -305,7 +299,7 @@ pub fn run(root: &Path) -> Result<()> {
                 "pingpong_ns",
             )?);
         }
-        let (sb, ss) = (spread(&base), spread(&stats));
+        let (sb, ss) = (spread(&base, 1), spread(&stats, 1));
         let (mb, ms) = (median(&base), median(&stats));
         writeln!(
             report,
@@ -317,15 +311,5 @@ pub fn run(root: &Path) -> Result<()> {
             ms / mb
         )?;
     }
-    writeln!(
-        report,
-        "Load average (1/5/15 min) before and after: {load_before} / {}. The machine is \
-         shared; figures taken under load are noisier.",
-        loadavg()
-    )?;
-    let out = root.join("docs/benchmarks-stats.md");
-    fs::write(&out, &report)?;
-    print!("{report}");
-    println!("wrote {}", out.display());
-    Ok(())
+    write_report(root, "benchmarks-stats.md", report, &load_before)
 }

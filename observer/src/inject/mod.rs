@@ -225,7 +225,7 @@ pub enum InjectError {
 /// Injects the shim into `req.pid`, then hands the rank over from its
 /// probes to the shim. `state` is the daemon's; it is locked only briefly.
 pub fn inject(state: &Mutex<State>, req: &Request) -> Result<Injected, InjectError> {
-    let r = inject_and_hand_over(state, req);
+    let r = inject_and_hand_over(state, req).map_err(|e| exiting_or(req.pid, e));
     if r.is_err() {
         state
             .lock()
@@ -233,6 +233,23 @@ pub fn inject(state: &Mutex<State>, req: &Request) -> Result<Injected, InjectErr
             .set_injecting(req.pid, false);
     }
     r
+}
+
+/// `e`, unless the process is exiting: a process on its way out refuses
+/// ptrace with EPERM and has its mappings torn down, so the step that
+/// failed would be named wrongly. Looks for 100 ms.
+fn exiting_or(pid: u32, e: InjectError) -> InjectError {
+    if matches!(e, InjectError::Gone { .. }) {
+        return e;
+    }
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(100) {
+        if !exists(pid) {
+            return InjectError::Gone { pid };
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    e
 }
 
 fn inject_and_hand_over(state: &Mutex<State>, req: &Request) -> Result<Injected, InjectError> {
@@ -811,28 +828,24 @@ impl Maps {
     /// mapped with `perm` and still all zero. Each (object, perm) has one
     /// candidate, the same on every call, so [`Maps::mailbox`] finds an
     /// earlier injection's block again.
-    fn candidates(&self, perm: Perm) -> Vec<(u64, u64)> {
-        let mut out = Vec::new();
-        for (path, first) in self.objects() {
-            for (end, p) in segment_ends(&self.host(path), first) {
-                if p != perm {
-                    continue;
-                }
-                let at = end.next_multiple_of(16);
-                let limit = end.next_multiple_of(4096);
-                let Some(m) = self.holding(at, limit.saturating_sub(at).max(1)) else {
-                    continue;
-                };
-                let ok = match perm {
-                    Perm::Exec => m.exec && !m.write,
-                    Perm::Write => m.write && !m.exec,
-                };
-                if ok && at < limit {
-                    out.push((at, limit));
-                }
-            }
-        }
-        out
+    fn candidates(&self, perm: Perm) -> impl Iterator<Item = (u64, u64)> + '_ {
+        // Lazily, object by object: each costs a read of its file, and
+        // libc, first, nearly always has room.
+        self.objects().into_iter().flat_map(move |(path, first)| {
+            segment_ends(&self.host(path), first)
+                .into_iter()
+                .filter(move |&(_, p)| p == perm)
+                .filter_map(move |(end, _)| {
+                    let at = end.next_multiple_of(16);
+                    let limit = end.next_multiple_of(4096);
+                    let m = self.holding(at, limit.saturating_sub(at).max(1))?;
+                    let ok = match perm {
+                        Perm::Exec => m.exec && !m.write,
+                        Perm::Write => m.write && !m.exec,
+                    };
+                    (ok && at < limit).then_some((at, limit))
+                })
+        })
     }
 
     /// An address with `need` unused bytes mapped with `perm` (see
@@ -854,7 +867,6 @@ impl Maps {
     fn mailbox(&self, mem: &Mem) -> Result<Option<u64>, InjectError> {
         Ok(self
             .candidates(Perm::Write)
-            .into_iter()
             .map(|(at, _)| at)
             .find(|&at| mem.u64(at).is_ok_and(|v| v == MAGIC)))
     }
