@@ -14,6 +14,10 @@
 //!   wrap the same procedures with `PMPI_` calls, one counting, one checking
 //!   return codes and nesting; their counts in each process must be equal.
 //!
+//! And one with nothing preloaded, where `mpi-observer attach --inject`
+//! loads the shim (`stats`) into both ranks while the suite runs
+//! (docs/inject.md): `injected`. Both ranks must be injected.
+//!
 //! Each rank runs `main.py` through tests/programs/mpi4py/runsuite.py, which
 //! adds one thing: a per-rank log of every test's outcome by test id. A shim
 //! run must have, on each rank, exactly the bare run's test ids with the
@@ -86,6 +90,8 @@ enum Config {
     Stats,
     /// Shim, `./libm4pcount.so,stats,./libm4pcheck.so`.
     Tools,
+    /// No shim at launch; the daemon injects it (`stats`) mid-suite.
+    Injected,
 }
 
 impl Config {
@@ -95,12 +101,13 @@ impl Config {
             Config::Empty => "shim_empty",
             Config::Stats => "shim_stats",
             Config::Tools => "shim_tools",
+            Config::Injected => "injected",
         }
     }
 
     fn tools_entry(self) -> Option<&'static str> {
         match self {
-            Config::Bare => None,
+            Config::Bare | Config::Injected => None,
             Config::Empty => Some(""),
             Config::Stats => Some("stats"),
             Config::Tools => Some("./libm4pcount.so,stats,./libm4pcheck.so"),
@@ -243,6 +250,8 @@ struct SuiteRun {
     ranks: Vec<RankLog>,
     /// Processes of the run still alive after the launcher returned, killed.
     leftovers: usize,
+    /// `injected`: the daemon's lines saying it injected a rank.
+    injections: Vec<String>,
 }
 
 impl SuiteRun {
@@ -300,6 +309,7 @@ impl SuiteRun {
         for (r, log) in self.ranks.iter().enumerate() {
             v.push(format!("  rank {r}: {}", log.figures()));
         }
+        v.extend(self.injections.iter().map(|l| format!("  {l}")));
         v
     }
 
@@ -385,7 +395,22 @@ fn run_suite(mpi: Mpi, config: Config, deadline: Duration) -> SuiteRun {
     for x in exclusions(mpi) {
         cmd.args(["-x", x]);
     }
+    let injector = (config == Config::Injected).then(|| {
+        let results = results.clone();
+        std::thread::spawn(move || inject_ranks(&results))
+    });
     let (status, timed_out, elapsed, leftovers) = run_bounded(cmd, &dir, deadline);
+    let injections = injector.map_or_else(Vec::new, |h| {
+        h.join()
+            .expect("the injecting thread")
+            .map(|d| {
+                let (_, log) = d.stop_and_log(e2e::signal::TERM);
+                log.into_iter()
+                    .filter(|l| l.contains("injected the shim into pid"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
     let ranks = (0..NP)
         .map(|r| RankLog::read(&results.join(format!("rank-{r}.log"))))
         .collect();
@@ -398,9 +423,60 @@ fn run_suite(mpi: Mpi, config: Config, deadline: Duration) -> SuiteRun {
         elapsed,
         ranks,
         leftovers,
+        injections,
     };
     say(&run.report_lines());
     run
+}
+
+/// Finds the suite's two Python ranks (their command line names
+/// `results`), starts `attach --inject` on them once both are running
+/// tests, and returns the daemon once it has injected both, or None if
+/// the ranks never showed up.
+fn inject_ranks(results: &Path) -> Option<e2e::Daemon> {
+    let needle = results.to_str().expect("UTF-8 path");
+    let start = Instant::now();
+    let pids = loop {
+        let pids: Vec<u32> = fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                let cmd = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                comm.starts_with("python") && String::from_utf8_lossy(&cmd).contains(needle)
+            })
+            .collect();
+        // Both ranks are inside the suite once each has logged a test.
+        let started = (0..NP).all(|r| {
+            fs::read_to_string(results.join(format!("rank-{r}.log")))
+                .is_ok_and(|l| l.contains("start "))
+        });
+        if pids.len() == NP as usize && started {
+            break pids;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut args: Vec<String> = pids
+        .iter()
+        .flat_map(|p| ["--pid".to_string(), p.to_string()])
+        .collect();
+    args.push("--inject".into());
+    let d = e2e::Daemon::start(&args);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(60)
+        && d.log()
+            .iter()
+            .filter(|l| l.contains("injected the shim into pid"))
+            .count()
+            < NP as usize
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(d)
 }
 
 /// Runs `cmd` with stdout and stderr to files in `dir`, for at most `limit`.
@@ -633,6 +709,13 @@ fn shim_run(mpi: Mpi, config: Config) {
         problems.push(format!(
             "every test as bare, but the launcher ended with {:?}",
             run.status
+        ));
+    }
+    if config == Config::Injected && run.injections.len() != NP as usize {
+        problems.push(format!(
+            "{} of {NP} ranks injected: {:?}",
+            run.injections.len(),
+            run.injections
         ));
     }
     let mut tools = None;
@@ -956,6 +1039,20 @@ fn mpi4py_suite_openmpi5_shim_stats() {
 #[test]
 fn mpi4py_suite_openmpi5_shim_tools() {
     shim_run(Mpi::OpenMpi5, Config::Tools);
+}
+
+#[test]
+fn mpi4py_suite_openmpi5_injected() {
+    if require(&[Need::Root]) {
+        shim_run(Mpi::OpenMpi5, Config::Injected);
+    }
+}
+
+#[test]
+fn mpi4py_suite_mpich5_injected() {
+    if require(&[Need::Root]) {
+        shim_run(Mpi::Mpich5, Config::Injected);
+    }
 }
 
 #[test]
