@@ -10,8 +10,16 @@
 //!
 //! ```text
 //! Header | RankCounters | PeerCounters[peer_slots] | FunctionCounters[function_slots] | RequestSlot[request_slots]
-//!        | CallTiming[function_slots]
+//!        | CallTiming[function_slots] | CallsiteSlot[callsite_slots]
 //! ```
+//!
+//! Version 3 is version 2 with fields appended: the [`Header`] gains the
+//! call-site table's offset and length, the [`RankCounters`] gain
+//! `callsite_table_full` and the message-size histogram, and the call-site
+//! table follows the timing block. Every field of version 2 keeps its
+//! offset inside its struct; only the structs' sizes, and so the arrays'
+//! offsets, differ. [`Layout::new`] gives both versions' offsets, so a
+//! reader of version 3 reads version 2 too ([`V2`]).
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
@@ -20,7 +28,15 @@ use crate::maps::HIST_SLOTS;
 /// First bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"MPIOSEG\0";
 /// Layout version; bump on any change below.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+/// The previous layout version, which readers still accept: no call-site
+/// table, no message-size histogram (see [`Layout::new`]).
+pub const V2: u32 = 2;
+/// `size_of::<Header>()` in version 2: the fields up to `flags`.
+pub const V2_HEADER_SIZE: u64 = 96;
+/// `size_of::<RankCounters>()` in version 2: the fields up to
+/// `unattributed_messages`.
+pub const V2_RANK_COUNTERS_SIZE: u64 = 56;
 /// Segment path prefix; the pid follows.
 pub const PATH_PREFIX: &str = "/dev/shm/mpi-observer.";
 /// Most peers with a counter of their own; traffic with world ranks at or
@@ -29,6 +45,11 @@ pub const MAX_PEER_SLOTS: u32 = 65_536;
 /// Outstanding requests tracked at once; more are counted in
 /// [`RankCounters::request_table_full`] and not tracked.
 pub const REQUEST_SLOTS: u32 = 4_096;
+/// Slots of the call-site table ([`CallsiteSlot`]); a power of two.
+pub const CALLSITE_SLOTS: u32 = 1_024;
+/// Slots a call site probes, from its hash on, before it counts in
+/// [`RankCounters::callsite_table_full`] instead.
+pub const CALLSITE_PROBE: usize = 16;
 /// Largest segment the daemon accepts.
 pub const MAX_SEGMENT_BYTES: u64 = 64 << 20;
 
@@ -74,6 +95,14 @@ pub struct Header {
     pub ready: AtomicU32,
     /// [`flags`]: how the segment's figures relate to the process.
     pub flags: AtomicU32,
+    /// Byte offset of the [`CallsiteSlot`] array (version 3): after the
+    /// timing block.
+    pub callsites_offset: u64,
+    /// Length of the call-site table: [`CALLSITE_SLOTS`], or 0 when the
+    /// process records no call sites (`MPI_OBSERVER_CALLSITES=0`).
+    pub callsite_slots: u32,
+    /// Zero.
+    pub reserved: u32,
 }
 
 /// Bits of [`Header::flags`].
@@ -111,6 +140,15 @@ pub struct RankCounters {
     pub peer_overflow_messages: AtomicU64,
     /// Messages whose peer or size could not be determined.
     pub unattributed_messages: AtomicU64,
+    /// Application calls timed while the call-site table had no free slot
+    /// in their probe window: not in the table (version 3).
+    pub callsite_table_full: AtomicU64,
+    /// Message sizes per direction ([`SEND`], [`RECV`]): slot
+    /// [`crate::maps::hist_slot`] of each message's bytes, counted with
+    /// each message a [`PeerCounters`] entry counts (so each direction's
+    /// slots sum to that direction's messages over the peer array; actual
+    /// sizes for receives). Version 3.
+    pub msg_size_hist: [[AtomicU64; HIST_SLOTS]; 2],
 }
 
 /// Point-to-point traffic with one peer (a world rank), per direction
@@ -156,6 +194,55 @@ pub struct CallTiming {
     pub hist: [AtomicU64; HIST_SLOTS],
 }
 
+/// One slot of the call-site table: the calls an application made of one
+/// function from one call site, and their time, as the timing block
+/// counts them (outermost calls, at the application's level).
+///
+/// The table is an open-addressing hash: a key starts its search at
+/// [`callsite_hash`] and probes up to [`CALLSITE_PROBE`] slots onward
+/// (wrapping), taking the first that holds its key or, with a
+/// compare-and-swap from 0, the first free one. Keys never leave a slot.
+#[repr(C)]
+#[derive(Default)]
+pub struct CallsiteSlot {
+    /// [`callsite_key`]: the return address and the function; 0 = free.
+    pub key: AtomicU64,
+    /// Calls completed from there.
+    pub calls: AtomicU64,
+    /// Their total time in nanoseconds.
+    pub time_ns: AtomicU64,
+}
+
+/// Bits of a call-site key that hold the return address (user addresses
+/// are below 2^47).
+pub const CALLSITE_ADDR_MASK: u64 = (1 << 48) - 1;
+
+/// A call-site table key: the return address `addr` (the instruction after
+/// the application's call) in bits 0..48, `function + 1` in bits 48..64,
+/// so no key is 0.
+pub const fn callsite_key(function: u16, addr: u64) -> u64 {
+    (addr & CALLSITE_ADDR_MASK) | ((function as u64 + 1) << 48)
+}
+
+/// The function ID and return address of a key; `None` for a free slot or
+/// a key no writer makes (an address at or above 2^47).
+pub const fn callsite_decode(key: u64) -> Option<(u16, u64)> {
+    let f = key >> 48;
+    let addr = key & CALLSITE_ADDR_MASK;
+    if f == 0 || addr >> 47 != 0 {
+        return None;
+    }
+    Some(((f - 1) as u16, addr))
+}
+
+/// The first slot a key probes in a table of `slots`: Fibonacci hashing
+/// (every bit of the key mixes into the product's high half), scaled to the
+/// table. For [`CALLSITE_SLOTS`] it is the product's top 10 bits.
+pub const fn callsite_hash(key: u64, slots: u32) -> usize {
+    let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    ((h * slots as u64) >> 32) as usize
+}
+
 /// State of a [`RequestSlot`].
 pub mod request_state {
     /// Unused.
@@ -188,34 +275,67 @@ pub struct RequestSlot {
     pub bytes: AtomicU64,
 }
 
-/// Byte size of a segment for a world of `peer_slots` peers.
-pub const fn segment_size(peer_slots: u32, function_slots: u32, request_slots: u32) -> u64 {
-    let h = core::mem::size_of::<Header>() as u64;
-    let c = core::mem::size_of::<RankCounters>() as u64;
-    let p = core::mem::size_of::<PeerCounters>() as u64 * peer_slots as u64;
-    let f = core::mem::size_of::<FunctionCounters>() as u64 * function_slots as u64;
-    let r = core::mem::size_of::<RequestSlot>() as u64 * request_slots as u64;
-    let t = core::mem::size_of::<CallTiming>() as u64 * function_slots as u64;
-    h + c + p + f + r + t
+/// Where a segment's parts lie, for one layout version and one set of
+/// array lengths. The writer and the reader compute it the same way; the
+/// reader rejects a header that disagrees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// `size_of::<Header>()` of that version.
+    pub header_size: u64,
+    /// The [`RankCounters`].
+    pub counters: u64,
+    /// The [`PeerCounters`] array.
+    pub peers: u64,
+    /// The [`FunctionCounters`] array.
+    pub functions: u64,
+    /// The [`RequestSlot`] array.
+    pub requests: u64,
+    /// The [`CallTiming`] array.
+    pub timing: u64,
+    /// The [`CallsiteSlot`] array (version 3; in version 2 the end).
+    pub callsites: u64,
+    /// The whole segment's size.
+    pub size: u64,
 }
 
-/// The offset of the [`CallTiming`] array of a well-formed segment: after
-/// the request table.
-pub const fn timing_offset(peer_slots: u32, function_slots: u32, request_slots: u32) -> u64 {
-    let (_, _, _, requests) = offsets(peer_slots, function_slots);
-    requests + core::mem::size_of::<RequestSlot>() as u64 * request_slots as u64
-}
-
-/// The offsets a well-formed segment has: (counters, peers, functions,
-/// requests). Both sides compute them the same way; the daemon rejects a
-/// header that disagrees.
-pub const fn offsets(peer_slots: u32, function_slots: u32) -> (u64, u64, u64, u64) {
-    let counters = core::mem::size_of::<Header>() as u64;
-    let peers = counters + core::mem::size_of::<RankCounters>() as u64;
-    let functions = peers + core::mem::size_of::<PeerCounters>() as u64 * peer_slots as u64;
-    let requests =
-        functions + core::mem::size_of::<FunctionCounters>() as u64 * function_slots as u64;
-    (counters, peers, functions, requests)
+impl Layout {
+    /// The layout of a segment of `version` ([`VERSION`] or [`V2`]) with
+    /// these array lengths; `callsite_slots` counts only in version 3.
+    pub const fn new(
+        version: u32,
+        peer_slots: u32,
+        function_slots: u32,
+        request_slots: u32,
+        callsite_slots: u32,
+    ) -> Layout {
+        use core::mem::size_of;
+        let (header_size, counters_size, callsite_slots) = if version == V2 {
+            (V2_HEADER_SIZE, V2_RANK_COUNTERS_SIZE, 0)
+        } else {
+            (
+                size_of::<Header>() as u64,
+                size_of::<RankCounters>() as u64,
+                callsite_slots as u64,
+            )
+        };
+        let counters = header_size;
+        let peers = counters + counters_size;
+        let functions = peers + size_of::<PeerCounters>() as u64 * peer_slots as u64;
+        let requests = functions + size_of::<FunctionCounters>() as u64 * function_slots as u64;
+        let timing = requests + size_of::<RequestSlot>() as u64 * request_slots as u64;
+        let callsites = timing + size_of::<CallTiming>() as u64 * function_slots as u64;
+        let size = callsites + size_of::<CallsiteSlot>() as u64 * callsite_slots;
+        Layout {
+            header_size,
+            counters,
+            peers,
+            functions,
+            requests,
+            timing,
+            callsites,
+            size,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -225,20 +345,63 @@ mod tests {
     #[test]
     fn layout_is_stable() {
         // A change here is a layout change: bump VERSION with it.
-        assert_eq!(core::mem::size_of::<Header>(), 96);
-        assert_eq!(core::mem::size_of::<RankCounters>(), 56);
+        assert_eq!(core::mem::size_of::<Header>(), 112);
+        assert_eq!(core::mem::size_of::<RankCounters>(), 576);
         assert_eq!(core::mem::size_of::<PeerCounters>(), 32);
         assert_eq!(core::mem::size_of::<FunctionCounters>(), 24);
         assert_eq!(core::mem::size_of::<RequestSlot>(), 32);
         assert_eq!(core::mem::size_of::<CallTiming>(), 304);
-        let (c, p, f, r) = offsets(4, 10);
-        assert_eq!((c, p, f, r), (96, 152, 280, 520));
-        let t = timing_offset(4, 10, 2);
-        assert_eq!(t, 520 + 64);
-        assert_eq!(segment_size(4, 10, 2), t + 304 * 10);
+        assert_eq!(core::mem::size_of::<CallsiteSlot>(), 24);
+        let l = Layout::new(VERSION, 4, 10, 2, 8);
+        assert_eq!(l.header_size, 112);
+        assert_eq!(
+            (l.counters, l.peers, l.functions, l.requests),
+            (112, 688, 816, 1056)
+        );
+        assert_eq!(l.timing, 1056 + 64);
+        assert_eq!(l.callsites, l.timing + 304 * 10);
+        assert_eq!(l.size, l.callsites + 24 * 8);
         // Every array starts 8-byte aligned, so its atomics are naturally aligned.
-        for o in [c, p, f, r, t] {
+        for o in [
+            l.counters,
+            l.peers,
+            l.functions,
+            l.requests,
+            l.timing,
+            l.callsites,
+        ] {
             assert_eq!(o % 8, 0);
+        }
+        // Version 2's fields kept their offsets: v2 is v3's prefix.
+        use core::mem::offset_of;
+        assert_eq!(offset_of!(Header, flags) + 4, V2_HEADER_SIZE as usize);
+        assert_eq!(offset_of!(Header, timing_offset), 80);
+        assert_eq!(
+            offset_of!(RankCounters, unattributed_messages) + 8,
+            V2_RANK_COUNTERS_SIZE as usize
+        );
+        // Version 2 as it was.
+        let v2 = Layout::new(V2, 4, 10, 2, 8);
+        assert_eq!(
+            (v2.counters, v2.peers, v2.functions, v2.requests),
+            (96, 152, 280, 520)
+        );
+        assert_eq!(v2.timing, 520 + 64);
+        assert_eq!(v2.callsites, v2.timing + 304 * 10);
+        assert_eq!(v2.size, v2.callsites);
+    }
+
+    #[test]
+    fn callsite_keys_round_trip() {
+        let k = callsite_key(7, 0x5555_1234_5678);
+        assert_eq!(k >> 48, 8);
+        assert_eq!(callsite_decode(k), Some((7, 0x5555_1234_5678)));
+        assert_ne!(callsite_key(0, 0), 0);
+        assert_eq!(callsite_decode(0), None);
+        // An address no user process has.
+        assert_eq!(callsite_decode((1 << 48) | (1 << 47)), None);
+        for k in [1, u64::MAX, k] {
+            assert!(callsite_hash(k, CALLSITE_SLOTS) < CALLSITE_SLOTS as usize);
         }
     }
 }

@@ -25,10 +25,10 @@ use observer_common::{
     FUNCTION_COUNT,
     generated::functions::SPEC_FINGERPRINT,
     maps::HIST_SLOTS,
-    segment::{self, Header, MAGIC, MAX_SEGMENT_BYTES, VERSION, request_state},
+    segment::{self, Header, Layout, MAGIC, MAX_SEGMENT_BYTES, V2, VERSION, request_state},
 };
 
-use crate::procfs;
+use crate::{procfs, snapshot::RawSite};
 
 /// Why a segment was skipped; the label of `mpi_observer_segment_errors_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -143,6 +143,16 @@ pub struct Figures {
     pub persistent_active: u64,
     /// Persistent requests not started.
     pub persistent_inactive: u64,
+    /// The call-site table (version 3): every (function, return address)
+    /// with calls, sorted; empty for a version 2 segment or a process that
+    /// records no call sites.
+    pub callsites: Vec<RawSite>,
+    /// Timed calls the call-site table had no slot for (version 3).
+    pub callsite_table_full: u64,
+    /// Point-to-point message sizes per direction ([`segment::SEND`],
+    /// [`segment::RECV`]): the log2 slots of [`observer_common::maps::hist_slot`]
+    /// over bytes (version 3; zeros for version 2).
+    pub msg_sizes: [[u64; HIST_SLOTS]; 2],
 }
 
 /// An open segment of one rank.
@@ -365,39 +375,62 @@ impl Mapping {
             // Not initialised yet: nothing to read, not an error.
             return Ok(Figures::default());
         }
-        if self.u32_at(h(offset_of!(Header, version))) != VERSION
+        let version = self.u32_at(h(offset_of!(Header, version)));
+        if (version != VERSION && version != V2)
             || self.u64_at(h(offset_of!(Header, spec_fingerprint))) != SPEC_FINGERPRINT
         {
             return Err(SegmentProblem::Version);
         }
+        let v3 = version == VERSION;
         let world_size = self.u32_at(h(offset_of!(Header, world_size)));
         let peer_slots = self.u32_at(h(offset_of!(Header, peer_slots)));
         let function_slots = self.u32_at(h(offset_of!(Header, function_slots)));
         let request_slots = self.u32_at(h(offset_of!(Header, request_slots)));
-        let header_ok = self.u32_at(h(offset_of!(Header, header_size))) as usize
-            == size_of::<Header>()
+        // Version 3's header fields lie past a version 2 header: read
+        // only once the header is known to be that long.
+        let header_size = u64::from(self.u32_at(h(offset_of!(Header, header_size))));
+        let callsite_slots = if v3 && header_size == size_of::<Header>() as u64 {
+            self.u32_at(h(offset_of!(Header, callsite_slots)))
+        } else {
+            0
+        };
+        let l = Layout::new(
+            version,
+            peer_slots,
+            function_slots,
+            request_slots,
+            callsite_slots,
+        );
+        let header_ok = header_size == l.header_size
             && peer_slots <= segment::MAX_PEER_SLOTS
             && peer_slots <= world_size
             && function_slots as usize == FUNCTION_COUNT
             && request_slots <= segment::REQUEST_SLOTS
+            && callsite_slots <= segment::CALLSITE_SLOTS
             && self.u64_at(h(offset_of!(Header, total_size))) == size
-            && segment::segment_size(peer_slots, function_slots, request_slots) == size;
-        let (co, po, fo, ro) = segment::offsets(peer_slots, function_slots);
-        let offsets_ok = self.u64_at(h(offset_of!(Header, counters_offset))) == co
-            && self.u64_at(h(offset_of!(Header, peers_offset))) == po
-            && self.u64_at(h(offset_of!(Header, functions_offset))) == fo
-            && self.u64_at(h(offset_of!(Header, requests_offset))) == ro
-            && self.u64_at(h(offset_of!(Header, timing_offset)))
-                == segment::timing_offset(peer_slots, function_slots, request_slots)
+            && l.size == size;
+        let offsets_ok = self.u64_at(h(offset_of!(Header, counters_offset))) == l.counters
+            && self.u64_at(h(offset_of!(Header, peers_offset))) == l.peers
+            && self.u64_at(h(offset_of!(Header, functions_offset))) == l.functions
+            && self.u64_at(h(offset_of!(Header, requests_offset))) == l.requests
+            && self.u64_at(h(offset_of!(Header, timing_offset))) == l.timing
+            && (!v3 || self.u64_at(h(offset_of!(Header, callsites_offset))) == l.callsites)
             && self.u32_at(h(offset_of!(Header, flags))) & !segment::flags::KNOWN == 0;
         if !header_ok || !offsets_ok {
             return Err(SegmentProblem::Corrupt);
         }
         use observer_common::segment::{
-            CallTiming as T, FunctionCounters as F, PeerCounters as P, RankCounters as C,
-            RequestSlot as R,
+            CallTiming as T, CallsiteSlot as S, FunctionCounters as F, PeerCounters as P,
+            RankCounters as C, RequestSlot as R,
         };
-        let to = segment::timing_offset(peer_slots, function_slots, request_slots);
+        let (co, po, fo, ro, to, so) = (
+            l.counters,
+            l.peers,
+            l.functions,
+            l.requests,
+            l.timing,
+            l.callsites,
+        );
         let mut out = Figures {
             ready: true,
             injected: self.u32_at(h(offset_of!(Header, flags))) & segment::flags::INJECTED != 0,
@@ -414,6 +447,14 @@ impl Mapping {
         };
         out.peer_overflow_messages = c(offset_of!(C, peer_overflow_messages));
         out.unattributed_messages = c(offset_of!(C, unattributed_messages));
+        if v3 {
+            out.callsite_table_full = c(offset_of!(C, callsite_table_full));
+            for (d, hist) in out.msg_sizes.iter_mut().enumerate() {
+                for (i, v) in hist.iter_mut().enumerate() {
+                    *v = c(offset_of!(C, msg_size_hist) + 8 * (d * HIST_SLOTS + i));
+                }
+            }
+        }
         let directed = |at: u64| Directed {
             send: self.u64_at(at),
             recv: self.u64_at(at + 8),
@@ -479,6 +520,35 @@ impl Mapping {
             }
         }
         out.oldest_started_ns = (oldest != u64::MAX).then_some(oldest);
+        for i in 0..u64::from(callsite_slots) {
+            let b = so + i * size_of::<S>() as u64;
+            let key = self.u64_at(b + offset_of!(S, key) as u64);
+            let calls = self.u64_at(b + offset_of!(S, calls) as u64);
+            // Free, a key no shim writes, or claimed and not counted yet.
+            let Some((function, addr)) = segment::callsite_decode(key) else {
+                continue;
+            };
+            if calls == 0 || u32::from(function) >= function_slots {
+                continue;
+            }
+            out.callsites.push(RawSite {
+                function,
+                addr,
+                calls,
+                time_ns: self.u64_at(b + offset_of!(S, time_ns) as u64),
+            });
+        }
+        // The shim never claims a key twice; a segment that does gets its
+        // slots summed, so each site appears once.
+        out.callsites.sort_unstable();
+        out.callsites.dedup_by(|later, first| {
+            let same = (later.function, later.addr) == (first.function, first.addr);
+            if same {
+                first.calls = first.calls.saturating_add(later.calls);
+                first.time_ns = first.time_ns.saturating_add(later.time_ns);
+            }
+            same
+        });
         Ok(out)
     }
 }
@@ -507,17 +577,27 @@ mod tests {
     use std::os::unix::fs::PermissionsExt as _;
 
     use observer_common::segment::{
-        CallTiming, FunctionCounters, Header, PeerCounters, RankCounters, RequestSlot,
+        CallTiming, CallsiteSlot, FunctionCounters, Header, PeerCounters, RankCounters, RequestSlot,
     };
 
     use super::*;
 
-    /// A well-formed segment image: 4 peers, peer 2 has sent 3 messages of
-    /// 24 bytes; two requests outstanding, one persistent inactive.
-    fn image(now: u64) -> Vec<u8> {
+    /// Call-site slots of the test images: a short table, as a header may
+    /// say (the shim's is [`segment::CALLSITE_SLOTS`]).
+    const SITES: u32 = 16;
+
+    /// A well-formed segment image of `version` (3 or 2): 4 peers, peer 2
+    /// has sent 3 messages of 24 bytes; two requests outstanding, one
+    /// persistent inactive. Version 3 adds the size histogram of those
+    /// messages, two call sites of function 7 (one in slot 3, one in the
+    /// last slot), a free slot with counts, a slot of a function out of
+    /// range and one claimed but not counted yet, and 5 calls the table
+    /// had no room for.
+    fn image_of(version: u32, now: u64) -> Vec<u8> {
         let (peers, funcs, reqs) = (4u32, FUNCTION_COUNT as u32, 8u32);
-        let size = segment::segment_size(peers, funcs, reqs) as usize;
-        let (co, po, fo, ro) = segment::offsets(peers, funcs);
+        let l = Layout::new(version, peers, funcs, reqs, SITES);
+        let size = l.size as usize;
+        let (co, po, fo, ro, to) = (l.counters, l.peers, l.functions, l.requests, l.timing);
         let mut b = vec![0u8; size];
         let put64 =
             |b: &mut Vec<u8>, off: usize, v: u64| b[off..off + 8].copy_from_slice(&v.to_ne_bytes());
@@ -525,11 +605,11 @@ mod tests {
             |b: &mut Vec<u8>, off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
         use std::mem::offset_of;
         b[..8].copy_from_slice(&MAGIC);
-        put32(&mut b, offset_of!(Header, version), VERSION);
+        put32(&mut b, offset_of!(Header, version), version);
         put32(
             &mut b,
             offset_of!(Header, header_size),
-            size_of::<Header>() as u32,
+            l.header_size as u32,
         );
         put64(&mut b, offset_of!(Header, total_size), size as u64);
         put64(
@@ -545,7 +625,6 @@ mod tests {
         put64(&mut b, offset_of!(Header, peers_offset), po);
         put64(&mut b, offset_of!(Header, functions_offset), fo);
         put64(&mut b, offset_of!(Header, requests_offset), ro);
-        let to = segment::timing_offset(peers, funcs, reqs);
         put64(&mut b, offset_of!(Header, timing_offset), to);
         put32(&mut b, offset_of!(Header, ready), 1);
         let t7 = to as usize + 7 * size_of::<CallTiming>();
@@ -580,7 +659,51 @@ mod tests {
             put32(&mut b, r + offset_of!(RequestSlot, state), state);
             put64(&mut b, r + offset_of!(RequestSlot, started_ns), t);
         }
+        if version == VERSION {
+            put64(&mut b, offset_of!(Header, callsites_offset), l.callsites);
+            put32(&mut b, offset_of!(Header, callsite_slots), SITES);
+            let c = co as usize;
+            put64(&mut b, c + offset_of!(RankCounters, callsite_table_full), 5);
+            // Three sends of 24 bytes: slot 4 (16..31 B) of SEND.
+            put64(
+                &mut b,
+                c + offset_of!(RankCounters, msg_size_hist) + 8 * 4,
+                3,
+            );
+            let slot = |i: usize| l.callsites as usize + i * size_of::<CallsiteSlot>();
+            for (i, key, calls, ns) in [
+                (3, segment::callsite_key(7, 0x40_1234), 2, 2000),
+                (
+                    SITES as usize - 1,
+                    segment::callsite_key(7, 0x40_1000),
+                    1,
+                    1000,
+                ),
+                // Free: a count without a key is nobody's.
+                (5, 0, 4, 4000),
+                // A function beyond the ID space.
+                (
+                    6,
+                    segment::callsite_key(FUNCTION_COUNT as u16, 0x40_2000),
+                    4,
+                    4000,
+                ),
+                // Claimed, not counted yet.
+                (7, segment::callsite_key(3, 0x40_3000), 0, 0),
+                // An address no user process has.
+                (8, segment::callsite_key(7, 0x40_1000) | 1 << 47, 4, 4000),
+            ] {
+                put64(&mut b, slot(i) + offset_of!(CallsiteSlot, key), key);
+                put64(&mut b, slot(i) + offset_of!(CallsiteSlot, calls), calls);
+                put64(&mut b, slot(i) + offset_of!(CallsiteSlot, time_ns), ns);
+            }
+        }
         b
+    }
+
+    /// The current version's image.
+    fn image(now: u64) -> Vec<u8> {
+        image_of(VERSION, now)
     }
 
     fn write(name: &str, bytes: &[u8], mode: u32) -> String {
@@ -635,6 +758,82 @@ mod tests {
         assert_eq!(f.outstanding, 2);
         assert_eq!((f.persistent_active, f.persistent_inactive), (1, 1));
         assert_eq!(f.oldest_started_ns, Some(now - 2_000_000_000));
+        assert_eq!(
+            f.callsites,
+            [
+                RawSite {
+                    function: 7,
+                    addr: 0x40_1000,
+                    calls: 1,
+                    time_ns: 1000,
+                },
+                RawSite {
+                    function: 7,
+                    addr: 0x40_1234,
+                    calls: 2,
+                    time_ns: 2000,
+                },
+            ]
+        );
+        assert_eq!(f.callsite_table_full, 5);
+        let mut sent = [0; HIST_SLOTS];
+        sent[4] = 3;
+        assert_eq!(f.msg_sizes, [sent, [0; HIST_SLOTS]]);
+    }
+
+    #[test]
+    fn reads_a_version_2_segment() {
+        let now = monotonic_ns();
+        let v2 = read("v2", &image_of(segment::V2, now), 0o600).unwrap();
+        let v3 = read("v3", &image(now), 0o600).unwrap();
+        // Every figure version 2 has, the same; none of version 3's.
+        assert_eq!(
+            v2,
+            Figures {
+                callsites: Vec::new(),
+                callsite_table_full: 0,
+                msg_sizes: [[0; HIST_SLOTS]; 2],
+                ..v3
+            }
+        );
+        assert_eq!(v2.timing.get(&7).map(|t| t.calls), Some(3));
+        assert_eq!(v2.peers.len(), 1);
+        // A version 2 header that claims version 3's length, or a
+        // version 3 one that claims version 2's, is corrupt.
+        let mut long = image_of(segment::V2, now);
+        let off = std::mem::offset_of!(Header, header_size);
+        long[off..off + 4].copy_from_slice(&(size_of::<Header>() as u32).to_ne_bytes());
+        assert_eq!(read("v2long", &long, 0o600), Err(SegmentProblem::Corrupt));
+        let mut short = image(now);
+        short[off..off + 4].copy_from_slice(&(segment::V2_HEADER_SIZE as u32).to_ne_bytes());
+        assert_eq!(read("v3short", &short, 0o600), Err(SegmentProblem::Corrupt));
+        let mut v1 = image(now);
+        let off = std::mem::offset_of!(Header, version);
+        v1[off..off + 4].copy_from_slice(&1u32.to_ne_bytes());
+        assert_eq!(read("v1", &v1, 0o600), Err(SegmentProblem::Version));
+    }
+
+    #[test]
+    fn a_segment_without_callsites_reads_none() {
+        // MPI_OBSERVER_CALLSITES=0: no table, a header that says so.
+        let mut b = image(monotonic_ns());
+        let l = Layout::new(VERSION, 4, FUNCTION_COUNT as u32, 8, 0);
+        b.truncate(l.size as usize);
+        let put = |b: &mut Vec<u8>, off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+        use std::mem::offset_of;
+        put(
+            &mut b,
+            offset_of!(Header, callsite_slots),
+            &0u32.to_ne_bytes(),
+        );
+        put(
+            &mut b,
+            offset_of!(Header, total_size),
+            &l.size.to_ne_bytes(),
+        );
+        let f = read("nosites", &b, 0o600).unwrap();
+        assert!(f.callsites.is_empty());
+        assert_eq!(f.timing.get(&7).map(|t| t.calls), Some(3));
     }
 
     #[test]
@@ -672,6 +871,47 @@ mod tests {
             read("timing", &bad_timing, 0o600),
             Err(SegmentProblem::Corrupt)
         );
+        // The call-site table's offset and length, each against the layout.
+        let mut bad_sites = good.clone();
+        let off = std::mem::offset_of!(Header, callsites_offset);
+        bad_sites[off] ^= 8;
+        assert_eq!(
+            read("sites", &bad_sites, 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
+        for n in [SITES + 1, SITES - 1, segment::CALLSITE_SLOTS + 1, u32::MAX] {
+            let mut bad_slots = good.clone();
+            let off = std::mem::offset_of!(Header, callsite_slots);
+            bad_slots[off..off + 4].copy_from_slice(&n.to_ne_bytes());
+            assert_eq!(
+                read("slots", &bad_slots, 0o600),
+                Err(SegmentProblem::Corrupt),
+                "{n} slots"
+            );
+        }
+        // A table longer than the shim makes, with the sizes to match.
+        let mut huge = image(monotonic_ns());
+        let l = Layout::new(
+            VERSION,
+            4,
+            FUNCTION_COUNT as u32,
+            8,
+            segment::CALLSITE_SLOTS + 1,
+        );
+        huge.resize(l.size as usize, 0);
+        let put = |b: &mut Vec<u8>, off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+        use std::mem::offset_of;
+        put(
+            &mut huge,
+            offset_of!(Header, callsite_slots),
+            &(segment::CALLSITE_SLOTS + 1).to_ne_bytes(),
+        );
+        put(
+            &mut huge,
+            offset_of!(Header, total_size),
+            &l.size.to_ne_bytes(),
+        );
+        assert_eq!(read("huge", &huge, 0o600), Err(SegmentProblem::Corrupt));
         assert_eq!(read("perm", &good, 0o666), Err(SegmentProblem::Untrusted));
         let garbage: Vec<u8> = (0..4096u32)
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)

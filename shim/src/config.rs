@@ -11,6 +11,22 @@ pub const LIST_VARS: [&str; 2] = ["MPI_TOOLS_ENTRY", "OMPI_MCA_ompi_tools_entry"
 /// Keywords an entry may be instead of a library.
 pub const KEYWORDS: &str = "v, fort, fortran, preload, stats";
 
+/// The variable that turns the `stats` layer's call-site table off.
+pub const CALLSITES_VAR: &str = "MPI_OBSERVER_CALLSITES";
+
+/// Whether the `stats` layer records call sites: yes unless
+/// [`CALLSITES_VAR`] is `0`, `off`, `no` or `false` (any case).
+pub fn callsites_from_env() -> bool {
+    std::env::var(CALLSITES_VAR).map_or(true, |v| callsites_value(&v))
+}
+
+/// [`callsites_from_env`] for one value of the variable.
+fn callsites_value(v: &str) -> bool {
+    !["0", "off", "no", "false"]
+        .iter()
+        .any(|off| v.trim().eq_ignore_ascii_case(off))
+}
+
 /// One layer the list asks for, in list order (top first).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Layer {
@@ -191,6 +207,16 @@ mod tests {
         let l = ToolsList::parse(" , ").unwrap();
         assert_eq!(l, ToolsList::default());
         assert_eq!(l.with_fortran(), vec![Layer::Fortran]);
+    }
+
+    #[test]
+    fn callsites_are_on_unless_turned_off() {
+        for v in ["0", " off", "No", "FALSE"] {
+            assert!(!callsites_value(v), "{v}");
+        }
+        for v in ["", "1", "on", "yes"] {
+            assert!(callsites_value(v), "{v}");
+        }
     }
 
     #[test]

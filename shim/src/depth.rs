@@ -8,8 +8,19 @@
 //! marks the object `STATIC_TLS`, which an `LD_PRELOAD`ed library (or one
 //! dlopened into glibc's surplus static TLS) satisfies.
 //!
-//! The word after the depth is the thread's timing flag (see
-//! [`crate::timing`]): 1 while an application-level call is being timed.
+//! The variable is 16 bytes:
+//!
+//! | offset | size | what |
+//! |---|---|---|
+//! | 0 | 4 | the depth |
+//! | 4 | 4 | the timing flag (see [`crate::timing`]): 1 while an application-level call is being timed |
+//! | 8 | 8 | the call site: the return address of the last call of an exported entry point on this thread |
+//!
+//! Every exported entry point is a trampoline (`entry!` in
+//! [`crate::table`]) that stores `[rsp]` at its entry, the address its
+//! caller's `call` instruction returns to, at offset 8 ([`SITE`]), then
+//! jumps to the layered call, which reads it back at once if it times the
+//! call (nested calls overwrite it).
 
 core::arch::global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
@@ -18,12 +29,37 @@ core::arch::global_asm!(
     ".globl mpi_observer_shim_depth",
     ".hidden mpi_observer_shim_depth",
     ".type mpi_observer_shim_depth,@object",
-    // The depth, then the timing flag of `crate::timing` (one u32 each).
-    ".size mpi_observer_shim_depth,8",
+    // The depth and the timing flag of `crate::timing` (one u32 each),
+    // then the call site (a u64).
+    ".size mpi_observer_shim_depth,16",
     "mpi_observer_shim_depth:",
-    ".zero 8",
+    ".zero 16",
     ".popsection",
 );
+
+/// Byte offset of the call site in the variable; the trampolines' store
+/// (`entry!` in [`crate::table`]) spells it as a literal `8`.
+pub(crate) const SITE: usize = 8;
+
+/// The call site the last trampoline on this thread stored.
+///
+/// # Safety
+/// `depth` is this thread's depth variable ([`slot`]).
+#[inline(always)]
+pub(crate) unsafe fn site(depth: *mut u32) -> u64 {
+    // SAFETY: the variable is 16 bytes, 8-byte aligned, the site at SITE.
+    unsafe { depth.cast::<u8>().add(SITE).cast::<u64>().read() }
+}
+
+/// Sets the call site (the cold path's restore, see `dispatch!`).
+///
+/// # Safety
+/// As for [`site`].
+#[inline(always)]
+pub(crate) unsafe fn set_site(depth: *mut u32, v: u64) {
+    // SAFETY: as in `site`.
+    unsafe { depth.cast::<u8>().add(SITE).cast::<u64>().write(v) }
+}
 
 /// The address of the calling thread's depth: `%fs:0` (the thread pointer)
 /// plus the variable's initial-exec offset. Taken once per call, so the

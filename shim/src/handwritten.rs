@@ -18,55 +18,44 @@ const MPI_SUCCESS: c_int = 0;
 // before any rank can wait for another. (Any other first call would build it
 // lazily through the table's cold path, with the same result.)
 
-/// Layered `MPI_Init`.
-#[unsafe(no_mangle)]
-unsafe extern "C" fn MPI_Init(argc: usize, argv: usize) -> c_int {
-    layers::ensure();
-    dispatch!(MPI_Init, F::Init as usize, 0, c_int, (argc, argv))
+/// The body of `MPI_Init` (`PMPI` 0) and `PMPI_Init` (1): builds the stack,
+/// then the ordinary layered call.
+unsafe extern "C" fn init<const PMPI: u32>(argc: usize, argv: usize) -> c_int {
+    keeping_site(layers::ensure);
+    // SAFETY: the entry point's own words, as the trampoline passed them.
+    unsafe { table::body2::<{ F::Init as usize }, PMPI, c_int>(argc, argv) }
 }
 
-/// Layered `PMPI_Init`.
-#[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn PMPI_Init(argc: usize, argv: usize) -> c_int {
-    layers::ensure();
-    dispatch!(PMPI_Init, F::Init as usize, 1, c_int, (argc, argv))
-}
-
-/// Layered `MPI_Init_thread`.
-#[unsafe(no_mangle)]
-unsafe extern "C" fn MPI_Init_thread(
+/// The body of `MPI_Init_thread` and `PMPI_Init_thread`.
+unsafe extern "C" fn init_thread<const PMPI: u32>(
     argc: usize,
     argv: usize,
     required: usize,
     provided: usize,
 ) -> c_int {
-    layers::ensure();
-    dispatch!(
-        MPI_Init_thread,
-        F::InitThread as usize,
-        0,
-        c_int,
-        (argc, argv, required, provided)
-    )
+    keeping_site(layers::ensure);
+    // SAFETY: as in `init`.
+    unsafe {
+        table::body4::<{ F::InitThread as usize }, PMPI, c_int>(argc, argv, required, provided)
+    }
 }
 
-/// Layered `PMPI_Init_thread`.
-#[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn PMPI_Init_thread(
-    argc: usize,
-    argv: usize,
-    required: usize,
-    provided: usize,
-) -> c_int {
-    layers::ensure();
-    dispatch!(
-        PMPI_Init_thread,
-        F::InitThread as usize,
-        1,
-        c_int,
-        (argc, argv, required, provided)
-    )
+/// Runs `f` (building the stack, which may load tools whose set-up calls
+/// MPI through the trampolines) and puts the thread's call site back.
+fn keeping_site(f: impl FnOnce()) {
+    // SAFETY: this thread's depth variable.
+    let site = unsafe { depth::site(depth::slot()) };
+    f();
+    // SAFETY: as above.
+    unsafe { depth::set_site(depth::slot_again(), site) };
 }
+
+entry!(@path [] MPI_Init, "Layered `MPI_Init`.", c_int, (argc, argv), init::<0>);
+entry!(@path [pub(crate)] PMPI_Init, "Layered `PMPI_Init`.", c_int, (argc, argv), init::<1>);
+entry!(@path [] MPI_Init_thread, "Layered `MPI_Init_thread`.", c_int,
+    (argc, argv, required, provided), init_thread::<0>);
+entry!(@path [pub(crate)] PMPI_Init_thread, "Layered `PMPI_Init_thread`.", c_int,
+    (argc, argv, required, provided), init_thread::<1>);
 
 // MPI_Finalize is an ordinary layered call: each tool's code before its
 // PMPI_Finalize runs top-down and its code after runs bottom-up, which is the
@@ -127,6 +116,9 @@ thread_local! {
 }
 
 /// Layered `MPI_Pcontrol(level, ...)`.
+///
+/// Not a trampoline and not timed (it never was: it does not go through
+/// `dispatch!`), so it has no call site either.
 ///
 /// The varargs cannot be forwarded (C has no way to re-pass an unknown
 /// argument list), so the shim itself calls `MPI_Pcontrol(level)` at every

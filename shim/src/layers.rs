@@ -345,6 +345,7 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
             Layer::Fortran => Level::Fortran,
             Layer::Stats => {
                 stats = true;
+                crate::timing::set_callsites(crate::config::callsites_from_env());
                 if !injected {
                     crate::timing::enable();
                 }

@@ -28,6 +28,14 @@
 //! clocksource, with `clock_gettime`. A start read from the TSC carries
 //! [`TSC`] so a call that straddles the switch is still measured right.
 //!
+//! **Call sites.** Each timed call also counts, calls and nanoseconds, in
+//! the segment's call-site table under (function, call site): the return
+//! address the entry point's trampoline stored (`entry!` in
+//! [`crate::table`]), the instruction after the application's `call`.
+//! `MPI_OBSERVER_CALLSITES=0`, read when the stack is built, turns the
+//! table off ([`set_callsites`]). Calls timed before the segment exists
+//! are in [`EARLY`] only, not in the table.
+//!
 //! **Bytes** follow the probes' definition (README, "Byte conventions"), from
 //! the same per-function table (`FunctionInfo::bytes`): count x type size of
 //! the named arguments, `MPI_IN_PLACE` counting nothing, a negative count or
@@ -79,6 +87,21 @@ pub(crate) fn seed(to: &[CallTiming]) {
 
 /// Whether calls are timed: the `stats` layer is in the list.
 static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the segment made next gets a call-site table
+/// (`MPI_OBSERVER_CALLSITES`); on unless told otherwise.
+static CALLSITES: AtomicBool = AtomicBool::new(true);
+
+/// Records whether timed calls count in the call-site table; called while
+/// the stack is built, before the segment is made.
+pub(crate) fn set_callsites(on: bool) {
+    CALLSITES.store(on, Relaxed);
+}
+
+/// Whether the segment gets a call-site table.
+pub(crate) fn callsites() -> bool {
+    CALLSITES.load(Relaxed)
+}
 
 /// Turns timing on; called while the stack is built.
 pub(crate) fn enable() {
@@ -275,9 +298,9 @@ pub(crate) fn bytes(row: usize, args: &[usize]) -> Bytes {
 }
 
 /// Closes the timed call of `row` started at `t0` and records it with its
-/// bytes `b`.
+/// bytes `b` and its call site `site` (0: not known, not recorded).
 #[inline(never)]
-pub(crate) fn leave(row: usize, t0: u64, b: Bytes) {
+pub(crate) fn leave(row: usize, t0: u64, b: Bytes, site: u64) {
     let ns = elapsed(t0);
     // SAFETY: this thread's depth variable and the flag after it.
     unsafe { crate::depth::slot_again().add(1).write(0) };
@@ -319,6 +342,9 @@ pub(crate) fn leave(row: usize, t0: u64, b: Bytes) {
     let c = &s.timing[id];
     s.add(&c.calls, 1);
     s.add(&c.time_ns, ns);
+    if site != 0 {
+        s.callsite(id, site, ns);
+    }
     s.add(&c.hist[hist_slot(ns)], 1);
     for d in 0..2 {
         if b.unknown & (1 << d) != 0 {

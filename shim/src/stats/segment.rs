@@ -18,9 +18,11 @@ use std::ffi::CString;
 use observer_common::{
     FUNCTION_COUNT,
     generated::functions::SPEC_FINGERPRINT,
+    maps::hist_slot,
     segment::{
-        CallTiming, FunctionCounters, Header, MAGIC, MAX_PEER_SLOTS, PATH_PREFIX, PeerCounters,
-        REQUEST_SLOTS, RankCounters, RequestSlot, VERSION, offsets, segment_size, timing_offset,
+        CALLSITE_PROBE, CALLSITE_SLOTS, CallTiming, CallsiteSlot, FunctionCounters, Header, Layout,
+        MAGIC, MAX_PEER_SLOTS, PATH_PREFIX, PeerCounters, REQUEST_SLOTS, RankCounters, RequestSlot,
+        VERSION, callsite_hash, callsite_key,
     },
 };
 
@@ -43,6 +45,9 @@ pub(crate) struct State {
     /// Per-function timing at the application's level, indexed by
     /// `FunctionId` (see [`crate::timing`]).
     pub(crate) timing: &'static [CallTiming],
+    /// The call-site table: [`CALLSITE_SLOTS`] slots, or none when call
+    /// sites are off (`MPI_OBSERVER_CALLSITES=0`).
+    pub(crate) callsites: &'static [CallsiteSlot],
     /// The segment's path, unlinked at `MPI_Finalize`.
     path: CString,
     /// `MPI_THREAD_MULTIPLE`: counters need atomic read-modify-writes.
@@ -214,7 +219,19 @@ fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
     let multi = unsafe { (abi.query_thread)(&mut level) } != 0 || level >= abi.c.thread_multiple;
     let peer_slots = world_size.min(MAX_PEER_SLOTS);
     let functions = FUNCTION_COUNT as u32;
-    let size = segment_size(peer_slots, functions, REQUEST_SLOTS);
+    let callsite_slots = if crate::timing::callsites() {
+        CALLSITE_SLOTS
+    } else {
+        0
+    };
+    let l = Layout::new(
+        VERSION,
+        peer_slots,
+        functions,
+        REQUEST_SLOTS,
+        callsite_slots,
+    );
+    let size = l.size;
     let path = format!("{PATH_PREFIX}{}", std::process::id());
     let cpath = CString::new(path.clone()).expect("no NUL in a number");
     let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -272,8 +289,14 @@ fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
     // SAFETY: the mapping keeps the file alive.
     unsafe { libc::close(fd) };
     let base = base.cast::<u8>();
-    let (c, p, f, r) = offsets(peer_slots, functions);
-    let t = timing_offset(peer_slots, functions, REQUEST_SLOTS);
+    let (c, p, f, r, t, cs) = (
+        l.counters,
+        l.peers,
+        l.functions,
+        l.requests,
+        l.timing,
+        l.callsites,
+    );
     // SAFETY: the mapping is `size` bytes of zeroes (fresh file), page
     // aligned, and every offset is 8-byte aligned (checked in
     // observer-common), so these are valid, aligned, initialised (all-zero
@@ -295,6 +318,8 @@ fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
         (*h).requests_offset = r;
         (*h).timing_offset = t;
         (*h).flags = core::sync::atomic::AtomicU32::new(marks);
+        (*h).callsites_offset = cs;
+        (*h).callsite_slots = callsite_slots;
         let state = State {
             abi,
             world_size,
@@ -314,6 +339,10 @@ fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
             timing: core::slice::from_raw_parts(
                 base.add(t as usize).cast::<CallTiming>(),
                 FUNCTION_COUNT,
+            ),
+            callsites: core::slice::from_raw_parts(
+                base.add(cs as usize).cast::<CallsiteSlot>(),
+                callsite_slots as usize,
             ),
             path: cpath,
             multi,
@@ -373,11 +402,47 @@ impl State {
             Some(c) => {
                 self.add(&c.messages[dir], 1);
                 self.add(&c.bytes[dir], b);
+                self.add(&self.counters.msg_size_hist[dir][hist_slot(b)], 1);
             }
             None => {
                 self.add(&self.counters.peer_overflow_messages, 1);
             }
         }
+    }
+
+    /// Counts one timed call of function `function` from call site `site`
+    /// (a return address) that took `ns` in the call-site table: the slot
+    /// holding its key, or the first free one claimed with a CAS, within
+    /// [`CALLSITE_PROBE`] slots of its hash; else it counts in
+    /// `callsite_table_full`. Nothing when the table is off.
+    #[inline(always)]
+    pub(crate) fn callsite(&self, function: usize, site: u64, ns: u64) {
+        if self.callsites.is_empty() {
+            return;
+        }
+        let key = callsite_key(function as u16, site);
+        let mask = CALLSITE_SLOTS as usize - 1;
+        let mut i = callsite_hash(key, CALLSITE_SLOTS);
+        for _ in 0..CALLSITE_PROBE {
+            // SAFETY: `i` is masked to the table's length (CALLSITE_SLOTS
+            // when not empty).
+            let slot = unsafe { self.callsites.get_unchecked(i) };
+            let k = slot.key.load(Relaxed);
+            let mine = k == key
+                || (k == 0
+                    && match slot.key.compare_exchange(0, key, Relaxed, Relaxed) {
+                        Ok(_) => true,
+                        // Another thread claimed it meanwhile: for this key?
+                        Err(now) => now == key,
+                    });
+            if mine {
+                self.add(&slot.calls, 1);
+                self.add(&slot.time_ns, ns);
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+        self.add(&self.counters.callsite_table_full, 1);
     }
 
     /// Counts one call of function `row` with its bytes per direction.
