@@ -14,6 +14,10 @@ pub const ERRORS: &str = "MPI_ERRORS";
 /// A one-element array holding an all-zero [`CallStats`], the template for
 /// new stats entries (too large for the BPF stack).
 pub const ZERO: &str = "MPI_ZERO";
+/// Per-(process, function, call site) calls and time ([`SiteKey`] to
+/// [`SiteStats`]), a per-CPU hash summed at scrape; written only for
+/// processes whose [`ProcConfig::callsites`] is set (`attach --callsites`).
+pub const CALLSITES: &str = "MPI_CALLSITES";
 
 /// Capacity of [`STATS`]: 256 ranks times 128 functions; the daemon lowers
 /// it so the preallocated per-CPU values stay within its memory budget
@@ -46,6 +50,40 @@ pub const fn stats_capacity_within(cpus: u32, budget: u64) -> u32 {
 pub const fn stats_entry_bytes(cpus: u32) -> u64 {
     core::mem::size_of::<CallStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 }
 }
+/// Capacity of [`CALLSITES`]: 256 ranks times 64 (function, site) pairs;
+/// the daemon lowers it so the preallocated per-CPU values stay within
+/// [`CALLSITES_MEMORY_BUDGET`] ([`callsites_capacity`]). A call whose site
+/// finds the map full is still counted in [`STATS`], and in
+/// [`ErrorCounter::CallsiteUpdate`].
+pub const CALLSITES_CAPACITY: u32 = 16_384;
+/// Default kernel memory the preallocated [`CALLSITES`] values may take:
+/// the full [`CALLSITES_CAPACITY`] up to 128 possible CPUs.
+pub const CALLSITES_MEMORY_BUDGET: u64 = 32 << 20;
+
+/// The [`CALLSITES`] capacity for a machine with `cpus` possible CPUs within
+/// the default budget ([`CALLSITES_MEMORY_BUDGET`]).
+pub const fn callsites_capacity(cpus: u32) -> u32 {
+    callsites_capacity_within(cpus, CALLSITES_MEMORY_BUDGET)
+}
+
+/// The [`CALLSITES`] capacity for `cpus` possible CPUs within `budget`
+/// bytes: every entry preallocates one [`SiteStats`] (16 bytes) per possible
+/// CPU, so on a many-CPU machine the values, not the keys, are what costs
+/// (the per-entry key and bookkeeping, about 64 bytes, are not counted). At
+/// least one entry (a map cannot be empty), at most [`CALLSITES_CAPACITY`].
+pub const fn callsites_capacity_within(cpus: u32, budget: u64) -> u32 {
+    let per_entry =
+        core::mem::size_of::<SiteStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 };
+    let fit = budget / per_entry;
+    if fit < 1 {
+        1
+    } else if fit < CALLSITES_CAPACITY as u64 {
+        fit as u32
+    } else {
+        CALLSITES_CAPACITY
+    }
+}
+
 /// Capacity of [`INFLIGHT`]: threads inside an MPI call at once.
 pub const INFLIGHT_CAPACITY: u32 = 65_536;
 /// Capacity of [`PROCS`].
@@ -141,6 +179,11 @@ pub struct Inflight {
     pub unknown: u32,
     /// Function IDs of the open calls, outermost first.
     pub stack: [u16; STACK_DEPTH],
+    /// The outermost call's return address (the application's instruction
+    /// after the call), read at its entry when [`ProcConfig::callsites`] is
+    /// set; 0 = not captured (off, or the read failed): the call then adds
+    /// to [`STATS`] only.
+    pub site: u64,
 }
 
 /// Value of [`PROCS`].
@@ -178,6 +221,13 @@ pub struct ProcConfig {
     /// counts its calls: the probes then only finish the calls already open
     /// and record no new one (docs/inject.md, "Handover").
     pub handed_over: u32,
+    /// Non-zero: record this process's call sites in [`CALLSITES`] (`attach
+    /// --callsites`): the entry of each outermost call reads its return
+    /// address, one user-memory read per call.
+    pub callsites: u32,
+    /// Padding, always zero: keeps the size a multiple of 8, with no
+    /// implicit padding.
+    pub pad: u32,
 }
 
 /// Bit of [`Inflight::unknown`] marking a call made from
@@ -198,6 +248,28 @@ pub struct TypeKey {
     pub addr: u64,
 }
 
+/// Key of [`CALLSITES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SiteKey {
+    /// Process (thread group) ID.
+    pub tgid: u32,
+    /// MPI function ID.
+    pub func: u32,
+    /// Return address of the call in that process ([`Inflight::site`]).
+    pub addr: u64,
+}
+
+/// Value of [`CALLSITES`], one per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteStats {
+    /// Completed calls from this site.
+    pub calls: u64,
+    /// Total time inside them.
+    pub time_ns: u64,
+}
+
 /// Indices of [`ERRORS`].
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,10 +278,13 @@ pub enum ErrorCounter {
     StatsUpdate = 0,
     /// An in-flight entry could not be created.
     InflightUpdate = 1,
+    /// A call-site entry could not be created (map full): the call is
+    /// counted in [`STATS`] but its site is lost.
+    CallsiteUpdate = 2,
 }
 
 /// Number of [`ErrorCounter`]s.
-pub const ERROR_COUNTERS: u32 = 2;
+pub const ERROR_COUNTERS: u32 = 3;
 
 /// The slot of a duration in the histogram: floor(log2(ns)), capped.
 #[inline(always)]
@@ -253,6 +328,8 @@ mod pod {
     unsafe impl aya::Pod for Inflight {}
     unsafe impl aya::Pod for ProcConfig {}
     unsafe impl aya::Pod for TypeKey {}
+    unsafe impl aya::Pod for SiteKey {}
+    unsafe impl aya::Pod for SiteStats {}
 }
 
 #[cfg(test)]
@@ -269,6 +346,38 @@ mod tests {
         assert_eq!(stats_capacity_within(2, 1), 1);
         assert_eq!(stats_capacity_within(2, 10 * 608), 10);
         assert_eq!(stats_capacity_within(2, u64::MAX), STATS_CAPACITY);
+    }
+
+    #[test]
+    fn callsites_capacity_is_bounded_by_memory() {
+        assert_eq!(callsites_capacity(2), CALLSITES_CAPACITY);
+        assert_eq!(callsites_capacity(128), CALLSITES_CAPACITY);
+        // 256 CPUs x 16 bytes: 8192 entries fit in 32 MiB.
+        assert_eq!(callsites_capacity(256), 8192);
+        assert!(u64::from(callsites_capacity(4096)) * 4096 * 16 <= CALLSITES_MEMORY_BUDGET);
+        assert_eq!(callsites_capacity(0), CALLSITES_CAPACITY);
+        assert_eq!(callsites_capacity_within(2, 1), 1);
+        assert_eq!(callsites_capacity_within(2, 10 * 32), 10);
+        assert_eq!(callsites_capacity_within(2, u64::MAX), CALLSITES_CAPACITY);
+    }
+
+    #[test]
+    fn layouts_have_no_implicit_padding() {
+        use core::mem::size_of;
+        // Shared with the BPF programs: sizes are the sum of the fields.
+        assert_eq!(size_of::<ProcConfig>(), 4 * 2 + 8 * 6 + 4 * 4);
+        assert_eq!(size_of::<ProcConfig>() % 8, 0);
+        assert_eq!(size_of::<SiteKey>(), 16);
+        assert_eq!(size_of::<SiteStats>(), 16);
+        assert_eq!(size_of::<Inflight>(), 8 + 16 + 4 + 4 + 2 * STACK_DEPTH + 8);
+    }
+
+    #[test]
+    fn error_counters_are_dense() {
+        assert_eq!(ErrorCounter::StatsUpdate as u32, 0);
+        assert_eq!(ErrorCounter::InflightUpdate as u32, 1);
+        assert_eq!(ErrorCounter::CallsiteUpdate as u32, 2);
+        assert_eq!(ERROR_COUNTERS, ErrorCounter::CallsiteUpdate as u32 + 1);
     }
 
     #[test]

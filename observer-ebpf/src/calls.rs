@@ -15,10 +15,12 @@ use aya_ebpf::{
 };
 use observer_common::{
     FunctionId, cookie,
-    maps::{ErrorCounter, INFLIGHT_SKIP, Inflight, STACK_DEPTH, StatKey, hist_slot},
+    maps::{
+        ErrorCounter, INFLIGHT_SKIP, Inflight, STACK_DEPTH, SiteKey, SiteStats, StatKey, hist_slot,
+    },
 };
 
-use crate::{ERRORS, INFLIGHT, PROCS, STATS, ZERO, bytes};
+use crate::{CALLSITES, ERRORS, INFLIGHT, PROCS, STATS, ZERO, bytes};
 
 /// Entry of a call that moves no data of its own (synchronisation, request
 /// completion, one-sided, I/O, everything else).
@@ -63,6 +65,7 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
         depth: 1,
         unknown: 0,
         stack: [0; STACK_DEPTH],
+        site: 0,
     };
     e.stack[0] = func;
     if let Some(cfg) = PROCS.get_ptr_mut(&((id >> 32) as u32)) {
@@ -77,11 +80,18 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
             }
             return;
         }
-        if cfg.skip_hi != 0 || cfg.inject_signal != 0 {
+        // One read of the return address serves the skip range, the
+        // injection's stop point and the call site; with none of them set,
+        // a process pays these three tests and no read.
+        if cfg.skip_hi != 0 || cfg.inject_signal != 0 || cfg.callsites != 0 {
             // At the entry, before the first instruction, rsp points at the
             // return address: the caller's code.
             let rsp = unsafe { core::ptr::read_volatile(&(*ctx.regs).rsp) };
             let from = unsafe { bpf_probe_read_user(rsp as *const u64) }.unwrap_or(0);
+            if cfg.callsites != 0 {
+                // 0 if the read failed: the call then has no site.
+                e.site = from;
+            }
             if from >= cfg.skip_lo && from < cfg.skip_hi {
                 // Made by the injected shim, which counts it: track it so
                 // its nested calls stay nested, never record it.
@@ -143,14 +153,45 @@ fn leave(ctx: &RetProbeContext) {
     if done.unknown & INFLIGHT_SKIP != 0 {
         return;
     }
-    record(
-        StatKey {
-            tgid: (id >> 32) as u32,
-            func: u32::from(done.stack[0]),
-        },
-        now.saturating_sub(done.start_ns),
-        &done,
-    );
+    let tgid = (id >> 32) as u32;
+    let func = u32::from(done.stack[0]);
+    let ns = now.saturating_sub(done.start_ns);
+    record(StatKey { tgid, func }, ns, &done);
+    if done.site != 0 {
+        record_site(
+            SiteKey {
+                tgid,
+                func,
+                addr: done.site,
+            },
+            ns,
+        );
+    }
+}
+
+/// Adds a completed call to its call site's figures (`attach --callsites`).
+/// After [`record`], so a scrape that reads the sites before the statistics
+/// never sees more calls at a function's sites than at the function.
+#[inline(always)]
+fn record_site(key: SiteKey, ns: u64) {
+    let s = match CALLSITES.get_ptr_mut(&key) {
+        Some(s) => s,
+        None => {
+            // Another CPU may have created it meanwhile: NOEXIST failing is
+            // fine. An insert from a program zeroes the other CPUs' values.
+            let _ = CALLSITES.insert(&key, &SiteStats::default(), u64::from(BPF_NOEXIST));
+            match CALLSITES.get_ptr_mut(&key) {
+                Some(s) => s,
+                None => {
+                    bump(ErrorCounter::CallsiteUpdate);
+                    return;
+                }
+            }
+        }
+    };
+    let s = unsafe { &mut *s };
+    s.calls += 1;
+    s.time_ns += ns;
 }
 
 #[inline(always)]

@@ -16,8 +16,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
 };
 use observer_common::maps::{
-    CallStats, ERROR_COUNTERS, INFLIGHT_CAPACITY, Inflight, OMPI_TYPES_CAPACITY, PROCS_CAPACITY,
-    ProcConfig, STATS_CAPACITY, StatKey, TypeKey,
+    CALLSITES_CAPACITY, CallStats, ERROR_COUNTERS, INFLIGHT_CAPACITY, Inflight,
+    OMPI_TYPES_CAPACITY, PROCS_CAPACITY, ProcConfig, STATS_CAPACITY, SiteKey, SiteStats, StatKey,
+    TypeKey,
 };
 
 /// Per-(process, function) statistics. Preallocated: an on-demand map can
@@ -27,6 +28,14 @@ use observer_common::maps::{
 #[map(name = "MPI_STATS")]
 static STATS: PerCpuHashMap<StatKey, CallStats> =
     PerCpuHashMap::with_max_entries(STATS_CAPACITY, 0);
+
+/// Per-(process, function, call site) calls and time, for processes whose
+/// configuration asks for it (`attach --callsites`). Preallocated like
+/// [`STATS`]; the daemon lowers the capacity within its memory budget on
+/// many-CPU machines, and to one entry when no process records sites.
+#[map(name = "MPI_CALLSITES")]
+static CALLSITES: PerCpuHashMap<SiteKey, SiteStats> =
+    PerCpuHashMap::with_max_entries(CALLSITES_CAPACITY, 0);
 
 /// The outermost probed call each thread is in, keyed by pid_tgid. LRU, so a
 /// thread that never returns (MPI_Abort) cannot fill it up.

@@ -19,13 +19,13 @@ use aya::{
 use observer_common::{
     FUNCTIONS, cookie,
     functions::Family,
-    maps::{self, CallStats, Inflight, ProcConfig, StatKey, TypeKey},
+    maps::{self, CallStats, Inflight, ProcConfig, SiteKey, SiteStats, StatKey, TypeKey},
 };
 use thiserror::Error;
 
 use crate::{
     multi::{self, MultiError},
-    snapshot::{CallsByFunction, MapFailures},
+    snapshot::{CallsByFunction, MapFailures, RawSite},
     symbols::Library,
 };
 
@@ -83,13 +83,17 @@ pub struct Probes {
     /// configuration leaves `PROCS` once they are gone (`None` once the
     /// process is attached again); joined at shutdown.
     closing: Vec<(Option<u32>, JoinHandle<()>)>,
+    /// Every process attached records its call sites (`attach
+    /// --callsites`): set at load time, which sizes the call-site map.
+    callsites: bool,
 }
 
 impl Probes {
     /// Loads the embedded eBPF object within the default statistics map
-    /// budget ([`maps::STATS_MEMORY_BUDGET`]); see [`Probes::load_within`].
+    /// budget ([`maps::STATS_MEMORY_BUDGET`]), without call sites; see
+    /// [`Probes::load_within`].
     pub fn load(object: &[u8]) -> Result<Self, ProbeError> {
-        Self::load_within(object, maps::STATS_MEMORY_BUDGET)
+        Self::load_within(object, maps::STATS_MEMORY_BUDGET, false)
     }
 
     /// Loads the embedded eBPF object: creates its maps and loads its
@@ -98,13 +102,28 @@ impl Probes {
     /// CPUs ([`maps::stats_capacity_within`]); calls of a (process,
     /// function) that finds it full are counted in
     /// `mpi_observer_map_update_failures_total`.
-    pub fn load_within(object: &[u8], stats_budget: u64) -> Result<Self, ProbeError> {
+    ///
+    /// With `callsites`, every process attached also records its call sites
+    /// ([`ProcConfig::callsites`], read back by [`Probes::read_callsites`])
+    /// in a map of [`maps::callsites_capacity`] entries; without, that map
+    /// is left at one entry, so it costs no memory.
+    pub fn load_within(
+        object: &[u8],
+        stats_budget: u64,
+        callsites: bool,
+    ) -> Result<Self, ProbeError> {
         let cpus = aya::util::nr_cpus().map_err(|(path, e)| ProbeError::Load {
             reason: format!("cannot count the possible CPUs in {path}: {e}"),
         })?;
         let capacity = maps::stats_capacity_within(cpus as u32, stats_budget);
+        let site_capacity = if callsites {
+            maps::callsites_capacity(cpus as u32)
+        } else {
+            1
+        };
         let ebpf = EbpfLoader::new()
             .map_max_entries(maps::STATS, capacity)
+            .map_max_entries(maps::CALLSITES, site_capacity)
             .load(object)
             .map_err(|e| ProbeError::Load {
                 reason: e.to_string(),
@@ -123,7 +142,14 @@ impl Probes {
             ebpf,
             progs,
             closing: Vec::new(),
+            callsites,
         })
+    }
+
+    /// Whether attached processes record their call sites (`attach
+    /// --callsites`, [`Probes::load_within`]).
+    pub fn callsites(&self) -> bool {
+        self.callsites
     }
 
     /// The call statistics of every process in the maps, summed over CPUs.
@@ -131,9 +157,28 @@ impl Probes {
         read::stats(&self.ebpf)
     }
 
+    /// The call sites of every process in the maps (pid to its sites, in
+    /// no particular order), per-CPU figures summed. Empty unless loaded
+    /// with call sites. Read it before [`Probes::read_stats`]: the probes
+    /// add a call to its function before its site, so the sites then never
+    /// exceed their function's calls.
+    pub fn read_callsites(&self) -> BTreeMap<u32, Vec<RawSite>> {
+        if !self.callsites {
+            return BTreeMap::new();
+        }
+        read::callsites(&self.ebpf)
+    }
+
     /// The in-kernel map update failures so far, summed over CPUs.
     pub fn read_map_failures(&self) -> MapFailures {
         read::map_failures(&self.ebpf)
+    }
+
+    /// Calls whose call site could not be recorded because `MPI_CALLSITES`
+    /// was full (they are still counted in the statistics), summed over
+    /// CPUs.
+    pub fn read_callsite_failures(&self) -> u64 {
+        read::error_counter(&self.ebpf, maps::ErrorCounter::CallsiteUpdate)
     }
 
     /// Mutable access to the maps (benchmarks fill them with synthetic
@@ -145,12 +190,14 @@ impl Probes {
     /// Attaches to `functions` (IDs) of `lib` in process `pid`. Return probes
     /// go in before entry probes, so no call can be entered without its
     /// return being seen; on failure everything attached so far is removed.
+    /// The process records its call sites if the probes were loaded with
+    /// them, whatever `config` says.
     pub fn attach(
         &mut self,
         pid: u32,
         lib_path: &Path,
         lib: &Library,
-        config: ProcConfig,
+        mut config: ProcConfig,
         datatypes: &BTreeMap<u64, u64>,
         functions: &[u16],
     ) -> Result<Attachment, ProbeError> {
@@ -160,6 +207,7 @@ impl Probes {
                 *p = None;
             }
         }
+        config.callsites = u32::from(self.callsites);
         let mut att = Attachment::default();
         let mut procs: BpfHashMap<&mut MapData, u32, ProcConfig> =
             BpfHashMap::try_from(self.ebpf.map_mut(maps::PROCS).expect("PROCS map in object"))
@@ -335,10 +383,10 @@ impl Probes {
         }
     }
 
-    /// Deletes everything the maps hold for process `pid`: its statistics,
-    /// and any call it was in when it died (a later process given the same
-    /// pid must not inherit that open call and see its first calls as
-    /// nested).
+    /// Deletes everything the maps hold for process `pid`: its statistics
+    /// and call sites, and any call it was in when it died (a later process
+    /// given the same pid must not inherit that open call and see its first
+    /// calls as nested).
     pub fn forget(&mut self, pid: u32) {
         if let Some(Ok(mut stats)) = self
             .ebpf
@@ -352,6 +400,21 @@ impl Probes {
                 .collect();
             for k in keys {
                 let _ = stats.remove(&k);
+            }
+        }
+        if self.callsites
+            && let Some(Ok(mut sites)) = self
+                .ebpf
+                .map_mut(maps::CALLSITES)
+                .map(PerCpuHashMap::<&mut MapData, SiteKey, SiteStats>::try_from)
+        {
+            let keys: Vec<SiteKey> = sites
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|k| k.tgid == pid)
+                .collect();
+            for k in keys {
+                let _ = sites.remove(&k);
             }
         }
         if let Some(Ok(mut inflight)) = self
