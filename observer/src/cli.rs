@@ -47,6 +47,10 @@ pub enum Command {
         /// Path of libmpi.so* or libmpich.so*.
         library: std::path::PathBuf,
     },
+    /// Print an mpiP-style report of each job: MPI time per rank, top
+    /// functions and call sites, imbalance, message sizes, busiest peers;
+    /// from snapshot files (`attach --report-file`) or live daemons (--url).
+    Report(ReportArgs),
     /// List MPI functions with their family and whether they are probed by
     /// default (or match --functions).
     Functions {
@@ -127,6 +131,58 @@ pub struct AttachArgs {
     /// Print a live per-rank summary table every second.
     #[arg(long)]
     pub summary: bool,
+    /// Write the report data (for `mpi-observer report FILE`) to FILE when
+    /// the last observed rank exits, and again at shutdown; replaced
+    /// atomically.
+    #[arg(long, value_name = "FILE")]
+    pub report_file: Option<PathBuf>,
+    /// Also record per-call-site figures (the application's return address
+    /// at each MPI call, symbolized): mpi_callsite_* series; costs one
+    /// user-memory read per call.
+    #[arg(long)]
+    pub callsites: bool,
+    /// Call sites with series of their own per (rank, function); the rest
+    /// are summed in callsite="other" (docs/callsites.md).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub callsite_series: usize,
+}
+
+/// How `report` renders.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// mpiP-style text.
+    Text,
+    /// The analysis as JSON.
+    Json,
+    /// One self-contained HTML file with plots.
+    Html,
+}
+
+/// Options of `report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Snapshot files written by `attach --report-file` (one per node).
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// A live daemon's address, http://HOST:PORT (its --listen); repeat for
+    /// several nodes.
+    #[arg(long, value_name = "URL")]
+    pub url: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
+    /// Write the report to FILE instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Only this job.
+    #[arg(long, value_name = "JOBID")]
+    pub job: Option<String>,
+    /// Lines per list (functions, call sites, imbalance, peer pairs).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
+    /// Seconds to wait for a daemon's answer.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub timeout: u64,
 }
 
 /// A size: a number of bytes, or a number followed by KiB, MiB or GiB.

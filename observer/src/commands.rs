@@ -10,6 +10,7 @@ use crate::{cli, daemon, functions, launcher, symbols};
 pub fn run(cli: cli::Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
         cli::Command::Attach(args) => daemon::run(args)?,
+        cli::Command::Report(args) => crate::report::command::run(&args)?,
         cli::Command::ShimPath => println!("{}", launcher::shim_path()?.display()),
         cli::Command::Run { tools, cmd } => match launcher::run(tools.as_deref(), &cmd)? {},
         cli::Command::Sites { library } => {

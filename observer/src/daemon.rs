@@ -52,6 +52,16 @@ pub enum DaemonError {
     /// The shim for --inject is missing.
     #[error(transparent)]
     Shim(#[from] crate::launcher::LaunchError),
+    /// --report-file cannot be written.
+    #[error(
+        "cannot write --report-file {path}: {source}; give a path in an existing, writable directory"
+    )]
+    ReportFile {
+        /// The path.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// The async runtime could not start.
     #[error("cannot start the runtime: {source}")]
     Runtime {
@@ -109,6 +119,9 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             return Err(AttachError::no_library(pid).into());
         }
     }
+    if let Some(path) = &args.report_file {
+        check_report_file(path)?;
+    }
     let web = args
         .web_config_file
         .as_deref()
@@ -118,7 +131,11 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     let probes = if args.no_bpf {
         None
     } else {
-        Some(Probes::load_within(EBPF_OBJECT, args.map_memory)?)
+        Some(Probes::load_within(
+            EBPF_OBJECT,
+            args.map_memory,
+            args.callsites,
+        )?)
     };
     let render = RenderOptions {
         per_rank_histograms: args.per_rank_histograms,
@@ -129,6 +146,11 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         !args.no_bytes,
         render,
     )));
+    state
+        .lock()
+        .expect("not poisoned yet")
+        .callsite_budget
+        .per_function = args.callsite_series;
     {
         let mut st = state.lock().expect("not poisoned yet");
         for &pid in &args.pid {
@@ -177,9 +199,14 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
                 retain.as_secs()
             );
         }
-        if args.summary && !exited.is_empty() && !st.any_running() {
+        if !exited.is_empty() && !st.any_running() {
             // The final figures, before --retain-exited lets them go.
-            print_summary(&mut st);
+            if args.summary {
+                print_summary(&mut st);
+            }
+            if let Some(path) = &args.report_file {
+                write_report(&mut st, path);
+            }
         }
         st.expire(retain);
         if args.all && last_scan.elapsed() >= Duration::from_secs(1) {
@@ -220,9 +247,48 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
     }
     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(path) = &args.report_file
+        && !st.ranks.is_empty()
+    {
+        write_report(&mut st, path);
+    }
     st.detach_all();
     eprintln!("mpi-observer: detached, exiting");
     Ok(())
+}
+
+/// Refuses a `--report-file` that could not be written, before anything is
+/// attached: its directory must exist and take a file.
+fn check_report_file(path: &std::path::Path) -> Result<(), DaemonError> {
+    let mut probe = path.as_os_str().to_owned();
+    probe.push(".tmp");
+    let r = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&probe)
+        .and_then(|_| std::fs::remove_file(&probe));
+    r.map_err(|source| DaemonError::ReportFile {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Writes the report data to `path` (`--report-file`); one line either way.
+fn write_report(st: &mut State, path: &std::path::Path) {
+    let data = st.report_data();
+    match data.write(path) {
+        Ok(()) => eprintln!(
+            "mpi-observer: wrote the report data of {} ranks to {} (read it with `mpi-observer report {}`)",
+            data.ranks.len(),
+            path.display(),
+            path.display()
+        ),
+        Err(e) => eprintln!(
+            "mpi-observer: cannot write the report data to {}: {e}",
+            path.display()
+        ),
+    }
 }
 
 /// How long shutdown waits for an injected rank to put its slots back.

@@ -6,12 +6,14 @@
 //! [`snapshot`] of them, [`metrics`] renders it, [`daemon`] runs it all,
 //! [`server`] speaks HTTP(S) as [`web_config`] says.
 
+pub mod callsites;
 pub mod checks;
 pub mod cli;
 pub mod commands;
 pub mod daemon;
 pub mod datatypes;
 pub mod functions;
+pub mod http_get;
 pub mod inject;
 pub mod launcher;
 pub mod metrics;
@@ -19,6 +21,7 @@ pub mod multi;
 pub mod probes;
 pub mod procfs;
 pub mod registry;
+pub mod report;
 pub mod segment;
 pub mod server;
 pub mod snapshot;

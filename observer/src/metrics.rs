@@ -84,7 +84,7 @@ impl SelfMetrics {
         let map_failures = IntCounterVec::new(
             Opts::new(
                 "mpi_observer_map_update_failures_total",
-                "In-kernel map updates that failed (map full); such calls are not counted.",
+                "In-kernel map updates that failed (map full): a call that fails on map=\"stats\" or \"inflight\" is not counted; one that fails on map=\"callsites\" is, its site in callsite=\"other\".",
             ),
             &["map"],
         )
@@ -131,7 +131,11 @@ impl SelfMetrics {
     }
 
     fn set_map_failures(&self, failures: MapFailures) {
-        for (label, want) in [("stats", failures.stats), ("inflight", failures.inflight)] {
+        for (label, want) in [
+            ("stats", failures.stats),
+            ("inflight", failures.inflight),
+            ("callsites", failures.callsites),
+        ] {
             let m = self.map_failures.with_label_values(&[label]);
             let have = m.get();
             if want > have {
@@ -285,6 +289,8 @@ pub fn render(
         }
     }
 
+    render_callsites(&mut out, &labelled);
+
     header(
         &mut out,
         "mpi_call_duration_seconds",
@@ -387,6 +393,71 @@ pub fn render(
     render_segments(&mut out, &snap.ranks);
     selfm.render(&mut out, snap.health, elapsed());
     out
+}
+
+/// One call site series' figures: calls and nanoseconds.
+type SiteFigures = (u64, u64);
+
+/// `mpi_callsite_calls_total` and `mpi_callsite_seconds_total` of the ranks
+/// with call sites: each site with series of its own (see
+/// [`crate::callsites`]), and `callsite="other"` for the rest of the
+/// function's calls, while there are any.
+fn render_callsites(out: &mut String, ranks: &[(&RankSnapshot, &CallsByFunction)]) {
+    let mut series: Vec<(&RankSnapshot, u16, &str, SiteFigures)> = Vec::new();
+    for (r, calls) in ranks {
+        if r.callsites.is_empty() {
+            continue;
+        }
+        let mut named: BTreeMap<u16, SiteFigures> = BTreeMap::new();
+        for s in r.callsites.iter().filter(|s| s.exported) {
+            series.push((r, s.function, &s.name, (s.calls, s.time_ns)));
+            let n = named.entry(s.function).or_default();
+            n.0 += s.calls;
+            n.1 += s.time_ns;
+        }
+        for (&id, st) in calls.iter() {
+            let n = named.get(&id).copied().unwrap_or_default();
+            let other = (st.calls.saturating_sub(n.0), st.time_ns.saturating_sub(n.1));
+            if other.0 > 0 {
+                series.push((r, id, crate::callsites::OTHER, other));
+            }
+        }
+    }
+    if series.is_empty() {
+        return;
+    }
+    series.sort_by_key(|a| (a.0.pid, a.1));
+    header(
+        out,
+        "mpi_callsite_calls_total",
+        "counter",
+        "MPI calls completed per rank, function and call site: the calling function in the application (docs/callsites.md); callsite=\"other\" counts the calls beyond each (rank, function)'s named sites.",
+    );
+    for (r, id, site, (calls, _)) in &series {
+        let _ = writeln!(
+            out,
+            "mpi_callsite_calls_total{{{},function=\"{}\",callsite=\"{}\"}} {calls}",
+            r.labels.rank,
+            FUNCTIONS[*id as usize].name,
+            escape(site)
+        );
+    }
+    header(
+        out,
+        "mpi_callsite_seconds_total",
+        "counter",
+        "Time inside completed MPI calls per rank, function and call site, as mpi_callsite_calls_total.",
+    );
+    for (r, id, site, (_, ns)) in &series {
+        let _ = writeln!(
+            out,
+            "mpi_callsite_seconds_total{{{},function=\"{}\",callsite=\"{}\"}} {}",
+            r.labels.rank,
+            FUNCTIONS[*id as usize].name,
+            escape(site),
+            *ns as f64 / 1e9
+        );
+    }
 }
 
 /// The shim's argument-level figures, from each rank's stats segment.

@@ -12,12 +12,13 @@ use std::{
 use thiserror::Error;
 
 use crate::{
+    callsites::{Budget, Names, RankSites},
     datatypes,
     metrics::{self, RenderOptions, SelfMetrics},
     probes::{Attachment, ProbeError, Probes},
     procfs::{self, Identity, ProcError},
     segment::{self, Figures, Segment, SegmentProblem},
-    snapshot::{CallsByFunction, Health, Labels, RankSnapshot, SegmentSnapshot, Snapshot},
+    snapshot::{CallsByFunction, Health, Labels, RankSnapshot, RawSite, SegmentSnapshot, Snapshot},
     symbols::{self, SymbolError},
 };
 
@@ -115,6 +116,8 @@ pub struct Rank {
     pub lib_kind: u32,
     /// Its MPI library's path, as the process sees it.
     pub lib_path: std::path::PathBuf,
+    /// Its call sites' names and which have series of their own.
+    sites: RankSites,
 }
 
 impl Rank {
@@ -159,6 +162,22 @@ impl Rank {
             injecting: false,
             lib_kind: observer_common::maps::lib_kind::OPEN_MPI,
             lib_path: "/synthetic/libmpi.so.40".into(),
+            sites: RankSites::default(),
+        }
+    }
+
+    /// Names the call site `addr` of a synthetic rank (no process to read).
+    #[doc(hidden)]
+    pub fn name_site(&mut self, addr: u64, name: &str) {
+        self.sites.preset(addr, name);
+    }
+
+    /// When the counting its figures stand for began: the process's start
+    /// for a shim there from its start, else the attach.
+    pub fn counted_since(&self) -> SystemTime {
+        match &self.figures {
+            Some(f) if f.ready && !f.injected => self.started_at,
+            _ => self.attached_at,
         }
     }
 }
@@ -206,6 +225,22 @@ fn rank_calls(
     Some(out)
 }
 
+/// A rank's raw call sites, by the same rule as [`rank_calls`]: the
+/// segment's replace the probes', or add to them for a shim this daemon
+/// injected.
+fn rank_sites(probed: Option<Vec<RawSite>>, f: Option<&Figures>, add: bool) -> Vec<RawSite> {
+    let Some(f) = f.filter(|f| f.ready) else {
+        return probed.unwrap_or_default();
+    };
+    let mut out = if add {
+        probed.unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    out.extend_from_slice(&f.callsites);
+    out
+}
+
 /// What the daemon knows and holds.
 pub struct State {
     /// The loaded programs and maps; `None` with `--no-bpf`.
@@ -223,6 +258,12 @@ pub struct State {
     /// Processes already looked at by `--all` and found not to be MPI, with
     /// their start ticks, so they are not re-read every tick.
     pub not_mpi: HashSet<(u32, u64)>,
+    /// Call-site names, cached by file and offset for every rank.
+    pub names: Names,
+    /// Call sites with series of their own per (rank, function).
+    pub callsite_budget: Budget,
+    /// This node's host name, for the report data.
+    pub host: String,
 }
 
 impl State {
@@ -241,6 +282,9 @@ impl State {
             bytes,
             render,
             not_mpi: HashSet::new(),
+            names: Names::new(),
+            callsite_budget: Budget::default(),
+            host: crate::report::hostname(),
         }
     }
 
@@ -274,8 +318,12 @@ impl State {
         // segment counts them all (see `rank_calls`), and a live shim an
         // earlier daemon injected is adopted. One detached since counts
         // nothing more: probes.
-        let (timed, adopted) = match Segment::open(pid).map(|s| s.map(|s| s.read())) {
-            Ok(Some(Ok(f))) if f.ready && !f.ejected => (true, f.injected),
+        // The segment is kept open from here: a rank that exits before the
+        // next collection still has its figures read (the mapping outlives
+        // the shim's unlink at exit).
+        let segment = Segment::open(pid).ok().flatten();
+        let (timed, adopted) = match segment.as_ref().map(Segment::read) {
+            Some(Ok(f)) if f.ready && !f.ejected => (true, f.injected),
             _ => (false, false),
         };
         let attachment = match self.probes.as_mut() {
@@ -287,6 +335,10 @@ impl State {
         if let Some(a) = &attachment {
             self.selfm.probes.add(a.probes as i64);
         }
+        // The maps as they are now, so call sites can still be named after
+        // the process exits.
+        let mut sites = RankSites::default();
+        sites.prime(pid);
         self.ranks.insert(
             pid,
             Rank {
@@ -302,7 +354,7 @@ impl State {
                 exited_at: None,
                 exited_wall: None,
                 attachment,
-                segment: None,
+                segment,
                 segment_problem: None,
                 figures: None,
                 injected: adopted,
@@ -310,6 +362,7 @@ impl State {
                 injecting: false,
                 lib_kind: config.lib,
                 lib_path: map.path.clone(),
+                sites,
             },
         );
         self.selfm.attached.set(self.attached_count() as i64);
@@ -371,6 +424,11 @@ impl State {
         self.detach(pid);
         if let Some(r) = self.ranks.get_mut(&pid) {
             r.injecting = false;
+            // Held from now on, so the shim's figures are read even if the
+            // rank exits before the next collection.
+            if r.segment.is_none() {
+                r.segment = Segment::open(pid).ok().flatten();
+            }
             if !r.injected {
                 r.injected = true;
                 self.selfm.injected.inc();
@@ -485,42 +543,51 @@ impl State {
         }
     }
 
-    /// The ranks as they stand, with `calls`, the call statistics read from
-    /// the maps (those of processes not registered here are dropped:
-    /// identity only ever comes from the registry), the daemon's `health`,
-    /// and `now_ns`, `CLOCK_MONOTONIC` now, to age outstanding requests by.
+    /// The ranks as they stand, with `calls` and `sites`, the call
+    /// statistics and call sites read from the maps (those of processes not
+    /// registered here are dropped: identity only ever comes from the
+    /// registry), the daemon's `health`, and `now_ns`, `CLOCK_MONOTONIC`
+    /// now, to age outstanding requests by. New call sites are named here.
     pub fn snapshot(
-        &self,
+        &mut self,
         mut calls: BTreeMap<u32, CallsByFunction>,
+        mut sites: BTreeMap<u32, Vec<RawSite>>,
         health: Health,
         now_ns: u64,
     ) -> Snapshot {
+        let mut names = self.names.session();
+        let budget = self.callsite_budget;
+        let bytes = self.bytes;
         let ranks = self
             .ranks
-            .values()
-            .map(|r| RankSnapshot {
-                pid: r.pid,
-                identity: r.identity.clone(),
-                labels: r.labels.clone(),
-                library: r.library,
-                version: r.version.clone(),
-                started: r.started_at,
-                attached: r.attached_at,
-                exited: r.exited_wall,
-                calls: rank_calls(
-                    calls.remove(&r.pid),
-                    r.figures.as_ref(),
-                    r.figures.as_ref().is_some_and(|f| f.injected) && !r.adopted,
-                    self.bytes,
-                ),
-                segment: r.figures.as_ref().map(|f| SegmentSnapshot {
-                    figures: f.clone(),
-                    // Zero for a rank that exited.
-                    oldest_request_age: match (f.oldest_started_ns, r.exited_at) {
-                        (Some(t), None) => Duration::from_nanos(now_ns.saturating_sub(t)),
-                        _ => Duration::ZERO,
-                    },
-                }),
+            .values_mut()
+            .map(|r| {
+                let add = r.figures.as_ref().is_some_and(|f| f.injected) && !r.adopted;
+                let raw = rank_sites(sites.remove(&r.pid), r.figures.as_ref(), add);
+                let callsites =
+                    r.sites
+                        .resolve(&mut names, r.pid, r.exited_at.is_none(), &raw, budget);
+                RankSnapshot {
+                    pid: r.pid,
+                    identity: r.identity.clone(),
+                    labels: r.labels.clone(),
+                    library: r.library,
+                    version: r.version.clone(),
+                    started: r.started_at,
+                    attached: r.attached_at,
+                    counted_since: r.counted_since(),
+                    exited: r.exited_wall,
+                    calls: rank_calls(calls.remove(&r.pid), r.figures.as_ref(), add, bytes),
+                    callsites,
+                    segment: r.figures.as_ref().map(|f| SegmentSnapshot {
+                        figures: f.clone(),
+                        // Zero for a rank that exited.
+                        oldest_request_age: match (f.oldest_started_ns, r.exited_at) {
+                            (Some(t), None) => Duration::from_nanos(now_ns.saturating_sub(t)),
+                            _ => Duration::ZERO,
+                        },
+                    }),
+                }
             })
             .collect();
         Snapshot { ranks, health }
@@ -529,16 +596,34 @@ impl State {
     /// Reads the stats segments and the maps, now.
     pub fn collect(&mut self) -> Snapshot {
         self.read_segments();
-        let (calls, map_failures) = self
+        // Call sites before the statistics: a call adds to its function's
+        // figures first, so the sites never exceed the function's calls.
+        let (sites, calls, map_failures) = self
             .probes
             .as_ref()
-            .map(|p| (p.read_stats(), p.read_map_failures()))
+            .map(|p| {
+                let sites = p.read_callsites();
+                let mut failures = p.read_map_failures();
+                failures.callsites = p.read_callsite_failures();
+                (sites, p.read_stats(), failures)
+            })
             .unwrap_or_default();
         let health = Health {
             map_failures,
             scrapes_total: crate::server::scrapes_total(),
         };
-        self.snapshot(calls, health, segment::monotonic_ns())
+        self.snapshot(calls, sites, health, segment::monotonic_ns())
+    }
+
+    /// The ranks' report data now (`/report.json`, `attach --report-file`).
+    pub fn report_data(&mut self) -> crate::report::Data {
+        let snap = self.collect();
+        crate::report::Data::from_snapshot(&snap, &self.host, SystemTime::now())
+    }
+
+    /// [`State::report_data`] as JSON.
+    pub fn report_json(&mut self) -> Vec<u8> {
+        serde_json::to_vec(&self.report_data()).unwrap_or_default()
     }
 
     /// One scrape's exposition text.

@@ -195,7 +195,8 @@ pub async fn serve(listener: TcpListener, state: Arc<Mutex<State>>, web: Option<
 
 const LANDING: &str = "<!doctype html><html><head><title>mpi-observer</title></head><body>\
 <h1>mpi-observer</h1><p>Per-rank MPI call statistics from eBPF probes on running MPI jobs.</p>\
-<p><a href=\"/metrics\">Metrics</a></p></body></html>\n";
+<p><a href=\"/metrics\">Metrics</a> &middot; <a href=\"/report.json\">Report data</a> \
+(for <code>mpi-observer report --url</code>)</p></body></html>\n";
 
 /// The answer to a plain HTTP request on the TLS port.
 const PLAIN_TO_TLS: &[u8] = b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
@@ -588,6 +589,7 @@ impl Server {
     async fn route(self: &Arc<Self>, req: &hyper::http::request::Parts) -> Response<Body> {
         match (&req.method, req.uri.path()) {
             (&Method::GET, "/metrics") => self.metrics(accepts_gzip(&req.headers)).await,
+            (&Method::GET, "/report.json") => self.report().await,
             (&Method::GET, "/") => {
                 let mut r = Response::new(Body::new(LANDING));
                 r.headers_mut().insert(
@@ -662,6 +664,22 @@ impl Server {
         if encoded {
             h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         }
+        r
+    }
+
+    /// The ranks' report data (`mpi-observer report --url`), from a
+    /// collection of its own on the blocking pool.
+    async fn report(self: &Arc<Self>) -> Response<Body> {
+        let me = self.clone();
+        let Ok(json) = tokio::task::spawn_blocking(move || lock(&me.state).report_json()).await
+        else {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
+        };
+        let mut r = Response::new(Body::new(json));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         r
     }
 

@@ -17,6 +17,23 @@ use crate::{procfs::Identity, segment::Figures};
 /// summed over CPUs.
 pub type CallsByFunction = BTreeMap<u16, CallStats>;
 
+/// One call site's raw figures, as the probes (`attach --callsites`) or the
+/// shim's `stats` layer captured them: the application's return address in
+/// the process and the calls made from there to one MPI function (the
+/// outermost call on the thread, as everywhere else). Symbolized by
+/// [`crate::callsites`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RawSite {
+    /// MPI function ID.
+    pub function: u16,
+    /// Return address in the process (the instruction after the call).
+    pub addr: u64,
+    /// Calls completed from there.
+    pub calls: u64,
+    /// Their total time in nanoseconds.
+    pub time_ns: u64,
+}
+
 /// In-kernel map updates that failed (the map was full), summed over CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MapFailures {
@@ -24,6 +41,9 @@ pub struct MapFailures {
     pub stats: u64,
     /// An in-flight entry could not be created.
     pub inflight: u64,
+    /// A call-site entry could not be created (`attach --callsites`): the
+    /// call is counted, its site lands in `callsite="other"`.
+    pub callsites: u64,
 }
 
 /// The daemon's own figures that come with a collection.
@@ -97,12 +117,18 @@ pub struct RankSnapshot {
     pub started: SystemTime,
     /// When the probes went in.
     pub attached: SystemTime,
+    /// When the counting its figures stand for began: the process's start
+    /// under a shim there from its start, else the attach.
+    pub counted_since: SystemTime,
     /// When the observer saw it exit; `None` while it runs.
     pub exited: Option<SystemTime>,
     /// Call statistics from the maps; `None` when the maps hold none for it.
     pub calls: Option<CallsByFunction>,
     /// Stats-segment figures; `None` without a readable segment.
     pub segment: Option<SegmentSnapshot>,
+    /// Named call sites, by function then time, heaviest first; empty when
+    /// none are captured.
+    pub callsites: Vec<crate::callsites::Site>,
 }
 
 impl RankSnapshot {

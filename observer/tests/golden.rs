@@ -21,7 +21,7 @@ use mpi_observer::{
     metrics::{self, RenderOptions},
     registry::{Rank, State},
     segment::{Directed, Figures, LayerCalls, PeerTraffic, Requests, SegmentProblem},
-    snapshot::{CallsByFunction, Health, MapFailures, Snapshot},
+    snapshot::{CallsByFunction, Health, MapFailures, RawSite, Snapshot},
 };
 use observer_common::{
     FUNCTIONS,
@@ -66,8 +66,14 @@ fn directed(send: u64, recv: u64) -> Directed {
     Directed { send, recv }
 }
 
-/// The state and the map contents.
-fn fixture(per_rank_histograms: bool) -> (State, BTreeMap<u32, CallsByFunction>) {
+/// The registry state, the maps' call statistics and their call sites.
+type Fixture = (
+    State,
+    BTreeMap<u32, CallsByFunction>,
+    BTreeMap<u32, Vec<RawSite>>,
+);
+
+fn fixture(per_rank_histograms: bool) -> Fixture {
     let render = RenderOptions {
         per_rank_histograms,
     };
@@ -119,10 +125,13 @@ fn fixture(per_rank_histograms: bool) -> (State, BTreeMap<u32, CallsByFunction>)
     a0.figures = Some(f);
     state.ranks.insert(101, a0);
 
-    // Job A, rank 1: calls but no stats segment.
-    state
-        .ranks
-        .insert(102, rank(102, 1, "job-a", 1_700_000_000_500));
+    // Job A, rank 1: calls but no stats segment; call sites from the
+    // probes, two of them named, the rest of its Allreduce calls in
+    // `other`.
+    let mut a1 = rank(102, 1, "job-a", 1_700_000_000_500);
+    a1.name_site(0x1000, "solve at cg.c:42");
+    a1.name_site(0x2000, "halo at halo.c:7");
+    state.ranks.insert(102, a1);
 
     // Job B, rank 0: exited and retained, with frozen segment figures.
     let mut b0 = rank(201, 0, "job-b", 1_700_000_100_000);
@@ -162,8 +171,23 @@ fn fixture(per_rank_histograms: bool) -> (State, BTreeMap<u32, CallsByFunction>)
     // A process the registry does not know: never exported.
     map.insert(999, BTreeMap::from([(send, stats(99, 6))]));
 
+    let site = |function, addr, calls, time_ns| RawSite {
+        function,
+        addr,
+        calls,
+        time_ns,
+    };
+    let sites = BTreeMap::from([(
+        102,
+        vec![
+            site(allreduce, 0x1000, 4, 6_000),
+            site(allreduce, 0x2000, 2, 3_000),
+            site(send, 0x1000 + 64, 0, 0),
+        ],
+    )]);
+
     state.selfm.segment_error(SegmentProblem::Corrupt);
-    (state, map)
+    (state, map, sites)
 }
 
 fn golden(name: &str) -> PathBuf {
@@ -173,15 +197,16 @@ fn golden(name: &str) -> PathBuf {
 }
 
 fn render(per_rank_histograms: bool) -> String {
-    let (state, map) = fixture(per_rank_histograms);
+    let (mut state, map, sites) = fixture(per_rank_histograms);
     let health = Health {
         map_failures: MapFailures {
             stats: 3,
             inflight: 1,
+            callsites: 2,
         },
         scrapes_total: 0,
     };
-    let snap: Snapshot = state.snapshot(map, health, NOW_NS);
+    let snap: Snapshot = state.snapshot(map, sites, health, NOW_NS);
     metrics::render(&snap, &state.selfm, state.render, || {
         Duration::from_millis(3)
     })

@@ -1,0 +1,161 @@
+use super::*;
+
+fn function(name: &str, calls: u64, time_ns: u64) -> FunctionData {
+    let mut hist = vec![0; HIST_SLOTS];
+    hist[10] = calls;
+    FunctionData {
+        name: name.into(),
+        calls,
+        time_ns,
+        bytes_sent: 8 * calls,
+        bytes_recv: 0,
+        hist,
+    }
+}
+
+fn rank(r: u32, barrier_ns: u64, stats: bool) -> RankData {
+    RankData {
+        jobid: "job7".into(),
+        rank: r.to_string(),
+        size: "2".into(),
+        pid: 100 + r,
+        host: "node1".into(),
+        library: "openmpi".into(),
+        version: "4.1.4".into(),
+        since: 1000.0,
+        exited: Some(1010.0),
+        source: "shim".into(),
+        functions: vec![
+            function("MPI_Barrier", 1000, barrier_ns),
+            function("MPI_Send", 10, 1_000_000),
+        ],
+        callsites: vec![
+            SiteData {
+                function: "MPI_Barrier".into(),
+                site: "main at two.c:10".into(),
+                calls: 300,
+                time_ns: barrier_ns / 4,
+            },
+            SiteData {
+                function: "MPI_Barrier".into(),
+                site: "main at two.c:20".into(),
+                calls: 700,
+                time_ns: barrier_ns / 4 * 3,
+            },
+        ],
+        stats: stats.then(|| StatsData {
+            peers: vec![PeerData {
+                peer: 1 - r,
+                messages_sent: 10,
+                bytes_sent: 80 + u64::from(r),
+                messages_recv: 10,
+                bytes_recv: 80,
+            }],
+            sizes_sent: {
+                let mut v = vec![0; HIST_SLOTS];
+                v[3] = 10;
+                v
+            },
+            sizes_recv: vec![0; HIST_SLOTS],
+        }),
+    }
+}
+
+fn data() -> Data {
+    Data {
+        format: FORMAT.into(),
+        host: "node1".into(),
+        taken: 1011.0,
+        ranks: vec![rank(1, 4_000_000_000, true), rank(0, 2_000_000_000, true)],
+    }
+}
+
+#[test]
+fn analysis_has_exact_figures() {
+    let reps = analyse(&[data()], Limits::default());
+    assert_eq!(reps.len(), 1);
+    let r = &reps[0];
+    assert_eq!(r.jobid, "job7");
+    assert_eq!(
+        r.ranks.iter().map(|l| l.rank.as_str()).collect::<Vec<_>>(),
+        ["0", "1"]
+    );
+    assert_eq!(r.ranks[0].wall_seconds, 10.0);
+    assert!((r.ranks[1].mpi_percent - 40.01).abs() < 1e-9);
+    assert_eq!(r.totals.calls, 2020);
+    assert_eq!(r.functions[0].name, "MPI_Barrier");
+    assert_eq!(r.functions[0].calls, 2000);
+    let s: Vec<(&str, u64, usize)> = r
+        .callsites
+        .iter()
+        .map(|s| (s.site.as_str(), s.calls, s.ranks))
+        .collect();
+    assert_eq!(
+        s,
+        [("main at two.c:20", 1400, 2), ("main at two.c:10", 600, 2)]
+    );
+    let b = &r.imbalance[0];
+    assert_eq!((b.name.as_str(), b.max_rank.as_str()), ("MPI_Barrier", "1"));
+    assert_eq!((b.min_seconds, b.max_seconds), (2.0, 4.0));
+    assert!((b.max_over_mean - 4.0 / 3.0).abs() < 1e-9);
+    assert_eq!(r.message_sizes.sent[3], 20);
+    assert_eq!(r.matrix_ranks, [0, 1]);
+    assert_eq!(r.matrix, [[0, 80], [81, 0]]);
+    assert_eq!((r.peer_pairs[0].from, r.peer_pairs[0].bytes), (1, 81));
+}
+
+#[test]
+fn renderings_carry_the_figures() {
+    let reps = analyse(&[data()], Limits::default());
+    let t = text::render(&reps);
+    assert!(t.contains("job job7 (2 ranks on node1)"), "{t}");
+    assert!(t.contains("main at two.c:20"), "{t}");
+    assert!(t.contains(" 1400 "), "{t}");
+    let j: serde_json::Value = serde_json::from_str(&json(&reps)).unwrap();
+    assert_eq!(j["reports"][0]["callsites"][0]["calls"], 1400);
+    let h = html::render(&reps);
+    assert!(h.contains("data-site=\"main at two.c:20\""));
+    assert!(h.contains("data-from=\"1\" data-to=\"0\" data-bytes=\"81\""));
+    assert!(h.contains("<svg id=\"mpi-percent\""));
+    assert!(!h.contains("<script"), "self-contained, no script");
+}
+
+#[test]
+fn data_round_trips_and_bad_data_is_refused() {
+    let d = data();
+    let dir = std::env::temp_dir().join(format!("mpio-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("snap.json");
+    d.write(&p).unwrap();
+    assert_eq!(Data::read(&p).unwrap(), d);
+    std::fs::write(
+        &p,
+        b"{\"format\":\"other/9\",\"host\":\"x\",\"taken\":0,\"ranks\":[]}",
+    )
+    .unwrap();
+    let e = Data::read(&p).unwrap_err().to_string();
+    assert!(e.contains("its format is `other/9`"), "{e}");
+    std::fs::write(&p, b"# HELP mpi_calls_total\n").unwrap();
+    let e = Data::read(&p).unwrap_err().to_string();
+    assert!(e.contains("is not mpi-observer report data"), "{e}");
+    assert!(!e.contains('\n'));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_newest_data_of_a_rank_wins() {
+    let mut old = data();
+    old.taken = 1.0;
+    old.ranks[0].functions[0].calls = 1;
+    let reps = analyse(&[data(), old], Limits::default());
+    assert_eq!(reps[0].totals.calls, 2020);
+}
+
+#[test]
+fn html_escapes_names() {
+    let mut d = data();
+    d.ranks[0].callsites[0].site = "<script>x</script>".into();
+    let h = html::render(&analyse(&[d], Limits::default()));
+    assert!(!h.contains("<script>x"));
+    assert!(h.contains("&lt;script&gt;x"));
+}
