@@ -31,6 +31,8 @@ const PACKAGES: &[&str] = &[
     // refused by `attach --inject` (tests/tests/inject.rs).
     "strace",
     "libc6-dev",
+    // The HTML report is opened in headless Chromium (tests/tests/callsites.rs).
+    "chromium",
 ];
 
 /// bpf-linker 0.10.1 links with rustc's own LLVM; 0.11 and later need a
