@@ -36,7 +36,24 @@ impl Mpi {
     /// `np` ranks of `prog`, with the shim and the tools list `list` in
     /// every rank when `shim` is given. Runs as root on a small VM.
     pub fn job(self, np: u32, shim: Option<(&Path, &str)>, prog: &Path) -> Command {
+        self.job_env(np, shim, &[], prog)
+    }
+
+    /// [`Mpi::job`] with `env` set in every rank too.
+    pub fn job_env(
+        self,
+        np: u32,
+        shim: Option<(&Path, &str)>,
+        env: &[(&str, &str)],
+        prog: &Path,
+    ) -> Command {
         let mut c = Command::new(format!("mpirun.{}", self.suffix()));
+        for (k, v) in env {
+            match self {
+                Mpi::OpenMpi => c.args(["-x", &format!("{k}={v}")]),
+                Mpi::Mpich => c.args(["-genv", k, v]),
+            };
+        }
         let preload = shim.map(|(lib, list)| (lib.display().to_string(), list.to_string()));
         match self {
             Mpi::OpenMpi => {

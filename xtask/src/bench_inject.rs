@@ -39,7 +39,7 @@ const REPS: usize = 7;
 /// timed part starts after this.
 const SETTLE: Duration = Duration::from_millis(1000);
 
-const PING_PONG_C: &str = r#"
+pub(crate) const PING_PONG_C: &str = r#"
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,8 +2,9 @@
 //!
 //! Builds everything, starts the bundled 4-rank job (xtask/demo/traffic.c,
 //! about 20 s of mixed traffic), attaches `mpi-observer` to every rank as
-//! soon as they print their pids, shows the live per-rank table while
-//! /metrics is served, and ends when the job does.
+//! soon as they print their pids (with call sites), shows the live per-rank
+//! table while /metrics is served, and ends when the job does, with the
+//! job's report (`mpi-observer report`) from the snapshot the daemon wrote.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -25,7 +26,8 @@ pub fn run(seconds: u32) -> Result<()> {
     let exe = out_dir.join("traffic");
     crate::setup::run_cmd(
         Command::new("mpicc.openmpi")
-            .args(["-O2", "-o"])
+            // -g: call sites named by file and line in the report.
+            .args(["-O2", "-g", "-o"])
             .arg(&exe)
             .arg(root.join("xtask/demo/traffic.c")),
     )?;
@@ -84,8 +86,20 @@ pub fn run(seconds: u32) -> Result<()> {
     for p in &pids {
         cmd.args(["--pid", p]);
     }
-    // --retain-exited 0: the observer ends with the job.
-    cmd.args(["--summary", "--retain-exited", "0", "--listen", &listen]);
+    // --retain-exited 0: the observer ends with the job, after writing
+    // the report data.
+    let snapshot = out_dir.join("report.json");
+    let _ = std::fs::remove_file(&snapshot);
+    cmd.args([
+        "--summary",
+        "--callsites",
+        "--retain-exited",
+        "0",
+        "--listen",
+        &listen,
+    ])
+    .arg("--report-file")
+    .arg(&snapshot);
     let daemon = cmd.status().context("running mpi-observer")?;
     let job_status = job.wait()?;
     for l in echo.join().unwrap_or_default() {
@@ -97,6 +111,19 @@ pub fn run(seconds: u32) -> Result<()> {
     if !job_status.success() {
         bail!("the MPI job failed: {job_status}");
     }
-    eprintln!("demo: the job finished and the observer detached cleanly");
+    eprintln!("demo: the job finished and the observer detached cleanly; its report:");
+    let report = Command::new(&observer)
+        .arg("report")
+        .arg(&snapshot)
+        .status()
+        .context("running mpi-observer report")?;
+    if !report.success() {
+        bail!("mpi-observer report failed: {report}");
+    }
+    eprintln!(
+        "demo: the same as one HTML file with plots: {} report --format html -o report.html {}",
+        observer.display(),
+        snapshot.display()
+    );
     Ok(())
 }

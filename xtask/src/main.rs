@@ -1,4 +1,5 @@
 //! Project automation: `cargo xtask <setup|codegen|build|test|demo|bench>`.
+mod bench_callsites;
 mod bench_common;
 mod bench_inject;
 mod bench_observer;
@@ -49,7 +50,8 @@ enum Cmd {
     },
     /// Benchmarks: `shim` (the layering shim's dispatch cost and latency),
     /// `observer` (probe cost, attach, scrape), `stats` (the argument
-    /// layer), `inject` (`attach --inject`: latency, injection time).
+    /// layer), `inject` (`attach --inject`: latency, injection time),
+    /// `callsites` (what recording call sites adds per call).
     Bench {
         /// Which benchmark to run.
         which: String,
@@ -136,8 +138,11 @@ fn main() -> Result<()> {
             "observer" => bench_observer::run(&root),
             "stats" => bench_stats::run(&root),
             "inject" => bench_inject::run(&root),
+            "callsites" => bench_callsites::run(&root),
             other => {
-                anyhow::bail!("unknown benchmark `{other}` (known: shim, observer, stats, inject)")
+                anyhow::bail!(
+                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites)"
+                )
             }
         },
     }
