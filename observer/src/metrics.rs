@@ -571,6 +571,11 @@ fn render_segments(out: &mut String, ranks: &[RankSnapshot]) {
             |f| f.requests.table_full,
         ),
         (
+            "mpi_callsite_table_full_total",
+            "Timed calls whose call site found the per-process call-site table (1024 slots) full: counted, their site in callsite=\"other\".",
+            |f| f.callsite_table_full,
+        ),
+        (
             "mpi_peer_overflow_messages_total",
             "Messages with world ranks beyond the segment's 65536 peer slots.",
             |f| f.peer_overflow_messages,
