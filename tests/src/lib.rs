@@ -281,6 +281,35 @@ pub fn compile(mpi: Mpi, src: &Path, out: &Path, extra: &[&str]) {
     );
 }
 
+/// The layering shim the tests preload (`target/release/`); panics with what
+/// to do when it was not built.
+pub fn shim() -> PathBuf {
+    let p = target_dir().join("release/libmpi_observer_shim.so");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask build` first",
+        p.display()
+    );
+    p
+}
+
+/// `mpi`'s launcher for `np` ranks ([`Mpi::launcher`]) that preloads the
+/// shim with the tools list `tools` in every rank, not in the launcher;
+/// append the program and its arguments.
+pub fn shim_launcher(mpi: Mpi, np: u32, tools: &str) -> Command {
+    let mut c = mpi.launcher(np);
+    let shim = shim();
+    let shim = shim.to_str().unwrap();
+    if mpi.is_open_mpi() {
+        c.args(["-x", &format!("LD_PRELOAD={shim}")])
+            .args(["-x", &format!("MPI_TOOLS_ENTRY={tools}")]);
+    } else {
+        c.args(["-genv", "LD_PRELOAD", shim])
+            .args(["-genv", "MPI_TOOLS_ENTRY", tools]);
+    }
+    c
+}
+
 /// A test program shipped in `tests/programs/`.
 pub fn program(name: &str) -> PathBuf {
     workspace_root().join("tests/programs").join(name)

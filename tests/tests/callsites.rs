@@ -16,7 +16,7 @@ use std::{
 
 use e2e::{
     Daemon, Job, Mpi, Need, Sample, compile, free_port, observer_bin, program, require,
-    run_with_timeout, scratch, signal, sum, target_dir, wait_for,
+    run_with_timeout, scratch, shim_launcher, signal, sum, wait_for,
 };
 
 /// Calls from each site, messages each way.
@@ -57,18 +57,11 @@ fn build(mpi: Mpi, dir: &Path, stripped: bool) -> PathBuf {
 /// Starts two_sites on NP ranks, held at its go file; with `with_shim`,
 /// the shim and its `stats` layer are preloaded in every rank.
 fn start(mpi: Mpi, dir: &Path, exe: &Path, with_shim: bool) -> Job {
-    let mut c = mpi.launcher(NP);
-    if with_shim {
-        let shim = target_dir().join("release/libmpi_observer_shim.so");
-        let shim = shim.to_str().unwrap();
-        if mpi.is_open_mpi() {
-            c.args(["-x", &format!("LD_PRELOAD={shim}")])
-                .args(["-x", "MPI_TOOLS_ENTRY=stats"]);
-        } else {
-            c.args(["-genv", "LD_PRELOAD", shim])
-                .args(["-genv", "MPI_TOOLS_ENTRY", "stats"]);
-        }
-    }
+    let mut c = if with_shim {
+        shim_launcher(mpi, NP, "stats")
+    } else {
+        mpi.launcher(NP)
+    };
     c.arg(exe)
         .args([A.to_string(), B.to_string(), M.to_string()]);
     Job::spawn(c, NP, dir.join(format!("go-{}", std::process::id())))

@@ -39,7 +39,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use e2e::{Mpi, Need, compile, mpi4py_test_dir, program, require, scratch, target_dir};
+use e2e::{Mpi, Need, compile, mpi4py_test_dir, program, require, scratch, shim, target_dir};
 
 const NP: u32 = 2;
 
@@ -113,16 +113,6 @@ impl Config {
             Config::Tools => Some("./libm4pcount.so,stats,./libm4pcheck.so"),
         }
     }
-}
-
-fn shim() -> PathBuf {
-    let p = target_dir().join("release/libmpi_observer_shim.so");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo xtask build` first",
-        p.display()
-    );
-    p
 }
 
 /// One rank's results, from its `rank-R.log` (format in runsuite.py).

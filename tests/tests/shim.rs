@@ -10,24 +10,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use e2e::{
-    Mpi, Need, compile, observer_bin, program, require, run_with_timeout, scratch, target_dir,
-};
+use e2e::{Mpi, Need, compile, observer_bin, program, require, run_with_timeout, scratch, shim};
 
 /// Generous for a job of a second or two; a hang fails instead of blocking.
 const DEADLINE: Duration = Duration::from_secs(120);
 /// "Within seconds": what a bad list may take to fail every rank.
 const FAIL_DEADLINE: Duration = Duration::from_secs(30);
-
-fn shim() -> PathBuf {
-    let p = target_dir().join("release/libmpi_observer_shim.so");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo xtask build` first",
-        p.display()
-    );
-    p
-}
 
 /// Compiled tools and programs for one implementation.
 struct Kit {

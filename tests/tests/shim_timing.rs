@@ -11,15 +11,11 @@
 //!
 //! on Debian's Open MPI and MPICH.
 
-use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
-    process::Command,
-    time::Duration,
-};
+use std::{collections::BTreeMap, path::Path, process::Command, time::Duration};
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, compile, program, require, scratch, sum, target_dir, wait_for,
+    Daemon, Job, Mpi, Need, Sample, compile, program, require, scratch, shim_launcher, sum,
+    wait_for,
 };
 
 const NP: u32 = 3;
@@ -28,28 +24,9 @@ const ITERS: u64 = 40;
 /// Rounds of late_init.c.
 const ROUNDS: u64 = 100;
 
-fn shim() -> PathBuf {
-    let p = target_dir().join("release/libmpi_observer_shim.so");
-    assert!(
-        p.exists(),
-        "{} is missing: cargo build --release -p mpi-observer-shim",
-        p.display()
-    );
-    p
-}
-
 /// A launcher for `exe args` with the shim and `stats` in every rank.
 fn launcher(mpi: Mpi, exe: &Path, args: &[String]) -> Command {
-    let mut c = mpi.launcher(NP);
-    let shim = shim();
-    let shim = shim.to_str().unwrap();
-    if mpi.is_open_mpi() {
-        c.args(["-x", &format!("LD_PRELOAD={shim}")])
-            .args(["-x", "MPI_TOOLS_ENTRY=stats"]);
-    } else {
-        c.args(["-genv", "LD_PRELOAD", shim])
-            .args(["-genv", "MPI_TOOLS_ENTRY", "stats"]);
-    }
+    let mut c = shim_launcher(mpi, NP, "stats");
     c.arg(exe).args(args);
     c
 }

@@ -20,35 +20,16 @@ use std::{
 };
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, compile, program, require, run_with_timeout, scratch, sum,
-    target_dir, wait_for,
+    Daemon, Job, Mpi, Need, Sample, compile, program, require, run_with_timeout, scratch,
+    shim_launcher, sum, wait_for,
 };
 
 const NP: u32 = 4;
 
-fn shim() -> PathBuf {
-    let p = target_dir().join("release/libmpi_observer_shim.so");
-    assert!(
-        p.exists(),
-        "{} is missing: cargo build --release -p mpi-observer-shim",
-        p.display()
-    );
-    p
-}
-
 /// A launcher command for `prog` with the shim and the `stats` layer in
 /// every rank (not in the launcher).
 fn launcher(mpi: Mpi, prog: &Path) -> Command {
-    let mut c = mpi.launcher(NP);
-    let shim = shim();
-    let shim = shim.to_str().unwrap();
-    if mpi.is_open_mpi() {
-        c.args(["-x", &format!("LD_PRELOAD={shim}")])
-            .args(["-x", "MPI_TOOLS_ENTRY=stats"]);
-    } else {
-        c.args(["-genv", "LD_PRELOAD", shim])
-            .args(["-genv", "MPI_TOOLS_ENTRY", "stats"]);
-    }
+    let mut c = shim_launcher(mpi, NP, "stats");
     c.arg(prog);
     c
 }

@@ -17,19 +17,9 @@ use std::{
     time::Duration,
 };
 
-use e2e::{Daemon, Job, Mpi, Need, Sample, program, require, scratch, sum, target_dir, wait_for};
+use e2e::{Daemon, Job, Mpi, Need, Sample, program, require, scratch, shim, sum, wait_for};
 
 const NP: u32 = 3;
-
-fn shim() -> PathBuf {
-    let p = target_dir().join("release/libmpi_observer_shim.so");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo xtask build` first",
-        p.display()
-    );
-    p
-}
 
 /// Compiles tests/programs/stats/abi.c with `mpicc_abi`.
 fn build(dir: &Path) -> PathBuf {
