@@ -14,7 +14,7 @@ use std::{
     fmt::Write as _,
     fs,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Stdio,
     thread,
     time::Duration,
 };
@@ -24,7 +24,7 @@ use anyhow::{Context as _, Result};
 use crate::{
     bench_common::{Mpi, field, loadavg, machine, median, spread, write_report},
     bench_inject::PING_PONG_C,
-    bench_observer::{free_port, lines, rank_pids, reap, signal, wait_line},
+    bench_observer::{lines, rank_pids, reap, signal, start_daemon, wait_line},
     cargo,
     setup::run_cmd,
 };
@@ -85,25 +85,12 @@ fn one_run(
     let pids = rank_pids(&dir, 2, &mut job)?;
     let mut daemon = None;
     if matches!(config, Config::Probes | Config::ProbesSites) {
-        let mut d = Command::new(observer);
-        d.arg("attach");
-        for pid in &pids {
-            d.args(["--pid", pid]);
-        }
-        if config == Config::ProbesSites {
-            d.arg("--callsites");
-        }
-        let mut d = d
-            .args(["--listen", &format!("127.0.0.1:{}", free_port()?)])
-            .args(["--retain-exited", "0"])
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()?;
-        let err = lines(d.stderr.take().context("stderr")?);
-        for _ in &pids {
-            wait_line(&err, "attached to pid", "mpi-observer")?;
-        }
-        daemon = Some(d);
+        let extra: &[&str] = if config == Config::ProbesSites {
+            &["--callsites"]
+        } else {
+            &[]
+        };
+        daemon = Some(start_daemon(observer, &pids, extra, "attached to pid")?.0);
     }
     thread::sleep(Duration::from_millis(300));
     fs::write(dir.join("go"), "")?;

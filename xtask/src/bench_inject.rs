@@ -19,7 +19,7 @@ use std::{
     fmt::Write as _,
     fs,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Stdio,
     thread,
     time::Duration,
 };
@@ -28,7 +28,7 @@ use anyhow::{Context as _, Result};
 
 use crate::{
     bench_common::{Mpi, field, loadavg, machine, median, spread, write_report},
-    bench_observer::{free_port, lines, rank_pids, reap, signal, wait_line},
+    bench_observer::{lines, rank_pids, reap, signal, start_daemon, wait_line},
     cargo,
     setup::run_cmd,
 };
@@ -172,29 +172,14 @@ fn one_run(
     let mut daemon = None;
     let mut injections = Vec::new();
     if matches!(config, Config::Probes | Config::Injected) {
-        let mut d = Command::new(observer);
-        d.arg("attach");
-        for pid in &pids {
-            d.args(["--pid", pid]);
-        }
-        if config == Config::Injected {
-            d.arg("--inject");
-        }
-        let mut d = d
-            .args(["--listen", &format!("127.0.0.1:{}", free_port()?)])
-            .args(["--retain-exited", "0"])
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()?;
-        let err = lines(d.stderr.take().context("stderr")?);
-        let needle = if config == Config::Injected {
-            "injected the shim into pid"
+        let (extra, needle): (&[&str], _) = if config == Config::Injected {
+            (&["--inject"], "injected the shim into pid")
         } else {
-            "attached to pid"
+            (&[], "attached to pid")
         };
-        for _ in &pids {
-            let (l, _) = wait_line(&err, needle, "mpi-observer")?;
-            if config == Config::Injected {
+        let (d, seen) = start_daemon(observer, &pids, extra, needle)?;
+        if config == Config::Injected {
+            for l in seen {
                 injections.push(parse_injection(&l).with_context(|| format!("parsing `{l}`"))?);
             }
         }

@@ -170,6 +170,35 @@ pub(crate) fn wait_line(
     }
 }
 
+/// Starts `mpi-observer attach` on `pids` with `extra` options (and a free
+/// port, `--retain-exited 0`), and waits for one stderr line holding
+/// `needle` per pid; returns the daemon and those lines.
+pub(crate) fn start_daemon(
+    observer: &std::path::Path,
+    pids: &[String],
+    extra: &[&str],
+    needle: &str,
+) -> Result<(std::process::Child, Vec<String>)> {
+    let mut d = Command::new(observer);
+    d.arg("attach");
+    for pid in pids {
+        d.args(["--pid", pid]);
+    }
+    let mut d = d
+        .args(extra)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port()?)])
+        .args(["--retain-exited", "0"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()?;
+    let err = lines(d.stderr.take().context("stderr")?);
+    let mut seen = Vec::new();
+    for _ in pids {
+        seen.push(wait_line(&err, needle, "mpi-observer")?.0);
+    }
+    Ok((d, seen))
+}
+
 pub(crate) fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -964,23 +993,7 @@ fn pingpong_run(mpi: Mpi, p: &Paths, observe: bool) -> Result<[f64; 5]> {
     let pids = rank_pids(&dir, 2, &mut job)?;
     let mut daemon = None;
     if observe {
-        let port = free_port()?;
-        let mut d = Command::new(&p.observer);
-        d.arg("attach");
-        for pid in &pids {
-            d.args(["--pid", pid]);
-        }
-        let mut d = d
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--retain-exited", "0"])
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()?;
-        let err = lines(d.stderr.take().context("stderr")?);
-        for _ in &pids {
-            wait_line(&err, "attached to pid", "mpi-observer")?;
-        }
-        daemon = Some(d);
+        daemon = Some(start_daemon(&p.observer, &pids, &[], "attached to pid")?.0);
     }
     thread::sleep(SETTLE);
     fs::write(dir.join("go"), "")?;
