@@ -11,6 +11,7 @@ use aya_ebpf::{
         generated::{bpf_get_attach_cookie, bpf_send_signal_thread},
     },
     macros::{uprobe, uretprobe},
+    maps::PerCpuHashMap,
     programs::{ProbeContext, RetProbeContext},
 };
 use observer_common::{
@@ -174,24 +175,39 @@ fn leave(ctx: &RetProbeContext) {
 /// never sees more calls at a function's sites than at the function.
 #[inline(always)]
 fn record_site(key: SiteKey, ns: u64) {
-    let s = match CALLSITES.get_ptr_mut(&key) {
-        Some(s) => s,
-        None => {
-            // Another CPU may have created it meanwhile: NOEXIST failing is
-            // fine. An insert from a program zeroes the other CPUs' values.
-            let _ = CALLSITES.insert(&key, &SiteStats::default(), u64::from(BPF_NOEXIST));
-            match CALLSITES.get_ptr_mut(&key) {
-                Some(s) => s,
-                None => {
-                    bump(ErrorCounter::CallsiteUpdate);
-                    return;
-                }
-            }
-        }
+    let Some(s) = entry(
+        &CALLSITES,
+        &key,
+        &SiteStats::default(),
+        ErrorCounter::CallsiteUpdate,
+    ) else {
+        return;
     };
     let s = unsafe { &mut *s };
     s.calls += 1;
     s.time_ns += ns;
+}
+
+/// This CPU's value of `key` in `map`, created from `zero` if absent;
+/// `None`, counted in `failure`, when the map is full. Another CPU may
+/// create it meanwhile: NOEXIST failing is fine. (An insert from a program
+/// zeroes the other CPUs' values, which is why the key is created once.)
+#[inline(always)]
+fn entry<K, V>(
+    map: &PerCpuHashMap<K, V>,
+    key: &K,
+    zero: &V,
+    failure: ErrorCounter,
+) -> Option<*mut V> {
+    if let Some(v) = map.get_ptr_mut(key) {
+        return Some(v);
+    }
+    let _ = map.insert(key, zero, u64::from(BPF_NOEXIST));
+    let v = map.get_ptr_mut(key);
+    if v.is_none() {
+        bump(failure);
+    }
+    v
 }
 
 #[inline(always)]
@@ -199,16 +215,12 @@ fn record(key: StatKey, ns: u64, done: &Inflight) {
     let s = match STATS.get_ptr_mut(&key) {
         Some(s) => s,
         None => {
+            // The template lives in a map: too large for the BPF stack.
             let Some(zero) = ZERO.get_ptr(0) else { return };
-            // Another CPU may have created it meanwhile: NOEXIST failing is fine.
-            let _ = STATS.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
-            match STATS.get_ptr_mut(&key) {
-                Some(s) => s,
-                None => {
-                    bump(ErrorCounter::StatsUpdate);
-                    return;
-                }
-            }
+            let Some(s) = entry(&STATS, &key, unsafe { &*zero }, ErrorCounter::StatsUpdate) else {
+                return;
+            };
+            s
         }
     };
     let s = unsafe { &mut *s };
