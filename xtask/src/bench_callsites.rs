@@ -10,23 +10,16 @@
 //! median of 15 timed batches, the report the median of the runs. Results
 //! go to `docs/benchmarks-callsites.md` with the command and machine.
 
-use std::{
-    fmt::Write as _,
-    fs,
-    path::{Path, PathBuf},
-    process::Stdio,
-    thread,
-    time::Duration,
-};
+use std::{fmt::Write as _, fs, path::Path, process::Stdio, thread, time::Duration};
 
 use anyhow::{Context as _, Result};
 
 use crate::{
-    bench_common::{Mpi, field, loadavg, machine, median, spread, write_report},
-    bench_inject::PING_PONG_C,
+    bench_common::{
+        Mpi, field, loadavg, machine, median, release_binaries, round_robin, spread, write_report,
+    },
+    bench_inject::build_ping_pong,
     bench_observer::{lines, rank_pids, reap, signal, start_daemon, wait_line},
-    cargo,
-    setup::run_cmd,
 };
 
 /// Runs per configuration; odd, so the median is a run.
@@ -105,16 +98,7 @@ fn one_run(
 
 /// `cargo xtask bench callsites`.
 pub fn run(root: &Path) -> Result<()> {
-    run_cmd(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "mpi-observer",
-        "-p",
-        "mpi-observer-shim",
-    ]))?;
-    let observer = root.join("target/release/mpi-observer");
-    let shim = root.join("target/release/libmpi_observer_shim.so");
+    let (observer, shim) = release_binaries(root)?;
     let work = root.join("target/bench-callsites");
     let load_before = loadavg();
     let mut report = String::new();
@@ -132,18 +116,10 @@ pub fn run(root: &Path) -> Result<()> {
         machine()
     )?;
     for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
-        let dir = work.join(mpi.suffix());
-        fs::create_dir_all(&dir)?;
-        let src = dir.join("pingpong.c");
-        fs::write(&src, PING_PONG_C)?;
-        let prog: PathBuf = dir.join("pingpong");
-        mpi.mpicc(&[], &src, &prog)?;
-        let mut runs: Vec<Vec<f64>> = Config::ALL.iter().map(|_| Vec::new()).collect();
-        for _ in 0..REPS {
-            for (i, &c) in Config::ALL.iter().enumerate() {
-                runs[i].push(one_run(mpi, &prog, &observer, &shim, &dir, c)?);
-            }
-        }
+        let (dir, prog) = build_ping_pong(&work, mpi)?;
+        let runs = round_robin(&Config::ALL, REPS, |c| {
+            one_run(mpi, &prog, &observer, &shim, &dir, c)
+        })?;
         let m: Vec<f64> = runs.iter().map(|r| median(r)).collect();
         writeln!(
             report,

@@ -1,11 +1,15 @@
 //! What the benchmarks share: launching MPI jobs on either implementation,
 //! medians, and a description of the machine for the reports.
 
-use std::{fs, path::Path, process::Command};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context as _, Result};
 
-use crate::setup::run_cmd;
+use crate::{cargo, setup::run_cmd};
 
 /// The MPI implementations benchmarked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,4 +186,36 @@ pub fn write_report(root: &Path, name: &str, mut report: String, load_before: &s
     print!("{report}");
     println!("wrote {}", out.display());
     Ok(())
+}
+
+/// Builds the observer and the shim in release mode; returns their paths.
+pub fn release_binaries(root: &Path) -> Result<(PathBuf, PathBuf)> {
+    run_cmd(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "mpi-observer",
+        "-p",
+        "mpi-observer-shim",
+    ]))?;
+    Ok((
+        root.join("target/release/mpi-observer"),
+        root.join("target/release/libmpi_observer_shim.so"),
+    ))
+}
+
+/// Runs `run` on every configuration `reps` times, round-robin, so drift on
+/// a shared machine hits all alike; the results by configuration.
+pub fn round_robin<C: Copy, R>(
+    configs: &[C],
+    reps: usize,
+    mut run: impl FnMut(C) -> Result<R>,
+) -> Result<Vec<Vec<R>>> {
+    let mut out: Vec<Vec<R>> = configs.iter().map(|_| Vec::new()).collect();
+    for _ in 0..reps {
+        for (i, &c) in configs.iter().enumerate() {
+            out[i].push(run(c)?);
+        }
+    }
+    Ok(out)
 }

@@ -27,10 +27,10 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    bench_common::{Mpi, field, loadavg, machine, median, spread, write_report},
+    bench_common::{
+        Mpi, field, loadavg, machine, median, release_binaries, round_robin, spread, write_report,
+    },
     bench_observer::{lines, rank_pids, reap, signal, start_daemon, wait_line},
-    cargo,
-    setup::run_cmd,
 };
 
 /// Runs per configuration; odd, so the median is a run.
@@ -204,18 +204,21 @@ fn max(v: &[f64]) -> f64 {
     v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
 }
 
+/// Writes and compiles [`PING_PONG_C`] for `mpi` in a directory of its own
+/// under `work`; returns the directory and the program.
+pub(crate) fn build_ping_pong(work: &Path, mpi: Mpi) -> Result<(PathBuf, PathBuf)> {
+    let dir = work.join(mpi.suffix());
+    fs::create_dir_all(&dir)?;
+    let src = dir.join("pingpong.c");
+    fs::write(&src, PING_PONG_C)?;
+    let prog = dir.join("pingpong");
+    mpi.mpicc(&[], &src, &prog)?;
+    Ok((dir, prog))
+}
+
 /// `cargo xtask bench inject`.
 pub fn run(root: &Path) -> Result<()> {
-    run_cmd(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "mpi-observer",
-        "-p",
-        "mpi-observer-shim",
-    ]))?;
-    let observer = root.join("target/release/mpi-observer");
-    let shim = root.join("target/release/libmpi_observer_shim.so");
+    let (observer, shim) = release_binaries(root)?;
     let work = root.join("target/bench-inject");
     let load_before = loadavg();
     let mut report = String::new();
@@ -233,18 +236,10 @@ pub fn run(root: &Path) -> Result<()> {
         machine()
     )?;
     for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
-        let dir = work.join(mpi.suffix());
-        fs::create_dir_all(&dir)?;
-        let src = dir.join("pingpong.c");
-        fs::write(&src, PING_PONG_C)?;
-        let prog: PathBuf = dir.join("pingpong");
-        mpi.mpicc(&[], &src, &prog)?;
-        let mut runs: Vec<Vec<Run>> = Config::ALL.iter().map(|_| Vec::new()).collect();
-        for _ in 0..REPS {
-            for (i, &c) in Config::ALL.iter().enumerate() {
-                runs[i].push(one_run(mpi, &prog, &observer, &shim, &dir, c)?);
-            }
-        }
+        let (dir, prog) = build_ping_pong(&work, mpi)?;
+        let runs = round_robin(&Config::ALL, REPS, |c| {
+            one_run(mpi, &prog, &observer, &shim, &dir, c)
+        })?;
         let l8: Vec<Vec<f64>> = runs
             .iter()
             .map(|r| r.iter().map(|r| r.lat8).collect())
