@@ -10,16 +10,16 @@
 //! median of 15 timed batches, the report the median of the runs. Results
 //! go to `docs/benchmarks-callsites.md` with the command and machine.
 
-use std::{fmt::Write as _, fs, path::Path, process::Stdio, thread, time::Duration};
+use std::{fmt::Write as _, path::Path, time::Duration};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use crate::{
     bench_common::{
         Mpi, field, loadavg, machine, median, release_binaries, round_robin, spread, write_report,
     },
-    bench_inject::build_ping_pong,
-    bench_observer::{lines, rank_pids, reap, signal, start_daemon, wait_line},
+    bench_inject::{PingPong, build_ping_pong},
+    bench_observer::start_daemon,
 };
 
 /// Runs per configuration; odd, so the median is a run.
@@ -59,23 +59,13 @@ fn one_run(
     work: &Path,
     config: Config,
 ) -> Result<f64> {
-    let dir = work.join("run");
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir)?;
     let preload = matches!(config, Config::ShimOff | Config::ShimOn).then_some((shim, "stats"));
     let env: &[(&str, &str)] = if config == Config::ShimOff {
         &[("MPI_OBSERVER_CALLSITES", "0")]
     } else {
         &[]
     };
-    let mut job = mpi
-        .job_env(2, preload, env, prog)
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let out = lines(job.stdout.take().context("stdout")?);
-    let pids = rank_pids(&dir, 2, &mut job)?;
+    let job = PingPong::start(mpi, prog, work, preload, env)?;
     let mut daemon = None;
     if matches!(config, Config::Probes | Config::ProbesSites) {
         let extra: &[&str] = if config == Config::ProbesSites {
@@ -83,16 +73,9 @@ fn one_run(
         } else {
             &[]
         };
-        daemon = Some(start_daemon(observer, &pids, extra, "attached to pid")?.0);
+        daemon = Some(start_daemon(observer, &job.pids, extra, "attached to pid")?.0);
     }
-    thread::sleep(Duration::from_millis(300));
-    fs::write(dir.join("go"), "")?;
-    let (l, _) = wait_line(&out, "lat8_ns=", "ping-pong")?;
-    reap(&mut job, "ping-pong job")?;
-    if let Some(mut d) = daemon {
-        signal(&d, "-TERM");
-        reap(&mut d, "mpi-observer")?;
-    }
+    let l = job.run(Duration::from_millis(300), daemon)?;
     field(&l, "lat8_ns=")
 }
 

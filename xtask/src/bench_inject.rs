@@ -19,7 +19,8 @@ use std::{
     fmt::Write as _,
     fs,
     path::{Path, PathBuf},
-    process::Stdio,
+    process::{Child, Stdio},
+    sync::mpsc::Receiver,
     thread,
     time::Duration,
 };
@@ -157,18 +158,8 @@ fn one_run(
     work: &Path,
     config: Config,
 ) -> Result<Run> {
-    let dir = work.join("run");
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir)?;
     let preload = (config == Config::Preloaded).then_some((shim, "stats"));
-    let mut job = mpi
-        .job(2, preload, prog)
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let out = lines(job.stdout.take().context("stdout")?);
-    let pids = rank_pids(&dir, 2, &mut job)?;
+    let job = PingPong::start(mpi, prog, work, preload, &[])?;
     let mut daemon = None;
     let mut injections = Vec::new();
     if matches!(config, Config::Probes | Config::Injected) {
@@ -177,7 +168,7 @@ fn one_run(
         } else {
             (&[], "attached to pid")
         };
-        let (d, seen) = start_daemon(observer, &pids, extra, needle)?;
+        let (d, seen) = start_daemon(observer, &job.pids, extra, needle)?;
         if config == Config::Injected {
             for l in seen {
                 injections.push(parse_injection(&l).with_context(|| format!("parsing `{l}`"))?);
@@ -185,19 +176,66 @@ fn one_run(
         }
         daemon = Some(d);
     }
-    thread::sleep(SETTLE);
-    fs::write(dir.join("go"), "")?;
-    let (l, _) = wait_line(&out, "lat8_ns=", "ping-pong")?;
-    reap(&mut job, "ping-pong job")?;
-    if let Some(mut d) = daemon {
-        signal(&d, "-TERM");
-        reap(&mut d, "mpi-observer")?;
-    }
+    let l = job.run(SETTLE, daemon)?;
     Ok(Run {
         lat8: field(&l, "lat8_ns=")?,
         lat64k: field(&l, "lat64k_ns=")?,
         injections,
     })
+}
+
+/// A two-rank job of [`PING_PONG_C`] whose ranks wrote their pids and wait
+/// for their go file.
+pub(crate) struct PingPong {
+    job: Child,
+    out: Receiver<String>,
+    dir: PathBuf,
+    /// The ranks' pids.
+    pub(crate) pids: Vec<String>,
+}
+
+impl PingPong {
+    /// Starts `prog` for `mpi` in `work/run`, with the shim and its tools
+    /// list `preload` and `env` in every rank.
+    pub(crate) fn start(
+        mpi: Mpi,
+        prog: &Path,
+        work: &Path,
+        preload: Option<(&Path, &str)>,
+        env: &[(&str, &str)],
+    ) -> Result<PingPong> {
+        let dir = work.join("run");
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        let mut job = mpi
+            .job_env(2, preload, env, prog)
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let out = lines(job.stdout.take().context("stdout")?);
+        let pids = rank_pids(&dir, 2, &mut job)?;
+        Ok(PingPong {
+            job,
+            out,
+            dir,
+            pids,
+        })
+    }
+
+    /// Lets the ranks go after `settle`, waits for the result line and the
+    /// job's end, then stops `daemon` (if any); returns the line.
+    pub(crate) fn run(mut self, settle: Duration, daemon: Option<Child>) -> Result<String> {
+        thread::sleep(settle);
+        fs::write(self.dir.join("go"), "")?;
+        let (l, _) = wait_line(&self.out, "lat8_ns=", "ping-pong")?;
+        reap(&mut self.job, "ping-pong job")?;
+        if let Some(mut d) = daemon {
+            signal(&d, "-TERM");
+            reap(&mut d, "mpi-observer")?;
+        }
+        Ok(l)
+    }
 }
 
 fn max(v: &[f64]) -> f64 {
