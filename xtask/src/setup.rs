@@ -33,6 +33,13 @@ const PACKAGES: &[&str] = &[
     "libc6-dev",
     // The HTML report is opened in headless Chromium (tests/tests/callsites.rs).
     "chromium",
+    // `mpi-observer top` is driven in tmux as a person would (tests/tests/top.rs).
+    "tmux",
+    // OTF2 traces (`mpi-observer record`): the reference writer library, and
+    // two independent readers the tests check archives with.
+    "libotf2-trace-dev",
+    "otf2-tools",
+    "python3-otf2",
 ];
 
 /// bpf-linker 0.10.1 links with rustc's own LLVM; 0.11 and later need a
