@@ -51,6 +51,10 @@ pub enum Command {
     /// functions and call sites, imbalance, message sizes, busiest peers;
     /// from snapshot files (`attach --report-file`) or live daemons (--url).
     Report(ReportArgs),
+    /// A live terminal view of the jobs one observer sees, or, through
+    /// Prometheus, of the whole cluster: jobs, a job's ranks, a rank's
+    /// functions, and the rank × rank matrix.
+    Top(TopArgs),
     /// List MPI functions with their family and whether they are probed by
     /// default (or match --functions).
     Functions {
@@ -183,6 +187,28 @@ pub struct ReportArgs {
     /// Seconds to wait for a daemon's answer.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub timeout: u64,
+}
+
+/// Options of `top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// An observer's address (its --listen); its /metrics is read.
+    #[arg(long, value_name = "URL", default_value = DEFAULT_LISTEN)]
+    pub endpoint: String,
+    /// A Prometheus server's base URL (as http://HOST:9090), to see every
+    /// node it scrapes.
+    #[arg(long, value_name = "URL", conflicts_with = "endpoint")]
+    pub prometheus: Option<String>,
+    /// Seconds between readings.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub interval: f64,
+    /// Open this job's ranks first.
+    #[arg(long, value_name = "JOBID")]
+    pub job: Option<String>,
+    /// Quit by itself once every rank seen has exited, or the source stops
+    /// answering after ranks were seen (for demos and scripts).
+    #[arg(long)]
+    pub exit_when_done: bool,
 }
 
 /// A size: a number of bytes, or a number followed by KiB, MiB or GiB.

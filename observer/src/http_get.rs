@@ -109,7 +109,8 @@ impl Url {
         }
     }
 
-    fn shown(&self) -> String {
+    /// The URL for messages: never the password.
+    pub fn shown(&self) -> String {
         format!("http://{}{}", self.authority, self.path)
     }
 }

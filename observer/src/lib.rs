@@ -4,7 +4,8 @@
 //! Rooms: [`procfs`] and [`symbols`] find what to probe, [`probes`] attaches
 //! and reads the maps back, [`registry`] tracks ranks and collects a
 //! [`snapshot`] of them, [`metrics`] renders it, [`daemon`] runs it all,
-//! [`server`] speaks HTTP(S) as [`web_config`] says.
+//! [`server`] speaks HTTP(S) as [`web_config`] says; [`report`] and [`top`]
+//! read daemons (or Prometheus) back.
 
 pub mod callsites;
 pub mod checks;
@@ -28,6 +29,7 @@ pub mod snapshot;
 pub mod summary;
 pub mod symbols;
 pub mod sys;
+pub mod top;
 pub mod web_config;
 
 /// The eBPF object built by build.rs.
