@@ -783,3 +783,98 @@ pub fn mix_expected(
     }
     e
 }
+
+/// Percent-encodes a query parameter's value.
+pub fn url_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A real Prometheus on a free port, scraping `targets` every second; it is
+/// killed when dropped.
+pub struct Prometheus {
+    /// Where its API answers, `127.0.0.1:PORT`.
+    pub addr: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Prometheus {
+    /// Starts it with its configuration and data in `dir`, and waits until
+    /// it is ready and every target is up.
+    pub fn start(dir: &Path, targets: &[&str]) -> Prometheus {
+        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        let cfg = dir.join("prometheus.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n\
+                 scrape_configs:\n  - job_name: mpi-observer\n    static_configs:\n      - targets: [{}]\n",
+                targets.join(", ")
+            ),
+        )
+        .unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = dir.join("prometheus.log");
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start prometheus");
+        let mut p = Prometheus { addr, child, log };
+        wait_for("Prometheus to be ready", Duration::from_secs(60), || {
+            p.assert_running();
+            http_get(&p.addr, "/-/ready")
+                .ok()
+                .filter(|(c, _)| *c == 200)
+        });
+        if !targets.is_empty() {
+            p.wait_query(
+                &format!("count(up == 1) == {}", targets.len()),
+                Duration::from_secs(60),
+            );
+        }
+        p
+    }
+
+    /// Panics with its log if it exited.
+    fn assert_running(&mut self) {
+        if let Some(st) = self.child.try_wait().unwrap() {
+            panic!(
+                "prometheus exited ({st}): {}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+    }
+
+    /// Waits until the instant query `expr` returns at least one sample.
+    pub fn wait_query(&self, expr: &str, limit: Duration) {
+        let path = format!("/api/v1/query?query={}", url_encode(expr));
+        wait_for(&format!("Prometheus: {expr}"), limit, || {
+            http_get(&self.addr, &path)
+                .ok()
+                .filter(|(c, body)| *c == 200 && body.contains("\"result\":[{"))
+        });
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -22,7 +22,7 @@ use std::{
 
 use e2e::{
     Mpi, Need, compile, free_port, http_get, observer_bin, parse_metrics, program, require,
-    run_with_timeout, scratch, sum, wait_for, wait_with_timeout, workspace_root,
+    run_with_timeout, scratch, sum, url_encode, wait_for, wait_with_timeout, workspace_root,
 };
 use serde_json::Value;
 
@@ -115,19 +115,6 @@ fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u1
     Ok((code, body.to_string()))
 }
 
-/// Percent-encodes a form value.
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// One sample of an instant query.
 #[derive(Debug, Clone)]
 struct PromSample {
@@ -155,7 +142,7 @@ impl Prom {
             &self.addr,
             "POST",
             "/api/v1/query",
-            &format!("query={}", encode(expr)),
+            &format!("query={}", url_encode(expr)),
         )
         .map_err(|e| format!("request failed: {e}"))?;
         let v: Value = serde_json::from_str(&body)
@@ -229,7 +216,7 @@ impl Prom {
     fn label_values(&self, selector: &str, label: &str) -> Vec<String> {
         let v = self.get_json(&format!(
             "/api/v1/label/{label}/values?match[]={}",
-            encode(selector)
+            url_encode(selector)
         ));
         assert_eq!(v["status"], "success", "label values: {v}");
         v["data"]

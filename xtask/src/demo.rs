@@ -2,9 +2,11 @@
 //!
 //! Builds everything, starts the bundled 4-rank job (xtask/demo/traffic.c,
 //! about 20 s of mixed traffic), attaches `mpi-observer` to every rank as
-//! soon as they print their pids (with call sites), shows the live per-rank
-//! table while /metrics is served, and ends when the job does, with the
-//! job's report (`mpi-observer report`) from the snapshot the daemon wrote.
+//! soon as they print their pids (with call sites), shows the job live while
+//! /metrics is served (in `mpi-observer top` on a terminal, as the daemon's
+//! per-rank table every second otherwise), and ends when the job does, with
+//! the job's report (`mpi-observer report`) from the snapshot the daemon
+//! wrote.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -90,17 +92,35 @@ pub fn run(seconds: u32) -> Result<()> {
     // the report data.
     let snapshot = out_dir.join("report.json");
     let _ = std::fs::remove_file(&snapshot);
-    cmd.args([
-        "--summary",
-        "--callsites",
-        "--retain-exited",
-        "0",
-        "--listen",
-        &listen,
-    ])
-    .arg("--report-file")
-    .arg(&snapshot);
-    let daemon = cmd.status().context("running mpi-observer")?;
+    cmd.args(["--callsites", "--retain-exited", "0", "--listen", &listen])
+        .arg("--report-file")
+        .arg(&snapshot);
+    // On a terminal the job is watched live in `mpi-observer top`; otherwise
+    // (CI, a pipe) the daemon prints its per-rank table every second.
+    let daemon = if on_terminal() {
+        let log = out_dir.join("observer.log");
+        let mut daemon = cmd
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("starting mpi-observer")?;
+        wait_serving(&listen, &mut daemon, &log)?;
+        let top = Command::new(&observer)
+            .args(["top", "--endpoint", &listen, "--exit-when-done"])
+            .status()
+            .context("running mpi-observer top")?;
+        if !top.success() {
+            eprintln!("demo: mpi-observer top failed ({top}); the job goes on");
+        }
+        eprintln!(
+            "demo: waiting for the job to end (the observer's log: {})",
+            log.display()
+        );
+        daemon.wait()?
+    } else {
+        cmd.arg("--summary")
+            .status()
+            .context("running mpi-observer")?
+    };
     let job_status = job.wait()?;
     for l in echo.join().unwrap_or_default() {
         println!("job: {l}");
@@ -125,5 +145,34 @@ pub fn run(seconds: u32) -> Result<()> {
         observer.display(),
         snapshot.display()
     );
+    Ok(())
+}
+
+/// Whether the demo runs on a terminal a person watches.
+fn on_terminal() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stdout().is_terminal() && std::io::stdin().is_terminal()
+}
+
+/// Waits until the daemon serves /metrics at `listen`; fails with its log if
+/// it exits first.
+fn wait_serving(
+    listen: &str,
+    daemon: &mut std::process::Child,
+    log: &std::path::Path,
+) -> Result<()> {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(listen).is_err() {
+        if let Some(st) = daemon.try_wait()? {
+            bail!(
+                "mpi-observer exited ({st}) before serving: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            bail!("mpi-observer did not serve {listen} within a minute");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     Ok(())
 }
