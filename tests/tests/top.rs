@@ -13,7 +13,9 @@
 //!   (primary screen, canonical mode and echo back).
 //! - Through a real Prometheus scraping that observer: the same job, its
 //!   ranks and busiest function, and navigation into a rank.
-//! - The shim's `stats` layer: the rank × rank matrix with the ring's bytes.
+//! - A resize redraws at the new size.
+//! - The shim's `stats` layer: the rank × rank matrix with the ring's bytes;
+//!   SIGTERM ends `top` with the terminal restored, as `q` does.
 //! - A dead URL, a URL that is not an observer, one that is not Prometheus:
 //!   one line on stderr and exit 1, on a terminal too.
 
@@ -237,6 +239,16 @@ fn top_on_an_observer_endpoint() {
         "1",
         "top draws on the alternate screen"
     );
+    // A narrower terminal is redrawn to its new size, the job still there.
+    let o = t.tmux(&["resize-window", "-t", "0", "-x", "72", "-y", "24"]);
+    assert!(o.status.success(), "resize-window: {o:?}");
+    let s = t.wait_screen("the redraw at 72 columns", Duration::from_secs(10), |s| {
+        s.contains(&id) && s.lines().all(|l| l.chars().count() <= 72)
+    });
+    assert!(s.contains("q quit"), "the keys line is there: {s}");
+    let o = t.tmux(&["resize-window", "-t", "0", "-x", "120", "-y", "32"]);
+    assert!(o.status.success(), "resize-window: {o:?}");
+    assert_jobs_screen(&t, &id);
     assert_navigation(&t, &id, &job);
 
     // `s` cycles the sort key; `/` filters as it is typed; Esc goes back.
@@ -376,11 +388,26 @@ fn top_matrix_and_requests_with_the_stats_layer() {
         }
         assert_eq!(filled, [right], "rank {r} sends to rank {right} only:\n{s}");
     }
-    t.keys(&["q"]);
+    // SIGTERM (a closing session, `kill`) restores the terminal too.
+    let pid = t.var("pane_pid");
+    let top = Command::new("pgrep")
+        .args(["-P", &pid, "-f", "mpi-observer top"])
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&top.stdout).trim().to_string();
+    assert!(!top.is_empty(), "top's pid under the pane's shell {pid}");
+    let o = Command::new("kill").args(["-TERM", &top]).status().unwrap();
+    assert!(o.success());
     let s = t.wait_screen("top's exit", Duration::from_secs(10), |s| {
-        s.contains("TOP_EXIT=")
+        s.contains("TTY_MODES=")
     });
     assert!(s.contains("TOP_EXIT=0"), "{s}");
+    let modes = line_with(&s, "TTY_MODES=");
+    assert!(
+        !modes.contains("-icanon") && !modes.contains("-echo"),
+        "{modes}"
+    );
+    assert_eq!(t.var("alternate_on"), "0", "the primary screen is back");
     job.finish("OK");
     d.stop(signal::TERM);
     assert_no_probes_left();
