@@ -12,7 +12,8 @@
 //!   filters, Esc goes back; `q` exits 0 and the terminal is restored
 //!   (primary screen, canonical mode and echo back).
 //! - Through a real Prometheus scraping that observer: the same job, its
-//!   ranks and busiest function, and navigation into a rank.
+//!   ranks and busiest function, and navigation into a rank; when the
+//!   terminal goes away, `top` ends with it.
 //! - A resize redraws at the new size.
 //! - The shim's `stats` layer: the rank × rank matrix with the ring's bytes;
 //!   SIGTERM ends `top` with the terminal restored, as `q` does.
@@ -125,6 +126,19 @@ impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = self.tmux(&["kill-server"]);
     }
+}
+
+/// The pid of the `top` the pane's shell runs.
+fn top_pid(t: &Tmux) -> u32 {
+    let shell = t.var("pane_pid");
+    let o = Command::new("pgrep")
+        .args(["-P", &shell, "-f", "mpi-observer top"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("top's pid under the pane's shell {shell}: {o:?}"))
 }
 
 /// The shell command tmux runs: `top ARGS`, then its exit status and the
@@ -313,20 +327,28 @@ fn top_through_prometheus() {
         &format!("count(irate(mpi_calls_total{{jobid=\"{id}\"}}[2m]))"),
         Duration::from_secs(60),
     );
+    // SIGHUP ignored, as under nohup: top must see the hang-up itself.
     let t = Tmux::start(
         "prometheus",
-        &top_cmd(&format!("--prometheus http://{}", prom.addr)),
+        &format!(
+            "trap '' HUP; {}",
+            top_cmd(&format!("--prometheus http://{}", prom.addr))
+        ),
     );
     t.wait_screen("the Prometheus source", Duration::from_secs(20), |s| {
         s.contains(&format!("Prometheus http://{}", prom.addr))
     });
     assert_jobs_screen(&t, &id);
     assert_navigation(&t, &id, &job);
-    t.keys(&["q"]);
-    let s = t.wait_screen("top's exit", Duration::from_secs(10), |s| {
-        s.contains("TOP_EXIT=")
-    });
-    assert!(s.contains("TOP_EXIT=0"), "{s}");
+    // The terminal goes away under top (its window closed): top ends too,
+    // at once, and does not spin on the dead terminal.
+    let top = top_pid(&t);
+    drop(t);
+    e2e::wait_for(
+        "top to end with its terminal",
+        Duration::from_secs(5),
+        || (!Path::new(&format!("/proc/{top}")).exists()).then_some(()),
+    );
     drop(prom);
     job.finish("OK");
     d.stop(signal::TERM);
@@ -388,15 +410,12 @@ fn top_matrix_and_requests_with_the_stats_layer() {
         }
         assert_eq!(filled, [right], "rank {r} sends to rank {right} only:\n{s}");
     }
-    // SIGTERM (a closing session, `kill`) restores the terminal too.
-    let pid = t.var("pane_pid");
-    let top = Command::new("pgrep")
-        .args(["-P", &pid, "-f", "mpi-observer top"])
-        .output()
+    // SIGTERM (`kill`) restores the terminal too.
+    let top = top_pid(&t);
+    let o = Command::new("kill")
+        .args(["-TERM", &top.to_string()])
+        .status()
         .unwrap();
-    let top = String::from_utf8_lossy(&top.stdout).trim().to_string();
-    assert!(!top.is_empty(), "top's pid under the pane's shell {pid}");
-    let o = Command::new("kill").args(["-TERM", &top]).status().unwrap();
     assert!(o.success());
     let s = t.wait_screen("top's exit", Duration::from_secs(10), |s| {
         s.contains("TTY_MODES=")

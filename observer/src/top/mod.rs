@@ -54,10 +54,14 @@ pub enum TopError {
     /// The terminal failed.
     #[error("terminal: {0}")]
     Terminal(#[from] std::io::Error),
+    /// The terminal hung up (its window closed, its session ended).
+    #[error("the terminal went away")]
+    TerminalGone,
 }
 
-/// Set by SIGTERM, SIGHUP and SIGINT: leave the loop and restore the
-/// terminal (Ctrl-C itself arrives as a key in raw mode).
+/// Set by SIGTERM and SIGINT: leave the loop and restore the terminal
+/// (Ctrl-C itself arrives as a key in raw mode). SIGHUP keeps its default
+/// action: the terminal is gone, there is nothing to restore.
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -85,7 +89,7 @@ pub fn run(args: &TopArgs) -> Result<(), TopError> {
     let mut app = App::new(source.describe(), args.job.clone());
     app.frame = Some(Frame::new(&first, None));
 
-    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: the handler only stores to an atomic.
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
@@ -135,6 +139,7 @@ fn ui(
     let mut term = ratatui::try_init()?;
     let r = (|| -> Result<(), TopError> {
         let mut dirty = true;
+        let mut size = ratatui::crossterm::terminal::size()?;
         let mut seen_running = app
             .frame
             .as_ref()
@@ -147,11 +152,26 @@ fn ui(
             if app.quit || STOP.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            if event::poll(Duration::from_millis(100))? {
-                // Anything else (a resize) is only redrawn: draw resizes.
-                if let Event::Key(k) = event::read()? {
-                    app.key(k);
+            // Input is waited for here, not in crossterm: its reader spins
+            // forever on a terminal that hung up (a read of 0 bytes), so it
+            // is only asked once there are bytes and no hang-up.
+            match wait_input(Duration::from_millis(100)) {
+                Input::Gone => return Err(TopError::TerminalGone),
+                Input::Ready => {
+                    while event::poll(Duration::ZERO)? {
+                        if let Event::Key(k) = event::read()? {
+                            app.key(k);
+                        }
+                    }
+                    dirty = true;
                 }
+                Input::None => {}
+            }
+            // A resize is seen by polling the size (crossterm's SIGWINCH
+            // events come through the same reader); draw resizes.
+            let now = ratatui::crossterm::terminal::size()?;
+            if now != size {
+                size = now;
                 dirty = true;
             }
             while let Ok(r) = rx.try_recv() {
@@ -179,4 +199,34 @@ fn ui(
     })();
     ratatui::restore();
     r
+}
+
+/// What the terminal has for `top`.
+enum Input {
+    /// Bytes to read.
+    Ready,
+    /// Nothing within the timeout.
+    None,
+    /// It hung up, or is no longer valid.
+    Gone,
+}
+
+/// Waits up to `timeout` for input on standard input, the terminal.
+fn wait_input(timeout: Duration) -> Input {
+    let mut fd = libc::pollfd {
+        fd: libc::STDIN_FILENO,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut fd, 1, timeout.as_millis() as libc::c_int) };
+    if n <= 0 {
+        // Timeout, or EINTR (a signal: the loop checks STOP).
+        return Input::None;
+    }
+    if fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        Input::Gone
+    } else {
+        Input::Ready
+    }
 }
