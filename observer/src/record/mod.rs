@@ -1,0 +1,5 @@
+//! `mpi-observer record`: OTF2 traces of running ranks, on demand.
+//!
+//! [`archive`] writes the OTF2 archive through Debian's libotf2.
+
+pub mod archive;
