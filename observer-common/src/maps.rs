@@ -18,6 +18,8 @@ pub const ZERO: &str = "MPI_ZERO";
 /// [`SiteStats`]), a per-CPU hash summed at scrape; written only for
 /// processes whose [`ProcConfig::callsites`] is set (`attach --callsites`).
 pub const CALLSITES: &str = "MPI_CALLSITES";
+/// Name of the ring buffer of traced calls ([`TraceCall`]).
+pub const TRACE: &str = "MPI_TRACE";
 
 /// Capacity of [`STATS`]: 256 ranks times 128 functions; the daemon lowers
 /// it so the preallocated per-CPU values stay within its memory budget
@@ -225,9 +227,10 @@ pub struct ProcConfig {
     /// --callsites`): the entry of each outermost call reads its return
     /// address, one user-memory read per call.
     pub callsites: u32,
-    /// Padding, always zero: keeps the size a multiple of 8, with no
-    /// implicit padding.
-    pub pad: u32,
+    /// Non-zero: every outermost call of this process is also sent to
+    /// [`TRACE`] as a [`TraceCall`] when it returns (`mpi-observer record`
+    /// on a rank without the shim). Keeps the size a multiple of 8.
+    pub trace: u32,
 }
 
 /// Bit of [`Inflight::unknown`] marking a call made from
@@ -235,6 +238,37 @@ pub struct ProcConfig {
 /// [`ProcConfig::handed_over`]: it is tracked, so the calls nested in it
 /// stay nested, but never recorded.
 pub const INFLIGHT_SKIP: u32 = 1 << 31;
+
+/// Bit of [`Inflight::unknown`] marking a call of a process traced
+/// ([`ProcConfig::trace`]) when it began: its return sends a [`TraceCall`].
+pub const INFLIGHT_TRACE: u32 = 1 << 30;
+
+/// One completed outermost call, as [`TRACE`] carries it to `mpi-observer
+/// record`: the Enter and Leave of the OTF2 trace, and what the entry probe
+/// decoded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TraceCall {
+    /// Process (thread group) ID.
+    pub tgid: u32,
+    /// Thread ID.
+    pub tid: u32,
+    /// MPI function ID.
+    pub func: u32,
+    /// Bit `d` set: direction `d`'s bytes could not be decoded.
+    pub unknown: u32,
+    /// Entry time, `bpf_ktime_get_ns` (CLOCK_MONOTONIC).
+    pub start_ns: u64,
+    /// Return time, same clock.
+    pub end_ns: u64,
+    /// Bytes sent and received by the call, as decoded at its entry.
+    pub bytes: [u64; 2],
+}
+
+/// Default size of [`TRACE`] in bytes (a power-of-two number of pages);
+/// `mpi-observer record` sizes it at load time, the daemon, which never
+/// traces, keeps this one page.
+pub const TRACE_BYTES: u32 = 4096;
 
 /// Key of [`OMPI_TYPES`].
 #[repr(C)]
@@ -281,10 +315,12 @@ pub enum ErrorCounter {
     /// A call-site entry could not be created (map full): the call is
     /// counted in [`STATS`] but its site is lost.
     CallsiteUpdate = 2,
+    /// A traced call could not be sent: [`TRACE`] was full.
+    TraceDropped = 3,
 }
 
 /// Number of [`ErrorCounter`]s.
-pub const ERROR_COUNTERS: u32 = 3;
+pub const ERROR_COUNTERS: u32 = 4;
 
 /// The slot of a duration in the histogram: floor(log2(ns)), capped.
 #[inline(always)]

@@ -17,11 +17,12 @@ use aya_ebpf::{
 use observer_common::{
     FunctionId, cookie,
     maps::{
-        ErrorCounter, INFLIGHT_SKIP, Inflight, STACK_DEPTH, SiteKey, SiteStats, StatKey, hist_slot,
+        ErrorCounter, INFLIGHT_SKIP, INFLIGHT_TRACE, Inflight, STACK_DEPTH, SiteKey, SiteStats,
+        StatKey, TraceCall, hist_slot,
     },
 };
 
-use crate::{CALLSITES, ERRORS, INFLIGHT, PROCS, STATS, ZERO, bytes};
+use crate::{CALLSITES, ERRORS, INFLIGHT, PROCS, STATS, TRACE, ZERO, bytes};
 
 /// Entry of a call that moves no data of its own (synchronisation, request
 /// completion, one-sided, I/O, everything else).
@@ -114,6 +115,9 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
                 unsafe { bpf_send_signal_thread(sig) };
             }
         }
+        if cfg.trace != 0 {
+            e.unknown |= INFLIGHT_TRACE;
+        }
     }
     if with_bytes && cookie::has_bytes(cookie) {
         bytes::account(ctx, cookie, (id >> 32) as u32, &mut e);
@@ -158,6 +162,20 @@ fn leave(ctx: &RetProbeContext) {
     let func = u32::from(done.stack[0]);
     let ns = now.saturating_sub(done.start_ns);
     record(StatKey { tgid, func }, ns, &done);
+    if done.unknown & INFLIGHT_TRACE != 0 {
+        let call = TraceCall {
+            tgid,
+            tid: id as u32,
+            func,
+            unknown: done.unknown & 3,
+            start_ns: done.start_ns,
+            end_ns: now,
+            bytes: done.bytes,
+        };
+        if TRACE.output::<TraceCall>(&call, 0).is_err() {
+            bump(ErrorCounter::TraceDropped);
+        }
+    }
     if done.site != 0 {
         record_site(
             SiteKey {

@@ -13,12 +13,12 @@ mod p2p;
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use observer_common::maps::{
     CALLSITES_CAPACITY, CallStats, ERROR_COUNTERS, INFLIGHT_CAPACITY, Inflight,
     OMPI_TYPES_CAPACITY, PROCS_CAPACITY, ProcConfig, STATS_CAPACITY, SiteKey, SiteStats, StatKey,
-    TypeKey,
+    TRACE_BYTES, TypeKey,
 };
 
 /// Per-(process, function) statistics. Preallocated: an on-demand map can
@@ -41,6 +41,11 @@ static CALLSITES: PerCpuHashMap<SiteKey, SiteStats> =
 /// thread that never returns (MPI_Abort) cannot fill it up.
 #[map(name = "MPI_INFLIGHT")]
 static INFLIGHT: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(INFLIGHT_CAPACITY, 0);
+
+/// Completed calls of traced processes ([`ProcConfig::trace`]), for
+/// `mpi-observer record`, which sizes it at load time.
+#[map(name = "MPI_TRACE")]
+static TRACE: RingBuf = RingBuf::with_byte_size(TRACE_BYTES, 0);
 
 #[map(name = "MPI_PROCS")]
 static PROCS: HashMap<u32, ProcConfig> = HashMap::with_max_entries(PROCS_CAPACITY, 0);

@@ -112,6 +112,23 @@ impl Probes {
         stats_budget: u64,
         callsites: bool,
     ) -> Result<Self, ProbeError> {
+        Self::load_with(object, stats_budget, callsites, maps::TRACE_BYTES)
+    }
+
+    /// Loads the object for `mpi-observer record`: the default statistics
+    /// budget, and a trace ring of `trace_bytes` (a power-of-two number of
+    /// pages) that processes attached with [`ProcConfig::trace`] send
+    /// their completed calls to; read it with [`Probes::take_trace`].
+    pub fn load_tracing(object: &[u8], trace_bytes: u32) -> Result<Self, ProbeError> {
+        Self::load_with(object, maps::STATS_MEMORY_BUDGET, false, trace_bytes)
+    }
+
+    fn load_with(
+        object: &[u8],
+        stats_budget: u64,
+        callsites: bool,
+        trace_bytes: u32,
+    ) -> Result<Self, ProbeError> {
         let cpus = aya::util::nr_cpus().map_err(|(path, e)| ProbeError::Load {
             reason: format!("cannot count the possible CPUs in {path}: {e}"),
         })?;
@@ -124,6 +141,7 @@ impl Probes {
         let ebpf = EbpfLoader::new()
             .map_max_entries(maps::STATS, capacity)
             .map_max_entries(maps::CALLSITES, site_capacity)
+            .map_max_entries(maps::TRACE, trace_bytes)
             .load(object)
             .map_err(|e| ProbeError::Load {
                 reason: e.to_string(),
@@ -179,6 +197,26 @@ impl Probes {
     /// CPUs.
     pub fn read_callsite_failures(&self) -> u64 {
         read::error_counter(&self.ebpf, maps::ErrorCounter::CallsiteUpdate)
+    }
+
+    /// The ring of traced calls ([`maps::TraceCall`] records), taken out of
+    /// the object; once only.
+    pub fn take_trace(&mut self) -> Result<aya::maps::RingBuf<aya::maps::MapData>, ProbeError> {
+        let map = self.ebpf.take_map(maps::TRACE).ok_or(ProbeError::Map {
+            map: maps::TRACE,
+            source: aya::maps::MapError::InvalidName {
+                name: maps::TRACE.into(),
+            },
+        })?;
+        aya::maps::RingBuf::try_from(map).map_err(|source| ProbeError::Map {
+            map: maps::TRACE,
+            source,
+        })
+    }
+
+    /// Traced calls lost because the trace ring was full, summed over CPUs.
+    pub fn read_trace_dropped(&self) -> u64 {
+        read::error_counter(&self.ebpf, maps::ErrorCounter::TraceDropped)
     }
 
     /// Mutable access to the maps (benchmarks fill them with synthetic
