@@ -13,6 +13,8 @@ pub mod std_abi;
 // Atomics the BPF target lacks; the programs never touch the segment.
 #[cfg(not(target_arch = "bpf"))]
 pub mod segment;
+#[cfg(not(target_arch = "bpf"))]
+pub mod trace;
 
 /// Code generated from the MPI Forum's `apis.json` by `cargo xtask codegen`;
 /// do not edit it by hand. Left as generated (one line per procedure), and

@@ -8,13 +8,16 @@
 //! marks the object `STATIC_TLS`, which an `LD_PRELOAD`ed library (or one
 //! dlopened into glibc's surplus static TLS) satisfies.
 //!
-//! The variable is 16 bytes:
+//! The variable is 32 bytes:
 //!
 //! | offset | size | what |
 //! |---|---|---|
 //! | 0 | 4 | the depth |
 //! | 4 | 4 | the timing flag (see [`crate::timing`]): 1 while an application-level call is being timed |
 //! | 8 | 8 | the call site: the return address of the last call of an exported entry point on this thread |
+//! | 16 | 4 | the event ring this thread claimed for a recording, plus one (see [`crate::stats::trace`]) |
+//! | 20 | 4 | 1 while an application-level call that emitted its Enter is open |
+//! | 24 | 8 | the recording (generation) the ring was claimed for |
 //!
 //! Every exported entry point is a trampoline (`entry!` in
 //! [`crate::table`]) that stores `[rsp]` at its entry, the address its
@@ -30,10 +33,11 @@ core::arch::global_asm!(
     ".hidden mpi_observer_shim_depth",
     ".type mpi_observer_shim_depth,@object",
     // The depth and the timing flag of `crate::timing` (one u32 each),
-    // then the call site (a u64).
-    ".size mpi_observer_shim_depth,16",
+    // then the call site (a u64), then the recording's ring, traced flag
+    // and generation (`crate::stats::trace`).
+    ".size mpi_observer_shim_depth,32",
     "mpi_observer_shim_depth:",
-    ".zero 16",
+    ".zero 32",
     ".popsection",
 );
 

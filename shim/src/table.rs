@@ -195,12 +195,18 @@ macro_rules! dispatch {
         } else {
             $crate::timing::Bytes::default()
         };
+        // Enter and Leave for `mpi-observer record`: one load while no
+        // recording is on.
+        let traced = t0 != 0 && $crate::stats::trace::enter(ROW);
         unsafe { slot.write(level) };
         // SAFETY: `f` is the address of this procedure (or Fortran symbol) in
         // some layer, which takes these words and returns this type.
         let f: unsafe extern "C" fn($(word!($a)),*) -> R = unsafe { core::mem::transmute(f) };
         let r = unsafe { f($($a),*) };
         unsafe { $crate::depth::slot_again().write(depth) };
+        if traced {
+            $crate::stats::trace::leave(ROW);
+        }
         if t0 != 0 {
             $crate::timing::leave(ROW, t0, b, site);
         }

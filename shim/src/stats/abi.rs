@@ -397,6 +397,17 @@ impl Abi {
         unsafe { *(status.add(self.c.source_offset) as *const i32) }
     }
 
+    /// `MPI_TAG` of the status at `status`: the int after `MPI_SOURCE` in
+    /// every layout (Open MPI's, MPICH's and the standard ABI's).
+    ///
+    /// # Safety
+    /// `status` points to a status of this implementation.
+    #[inline(always)]
+    pub(crate) unsafe fn tag(&self, status: *const u8) -> i32 {
+        // SAFETY: per the caller; MPI_TAG is an aligned int.
+        unsafe { *(status.add(self.c.source_offset + 4) as *const i32) }
+    }
+
     /// The size a predefined datatype's handle encodes, if it does: MPICH's
     /// builtins, the standard ABI's fixed-size types.
     #[inline(always)]

@@ -308,6 +308,7 @@ fn record(row: usize, bytes: Bytes, args: &[usize]) {
     if let Some(s) = state() {
         let (send, recv) = bytes(s, args);
         s.call(row, send, recv);
+        super::trace::collective_end(s, row, args, send, recv);
     }
 }
 
@@ -327,6 +328,7 @@ fn track(row: usize, bytes: Bytes, args: &[usize], req: usize) {
                 peer: -1,
                 bytes: 0,
                 recv_bytes: 0,
+                dest_tag: (-1, 0),
             },
         );
     }
@@ -350,6 +352,7 @@ fn persist(row: usize, bytes: Bytes, args: &[usize], req: usize) {
                 peer: -1,
                 bytes: send,
                 recv_bytes: recv,
+                dest_tag: (-1, 0),
             },
         );
     }
@@ -361,6 +364,7 @@ macro_rules! collective {
     ($blocking:ident / $nonblocking:ident / $persistent:ident, $bytes:ident, ($($a:ident),*)) => {
         #[doc = concat!("`MPI_", stringify!($blocking), "` (by function row).")]
         pub(crate) unsafe extern "C" fn $blocking<const ROW: usize, const L: bool>($($a: usize),*) -> c_int {
+            super::trace::collective_begin(ROW);
             let rc = next!(ROW; $($a),*);
             if rc == 0 {
                 record(ROW, $bytes::<L>, &[$($a),*]);

@@ -108,7 +108,14 @@ pub(crate) struct CommInfo {
     /// Peer rank → world rank, `UNKNOWN_PEER` for a process outside
     /// `MPI_COMM_WORLD` (spawned or connected).
     pub(crate) world: Box<[i32]>,
+    /// Its id in recordings (`super::trace`): 0 for `MPI_COMM_WORLD`.
+    pub(crate) trace_id: u32,
+    /// The recording (generation) that last had it defined.
+    pub(crate) announced: AtomicU64,
 }
+
+/// The next communicator id for recordings.
+static NEXT_TRACE_ID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(1);
 
 static COMMS: HandleMap<COMM_SLOTS> = HandleMap::new();
 
@@ -205,6 +212,12 @@ fn describe(s: &State, comm: usize) -> Option<CommInfo> {
         size,
         inter: inter != 0,
         world,
+        trace_id: if comm == a.comm_world {
+            0
+        } else {
+            NEXT_TRACE_ID.fetch_add(1, Relaxed)
+        },
+        announced: AtomicU64::new(0),
     })
 }
 

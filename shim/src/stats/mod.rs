@@ -32,6 +32,7 @@ mod complete;
 mod p2p;
 mod requests;
 pub(crate) mod segment;
+pub(crate) mod trace;
 
 /// A layer implemented inside the shim.
 pub(crate) struct Builtin {

@@ -16,6 +16,7 @@ use super::{
     comms::{MESSAGE_TAG, MESSAGES, NULL_PEER, UNKNOWN_PEER, peer},
     requests::{self, Entry, Kind},
     segment::{State, state},
+    trace,
 };
 
 /// Calls the shim's `PMPI_X` for `row` with these words: the next level.
@@ -84,7 +85,9 @@ pub(crate) unsafe extern "C" fn send<const ROW: usize, const L: bool>(
     if rc == 0
         && let Some(s) = state()
     {
-        sent(s, count::<L>(n), dt, dest, comm);
+        let (_, bytes) = sent(s, count::<L>(n), dt, dest, comm);
+        let c = s.abi.handle(comm);
+        trace::send(s, c, int(dest), int(tag), bytes.unwrap_or(0), 0);
     }
     rc
 }
@@ -106,6 +109,8 @@ pub(crate) unsafe extern "C" fn isend<const ROW: usize, const L: bool>(
         let (p, bytes) = sent(s, count::<L>(n), dt, dest, comm);
         // SAFETY: the library just stored the new request there.
         let handle = unsafe { s.abi.handle_at(req, 0) };
+        let c = s.abi.handle(comm);
+        trace::send(s, c, int(dest), int(tag), bytes.unwrap_or(0), handle as u64);
         requests::track(
             s,
             Entry {
@@ -116,6 +121,7 @@ pub(crate) unsafe extern "C" fn isend<const ROW: usize, const L: bool>(
                 peer: p,
                 bytes: bytes.unwrap_or(0),
                 recv_bytes: 0,
+                dest_tag: (-1, 0),
             },
         );
     }
@@ -147,7 +153,9 @@ pub(crate) unsafe extern "C" fn send_init<const ROW: usize, const L: bool>(
                 handle,
                 kind: Kind::Send,
                 persistent: true,
-                comm: 0,
+                // The communicator and the destination's rank in it, for
+                // the recorded starts (`super::trace`).
+                comm: s.abi.handle(comm),
                 // An unknown size makes every start unattributed.
                 peer: if bytes.is_none() && p != NULL_PEER {
                     UNKNOWN_PEER
@@ -156,6 +164,7 @@ pub(crate) unsafe extern "C" fn send_init<const ROW: usize, const L: bool>(
                 },
                 bytes: bytes.unwrap_or(0),
                 recv_bytes: 0,
+                dest_tag: (int(dest), int(tag)),
             },
         );
     }
@@ -180,7 +189,10 @@ pub(crate) unsafe extern "C" fn recv<const ROW: usize, const L: bool>(
     let rc = next!(ROW; buf, n, dt, src, tag, comm, st);
     if rc == 0 {
         // SAFETY: the library filled `st`.
-        unsafe { received(s, s.abi.handle(comm), st as *const u8) };
+        unsafe {
+            received(s, s.abi.handle(comm), st as *const u8);
+            trace::received(s, s.abi.handle(comm), st as *const u8, 0);
+        }
     }
     rc
 }
@@ -202,6 +214,9 @@ pub(crate) unsafe extern "C" fn irecv<const ROW: usize, const L: bool, const PER
         let comm = s.abi.handle(comm);
         // SAFETY: the library just stored the new request there.
         let handle = unsafe { s.abi.handle_at(req, 0) };
+        if !PERSISTENT {
+            trace::request(trace::Kind::MpiIrecvRequest, handle as u64);
+        }
         requests::track(
             s,
             Entry {
@@ -212,6 +227,7 @@ pub(crate) unsafe extern "C" fn irecv<const ROW: usize, const L: bool, const PER
                 peer: peer(s, comm, int(src)),
                 bytes: s.abi.bytes(count::<L>(n), s.abi.handle(dt)).unwrap_or(0),
                 recv_bytes: 0,
+                dest_tag: (-1, 0),
             },
         );
     }
@@ -240,9 +256,14 @@ pub(crate) unsafe extern "C" fn sendrecv<const ROW: usize, const L: bool>(
     let st = status_or(s, status, &mut own);
     let rc = next!(ROW; sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, st);
     if rc == 0 {
-        sent(s, count::<L>(scount), stype, dest, comm);
+        let (_, bytes) = sent(s, count::<L>(scount), stype, dest, comm);
+        let c = s.abi.handle(comm);
+        trace::send(s, c, int(dest), int(stag), bytes.unwrap_or(0), 0);
         // SAFETY: the library filled `st`.
-        unsafe { received(s, s.abi.handle(comm), st as *const u8) };
+        unsafe {
+            received(s, c, st as *const u8);
+            trace::received(s, c, st as *const u8, 0);
+        }
     }
     rc
 }
@@ -266,9 +287,14 @@ pub(crate) unsafe extern "C" fn sendrecv_replace<const ROW: usize, const L: bool
     let st = status_or(s, status, &mut own);
     let rc = next!(ROW; buf, n, dt, dest, stag, src, rtag, comm, st);
     if rc == 0 {
-        sent(s, count::<L>(n), dt, dest, comm);
+        let (_, bytes) = sent(s, count::<L>(n), dt, dest, comm);
+        let c = s.abi.handle(comm);
+        trace::send(s, c, int(dest), int(stag), bytes.unwrap_or(0), 0);
         // SAFETY: the library filled `st`.
-        unsafe { received(s, s.abi.handle(comm), st as *const u8) };
+        unsafe {
+            received(s, c, st as *const u8);
+            trace::received(s, c, st as *const u8, 0);
+        }
     }
     rc
 }
@@ -400,6 +426,7 @@ pub(crate) unsafe extern "C" fn imrecv<const ROW: usize, const L: bool>(
                 peer: take_message(s, m),
                 bytes: s.abi.bytes(count::<L>(n), s.abi.handle(dt)).unwrap_or(0),
                 recv_bytes: 0,
+                dest_tag: (-1, 0),
             },
         );
     }

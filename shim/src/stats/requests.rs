@@ -49,6 +49,9 @@ static BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// A persistent collective's receive bytes (its send bytes are in `BYTES`,
 /// its function row in `COMM`).
 static RECV_BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+/// A persistent send's destination and tag ([`Entry::dest_tag`]).
+static DEST: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
+static TAG: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
 /// Set while a thread is inside a completion call (or `MPI_Request_free`)
 /// for the slot's request. The library may free the handle inside that
 /// call and hand the same value to another thread's new request before the
@@ -103,6 +106,9 @@ pub(crate) struct Entry {
     pub(crate) bytes: u64,
     /// A persistent collective's receive bytes.
     pub(crate) recv_bytes: u64,
+    /// A persistent send's destination (a rank in `comm`) and tag, for
+    /// the `MpiIsend` its starts emit when recorded (`super::trace`).
+    pub(crate) dest_tag: (i32, i32),
 }
 
 /// Enters a request; counts `request_table_full` if there is no room.
@@ -120,6 +126,8 @@ pub(crate) fn track(s: &State, e: Entry) {
             PEER[i].store(e.peer, Relaxed);
             BYTES[i].store(e.bytes, Relaxed);
             RECV_BYTES[i].store(e.recv_bytes, Relaxed);
+            DEST[i].store(e.dest_tag.0, Relaxed);
+            TAG[i].store(e.dest_tag.1, Relaxed);
             slot.handle.store(e.handle as u64, Relaxed);
             slot.peer.store(e.peer.max(-1), Relaxed);
             slot.bytes.store(e.bytes, Relaxed);
@@ -301,13 +309,19 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8) {
     // SAFETY: per the caller.
     let cancelled =
         flags & CANCELLED != 0 && !status.is_null() && unsafe { s.abi.cancelled(status) };
+    let handle = seg.handle.load(Relaxed);
     if cancelled {
         s.add(&s.counters.requests_cancelled, 1);
+        super::trace::request(super::trace::Kind::MpiRequestCancelled, handle);
     } else {
         match flags & KIND_MASK {
+            0 => super::trace::request(super::trace::Kind::MpiIsendComplete, handle),
             1 if !status.is_null() => {
                 // SAFETY: per the caller.
-                unsafe { super::p2p::received(s, COMM[i].load(Relaxed), status) };
+                unsafe {
+                    super::p2p::received(s, COMM[i].load(Relaxed), status);
+                    super::trace::received(s, COMM[i].load(Relaxed), status, handle);
+                }
             }
             2 if !status.is_null() => {
                 // SAFETY: per the caller.
@@ -362,6 +376,19 @@ pub(crate) fn started(s: &State, slot: u32) {
                 Some(BYTES[i].load(Relaxed)),
             );
         }
+        super::trace::send(
+            s,
+            COMM[i].load(Relaxed),
+            DEST[i].load(Relaxed),
+            TAG[i].load(Relaxed),
+            BYTES[i].load(Relaxed),
+            seg.handle.load(Relaxed),
+        );
+    } else if flags & KIND_MASK == Kind::Recv as u64 {
+        super::trace::request(
+            super::trace::Kind::MpiIrecvRequest,
+            seg.handle.load(Relaxed),
+        );
     }
     seg.state.store(request_state::PERSISTENT_ACTIVE, Release);
 }

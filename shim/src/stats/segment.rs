@@ -153,6 +153,7 @@ impl Prepared {
             libc::unlink(s.path.as_ptr());
             libc::munmap(s.map.0 as *mut libc::c_void, s.map.1);
         }
+        super::trace::finish();
     }
 }
 
@@ -182,6 +183,7 @@ pub(crate) fn finish() {
         // SAFETY: NUL-terminated path.
         unsafe { libc::unlink(s.path.as_ptr()) };
     }
+    super::trace::finish();
 }
 
 /// [`finish`] at exit, in the creating process only: a child forked
@@ -357,6 +359,12 @@ fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
         }
         state
     };
+    // The rings of `mpi-observer record`, in a file of their own.
+    let mut rank: c_int = 0;
+    // SAFETY: the library's PMPI_Comm_rank with an out-pointer.
+    if unsafe { (s.abi.comm_rank)(s.abi.comm_world, &mut rank) } == 0 {
+        super::trace::create(rank.max(0) as u32, world_size);
+    }
     Ok(s)
 }
 

@@ -1,0 +1,478 @@
+//! Events for `mpi-observer record` (issue 13): the producer side of the
+//! rings in `/dev/shm/mpi-observer.<pid>.trace` (the layout and the ring
+//! algorithm are in `observer_common::trace`).
+//!
+//! The file is created with the stats segment. While no recording is on,
+//! every hook costs one load of the file's `active` word (and the dispatch
+//! only looks when it times a call). While one is on, an application-level
+//! call emits Enter and Leave, and the stats layer's wrappers emit the
+//! message, request and collective events inside it, into the ring of the
+//! calling thread, claimed at its first event of the recording. A call
+//! emits its Leave if and only if it emitted its Enter, and the other events
+//! only inside such a call, so a recording that starts or stops mid-call
+//! stays balanced. A full ring drops and counts; nothing here blocks,
+//! allocates or takes a lock.
+
+use core::{
+    ffi::c_int,
+    ptr::null_mut,
+    sync::atomic::{AtomicPtr, Ordering::*},
+};
+use std::ffi::CString;
+
+pub(crate) use observer_common::trace::Kind;
+use observer_common::{
+    FUNCTION_COUNT, FUNCTIONS,
+    segment::PATH_PREFIX,
+    trace::{
+        self as t, DEFAULT_RING_EVENTS, DEFAULT_RINGS, RANKS_PER_RECORD, RingHeader, TraceEvent,
+        TraceHeader,
+    },
+};
+
+use super::{
+    comms::{self, CommInfo},
+    segment::State,
+};
+use crate::generated::fortran::FORTRAN;
+
+/// The process's trace file, once created.
+pub(crate) struct Tracer {
+    header: &'static TraceHeader,
+    base: *mut u8,
+    fd: c_int,
+    rings: u32,
+    events: u32,
+    path: CString,
+}
+
+// SAFETY: the mapping is shared memory used through atomics and the
+// single-producer ring protocol.
+unsafe impl Sync for Tracer {}
+// SAFETY: as above.
+unsafe impl Send for Tracer {}
+
+static TRACER: AtomicPtr<Tracer> = AtomicPtr::new(null_mut());
+
+/// The tracer, whatever the recording state.
+#[inline(always)]
+fn tracer() -> Option<&'static Tracer> {
+    // SAFETY: null, or a leaked Tracer published once.
+    unsafe { TRACER.load(Acquire).as_ref() }
+}
+
+/// The tracer while a recording is on.
+#[inline(always)]
+fn recording() -> Option<&'static Tracer> {
+    tracer().filter(|t| t.header.active.load(Relaxed) != 0)
+}
+
+/// An environment variable as a number within `range`.
+fn env_u32(name: &str, default: u32, range: core::ops::RangeInclusive<u32>) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .map_or(default, |v| v.clamp(*range.start(), *range.end()))
+}
+
+/// Creates the trace file next to the segment; on failure prints one line
+/// and leaves tracing off (the stats layer works as before).
+pub(crate) fn create(world_rank: u32, world_size: u32) {
+    if tracer().is_some() {
+        return;
+    }
+    let rings = env_u32("MPI_OBSERVER_TRACE_RINGS", DEFAULT_RINGS, t::RINGS);
+    let events = 1u32
+        << (31
+            - env_u32(
+                "MPI_OBSERVER_TRACE_RING_EVENTS",
+                DEFAULT_RING_EVENTS,
+                t::RING_EVENTS,
+            )
+            .leading_zeros());
+    let size = t::file_bytes(rings, events);
+    let path = format!("{PATH_PREFIX}{}{}", std::process::id(), t::PATH_SUFFIX);
+    let Ok(cpath) = CString::new(path.clone()) else {
+        return;
+    };
+    let fail = |what: &str, fd: c_int| {
+        let line = format!(
+            "mpi-observer-shim: stats: cannot create {path}: {what}: {}; `mpi-observer record` will see this rank through probes only\n",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: our descriptor and file; one write(2) of an owned buffer.
+        unsafe {
+            if fd >= 0 {
+                libc::close(fd);
+                libc::unlink(cpath.as_ptr());
+            }
+            libc::write(2, line.as_ptr().cast(), line.len());
+        }
+    };
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: NUL-terminated path.
+    let mut fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+        // Left by an earlier process with this pid (see the segment's).
+        // SAFETY: NUL-terminated path.
+        unsafe { libc::unlink(cpath.as_ptr()) };
+        // SAFETY: as above.
+        fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
+    }
+    if fd < 0 {
+        return fail("open", -1);
+    }
+    // SAFETY: our descriptor. The header page is reserved now; the rings
+    // only when a thread claims one (see `claim`), so an idle file costs
+    // one page of memory.
+    let ok = unsafe {
+        libc::fchmod(fd, 0o600) == 0
+            && libc::ftruncate(fd, size as libc::off_t) == 0
+            && libc::posix_fallocate(fd, 0, t::HEADER_BYTES as libc::off_t) == 0
+    };
+    if !ok {
+        return fail("sizing", fd);
+    }
+    // SAFETY: a fresh shared mapping of our own file.
+    let base = unsafe {
+        libc::mmap(
+            null_mut(),
+            size as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return fail("mmap", fd);
+    }
+    let base = base.cast::<u8>();
+    // SAFETY: the header page is ours, zeroed and reserved.
+    let h = unsafe { &mut *base.cast::<TraceHeader>() };
+    h.magic = t::MAGIC;
+    h.version = t::VERSION;
+    h.header_size = size_of::<TraceHeader>() as u32;
+    h.total_size = size;
+    h.ring_count = rings;
+    h.ring_events = events;
+    h.rings_offset = t::HEADER_BYTES;
+    h.world_rank = world_rank;
+    h.world_size = world_size;
+    h.ready.store(1, Release);
+    let tr = Tracer {
+        header: h,
+        base,
+        fd,
+        rings,
+        events,
+        path: cpath,
+    };
+    TRACER.store(Box::into_raw(Box::new(tr)), Release);
+}
+
+/// Unlinks the file (at `MPI_Finalize` and exit, with the segment's); a
+/// recorder that opened it keeps its mapping.
+pub(crate) fn finish() {
+    if let Some(t) = tracer() {
+        // SAFETY: NUL-terminated path.
+        unsafe { libc::unlink(t.path.as_ptr()) };
+    }
+}
+
+/// The TLS words after the call site: ring + 1, traced flag, generation.
+#[inline(always)]
+fn tls() -> *mut u32 {
+    // SAFETY: the depth variable is 32 bytes; these are its last 16.
+    unsafe { crate::depth::slot_again().add(4) }
+}
+
+fn gettid() -> u32 {
+    // SAFETY: a syscall without arguments.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// This thread's ring for the current recording, claiming one if needed.
+#[inline(always)]
+fn ring(t: &Tracer) -> Option<(&RingHeader, *mut TraceEvent)> {
+    let w = tls();
+    let gen_now = t.header.generation.load(Acquire);
+    // SAFETY: this thread's TLS words.
+    let (idx, generation) = unsafe { (w.read(), w.add(2).cast::<u64>().read()) };
+    let i = if idx != 0 && generation == gen_now {
+        idx - 1
+    } else {
+        claim(t, gen_now)?
+    };
+    let off = t::ring_offset(i, t.events) as usize;
+    // SAFETY: ring `i` lies within the mapping; its header is 128 bytes.
+    unsafe {
+        let h = &*t.base.add(off).cast::<RingHeader>();
+        let recs = t
+            .base
+            .add(off + size_of::<RingHeader>())
+            .cast::<TraceEvent>();
+        Some((h, recs))
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn claim(t: &Tracer, generation: u64) -> Option<u32> {
+    let tid = gettid();
+    for i in 0..t.rings {
+        let off = t::ring_offset(i, t.events);
+        // SAFETY: within the mapping; the header page of each ring is
+        // reserved below before any write but the claim itself, which
+        // needs it reserved first.
+        let ok = unsafe {
+            libc::posix_fallocate(
+                t.fd,
+                off as libc::off_t,
+                t::ring_bytes(t.events) as libc::off_t,
+            ) == 0
+        };
+        if !ok {
+            break;
+        }
+        // SAFETY: as above.
+        let h = unsafe { &*t.base.add(off as usize).cast::<RingHeader>() };
+        if h.owner.compare_exchange(0, tid, AcqRel, Relaxed).is_ok() {
+            let w = tls();
+            // SAFETY: this thread's TLS words.
+            unsafe {
+                w.write(i + 1);
+                w.add(2).cast::<u64>().write(generation);
+            }
+            return Some(i);
+        }
+    }
+    t.header.no_ring.fetch_add(1, Relaxed);
+    None
+}
+
+fn now() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn emit(t: &Tracer, ev: &TraceEvent) {
+    if let Some((h, recs)) = ring(t) {
+        // SAFETY: this thread owns the ring for this recording.
+        unsafe { t::push(h, recs, t.events, ev) };
+    }
+}
+
+fn event(kind: Kind, func: usize) -> TraceEvent {
+    TraceEvent {
+        t_ns: now(),
+        kind: kind as u16,
+        func: func as u16,
+        peer: -1,
+        ..TraceEvent::default()
+    }
+}
+
+/// The C function of dispatch row `row`.
+fn function(row: usize) -> usize {
+    if row < FUNCTION_COUNT {
+        row
+    } else {
+        FORTRAN[row - FUNCTION_COUNT].function as usize
+    }
+}
+
+/// At the start of a timed (application-level) call of `row`: emits its
+/// Enter if a recording is on; true if it did ([`leave`] then follows).
+#[inline(always)]
+pub(crate) fn enter(row: usize) -> bool {
+    let Some(t) = recording() else {
+        return false;
+    };
+    enter_slow(t, row)
+}
+
+#[inline(never)]
+fn enter_slow(t: &Tracer, row: usize) -> bool {
+    emit(t, &event(Kind::Enter, function(row)));
+    // SAFETY: this thread's traced flag.
+    unsafe { tls().add(1).write(1) };
+    true
+}
+
+/// At the end of a call whose Enter [`enter`] emitted.
+#[inline(never)]
+pub(crate) fn leave(row: usize) {
+    // SAFETY: this thread's traced flag.
+    unsafe { tls().add(1).write(0) };
+    if let Some(t) = tracer() {
+        emit(t, &event(Kind::Leave, function(row)));
+    }
+}
+
+/// The tracer, if this thread is inside a traced call: the wrappers'
+/// events are emitted only then.
+#[inline(always)]
+pub(crate) fn traced() -> Option<&'static Tracer> {
+    let t = recording()?;
+    // SAFETY: this thread's traced flag.
+    (unsafe { tls().add(1).read() } != 0).then_some(t)
+}
+
+/// The id of `comm` in the recording (0 for `MPI_COMM_WORLD`), defining it
+/// in this thread's ring first when the recording has not seen it; `None`
+/// when it cannot be named (an inter-communicator, a full cache).
+fn comm_id(t: &Tracer, s: &State, comm: usize) -> Option<u32> {
+    if comm == s.abi.comm_world {
+        return Some(0);
+    }
+    let info: &CommInfo = comms::info(s, comm)?;
+    if info.inter {
+        return None;
+    }
+    let generation = t.header.generation.load(Relaxed);
+    if info.announced.load(Relaxed) != generation {
+        let mut def = event(Kind::CommDef, 0);
+        def.comm = info.trace_id;
+        def.peer = info.size;
+        emit(t, &def);
+        let world: Vec<u32> = info.world.iter().map(|&w| w as u32).collect();
+        for (k, chunk) in world.chunks(RANKS_PER_RECORD).enumerate() {
+            emit(
+                t,
+                &TraceEvent::comm_ranks_record(
+                    def.t_ns,
+                    info.trace_id,
+                    (k * RANKS_PER_RECORD) as u32,
+                    chunk,
+                ),
+            );
+        }
+        info.announced.store(generation, Relaxed);
+    }
+    Some(info.trace_id)
+}
+
+/// A message event on `comm` with `peer` a rank in it; on a communicator
+/// the recording cannot name, the peer's world rank on `MPI_COMM_WORLD`.
+#[allow(clippy::too_many_arguments)]
+fn message(
+    t: &Tracer,
+    s: &State,
+    kind: Kind,
+    comm: usize,
+    peer: i32,
+    tag: i32,
+    bytes: u64,
+    request: u64,
+) {
+    let (c, p) = match comm_id(t, s, comm) {
+        Some(c) => (c, peer),
+        None => (0, comms::peer(s, comm, peer)),
+    };
+    let mut e = event(kind, 0);
+    e.comm = c;
+    e.peer = p;
+    e.tag = tag;
+    e.bytes = bytes;
+    e.request = request;
+    emit(t, &e);
+}
+
+/// A blocking send (`MpiSend`), or a nonblocking one's posting
+/// (`MpiIsend`, `request` non-zero).
+pub(crate) fn send(s: &State, comm: usize, dest: i32, tag: i32, bytes: u64, request: u64) {
+    if dest == s.abi.c.proc_null {
+        return;
+    }
+    if let Some(t) = traced() {
+        let kind = if request != 0 {
+            Kind::MpiIsend
+        } else {
+            Kind::MpiSend
+        };
+        message(t, s, kind, comm, dest, tag, bytes, request);
+    }
+}
+
+/// A completed receive from its status: `MpiRecv`, or `MpiIrecv` of
+/// `request`.
+///
+/// # Safety
+/// `status` is a status the library filled.
+pub(crate) unsafe fn received(s: &State, comm: usize, status: *const u8, request: u64) {
+    let Some(t) = traced() else {
+        return;
+    };
+    // SAFETY: per the caller.
+    let (src, tag, bytes) = unsafe {
+        (
+            s.abi.source(status),
+            s.abi.tag(status),
+            s.abi.received(status),
+        )
+    };
+    if src == s.abi.c.proc_null {
+        return;
+    }
+    let kind = if request != 0 {
+        Kind::MpiIrecv
+    } else {
+        Kind::MpiRecv
+    };
+    message(t, s, kind, comm, src, tag, bytes.unwrap_or(0), request);
+}
+
+/// A request event without message fields (`MpiIrecvRequest`,
+/// `MpiIsendComplete`, `MpiRequestCancelled`).
+pub(crate) fn request(kind: Kind, request: u64) {
+    if let Some(t) = traced() {
+        let mut e = event(kind, 0);
+        e.request = request;
+        emit(t, &e);
+    }
+}
+
+/// Whether collective `row` has a root (as its second-to-last argument,
+/// before the communicator, in every rooted collective of the standard).
+fn rooted(row: usize) -> bool {
+    let n = FUNCTIONS[row].name;
+    let base = n.trim_start_matches("MPI_I").trim_start_matches("MPI_");
+    [
+        "Bcast", "bcast", "Reduce", "reduce", "Gather", "gather", "Scatter", "scatter",
+    ]
+    .iter()
+    .any(|p| base.starts_with(p))
+        && !base.to_ascii_lowercase().starts_with("reduce_scatter")
+}
+
+/// The start of blocking collective `row`.
+pub(crate) fn collective_begin(row: usize) {
+    if let Some(t) = traced() {
+        emit(t, &event(Kind::CollectiveBegin, row));
+    }
+}
+
+/// The end of blocking collective `row` with arguments `args` (the
+/// communicator last), having sent and received these bytes.
+pub(crate) fn collective_end(s: &State, row: usize, args: &[usize], sent: u64, recv: u64) {
+    let Some(t) = traced() else {
+        return;
+    };
+    let comm = s.abi.handle(args.last().copied().unwrap_or(0));
+    let mut e = event(Kind::CollectiveEnd, row);
+    e.comm = comm_id(t, s, comm).unwrap_or(0);
+    e.peer = if rooted(row) && args.len() >= 2 {
+        super::abi::int(args[args.len() - 2])
+    } else {
+        -1
+    };
+    e.bytes = sent;
+    e.bytes2 = recv;
+    emit(t, &e);
+}
