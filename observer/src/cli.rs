@@ -55,6 +55,10 @@ pub enum Command {
     /// Prometheus, of the whole cluster: jobs, a job's ranks, a rank's
     /// functions, and the rank × rank matrix.
     Top(TopArgs),
+    /// Record an OTF2 trace of running ranks, for Vampir and other OTF2
+    /// readers: full MPI events from ranks running the shim's `stats`
+    /// layer, Enter/Leave of every MPI call from the others (probes).
+    Record(RecordArgs),
     /// List MPI functions with their family and whether they are probed by
     /// default (or match --functions).
     Functions {
@@ -187,6 +191,46 @@ pub struct ReportArgs {
     /// Seconds to wait for a daemon's answer.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub timeout: u64,
+}
+
+/// Options of `record`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("targets").required(true).multiple(true).args(["pid", "all"]))]
+pub struct RecordArgs {
+    /// A rank to record; repeat for several.
+    #[arg(long, value_name = "PID", conflicts_with = "all")]
+    pub pid: Vec<u32>,
+    /// Every rank of the one MPI job running on this node (see --job).
+    #[arg(long)]
+    pub all: bool,
+    /// With --all: the job to record when several run.
+    #[arg(long, value_name = "JOBID", requires = "all")]
+    pub job: Option<String>,
+    /// Stop after this many seconds (default: when every recorded rank has
+    /// exited, or on Ctrl-C).
+    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    pub duration: Option<f64>,
+    /// The directory the archive goes in (created if missing): DIR/traces.otf2.
+    #[arg(short, long, value_name = "DIR")]
+    pub output: PathBuf,
+    /// MiB of the probes' trace ring, shared by the ranks recorded through
+    /// probes (a power of two).
+    #[arg(long, value_name = "MIB", default_value_t = 16, value_parser = ring_mib)]
+    pub probe_ring_mib: u32,
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number of seconds")),
+    }
+}
+
+fn ring_mib(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(v) if v.is_power_of_two() && v <= 1024 => Ok(v),
+        _ => Err(format!("`{s}` is not a power of two from 1 to 1024")),
+    }
 }
 
 /// Options of `top`.

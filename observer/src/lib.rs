@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod multi;
 pub mod probes;
 pub mod procfs;
+pub mod record;
 pub mod registry;
 pub mod report;
 pub mod segment;

@@ -3,3 +3,5 @@
 //! [`archive`] writes the OTF2 archive through Debian's libotf2.
 
 pub mod archive;
+pub mod command;
+pub mod shim;
