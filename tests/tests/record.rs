@@ -1,0 +1,479 @@
+//! `mpi-observer record` (issue 13): OTF2 traces of running ranks, read back
+//! by two independent readers, Debian's `otf2-print` and `python3-otf2`
+//! (through `observer/src/record/read_otf2.py`, run with `/usr/bin/python3`).
+//!
+//! - Ranks with the shim's `stats` layer (tests/programs/record/traffic.c:
+//!   blocking, nonblocking, persistent and wildcard traffic, a reversed
+//!   sub-communicator, collectives), recorded from before their traffic to
+//!   their exit, on Open MPI and MPICH: per (sender, receiver) in world
+//!   ranks exactly as many send and receive events as the program made,
+//!   every request event matched, balanced Enter/Leave, the communicator
+//!   defined by its world ranks, collectives with their operation.
+//! - A ring too small: events dropped, counted in the archive (the
+//!   `dropped_events` metric) and in the last line, the archive still valid.
+//! - Stopping a recording (SIGINT) mid-run leaves the job running and
+//!   correct, the archive valid and balanced.
+//! - Ranks without the shim are recorded through the probes: Enter/Leave of
+//!   every call, balanced and in order per thread, on the right ranks; the
+//!   job's own checks pass and no probe is left.
+//! - Bad input is one line and exit 1, and touches no rank.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use e2e::{
+    Job, Mpi, Need, assert_no_probes_left, compile, observer_bin, program, require,
+    run_with_timeout, scratch, shim_launcher, wait_with_timeout, workspace_root,
+};
+use serde_json::Value;
+
+/// `record ARGS`: (exit code, stderr lines).
+fn record(args: &[String], limit: Duration) -> (Option<i32>, Vec<String>) {
+    let o = run_with_timeout(Command::new(observer_bin()).arg("record").args(args), limit);
+    let err: Vec<String> = String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    for l in &err {
+        eprintln!("[record] {l}");
+    }
+    (o.status.code(), err)
+}
+
+/// The archive's anchor file in `dir`.
+fn anchor(dir: &Path) -> PathBuf {
+    dir.join("traces.otf2")
+}
+
+/// What `otf2-print` read from the archive.
+#[derive(Debug, Default)]
+struct Printed {
+    /// Event lines by kind (ENTER, LEAVE, MPI_SEND, ...).
+    kinds: BTreeMap<String, u64>,
+    /// ENTER lines by (location, region name).
+    enters: BTreeMap<(u64, String), u64>,
+}
+
+/// `otf2-print` reads the archive.
+fn otf2_print(dir: &Path) -> Printed {
+    let o = Command::new("otf2-print")
+        .arg(anchor(dir))
+        .output()
+        .expect("run otf2-print");
+    assert!(
+        o.status.success(),
+        "otf2-print failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut p = Printed::default();
+    // Event lines: KIND LOCATION TIMESTAMP ATTRIBUTES...
+    for l in String::from_utf8_lossy(&o.stdout).lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (Some(kind), Some(loc), Some(ts)) = (f.first(), f.get(1), f.get(2)) else {
+            continue;
+        };
+        let (Ok(loc), Ok(_)) = (loc.parse::<u64>(), ts.parse::<u64>()) else {
+            continue;
+        };
+        if !kind.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+            continue;
+        }
+        *p.kinds.entry(kind.to_string()).or_default() += 1;
+        if *kind == "ENTER" {
+            let region = l.split('"').nth(1).unwrap_or("?").to_string();
+            *p.enters.entry((loc, region)).or_default() += 1;
+        }
+    }
+    p
+}
+
+/// python3-otf2 reads the archive: the reader's JSON summary.
+fn python_read(dir: &Path) -> Value {
+    let script = workspace_root().join("observer/src/record/read_otf2.py");
+    let o = Command::new("/usr/bin/python3")
+        .arg(&script)
+        .arg(anchor(dir))
+        .output()
+        .expect("run /usr/bin/python3");
+    assert!(
+        o.status.success(),
+        "read_otf2.py failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("the reader's JSON")
+}
+
+fn readers() -> [Need; 2] {
+    [
+        Need::Command("otf2-print"),
+        Need::Command("/usr/bin/python3"),
+    ]
+}
+
+/// Starts `record ARGS` in the background; returns it once it printed its
+/// `recording` line, with its stderr lines so far.
+fn start_record(args: &[String]) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead as _;
+    let mut c = Command::new(observer_bin())
+        .arg("record")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start mpi-observer record");
+    let err = c.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("[record] {l}");
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("record's first line");
+    assert!(first.starts_with("mpi-observer: recording"), "{first}");
+    (c, rx)
+}
+
+/// Waits for `record` to end by itself; its status and remaining lines.
+fn end_record(
+    c: std::process::Child,
+    rx: std::sync::mpsc::Receiver<String>,
+) -> (Option<i32>, Vec<String>) {
+    let o = wait_with_timeout(c, Duration::from_secs(120));
+    let rest: Vec<String> = rx.try_iter().collect();
+    (o.status.code(), rest)
+}
+
+/// The traffic of tests/programs/record/traffic.c per (sender, receiver)
+/// in world ranks, for `n` ranks and `iters` iterations.
+fn expected_pairs(n: u32, iters: u64) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for r in 0..n {
+        let mut add = |to: u32, k: u64| *m.entry(format!("{r}->{to}")).or_default() += k * iters;
+        add((r + 1) % n, 3); // blocking, nonblocking, persistent
+        if r != 0 {
+            add(0, 1); // wildcard
+        }
+        add((r + n - 1) % n, 1); // the reversed communicator
+    }
+    m
+}
+
+fn as_pairs(v: &Value) -> BTreeMap<String, u64> {
+    v.as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect()
+}
+
+/// Records tests/programs/record/traffic.c on `mpi` under the shim, from
+/// before its traffic to its exit; `env` goes to every rank.
+fn record_traffic(
+    mpi: Mpi,
+    name: &str,
+    iters: u64,
+    env: &[(&str, &str)],
+) -> (Value, Vec<String>, PathBuf) {
+    let dir = scratch(name);
+    let exe = dir.join("traffic");
+    compile(mpi, &program("record/traffic.c"), &exe, &[]);
+    let mut l = shim_launcher(mpi, 3, "stats");
+    for (k, v) in env {
+        if mpi.is_open_mpi() {
+            l.args(["-x", &format!("{k}={v}")]);
+        } else {
+            l.args(["-genv", k, v]);
+        }
+    }
+    l.arg(&exe).arg(iters.to_string());
+    let job = Job::spawn(l, 3, dir.join("go"));
+    let out = dir.join("trace");
+    let mut args = job.pid_args();
+    args.extend(["-o".into(), out.display().to_string()]);
+    let (rec, rx) = start_record(&args);
+    job.finish("OK");
+    let (code, rest) = end_record(rec, rx);
+    assert_eq!(code, Some(0), "{rest:?}");
+    let last = rest.last().cloned().unwrap_or_default();
+    assert!(last.contains("every recorded rank exited"), "{rest:?}");
+    (python_read(&out), rest, out)
+}
+
+fn shim_ranks_give_full_events(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) || !require(&readers()) {
+        return;
+    }
+    let iters = 25;
+    let (r, _, out) = record_traffic(mpi, &format!("record-shim-{}", mpi.name()), iters, &[]);
+    let want = expected_pairs(3, iters);
+    assert_eq!(as_pairs(&r["sends"]), want, "send events per pair: {r}");
+    assert_eq!(as_pairs(&r["recvs"]), want, "receive events per pair: {r}");
+    // Per rank and iteration: one Isend and one persistent start each way.
+    let req = &r["requests"];
+    for k in ["isend", "isend_complete", "irecv_request", "irecv"] {
+        assert_eq!(req[k], 2 * iters * 3, "{k}: {r}");
+    }
+    assert_eq!(req["unmatched"], 0, "{r}");
+    assert_eq!(r["enter_leave_balanced"], true, "{r}");
+    assert_eq!(r["monotonic"], true, "{r}");
+    assert_eq!(r["declared_events_match"], true, "{r}");
+    assert_eq!(r["collectives"]["ALLREDUCE"], iters * 3, "{r}");
+    assert_eq!(r["collectives"]["BCAST"], iters * 3, "{r}");
+    assert_eq!(
+        r["kinds"]["MpiCollectiveBegin"], r["kinds"]["MpiCollectiveEnd"],
+        "{r}"
+    );
+    let comms = r["comms"].as_object().unwrap();
+    assert!(
+        comms.values().any(|v| v == &serde_json::json!([2, 1, 0])),
+        "the reversed communicator, by world ranks: {r}"
+    );
+    assert_eq!(r["dropped"], serde_json::json!({}), "{r}");
+    for rank in 0..3 {
+        assert_eq!(
+            r["ranks"][rank.to_string()]["name"],
+            format!("MPI Rank {rank}")
+        );
+    }
+    // The other reader agrees.
+    let p = otf2_print(&out);
+    let sends: u64 = want.values().sum();
+    let n = |k: &str| p.kinds.get(k).copied().unwrap_or(0);
+    assert_eq!(n("MPI_SEND") + n("MPI_ISEND"), sends, "{p:?}");
+    assert_eq!(n("MPI_RECV") + n("MPI_IRECV"), sends, "{p:?}");
+    assert_eq!(n("ENTER"), n("LEAVE"), "{p:?}");
+}
+
+#[test]
+fn shim_ranks_give_full_events_open_mpi() {
+    shim_ranks_give_full_events(Mpi::OpenMpi);
+}
+
+#[test]
+fn shim_ranks_give_full_events_mpich() {
+    shim_ranks_give_full_events(Mpi::Mpich);
+}
+
+#[test]
+fn a_small_ring_drops_and_says_so() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi)]) || !require(&readers()) {
+        return;
+    }
+    // 64 events a ring, 300 iterations of ~25 events each in a few ms.
+    let (r, rest, out) = record_traffic(
+        Mpi::OpenMpi,
+        "record-small-ring",
+        300,
+        &[("MPI_OBSERVER_TRACE_RING_EVENTS", "64")],
+    );
+    let dropped: u64 = r["dropped"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert!(dropped > 0, "the archive reports dropped events: {r}");
+    let last = rest.last().unwrap();
+    let said: u64 = last
+        .split("dropped: ")
+        .nth(1)
+        .and_then(|x| x.split_whitespace().next())
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(0);
+    assert_eq!(said, dropped, "the last line and the archive agree: {last}");
+    // What was kept is still a valid, balanced archive.
+    assert_eq!(r["enter_leave_balanced"], true, "{r}");
+    assert_eq!(r["declared_events_match"], true, "{r}");
+    assert!(otf2_print(&out).kinds.get("METRIC").copied().unwrap_or(0) > 0);
+}
+
+#[test]
+fn stopping_a_recording_leaves_the_job_intact() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi)]) || !require(&readers()) {
+        return;
+    }
+    let dir = scratch("record-stop");
+    let exe = dir.join("busy");
+    compile(Mpi::OpenMpi, &program("top/busy.c"), &exe, &[]);
+    let mut l = shim_launcher(Mpi::OpenMpi, 3, "stats");
+    l.arg(&exe);
+    let job = Job::spawn(l, 3, dir.join("stop"));
+    let out = dir.join("trace");
+    let mut args = job.pid_args();
+    args.extend(["-o".into(), out.display().to_string()]);
+    let (rec, rx) = start_record(&args);
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let (code, rest) = end_record(rec, rx);
+    assert_eq!(code, Some(0), "{rest:?}");
+    assert!(rest.last().unwrap().contains("(interrupted"), "{rest:?}");
+    // The ranks go on, unrecorded, and check their own results.
+    std::thread::sleep(Duration::from_millis(500));
+    job.finish("OK");
+    let r = python_read(&out);
+    assert_eq!(r["enter_leave_balanced"], true, "{r}");
+    assert_eq!(r["monotonic"], true, "{r}");
+    // Each rank starts and stops at its own instant: a pair's sends and
+    // receives differ by the messages in flight then, a few at most.
+    let (sends, recvs) = (as_pairs(&r["sends"]), as_pairs(&r["recvs"]));
+    assert_eq!(sends.len(), 3, "the ring's three pairs: {r}");
+    for (pair, n) in &sends {
+        let m = recvs.get(pair).copied().unwrap_or(0);
+        assert!(
+            *n > 50 && n.abs_diff(m) <= 3,
+            "{pair}: {n} sent, {m} received: {r}"
+        );
+    }
+}
+
+#[test]
+fn probed_ranks_give_enter_and_leave() {
+    if !require(&[Need::Root, Need::Mpi(Mpi::OpenMpi)]) || !require(&readers()) {
+        return;
+    }
+    let dir = scratch("record-probes");
+    let exe = dir.join("busy");
+    compile(Mpi::OpenMpi, &program("top/busy.c"), &exe, &[]);
+    let mut l = Mpi::OpenMpi.launcher(3);
+    l.arg(&exe);
+    let job = Job::spawn(l, 3, dir.join("stop"));
+    let out = dir.join("trace");
+    let mut args = job.pid_args();
+    args.extend(["--duration".into(), "2".into(), "-o".into()]);
+    args.push(out.display().to_string());
+    let (code, err) = record(&args, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{err:?}");
+    assert!(
+        err[0].starts_with("mpi-observer: recording 3 ranks")
+            && err[0].contains("3 through probes"),
+        "{err:?}"
+    );
+    assert!(
+        err.last().unwrap().contains("the duration was reached"),
+        "{err:?}"
+    );
+    let pids = job.pids();
+    // The job goes on unharmed, and checks its own results.
+    std::thread::sleep(Duration::from_millis(300));
+    job.finish("OK");
+    assert_no_probes_left();
+
+    let p = otf2_print(&out);
+    let enters = p.kinds.get("ENTER").copied().unwrap_or(0);
+    assert!(enters > 300, "{p:?}");
+    assert_eq!(p.kinds.get("LEAVE"), Some(&enters), "{p:?}");
+    // Every iteration makes one Barrier, one Sendrecv and one Allreduce:
+    // tracing starts and stops for a whole rank at once, so each rank's
+    // three counts differ by the calls under way at the start and stop.
+    for rank in 0..3u64 {
+        let n = |f: &str| p.enters.get(&(rank, f.to_string())).copied().unwrap_or(0);
+        let counts = [n("MPI_Barrier"), n("MPI_Sendrecv"), n("MPI_Allreduce")];
+        let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+        assert!(*lo > 100 && hi - lo <= 2, "rank {rank}: {counts:?}");
+    }
+    let r = python_read(&out);
+    assert_eq!(r["enter_leave_balanced"], true, "{r}");
+    assert_eq!(r["monotonic"], true, "{r}");
+    assert_eq!(r["in_clock_range"], true, "{r}");
+    assert_eq!(r["declared_events_match"], true, "{r}");
+    for rank in 0..3 {
+        let g = &r["ranks"][rank.to_string()];
+        assert_eq!(g["name"], format!("MPI Rank {rank}"), "{r}");
+        assert_eq!(g["pid"], pids[rank], "{r}");
+        assert!(g["events"].as_u64().unwrap() > 30, "{r}");
+    }
+    assert!(r["clock"]["realtime_timestamp"].as_u64().is_some(), "{r}");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_1() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    let dir = scratch("record-bad");
+    let taken = dir.join("taken");
+    std::fs::create_dir_all(&taken).unwrap();
+    std::fs::write(anchor(&taken), b"an archive").unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let me = std::process::id().to_string();
+    let dead = "4000000".to_string();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "--pid".into(),
+                dead.clone(),
+                "-o".into(),
+                dir.join("x").display().to_string(),
+            ],
+            "is not running",
+        ),
+        (
+            vec![
+                "--pid".into(),
+                me.clone(),
+                "-o".into(),
+                dir.join("y").display().to_string(),
+            ],
+            "has no MPI library",
+        ),
+        (
+            vec![
+                "--pid".into(),
+                me.clone(),
+                "-o".into(),
+                taken.display().to_string(),
+            ],
+            "exists",
+        ),
+        (
+            vec![
+                "--pid".into(),
+                me.clone(),
+                "-o".into(),
+                file.join("sub").display().to_string(),
+            ],
+            "cannot create",
+        ),
+        (
+            vec![
+                "--pid".into(),
+                me.clone(),
+                "--duration".into(),
+                "0".into(),
+                "-o".into(),
+                dir.join("z").display().to_string(),
+            ],
+            "positive number of seconds",
+        ),
+    ];
+    for (args, want) in &cases {
+        let (code, err) = record(args, Duration::from_secs(30));
+        let err: Vec<&String> = err.iter().filter(|l| !l.trim().is_empty()).collect();
+        assert_ne!(code, Some(0), "record {args:?}: {err:?}");
+        assert!(
+            err.iter().any(|l| l.contains(want)),
+            "record {args:?} should say {want:?}: {err:?}"
+        );
+        if *want != "positive number of seconds" {
+            // clap's own usage errors have their usage lines; ours are one.
+            assert_eq!(code, Some(1), "record {args:?}: {err:?}");
+            assert_eq!(err.len(), 1, "one line for record {args:?}: {err:?}");
+        }
+    }
+    assert_eq!(
+        std::fs::read(anchor(&taken)).unwrap(),
+        b"an archive",
+        "an existing archive is never touched"
+    );
+}
