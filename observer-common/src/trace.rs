@@ -35,8 +35,8 @@ pub const PATH_SUFFIX: &str = ".trace";
 /// Rings unless `MPI_OBSERVER_TRACE_RINGS` says otherwise.
 pub const DEFAULT_RINGS: u32 = 8;
 /// Events per ring unless `MPI_OBSERVER_TRACE_RING_EVENTS` says otherwise
-/// (1 MiB of records).
-pub const DEFAULT_RING_EVENTS: u32 = 16_384;
+/// (4 MiB of records, reserved only when a thread claims the ring).
+pub const DEFAULT_RING_EVENTS: u32 = 65_536;
 /// Bounds of the ring count.
 pub const RINGS: core::ops::RangeInclusive<u32> = 1..=256;
 /// Bounds of the events per ring (rounded down to a power of two).

@@ -3,6 +3,7 @@ mod bench_callsites;
 mod bench_common;
 mod bench_inject;
 mod bench_observer;
+mod bench_record;
 mod bench_shim;
 mod bench_stats;
 mod codegen;
@@ -51,7 +52,8 @@ enum Cmd {
     /// Benchmarks: `shim` (the layering shim's dispatch cost and latency),
     /// `observer` (probe cost, attach, scrape), `stats` (the argument
     /// layer), `inject` (`attach --inject`: latency, injection time),
-    /// `callsites` (what recording call sites adds per call).
+    /// `callsites` (what recording call sites adds per call), `record`
+    /// (what an OTF2 recording costs the job, and its drain rate).
     Bench {
         /// Which benchmark to run.
         which: String,
@@ -139,9 +141,10 @@ fn main() -> Result<()> {
             "stats" => bench_stats::run(&root),
             "inject" => bench_inject::run(&root),
             "callsites" => bench_callsites::run(&root),
+            "record" => bench_record::run(&root),
             other => {
                 anyhow::bail!(
-                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites)"
+                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record)"
                 )
             }
         },
