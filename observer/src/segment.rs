@@ -212,6 +212,13 @@ impl Segment {
         let gone = procfs::stat(pid).map_or(true, |st| st.is_dead());
         if gone && ours.dev() == there.dev() && ours.ino() == there.ino() {
             let _ = std::fs::remove_file(&path);
+            // Its recording rings (`mpi-observer record`), made with it.
+            let rings = format!("{path}{}", observer_common::trace::PATH_SUFFIX);
+            if std::fs::symlink_metadata(&rings)
+                .is_ok_and(|m| m.file_type().is_file() && m.uid() == ours.uid())
+            {
+                let _ = std::fs::remove_file(&rings);
+            }
         }
     }
 

@@ -540,8 +540,10 @@ fn kill_marked(mark: &str) -> usize {
         if env.windows(needle.len()).any(|w| w == needle.as_bytes()) {
             // SAFETY: kill(2) on a process this run started.
             unsafe { kill(pid as i32, SIGKILL) };
-            // A rank killed under `stats` leaves its segment behind.
+            // A rank killed under `stats` leaves its segment (and its
+            // trace file) behind.
             let _ = fs::remove_file(format!("/dev/shm/mpi-observer.{pid}"));
+            let _ = fs::remove_file(format!("/dev/shm/mpi-observer.{pid}.trace"));
             n += 1;
         }
     }

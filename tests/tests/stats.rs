@@ -618,8 +618,9 @@ fn stats_no_dev_shm_mpich() {
     no_shm(Mpi::Mpich);
 }
 
-/// A rank killed by a signal cannot unlink its segment; once its figures
-/// have been retained long enough, the daemon removes the orphan.
+/// A rank killed by a signal cannot unlink its segment (nor its trace
+/// file); once its figures have been retained long enough, the daemon
+/// removes both orphans.
 #[test]
 fn stats_segment_of_a_killed_job_is_removed() {
     let mpi = Mpi::OpenMpi;
@@ -636,10 +637,16 @@ fn stats_segment_of_a_killed_job_is_removed() {
         .concat(),
     );
     scrape_with_figures(&mut d, &[0, 1, 2, 3]);
+    // The segment and its recording rings (`mpi-observer record`).
     let segments: Vec<String> = job
         .pids()
         .iter()
-        .map(|p| format!("/dev/shm/mpi-observer.{p}"))
+        .flat_map(|p| {
+            [
+                format!("/dev/shm/mpi-observer.{p}"),
+                format!("/dev/shm/mpi-observer.{p}.trace"),
+            ]
+        })
         .collect();
     for s in &segments {
         assert!(Path::new(s).exists(), "{s} must exist while the job runs");
