@@ -5,7 +5,8 @@
 //! - Ranks with the shim's `stats` layer (tests/programs/record/traffic.c:
 //!   blocking, nonblocking, persistent and wildcard traffic, a reversed
 //!   sub-communicator, collectives), recorded from before their traffic to
-//!   their exit, on Open MPI and MPICH: per (sender, receiver) in world
+//!   their exit, on Open MPI 4 and 5, MPICH 4, and MPICH 5 through the MPI-5
+//!   standard ABI: per (sender, receiver) in world
 //!   ranks exactly as many send and receive events as the program made,
 //!   every request event matched, balanced Enter/Leave, the communicator
 //!   defined by its world ranks, collectives with their operation.
@@ -264,6 +265,16 @@ fn shim_ranks_give_full_events_mpich() {
 }
 
 #[test]
+fn shim_ranks_give_full_events_open_mpi5() {
+    shim_ranks_give_full_events(Mpi::OpenMpi5);
+}
+
+#[test]
+fn shim_ranks_give_full_events_mpich5_standard_abi() {
+    shim_ranks_give_full_events(Mpi::Mpich5Abi);
+}
+
+#[test]
 fn a_small_ring_drops_and_says_so() {
     if !require(&[Need::Mpi(Mpi::OpenMpi)]) || !require(&readers()) {
         return;
@@ -471,6 +482,10 @@ fn bad_input_is_one_line_and_exit_1() {
             assert_eq!(err.len(), 1, "one line for record {args:?}: {err:?}");
         }
     }
+    assert!(
+        !dir.join("x").exists() && !dir.join("y").exists(),
+        "a refused recording leaves no directory behind"
+    );
     assert_eq!(
         std::fs::read(anchor(&taken)).unwrap(),
         b"an archive",

@@ -239,8 +239,14 @@ struct Tally {
 
 /// Runs `record`.
 pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
+    let existed = args.output.exists();
     let dir = check_output(&args.output)?;
-    let pids = targets(args)?;
+    let pids = targets(args).inspect_err(|_| {
+        // Bad input leaves nothing behind: not even the directory.
+        if !existed {
+            let _ = std::fs::remove_dir(&dir);
+        }
+    })?;
     let regions = regions();
     let mut archive = Archive::create(
         &dir,
