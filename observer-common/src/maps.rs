@@ -405,6 +405,7 @@ mod tests {
         assert_eq!(size_of::<ProcConfig>() % 8, 0);
         assert_eq!(size_of::<SiteKey>(), 16);
         assert_eq!(size_of::<SiteStats>(), 16);
+        assert_eq!(size_of::<TraceCall>(), 4 * 4 + 2 * 8 + 2 * 8);
         assert_eq!(size_of::<Inflight>(), 8 + 16 + 4 + 4 + 2 * STACK_DEPTH + 8);
     }
 
@@ -413,7 +414,8 @@ mod tests {
         assert_eq!(ErrorCounter::StatsUpdate as u32, 0);
         assert_eq!(ErrorCounter::InflightUpdate as u32, 1);
         assert_eq!(ErrorCounter::CallsiteUpdate as u32, 2);
-        assert_eq!(ERROR_COUNTERS, ErrorCounter::CallsiteUpdate as u32 + 1);
+        assert_eq!(ErrorCounter::TraceDropped as u32, 3);
+        assert_eq!(ERROR_COUNTERS, ErrorCounter::TraceDropped as u32 + 1);
     }
 
     #[test]
