@@ -261,10 +261,12 @@ fn now() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn emit(t: &Tracer, ev: &TraceEvent) {
-    if let Some((h, recs)) = ring(t) {
+/// Writes `ev` to this thread's ring; false if it was dropped.
+fn emit(t: &Tracer, ev: &TraceEvent) -> bool {
+    match ring(t) {
         // SAFETY: this thread owns the ring for this recording.
-        unsafe { t::push(h, recs, t.events, ev) };
+        Some((h, recs)) => unsafe { t::push(h, recs, t.events, ev) },
+        None => false,
     }
 }
 
@@ -340,20 +342,27 @@ fn comm_id(t: &Tracer, s: &State, comm: usize) -> Option<u32> {
         let mut def = event(Kind::CommDef, 0);
         def.comm = info.trace_id;
         def.peer = info.size;
-        emit(t, &def);
-        let world: Vec<u32> = info.world.iter().map(|&w| w as u32).collect();
-        for (k, chunk) in world.chunks(RANKS_PER_RECORD).enumerate() {
-            emit(
+        let mut whole = emit(t, &def);
+        for (k, chunk) in info.world.chunks(RANKS_PER_RECORD).enumerate() {
+            let mut ranks = [u32::MAX; RANKS_PER_RECORD];
+            for (d, w) in ranks.iter_mut().zip(chunk) {
+                *d = *w as u32;
+            }
+            whole &= emit(
                 t,
                 &TraceEvent::comm_ranks_record(
                     def.t_ns,
                     info.trace_id,
                     (k * RANKS_PER_RECORD) as u32,
-                    chunk,
+                    &ranks[..chunk.len()],
                 ),
             );
         }
-        info.announced.store(generation, Relaxed);
+        // A definition that lost a record to a full ring is written again
+        // at the communicator's next use.
+        if whole {
+            info.announced.store(generation, Relaxed);
+        }
     }
     Some(info.trace_id)
 }
