@@ -214,7 +214,8 @@ pub(crate) unsafe extern "C" fn irecv<const ROW: usize, const L: bool, const PER
         let comm = s.abi.handle(comm);
         // SAFETY: the library just stored the new request there.
         let handle = unsafe { s.abi.handle_at(req, 0) };
-        if !PERSISTENT {
+        // A receive from MPI_PROC_NULL completes without a message.
+        if !PERSISTENT && int(src) != s.abi.c.proc_null {
             trace::request(trace::Kind::MpiIrecvRequest, handle as u64);
         }
         requests::track(
@@ -394,6 +395,8 @@ pub(crate) unsafe extern "C" fn mrecv<const ROW: usize, const L: bool>(
         if p != NULL_PEER {
             // SAFETY: the library filled `st`.
             s.message(p, RECV, unsafe { s.abi.received(st as *const u8) });
+            // SAFETY: as above.
+            unsafe { trace::received_matched(s, p, st as *const u8, 0) };
         }
     }
     rc
@@ -416,6 +419,12 @@ pub(crate) unsafe extern "C" fn imrecv<const ROW: usize, const L: bool>(
     if rc == 0 {
         // SAFETY: the library just stored the new request there.
         let handle = unsafe { s.abi.handle_at(req, 0) };
+        let p = take_message(s, m);
+        // Only a receive whose completion can name its sender (see
+        // `trace::received_matched`) is announced.
+        if p >= 0 {
+            trace::request(trace::Kind::MpiIrecvRequest, handle as u64);
+        }
         requests::track(
             s,
             Entry {
@@ -423,7 +432,7 @@ pub(crate) unsafe extern "C" fn imrecv<const ROW: usize, const L: bool>(
                 kind: Kind::Mrecv,
                 persistent: false,
                 comm: 0,
-                peer: take_message(s, m),
+                peer: p,
                 bytes: s.abi.bytes(count::<L>(n), s.abi.handle(dt)).unwrap_or(0),
                 recv_bytes: 0,
                 dest_tag: (-1, 0),

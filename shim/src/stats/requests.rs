@@ -327,6 +327,8 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8) {
                 // SAFETY: per the caller.
                 let bytes = unsafe { s.abi.received(status) };
                 s.message(PEER[i].load(Relaxed), observer_common::segment::RECV, bytes);
+                // SAFETY: per the caller.
+                unsafe { super::trace::received_matched(s, PEER[i].load(Relaxed), status, handle) };
             }
             1 | 2 => {
                 s.add(&s.counters.unattributed_messages, 1);

@@ -203,6 +203,25 @@ fn os(path: &str, what: &'static str) -> SegmentError {
     }
 }
 
+/// Creates `path` as a new file of this process's, mode 0600, for reading
+/// and writing; returns its descriptor, or -1 with `errno` set.
+pub(crate) fn create_own(path: &std::ffi::CStr) -> c_int {
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o600) };
+    if fd >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+        return fd;
+    }
+    // A file left by an earlier process with this pid that died before
+    // MPI_Finalize. /dev/shm is sticky, so only our own file can be
+    // unlinked; anyone else's makes the second open fail, as it should.
+    // SAFETY: NUL-terminated path.
+    unsafe {
+        libc::unlink(path.as_ptr());
+        libc::open(path.as_ptr(), flags, 0o600)
+    }
+}
+
 /// Creates the segment with header flags `marks`, `ready` set at once or not.
 fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
     let abi = Abi::detect()?;
@@ -236,18 +255,7 @@ fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
     let size = l.size;
     let path = format!("{PATH_PREFIX}{}", std::process::id());
     let cpath = CString::new(path.clone()).expect("no NUL in a number");
-    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: NUL-terminated path.
-    let mut fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
-    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
-        // A file left by an earlier process with this pid that died before
-        // MPI_Finalize. /dev/shm is sticky, so only our own file can be
-        // unlinked; anyone else's makes the second open fail, as it should.
-        // SAFETY: NUL-terminated path.
-        unsafe { libc::unlink(cpath.as_ptr()) };
-        // SAFETY: as above.
-        fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
-    }
+    let fd = create_own(&cpath);
     if fd < 0 {
         return Err(os(&path, "open"));
     }

@@ -109,16 +109,7 @@ pub(crate) fn create(world_rank: u32, world_size: u32) {
             libc::write(2, line.as_ptr().cast(), line.len());
         }
     };
-    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: NUL-terminated path.
-    let mut fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
-    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
-        // Left by an earlier process with this pid (see the segment's).
-        // SAFETY: NUL-terminated path.
-        unsafe { libc::unlink(cpath.as_ptr()) };
-        // SAFETY: as above.
-        fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
-    }
+    let fd = super::segment::create_own(&cpath);
     if fd < 0 {
         return fail("open", -1);
     }
@@ -437,6 +428,35 @@ pub(crate) unsafe fn received(s: &State, comm: usize, status: *const u8, request
     message(t, s, kind, comm, src, tag, bytes.unwrap_or(0), request);
 }
 
+/// A completed matched receive (`MPI_Mrecv`, or the completion of
+/// `MPI_Imrecv`'s `request`): the probe remembered the sender's world
+/// rank, so the event is on `MPI_COMM_WORLD`. Nothing when that rank is
+/// unknown (a sender outside the world, a full message table).
+///
+/// # Safety
+/// `status` is a status the library filled.
+pub(crate) unsafe fn received_matched(s: &State, world_peer: i32, status: *const u8, request: u64) {
+    let Some(t) = traced() else {
+        return;
+    };
+    if world_peer < 0 {
+        return;
+    }
+    // SAFETY: per the caller.
+    let (tag, bytes) = unsafe { (s.abi.tag(status), s.abi.received(status)) };
+    let kind = if request != 0 {
+        Kind::MpiIrecv
+    } else {
+        Kind::MpiRecv
+    };
+    let mut e = event(kind, 0);
+    e.peer = world_peer;
+    e.tag = tag;
+    e.bytes = bytes.unwrap_or(0);
+    e.request = request;
+    emit(t, &e);
+}
+
 /// A request event without message fields (`MpiIrecvRequest`,
 /// `MpiIsendComplete`, `MpiRequestCancelled`).
 pub(crate) fn request(kind: Kind, request: u64) {
@@ -457,7 +477,8 @@ fn rooted(row: usize) -> bool {
     ]
     .iter()
     .any(|p| base.starts_with(p))
-        && !base.to_ascii_lowercase().starts_with("reduce_scatter")
+        && !base.starts_with("Reduce_scatter")
+        && !base.starts_with("reduce_scatter")
 }
 
 /// The start of blocking collective `row`.
@@ -484,4 +505,36 @@ pub(crate) fn collective_end(s: &State, row: usize, args: &[usize], sent: u64, r
     e.bytes = sent;
     e.bytes2 = recv;
     emit(t, &e);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str) -> usize {
+        FUNCTIONS.iter().position(|f| f.name == name).unwrap()
+    }
+
+    #[test]
+    fn rooted_collectives() {
+        for n in [
+            "MPI_Bcast",
+            "MPI_Reduce",
+            "MPI_Gather",
+            "MPI_Gatherv",
+            "MPI_Scatterv",
+        ] {
+            assert!(rooted(row(n)), "{n}");
+        }
+        for n in [
+            "MPI_Allreduce",
+            "MPI_Allgather",
+            "MPI_Reduce_scatter",
+            "MPI_Reduce_scatter_block",
+            "MPI_Barrier",
+            "MPI_Alltoall",
+        ] {
+            assert!(!rooted(row(n)), "{n}");
+        }
+    }
 }
