@@ -6,18 +6,22 @@
 //! TraceHeader | Ring[ring_count], each: RingHeader (128 B) | TraceEvent[ring_events]
 //! ```
 //!
-//! Each ring has one producer, the application thread that claimed it for
-//! the current recording (`owner`, a CAS from 0), and one consumer, the
-//! recorder. The producer writes a record at `head % ring_events`, then
-//! publishes it by storing `head + 1` (Release); the consumer reads the
-//! records between its `tail` and `head` (Acquire), then stores `tail`
-//! (Release). A full ring drops the event and counts it in `dropped`: the
-//! application never waits.
+//! Each ring has one producer, the application thread that claimed it
+//! (`owner`, a CAS from 0, at its first event of a recording), and one
+//! consumer, the recorder. The producer writes a record at
+//! `head % ring_events`, then publishes it by storing `head + 1`
+//! (Release); the consumer reads the records between its `tail` and
+//! `head` (Acquire), then stores `tail` (Release). A full ring drops the
+//! event and counts it in `dropped`: the application never waits.
 //!
-//! The recorder starts a recording with `active == 0`: every ring's owner
-//! back to 0 and its tail to its head, then `generation + 1`, then
-//! `active = 1` (Release). A thread's claim is valid for one generation.
-//! While `active == 0` the shim writes nothing: its hot path is one load.
+//! The recorder starts a recording with `active == 0`: every ring's tail
+//! to its head, the owner of a ring whose thread exited back to 0, then
+//! `generation + 1`, then `active = 1` (Release). A live thread keeps its
+//! ring from one recording to the next (it may be writing a Leave while
+//! the next recording starts: handing its ring to another thread would
+//! make two producers); it checks at its first event of each generation
+//! that the ring is still its own. While `active == 0` the shim writes
+//! nothing but the Leaves of calls whose Enter it wrote.
 //!
 //! The file is sized with `ftruncate` and so costs no memory until a ring is
 //! used; a thread claiming a ring first reserves that ring's pages with
@@ -78,7 +82,8 @@ pub struct TraceHeader {
 /// One ring's header: the producer's line, then the consumer's.
 #[repr(C, align(64))]
 pub struct RingHeader {
-    /// Thread ID of the producer in this recording, 0 if unclaimed.
+    /// Thread ID of the producer, 0 if unclaimed (kept across recordings
+    /// while the thread lives).
     pub owner: AtomicU32,
     /// Zero.
     pub pad: u32,

@@ -13,7 +13,10 @@
 
 use std::{
     fs::File,
-    os::unix::fs::{MetadataExt as _, OpenOptionsExt as _},
+    os::{
+        fd::AsRawFd as _,
+        unix::fs::{MetadataExt as _, OpenOptionsExt as _},
+    },
     ptr::NonNull,
     sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
@@ -25,6 +28,9 @@ use observer_common::{
 
 /// One process's rings, mapped.
 pub struct ShimRecorder {
+    pid: u32,
+    /// The open file, holding its `flock`.
+    _lock: File,
     base: NonNull<u8>,
     len: usize,
     rings: u32,
@@ -45,8 +51,8 @@ pub fn path(pid: u32) -> String {
 
 impl ShimRecorder {
     /// Maps `pid`'s trace file; `None` when it has none (no shim, or no
-    /// `stats` layer, or a shim of an earlier version), or when the file
-    /// is not one to trust.
+    /// `stats` layer, or a shim of an earlier version), when the file is
+    /// not one to trust, or when another recorder has it open.
     pub fn open(pid: u32) -> Option<ShimRecorder> {
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -63,8 +69,16 @@ impl ShimRecorder {
         if !(t::HEADER_BYTES..=t::MAX_BYTES).contains(&len) {
             return None;
         }
+        // One recorder a process: two would both move the rings' tails (the
+        // rings have one consumer). The lock goes with the descriptor.
+        // SAFETY: our descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return None;
+        }
         let base = map(&file, len as usize)?;
         let mut r = ShimRecorder {
+            pid,
+            _lock: file,
             base,
             len: len as usize,
             rings: 0,
@@ -109,6 +123,14 @@ impl ShimRecorder {
         }
     }
 
+    /// Whether thread `tid` of the process still runs (its `/proc` entry:
+    /// the shim's ids are the recorder's when both share a pid namespace;
+    /// otherwise every ring is freed at each start, as if its thread had
+    /// exited).
+    fn thread_alive(&self, tid: u32) -> bool {
+        std::path::Path::new(&format!("/proc/{}/task/{tid}", self.pid)).exists()
+    }
+
     /// This process's rank in `MPI_COMM_WORLD`, as the shim read it.
     pub fn world_rank(&self) -> Option<u32> {
         Some(self.header().world_rank)
@@ -119,8 +141,14 @@ impl ShimRecorder {
         self.header().world_size
     }
 
-    /// Starts a recording: every ring free and empty, a new generation,
-    /// then `active`.
+    /// Starts a recording: every ring empty, the rings of exited threads
+    /// free, a new generation, then `active`.
+    ///
+    /// A live thread keeps its ring: it may be writing to it right now (a
+    /// Leave, or an event it began before this start), so giving the ring
+    /// to another thread could make two producers. A thread that exited
+    /// writes nothing; its ring goes back to 0 (a thread that took over its
+    /// id takes the ring back, see the shim's `claim`).
     pub fn start(&mut self) {
         self.no_ring_at_start = self.header().no_ring.load(Relaxed);
         let h = self.header();
@@ -129,7 +157,10 @@ impl ShimRecorder {
         for i in 0..self.rings {
             let (r, _) = self.ring(i);
             r.tail.store(r.head.load(Acquire), Release);
-            r.owner.store(0, Release);
+            let owner = r.owner.load(Acquire);
+            if owner != 0 && !self.thread_alive(owner) {
+                let _ = r.owner.compare_exchange(owner, 0, AcqRel, Relaxed);
+            }
             dropped.push(r.dropped.load(Relaxed));
         }
         h.generation.fetch_add(1, AcqRel);
@@ -192,7 +223,6 @@ impl Drop for ShimRecorder {
 }
 
 fn map(file: &File, len: usize) -> Option<NonNull<u8>> {
-    use std::os::fd::AsRawFd as _;
     // SAFETY: a shared mapping of a regular file of `len` bytes.
     let p = unsafe {
         libc::mmap(
@@ -208,4 +238,170 @@ fn map(file: &File, len: usize) -> Option<NonNull<u8>> {
         return None;
     }
     NonNull::new(p.cast())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{io::Write as _, os::unix::fs::PermissionsExt as _};
+
+    use observer_common::trace::{Kind, TraceEvent};
+
+    use super::*;
+
+    /// A trace file for this test process, as a shim would write it, with
+    /// `rings` rings of 64 events; removed on drop.
+    struct Fake {
+        path: String,
+        map: NonNull<u8>,
+        len: usize,
+    }
+
+    impl Fake {
+        fn new(rings: u32) -> Fake {
+            let path = path(std::process::id());
+            let len = t::file_bytes(rings, 64);
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)
+                .unwrap();
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .unwrap();
+            f.set_len(len).unwrap();
+            f.flush().unwrap();
+            let map = map(&f, len as usize).unwrap();
+            // SAFETY: a fresh zeroed mapping at least a header long.
+            let h = unsafe { &mut *map.as_ptr().cast::<TraceHeader>() };
+            h.magic = t::MAGIC;
+            h.version = t::VERSION;
+            h.header_size = size_of::<TraceHeader>() as u32;
+            h.total_size = len;
+            h.ring_count = rings;
+            h.ring_events = 64;
+            h.rings_offset = t::HEADER_BYTES;
+            h.world_rank = 3;
+            h.world_size = 4;
+            h.ready.store(1, Release);
+            Fake {
+                path,
+                map,
+                len: len as usize,
+            }
+        }
+
+        fn header(&self) -> &TraceHeader {
+            // SAFETY: as in `new`.
+            unsafe { &*self.map.as_ptr().cast::<TraceHeader>() }
+        }
+
+        fn edit(&mut self) -> &mut TraceHeader {
+            // SAFETY: as in `new`.
+            unsafe { &mut *self.map.as_ptr().cast::<TraceHeader>() }
+        }
+
+        /// The producer's side of ring `i`, as owner `tid`.
+        fn push(&self, i: u32, tid: u32, ev: &TraceEvent) -> bool {
+            let off = t::ring_offset(i, 64) as usize;
+            // SAFETY: ring `i` of the mapping; this test is its producer.
+            unsafe {
+                let p = self.map.as_ptr().add(off);
+                let h = &*p.cast::<RingHeader>();
+                h.owner.store(tid, Release);
+                t::push(
+                    h,
+                    p.add(size_of::<RingHeader>()).cast::<TraceEvent>(),
+                    64,
+                    ev,
+                )
+            }
+        }
+    }
+
+    impl Drop for Fake {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+            // SAFETY: our mapping.
+            unsafe { libc::munmap(self.map.as_ptr().cast(), self.len) };
+        }
+    }
+
+    fn ev(t_ns: u64) -> TraceEvent {
+        TraceEvent {
+            t_ns,
+            kind: Kind::Enter as u16,
+            ..TraceEvent::default()
+        }
+    }
+
+    // One test, as every case uses this process's one trace file path.
+    #[test]
+    fn start_drain_drop_stop_and_refusals() {
+        let me = std::process::id();
+        // No file: no recorder.
+        let _ = std::fs::remove_file(path(me));
+        assert!(ShimRecorder::open(me).is_none());
+
+        let mut f = Fake::new(2);
+        let mut r = ShimRecorder::open(me).expect("a valid file");
+        assert_eq!((r.world_rank(), r.world_size()), (Some(3), 4));
+        // A second recorder of the same process is refused.
+        assert!(ShimRecorder::open(me).is_none());
+
+        // Leftovers from before the start are discarded.
+        assert!(f.push(0, 11, &ev(1)));
+        let g = f.header().generation.load(Relaxed);
+        r.start();
+        assert_eq!(f.header().active.load(Relaxed), 1);
+        assert_eq!(f.header().generation.load(Relaxed), g + 1);
+        // A live thread keeps its ring; one that never existed (an exited
+        // thread) loses it.
+        let ring_owner = |i: u32| {
+            let off = t::ring_offset(i, 64) as usize;
+            // SAFETY: ring `i`'s header.
+            unsafe { &*f.map.as_ptr().add(off).cast::<RingHeader>() }
+                .owner
+                .load(Relaxed)
+        };
+        assert_eq!(ring_owner(0), 0, "tid 11 is no thread of this process");
+        assert!(f.push(1, me, &ev(2)));
+        r.start();
+        assert_eq!(ring_owner(1), me, "a live thread keeps its ring");
+
+        let mut got = Vec::new();
+        assert_eq!(r.drain(|tid, e| got.push((tid, e.t_ns))), 0);
+        for k in 0..70 {
+            f.push(1, me, &ev(100 + k));
+        }
+        f.header().no_ring.fetch_add(5, Relaxed);
+        assert_eq!(r.drain(|tid, e| got.push((tid, e.t_ns))), 64);
+        assert_eq!(got.first(), Some(&(me, 100)));
+        assert_eq!(got.last(), Some(&(me, 163)));
+        assert_eq!(r.dropped(), (vec![(me, 6)], 5));
+
+        r.stop();
+        assert_eq!(f.header().active.load(Relaxed), 0);
+        drop(r);
+        // The lock goes with the recorder.
+        let mut r = ShimRecorder::open(me).expect("free again");
+        r.start();
+        drop(r);
+        assert_eq!(f.header().active.load(Relaxed), 0, "stopped on drop");
+
+        // Files not to trust.
+        f.edit().version = t::VERSION + 1;
+        assert!(ShimRecorder::open(me).is_none(), "another version");
+        f.edit().version = t::VERSION;
+        f.edit().ring_count = 3;
+        assert!(ShimRecorder::open(me).is_none(), "rings beyond the file");
+        f.edit().ring_count = 2;
+        f.edit().ring_events = 63;
+        assert!(ShimRecorder::open(me).is_none(), "not a power of two");
+        f.edit().ring_events = 64;
+        std::fs::set_permissions(&f.path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(ShimRecorder::open(me).is_none(), "writable by others");
+        std::fs::set_permissions(&f.path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(ShimRecorder::open(me).is_some());
+    }
 }

@@ -7,7 +7,8 @@
 //! only looks when it times a call). While one is on, an application-level
 //! call emits Enter and Leave, and the stats layer's wrappers emit the
 //! message, request and collective events inside it, into the ring of the
-//! calling thread, claimed at its first event of the recording. A call
+//! calling thread, claimed at its first event of a recording and kept
+//! while the thread lives (see [`claim`]). A call
 //! emits its Leave if and only if it emitted its Enter, and the other events
 //! only inside such a call, so a recording that starts or stops mid-call
 //! stays balanced. A full ring drops and counts; nothing here blocks,
@@ -183,6 +184,9 @@ fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
+/// The TLS ring word of a thread that found no ring in its generation.
+const NO_RING: u32 = u32::MAX;
+
 /// This thread's ring for the current recording, claiming one if needed.
 #[inline(always)]
 fn ring(t: &Tracer) -> Option<(&RingHeader, *mut TraceEvent)> {
@@ -191,31 +195,68 @@ fn ring(t: &Tracer) -> Option<(&RingHeader, *mut TraceEvent)> {
     // SAFETY: this thread's TLS words.
     let (idx, generation) = unsafe { (w.read(), w.add(2).cast::<u64>().read()) };
     let i = if idx != 0 && generation == gen_now {
+        if idx == NO_RING {
+            t.header.no_ring.fetch_add(1, Relaxed);
+            return None;
+        }
         idx - 1
     } else {
-        claim(t, gen_now)?
+        claim(t, idx, gen_now)?
     };
-    let off = t::ring_offset(i, t.events) as usize;
     // SAFETY: ring `i` lies within the mapping; its header is 128 bytes.
+    unsafe { Some(ring_at(t, i)) }
+}
+
+/// Ring `i`'s header and records.
+///
+/// # Safety
+/// `i < t.rings`.
+unsafe fn ring_at(t: &Tracer, i: u32) -> (&RingHeader, *mut TraceEvent) {
+    let off = t::ring_offset(i, t.events) as usize;
+    // SAFETY: per the caller, the ring lies within the mapping.
     unsafe {
         let h = &*t.base.add(off).cast::<RingHeader>();
         let recs = t
             .base
             .add(off + size_of::<RingHeader>())
             .cast::<TraceEvent>();
-        Some((h, recs))
+        (h, recs)
     }
 }
 
+/// This thread's ring for recording `generation`, its TLS ring word being
+/// `cached`. A ring stays its owner's from one recording to the next (the
+/// recorder frees only the rings of threads that exited), so no ring ever
+/// has two producers: a thread first takes back the ring it had, else the
+/// ring of an exited thread whose id it now has, else a free one (CAS
+/// 0 → tid). A thread that finds none counts its events in `no_ring`
+/// without looking again until the next recording.
 #[cold]
 #[inline(never)]
-fn claim(t: &Tracer, generation: u64) -> Option<u32> {
+fn claim(t: &Tracer, cached: u32, generation: u64) -> Option<u32> {
     let tid = gettid();
+    let w = tls();
+    // Stores the TLS ring word (ring + 1, or NO_RING) and the generation.
+    let keep = |word: u32| {
+        // SAFETY: this thread's TLS words.
+        unsafe {
+            w.write(word);
+            w.add(2).cast::<u64>().write(generation);
+        }
+    };
+    if cached != 0 && cached != NO_RING && cached <= t.rings {
+        // SAFETY: cached - 1 < t.rings.
+        let (h, _) = unsafe { ring_at(t, cached - 1) };
+        if h.owner.load(Acquire) == tid {
+            keep(cached);
+            return Some(cached - 1);
+        }
+    }
     for i in 0..t.rings {
         let off = t::ring_offset(i, t.events);
-        // SAFETY: within the mapping; the header page of each ring is
-        // reserved below before any write but the claim itself, which
-        // needs it reserved first.
+        // The ring's pages are reserved before it is touched at all (even
+        // read: a fault on a page /dev/shm cannot back would be a SIGBUS).
+        // SAFETY: within our file.
         let ok = unsafe {
             libc::posix_fallocate(
                 t.fd,
@@ -226,18 +267,16 @@ fn claim(t: &Tracer, generation: u64) -> Option<u32> {
         if !ok {
             break;
         }
-        // SAFETY: as above.
-        let h = unsafe { &*t.base.add(off as usize).cast::<RingHeader>() };
-        if h.owner.compare_exchange(0, tid, AcqRel, Relaxed).is_ok() {
-            let w = tls();
-            // SAFETY: this thread's TLS words.
-            unsafe {
-                w.write(i + 1);
-                w.add(2).cast::<u64>().write(generation);
-            }
+        // SAFETY: i < t.rings.
+        let (h, _) = unsafe { ring_at(t, i) };
+        let owner = h.owner.load(Acquire);
+        if owner == tid || (owner == 0 && h.owner.compare_exchange(0, tid, AcqRel, Relaxed).is_ok())
+        {
+            keep(i + 1);
             return Some(i);
         }
     }
+    keep(NO_RING);
     t.header.no_ring.fetch_add(1, Relaxed);
     None
 }
