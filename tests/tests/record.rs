@@ -18,6 +18,14 @@
 //!   every call, balanced and in order per thread, on the right ranks; the
 //!   job's own checks pass and no probe is left.
 //! - Bad input is one line and exit 1, and touches no rank.
+//! - Matched receives (tests/programs/record/matched.c: `MPI_Mprobe` +
+//!   `MPI_Mrecv`, `MPI_Improbe` + `MPI_Imrecv`, `MPI_Sendrecv`,
+//!   `MPI_PROC_NULL`): exact per pair, every request paired.
+//! - Threads (tests/programs/record/threads.c, `MPI_THREAD_MULTIPLE`): each
+//!   thread's events in a ring of its own, exact per pair; with fewer rings
+//!   than threads, the events of the threads without one counted as dropped.
+//! - Recordings one after another of the same ranks: each valid and
+//!   balanced, the job's results intact (a thread keeps its ring).
 
 use std::{
     collections::BTreeMap,
@@ -176,18 +184,21 @@ fn as_pairs(v: &Value) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// Records tests/programs/record/traffic.c on `mpi` under the shim, from
-/// before its traffic to its exit; `env` goes to every rank.
-fn record_traffic(
+/// Records `tests/programs/record/PROG.c ITERS GOFILE` on `np` ranks of
+/// `mpi` under the shim, from before its traffic to its exit; `env` goes
+/// to every rank. The reader's summary, record's last lines, the archive.
+fn record_program(
     mpi: Mpi,
+    prog: &str,
+    np: u32,
     name: &str,
     iters: u64,
     env: &[(&str, &str)],
 ) -> (Value, Vec<String>, PathBuf) {
     let dir = scratch(name);
-    let exe = dir.join("traffic");
-    compile(mpi, &program("record/traffic.c"), &exe, &[]);
-    let mut l = shim_launcher(mpi, 3, "stats");
+    let exe = dir.join(prog);
+    compile(mpi, &program(&format!("record/{prog}.c")), &exe, &[]);
+    let mut l = shim_launcher(mpi, np, "stats");
     for (k, v) in env {
         if mpi.is_open_mpi() {
             l.args(["-x", &format!("{k}={v}")]);
@@ -196,7 +207,7 @@ fn record_traffic(
         }
     }
     l.arg(&exe).arg(iters.to_string());
-    let job = Job::spawn(l, 3, dir.join("go"));
+    let job = Job::spawn(l, np, dir.join("go"));
     let out = dir.join("trace");
     let mut args = job.pid_args();
     args.extend(["-o".into(), out.display().to_string()]);
@@ -207,6 +218,16 @@ fn record_traffic(
     let last = rest.last().cloned().unwrap_or_default();
     assert!(last.contains("every recorded rank exited"), "{rest:?}");
     (python_read(&out), rest, out)
+}
+
+/// [`record_program`] of traffic.c on 3 ranks.
+fn record_traffic(
+    mpi: Mpi,
+    name: &str,
+    iters: u64,
+    env: &[(&str, &str)],
+) -> (Value, Vec<String>, PathBuf) {
+    record_program(mpi, "traffic", 3, name, iters, env)
 }
 
 fn shim_ranks_give_full_events(mpi: Mpi) {
@@ -491,4 +512,135 @@ fn bad_input_is_one_line_and_exit_1() {
         b"an archive",
         "an existing archive is never touched"
     );
+}
+
+fn matched_receives_are_recorded(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) || !require(&readers()) {
+        return;
+    }
+    let (np, iters) = (3u32, 20u64);
+    let name = format!("record-matched-{}", mpi.name());
+    let (r, _, _) = record_program(mpi, "matched", np, &name, iters, &[]);
+    let want: BTreeMap<String, u64> = (0..np)
+        .map(|s| (format!("{s}->{}", (s + 1) % np), 3 * iters))
+        .collect();
+    assert_eq!(as_pairs(&r["sends"]), want, "send events per pair: {r}");
+    assert_eq!(as_pairs(&r["recvs"]), want, "receive events per pair: {r}");
+    let req = &r["requests"];
+    // Two Isends and one Imrecv per rank and iteration; nothing for
+    // MPI_PROC_NULL.
+    let n = u64::from(np) * iters;
+    assert_eq!(req["isend"], 2 * n, "{r}");
+    assert_eq!(req["isend_complete"], 2 * n, "{r}");
+    assert_eq!(req["irecv_request"], n, "{r}");
+    assert_eq!(req["irecv"], n, "{r}");
+    assert_eq!(req["unmatched"], 0, "{r}");
+    assert_eq!(r["enter_leave_balanced"], true, "{r}");
+    assert_eq!(r["dropped"], serde_json::json!({}), "{r}");
+}
+
+#[test]
+fn matched_receives_are_recorded_open_mpi() {
+    matched_receives_are_recorded(Mpi::OpenMpi);
+}
+
+#[test]
+fn matched_receives_are_recorded_mpich() {
+    matched_receives_are_recorded(Mpi::Mpich);
+}
+
+#[test]
+fn recordings_one_after_another() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Mpi(mpi)]) || !require(&readers()) {
+        return;
+    }
+    let np = 3u32;
+    let dir = scratch("record-again");
+    let exe = dir.join("busy");
+    compile(mpi, &program("top/busy.c"), &exe, &[]);
+    // busy.c stops when its one argument, the job's go file, exists.
+    let mut l = shim_launcher(mpi, np, "stats");
+    l.arg(&exe);
+    let job = Job::spawn(l, np, dir.join("go"));
+    for k in 0..3 {
+        let out = dir.join(format!("trace{k}"));
+        let mut args = job.pid_args();
+        args.extend([
+            "--duration".into(),
+            "1".into(),
+            "-o".into(),
+            out.display().to_string(),
+        ]);
+        let (code, err) = record(&args, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "recording {k}: {err:?}");
+        let r = python_read(&out);
+        assert_eq!(r["enter_leave_balanced"], true, "recording {k}: {r}");
+        assert_eq!(r["requests"]["unmatched"], 0, "recording {k}: {r}");
+        assert_eq!(r["dropped"], serde_json::json!({}), "recording {k}: {r}");
+        for s in 0..np {
+            let pair = format!("{s}->{}", (s + 1) % np);
+            assert!(
+                r["sends"][&pair].as_u64().unwrap_or(0) > 0
+                    && r["recvs"][&pair].as_u64().unwrap_or(0) > 0,
+                "recording {k}: traffic {pair}: {r}"
+            );
+        }
+        for rank in 0..np {
+            let threads = r["ranks"][rank.to_string()]["threads"].as_object().unwrap();
+            assert_eq!(threads.len(), 1, "recording {k}, rank {rank}: {r}");
+        }
+    }
+    job.finish("OK");
+}
+
+/// Records tests/programs/record/threads.c (2 ranks, 3 threads each, and
+/// the main thread) with `env` on every rank: the reader's summary.
+fn record_threads(name: &str, iters: u64, env: &[(&str, &str)]) -> Value {
+    record_program(Mpi::OpenMpi, "threads", 2, name, iters, env).0
+}
+
+#[test]
+fn threads_each_have_a_ring() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi)]) || !require(&readers()) {
+        return;
+    }
+    let iters = 50;
+    let r = record_threads("record-threads", iters, &[]);
+    let want: BTreeMap<String, u64> = [
+        ("0->1".to_string(), 3 * iters),
+        ("1->0".to_string(), 3 * iters),
+    ]
+    .into();
+    assert_eq!(as_pairs(&r["sends"]), want, "{r}");
+    assert_eq!(as_pairs(&r["recvs"]), want, "{r}");
+    assert_eq!(r["requests"]["isend"], 2 * 3 * iters, "{r}");
+    assert_eq!(r["requests"]["unmatched"], 0, "{r}");
+    assert_eq!(r["enter_leave_balanced"], true, "{r}");
+    assert_eq!(r["dropped"], serde_json::json!({}), "{r}");
+    for rank in 0..2 {
+        let threads = r["ranks"][rank.to_string()]["threads"].as_object().unwrap();
+        // The three workers and the main thread (its MPI_Barrier calls).
+        assert_eq!(threads.len(), 4, "rank {rank}: {r}");
+    }
+}
+
+#[test]
+fn fewer_rings_than_threads_counts_the_rest_as_dropped() {
+    if !require(&[Need::Mpi(Mpi::OpenMpi)]) || !require(&readers()) {
+        return;
+    }
+    let r = record_threads("record-few-rings", 50, &[("MPI_OBSERVER_TRACE_RINGS", "2")]);
+    assert_eq!(r["enter_leave_balanced"], true, "{r}");
+    for rank in 0..2 {
+        let threads = r["ranks"][rank.to_string()]["threads"].as_object().unwrap();
+        // A location a ring, and the rank's first one for the dropped
+        // count's Metric record.
+        let busy = threads.values().filter(|n| n.as_u64() > Some(1)).count();
+        assert!(busy <= 2, "rank {rank}: at most one location a ring: {r}");
+        assert!(
+            r["dropped"][rank.to_string()].as_u64().unwrap_or(0) > 0,
+            "rank {rank}: the ringless threads' events counted: {r}"
+        );
+    }
 }
