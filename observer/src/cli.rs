@@ -153,6 +153,19 @@ pub struct AttachArgs {
     /// are summed in callsite="other" (docs/callsites.md).
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub callsite_series: usize,
+    /// Per user: live MPI processes observed at most; that user's further
+    /// processes are refused and counted (docs/security.md). Default: twice
+    /// the CPUs, at least 64.
+    #[arg(long, value_name = "N")]
+    pub user_max_processes: Option<usize>,
+    /// Per user: uprobes plus uretprobes at most. Default: 1,000 per
+    /// process of --user-max-processes.
+    #[arg(long, value_name = "N")]
+    pub user_max_probes: Option<usize>,
+    /// Per user: entries of the kernel's statistics and call-site maps at
+    /// most. Default: 1,500 per process of --user-max-processes.
+    #[arg(long, value_name = "N")]
+    pub user_max_map_entries: Option<usize>,
 }
 
 /// How `report` renders.

@@ -3,6 +3,7 @@
 //! needs no code: the kernel closes our perf events and removes the probes.
 
 use std::{
+    collections::HashSet,
     io::{IsTerminal as _, Write as _},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -108,6 +109,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     } else {
         None
     };
+    raise_fd_limit();
     // Validate every --pid before touching anything, so bad input costs the
     // job nothing.
     for &pid in &args.pid {
@@ -146,22 +148,29 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         !args.no_bytes,
         render,
     )));
-    state
-        .lock()
-        .expect("not poisoned yet")
-        .callsite_budget
-        .per_function = args.callsite_series;
     {
         let mut st = state.lock().expect("not poisoned yet");
-        for &pid in &args.pid {
-            let t = Instant::now();
-            st.attach(pid)?;
-            eprintln!(
-                "mpi-observer: attached to pid {pid} ({} probes, {:.0} ms)",
-                st.ranks.get(&pid).map_or(0, |r| r.probes()),
-                t.elapsed().as_secs_f64() * 1e3
-            );
-        }
+        st.callsite_budget.per_function = args.callsite_series;
+        let d = st.budgets;
+        st.budgets = crate::budget::Budgets {
+            processes: args.user_max_processes.unwrap_or(d.processes),
+            probes: args.user_max_probes.unwrap_or(d.probes),
+            map_entries: args.user_max_map_entries.unwrap_or(d.map_entries),
+        };
+    }
+    for &pid in &args.pid {
+        let t = Instant::now();
+        // Read without the lock, registered under it (crate::attacher).
+        let prepared = procfs::start_ticks(pid)
+            .map_err(AttachError::from)
+            .and_then(|ticks| crate::registry::prepare(pid, ticks));
+        let mut st = state.lock().expect("not poisoned yet");
+        st.commit(prepared)?;
+        eprintln!(
+            "mpi-observer: attached to pid {pid} ({} probes, {:.0} ms)",
+            st.ranks.get(&pid).map_or(0, |r| r.probes()),
+            t.elapsed().as_secs_f64() * 1e3
+        );
     }
     if let Some(req) = &inject {
         for &pid in &args.pid {
@@ -178,6 +187,52 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     };
     eprintln!("mpi-observer: serving {scheme}://{}/metrics", args.listen);
     let server = tokio::spawn(server::serve(listener, state.clone(), web));
+    let attacher = args.all.then(|| {
+        let (state, inject) = (state.clone(), inject.clone());
+        crate::attacher::Attacher::start(
+            state.clone(),
+            Box::new(move |pid| {
+                if let Some(req) = &inject {
+                    start_injection(&state, req, pid);
+                }
+            }),
+        )
+    });
+    let mut scanner = Scanner::new(args.same_netns);
+    let watch_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = match (&attacher, crate::procevents::ExecEvents::open()) {
+        (Some(a), Ok(events)) => {
+            let queue = a.handle();
+            let netns = scanner.netns.clone();
+            let stats = state
+                .lock()
+                .expect("not poisoned yet")
+                .selfm
+                .exec_watch
+                .clone();
+            Some(crate::procevents::watch(
+                events,
+                stats,
+                watch_stop.clone(),
+                move |pid, ticks| {
+                    if netns
+                        .as_ref()
+                        .is_none_or(|n| procfs::net_namespace(pid).as_ref() == Some(n))
+                        && let Ok(uid) = procfs::uid(pid)
+                    {
+                        queue.submit(crate::attacher::Candidate { pid, ticks, uid });
+                    }
+                },
+            ))
+        }
+        (Some(_), Err(e)) => {
+            eprintln!(
+                "mpi-observer: no process events ({e}): new ranks are found by the once-a-second scan only"
+            );
+            None
+        }
+        (None, _) => None,
+    };
 
     let mut sigint = signal(SignalKind::interrupt()).expect("signal handler");
     let mut sigterm = signal(SignalKind::terminate()).expect("signal handler");
@@ -209,13 +264,15 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             }
         }
         st.expire(retain);
-        if args.all && last_scan.elapsed() >= Duration::from_secs(1) {
+        if let Some(a) = &attacher
+            && last_scan.elapsed() >= Duration::from_secs(1)
+        {
             last_scan = Instant::now();
-            for pid in scan(&mut st, args.same_netns) {
-                if let Some(req) = &inject {
-                    start_injection(&state, req, pid);
-                }
-            }
+            let known: HashSet<(u32, u64)> = st.ranks.values().map(|r| (r.pid, r.ticks)).collect();
+            // The scan reads /proc without the lock.
+            drop(st);
+            scanner.scan(&known, a, &state);
+            st = state.lock().unwrap_or_else(|p| p.into_inner());
         }
         if args.summary && !st.ranks.is_empty() && last_summary.elapsed() >= Duration::from_secs(1)
         {
@@ -227,6 +284,13 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
     }
     server.abort();
+    watch_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(a) = attacher {
+        a.stop();
+    }
+    if let Some(w) = watcher {
+        let _ = w.join();
+    }
     let injected: Vec<u32> = {
         let st = state.lock().unwrap_or_else(|p| p.into_inner());
         st.ranks
@@ -322,51 +386,110 @@ fn start_injection(state: &Arc<Mutex<State>>, req: &crate::inject::Request, pid:
     });
 }
 
-/// `--all`: attach to MPI processes not seen before; returns their pids.
-fn scan(st: &mut State, same_netns: bool) -> Vec<u32> {
-    let mut new = Vec::new();
-    let me = std::process::id();
-    let my_netns = procfs::net_namespace(me);
-    for pid in procfs::all_pids() {
-        if pid == me || st.ranks.contains_key(&pid) {
-            continue;
+/// Raises the soft limit on open files to the hard limit (and, as root,
+/// the hard limit to the kernel's `fs.nr_open`): each probed process holds
+/// a few descriptors (its links, its segment), and at the default 1,024 a
+/// few hundred processes would leave none for reading /proc.
+fn raise_fd_limit() {
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok());
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
         }
-        if same_netns && procfs::net_namespace(pid) != my_netns {
-            continue;
-        }
-        let Ok(ticks) = procfs::start_ticks(pid) else {
-            continue;
-        };
-        if st.not_mpi.contains(&(pid, ticks)) {
-            continue;
-        }
-        match procfs::mpi_library(pid) {
-            Ok(Some(_)) => match st.attach(pid) {
-                Ok(()) => {
-                    eprintln!(
-                        "mpi-observer: attached to pid {pid} ({})",
-                        procfs::comm(pid)
-                    );
-                    new.push(pid);
-                }
-                Err(e) => {
-                    eprintln!("mpi-observer: pid {pid}: {e}");
-                    st.not_mpi.insert((pid, ticks));
-                }
-            },
-            Ok(None) => {
-                // Kernel threads and ordinary programs: not looked at again
-                // while they live, which spares a read of /proc/PID/maps per
-                // process and scan. One that dlopens MPI later is missed.
-                st.not_mpi.insert((pid, ticks));
+        if let Some(n) = nr_open
+            && n > lim.rlim_max
+        {
+            let raised = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return;
             }
-            Err(_) => {}
+        }
+        lim.rlim_cur = lim.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+}
+
+/// `--all`'s once-a-second look at every process, the fallback behind the
+/// exec events (crate::procevents): MPI processes not seen before go to the
+/// attacher.
+struct Scanner {
+    /// Processes found not to be MPI, with their start ticks, so they are
+    /// not re-read every scan.
+    not_mpi: HashSet<(u32, u64)>,
+    /// With --same-netns, the daemon's network namespace.
+    netns: Option<std::path::PathBuf>,
+}
+
+impl Scanner {
+    fn new(same_netns: bool) -> Scanner {
+        Scanner {
+            not_mpi: HashSet::new(),
+            netns: same_netns
+                .then(|| procfs::net_namespace(std::process::id()))
+                .flatten(),
         }
     }
-    // Forget entries of processes that are gone, so the set stays small.
-    st.not_mpi
-        .retain(|(pid, ticks)| procfs::alive(*pid, *ticks));
-    new
+
+    fn scan(
+        &mut self,
+        known: &HashSet<(u32, u64)>,
+        attacher: &crate::attacher::Attacher,
+        state: &Mutex<State>,
+    ) {
+        let me = std::process::id();
+        let mut dropped = 0;
+        for pid in procfs::all_pids() {
+            if pid == me {
+                continue;
+            }
+            let Ok(ticks) = procfs::start_ticks(pid) else {
+                continue;
+            };
+            if known.contains(&(pid, ticks))
+                || self.not_mpi.contains(&(pid, ticks))
+                || attacher.is_pending(pid, ticks)
+            {
+                continue;
+            }
+            if self.netns.is_some() && procfs::net_namespace(pid) != self.netns {
+                continue;
+            }
+            match procfs::mpi_library(pid) {
+                Ok(Some(_)) => {
+                    let Ok(uid) = procfs::uid(pid) else { continue };
+                    if !attacher.submit(crate::attacher::Candidate { pid, ticks, uid }) {
+                        dropped += 1;
+                    }
+                }
+                Ok(None) => {
+                    // Kernel threads and ordinary programs: not looked at
+                    // again while they live, which spares a read of
+                    // /proc/PID/maps per process and scan. One that dlopens
+                    // MPI later is missed.
+                    self.not_mpi.insert((pid, ticks));
+                }
+                Err(_) => {}
+            }
+        }
+        // Forget entries of processes that are gone, so the set stays small.
+        self.not_mpi
+            .retain(|(pid, ticks)| procfs::alive(*pid, *ticks));
+        if dropped > 0 {
+            state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .selfm
+                .attach_queue_dropped
+                .inc_by(dropped);
+        }
+    }
 }
 
 fn print_summary(st: &mut State) {

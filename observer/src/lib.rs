@@ -7,6 +7,8 @@
 //! [`server`] speaks HTTP(S) as [`web_config`] says; [`report`] and [`top`]
 //! read daemons (or Prometheus) back.
 
+pub mod attacher;
+pub mod budget;
 pub mod callsites;
 pub mod checks;
 pub mod cli;
@@ -20,6 +22,7 @@ pub mod launcher;
 pub mod metrics;
 pub mod multi;
 pub mod probes;
+pub mod procevents;
 pub mod procfs;
 pub mod record;
 pub mod registry;

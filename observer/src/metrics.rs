@@ -45,6 +45,19 @@ pub struct SelfMetrics {
     scrapes: IntCounter,
     map_failures: IntCounterVec,
     segment_errors: IntCounterVec,
+    /// Processes refused by a budget (crate::budget), by uid and budget.
+    refused: IntCounterVec,
+    /// Reads of /proc/PID/stat that failed for another reason than the
+    /// process being gone: the rank's state stayed unknown, not exited.
+    pub proc_read_errors: IntCounter,
+    /// Candidate processes the attacher's queue had no room for (they are
+    /// found again by the next scan).
+    pub attach_queue_dropped: IntCounter,
+    /// The exec watcher's counters (crate::procevents), shared with it.
+    pub exec_watch: std::sync::Arc<crate::procevents::WatchStats>,
+    exec_events: IntCounter,
+    exec_dropped: IntCounter,
+    exec_found: IntCounter,
 }
 
 impl SelfMetrics {
@@ -100,6 +113,39 @@ impl SelfMetrics {
         for reason in ["untrusted", "corrupt", "version", "truncated"] {
             segment_errors.with_label_values(&[reason]);
         }
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_refused_processes_total",
+                "MPI processes not observed because their user was at a budget (budget=\"processes\", \"probes\", \"map_entries\"; docs/security.md) or the kernel maps were full (budget=\"capacity\"), by the process's real uid.",
+            ),
+            &["uid", "budget"],
+        )
+        .expect("valid metric");
+        let proc_read_errors = IntCounter::new(
+            "mpi_observer_proc_read_errors_total",
+            "Reads of a rank's /proc/PID/stat that failed while the process may still run (out of descriptors or memory): its state stayed unknown, never taken for an exit.",
+        )
+        .expect("valid metric");
+        let exec_events = IntCounter::new(
+            "mpi_observer_exec_events_total",
+            "Program starts (exec) reported by the kernel's process connector, each looked at for an MPI library as it starts (attach --all).",
+        )
+        .expect("valid metric");
+        let exec_dropped = IntCounter::new(
+            "mpi_observer_exec_events_dropped_total",
+            "Exec events lost (the kernel's buffer overflowed, or too many processes were watched at once); the once-a-second scan finds their MPI processes instead.",
+        )
+        .expect("valid metric");
+        let exec_found = IntCounter::new(
+            "mpi_observer_exec_found_total",
+            "MPI processes found through an exec event rather than by the scan.",
+        )
+        .expect("valid metric");
+        let attach_queue_dropped = IntCounter::new(
+            "mpi_observer_attach_queue_dropped_total",
+            "New MPI processes the attach queue had no room for; the next scan finds them again.",
+        )
+        .expect("valid metric");
         for m in [
             Box::new(segment_errors.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(attached.clone()),
@@ -109,6 +155,12 @@ impl SelfMetrics {
             Box::new(scrape_seconds.clone()),
             Box::new(scrapes.clone()),
             Box::new(map_failures.clone()),
+            Box::new(refused.clone()),
+            Box::new(proc_read_errors.clone()),
+            Box::new(attach_queue_dropped.clone()),
+            Box::new(exec_events.clone()),
+            Box::new(exec_dropped.clone()),
+            Box::new(exec_found.clone()),
         ] {
             registry.register(m).expect("unique metric names");
         }
@@ -122,7 +174,21 @@ impl SelfMetrics {
             scrapes,
             map_failures,
             segment_errors,
+            refused,
+            proc_read_errors,
+            attach_queue_dropped,
+            exec_watch: Default::default(),
+            exec_events,
+            exec_dropped,
+            exec_found,
         }
+    }
+
+    /// Counts a process refused by `budget`, owned by `uid`.
+    pub fn refused(&self, uid: u32, budget: crate::budget::Budget) {
+        self.refused
+            .with_label_values(&[&uid.to_string(), budget.as_str()])
+            .inc();
     }
 
     /// Counts a skipped stats segment.
@@ -144,6 +210,21 @@ impl SelfMetrics {
         }
     }
 
+    /// Catches up with the exec watcher's counters.
+    fn set_exec_watch(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for (c, want) in [
+            (&self.exec_events, self.exec_watch.execs.load(Relaxed)),
+            (&self.exec_dropped, self.exec_watch.dropped.load(Relaxed)),
+            (&self.exec_found, self.exec_watch.found.load(Relaxed)),
+        ] {
+            let have = c.get();
+            if want > have {
+                c.inc_by(want - have);
+            }
+        }
+    }
+
     /// Catches up with the server's count of completed collections.
     fn set_scrapes(&self, total: u64) {
         let have = self.scrapes.get();
@@ -158,6 +239,7 @@ impl SelfMetrics {
         self.set_map_failures(health.map_failures);
         self.scrape_seconds.set(scrape.as_secs_f64());
         self.set_scrapes(health.scrapes_total);
+        self.set_exec_watch();
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         out.push_str(&String::from_utf8_lossy(&buf));

@@ -9,7 +9,12 @@ use std::{
     collections::{BTreeMap, HashMap},
     os::fd::OwnedFd,
     path::Path,
-    thread::JoinHandle,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    time::{Duration, Instant},
 };
 
 use aya::{
@@ -65,6 +70,65 @@ pub enum ProbeError {
     },
 }
 
+/// Threads that close detached links. Closing a uprobe_multi link
+/// unregisters its uprobes, which waits for RCU grace periods (about 200 ms
+/// here) and takes the kernel's global `dup_mmap_sem`, which every `fork()`
+/// on the node needs too. So a fixed, small number of threads close links
+/// one at a time (never a thread per detach), each resting as long as its
+/// last close took, so forks get through in between; at shutdown they stop
+/// resting.
+struct Closer {
+    jobs: mpsc::Sender<(Vec<OwnedFd>, Arc<AtomicBool>)>,
+    hurry: Arc<AtomicBool>,
+}
+
+/// Threads closing links at once: enough for their grace periods to
+/// overlap at shutdown, few enough to leave forks room.
+const CLOSERS: usize = 4;
+
+impl Closer {
+    fn start() -> Closer {
+        let (tx, rx) = mpsc::channel::<(Vec<OwnedFd>, Arc<AtomicBool>)>();
+        let rx = Arc::new(Mutex::new(rx));
+        let hurry = Arc::new(AtomicBool::new(false));
+        for i in 0..CLOSERS {
+            let (rx, hurry) = (rx.clone(), hurry.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("link-closer-{i}"))
+                .spawn(move || {
+                    loop {
+                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        let Ok((links, done)) = job else { return };
+                        for l in links {
+                            let t = Instant::now();
+                            drop(l);
+                            if !hurry.load(Ordering::Relaxed) {
+                                std::thread::sleep(t.elapsed().max(Duration::from_millis(1)));
+                            }
+                        }
+                        done.store(true, Ordering::Release);
+                    }
+                });
+            // Without threads (none can be made), links close in place.
+            if spawned.is_err() && i == 0 {
+                break;
+            }
+        }
+        Closer { jobs: tx, hurry }
+    }
+
+    fn close(&self, links: Vec<OwnedFd>, done: Arc<AtomicBool>) {
+        if let Err(mpsc::SendError((links, done))) = self.jobs.send((links, done)) {
+            drop(links);
+            done.store(true, Ordering::Release);
+        }
+    }
+
+    fn hurry(&self) {
+        self.hurry.store(true, Ordering::Relaxed);
+    }
+}
+
 /// The probes attached to one process.
 #[derive(Debug, Default)]
 pub struct Attachment {
@@ -81,11 +145,16 @@ pub struct Probes {
     progs: HashMap<&'static str, OwnedFd>,
     /// Link sets being closed in the background, with the process whose
     /// configuration leaves `PROCS` once they are gone (`None` once the
-    /// process is attached again); joined at shutdown.
-    closing: Vec<(Option<u32>, JoinHandle<()>)>,
+    /// process is attached again) and the flag the closer sets when done.
+    closing: Vec<(Option<u32>, Arc<AtomicBool>)>,
+    /// The threads that close links (see [`Closer`]).
+    closer: Closer,
     /// Every process attached records its call sites (`attach
     /// --callsites`): set at load time, which sizes the call-site map.
     callsites: bool,
+    /// Entries the statistics and call-site maps hold, together: what the
+    /// daemon reserves from per process (crate::budget).
+    entry_capacity: usize,
 }
 
 impl Probes {
@@ -160,8 +229,16 @@ impl Probes {
             ebpf,
             progs,
             closing: Vec::new(),
+            closer: Closer::start(),
             callsites,
+            entry_capacity: capacity as usize + if callsites { site_capacity as usize } else { 0 },
         })
+    }
+
+    /// Entries the statistics and call-site maps hold together (see
+    /// [`crate::budget`]).
+    pub fn entry_capacity(&self) -> usize {
+        self.entry_capacity
     }
 
     /// Whether attached processes record their call sites (`attach
@@ -373,14 +450,9 @@ impl Probes {
     /// Statistics stay in the map until the rank is forgotten.
     pub fn detach(&mut self, pid: u32, mut att: Attachment) {
         let links: Vec<OwnedFd> = att.links.drain(..).rev().collect();
-        self.closing.push((
-            Some(pid),
-            std::thread::spawn(move || {
-                for l in links {
-                    drop(l);
-                }
-            }),
-        ));
+        let done = Arc::new(AtomicBool::new(false));
+        self.closer.close(links, done.clone());
+        self.closing.push((Some(pid), done));
         if let Some(Ok(mut types)) = self
             .ebpf
             .map_mut(maps::OMPI_TYPES)
@@ -398,10 +470,9 @@ impl Probes {
     pub fn reap(&mut self) {
         let (done, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.closing)
             .into_iter()
-            .partition(|(_, h)| h.is_finished());
+            .partition(|(_, d)| d.load(Ordering::Acquire));
         self.closing = open;
-        for (pid, h) in done {
-            let _ = h.join();
+        for (pid, _) in done {
             if let Some(pid) = pid {
                 self.forget_config(pid);
             }
@@ -471,12 +542,14 @@ impl Probes {
         }
     }
 
-    /// Waits until every detached link is really gone from the kernel.
+    /// Waits until every detached link is really gone from the kernel; the
+    /// closers stop resting between links (shutdown: nothing else to do).
     pub fn finish_detaching(&mut self) {
-        for (pid, h) in std::mem::take(&mut self.closing) {
-            let _ = h.join();
-            if let Some(pid) = pid {
-                self.forget_config(pid);
+        self.closer.hurry();
+        while !self.closing.is_empty() {
+            self.reap();
+            if !self.closing.is_empty() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
             }
         }
     }

@@ -121,6 +121,40 @@ pub fn alive(pid: u32, ticks: u64) -> bool {
     stat(pid).is_ok_and(|s| s.start_ticks == ticks && !s.is_dead())
 }
 
+/// What `/proc` says of a process known by its pid and start time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// Running (or stopped, sleeping...): the same process.
+    Alive,
+    /// Gone: no such pid, a zombie, or another process now has the pid.
+    Exited,
+    /// `/proc` could not be read (out of descriptors, memory...): nothing
+    /// is known, and a live rank must never be taken for an exited one.
+    Unknown,
+}
+
+/// Whether the process `pid` that started at `ticks` still runs, with the
+/// difference between "gone" and "cannot tell" kept (see [`Liveness`]).
+pub fn liveness(pid: u32, ticks: u64) -> Liveness {
+    match stat(pid) {
+        Ok(s) if s.start_ticks != ticks || s.is_dead() => Liveness::Exited,
+        Ok(_) => Liveness::Alive,
+        Err(ProcError::NoSuchProcess { .. }) => Liveness::Exited,
+        Err(ProcError::Unreadable { .. }) => Liveness::Unknown,
+    }
+}
+
+/// The real uid of process `pid`, from `/proc/PID/status` (the kernel's,
+/// not the process's word).
+pub fn uid(pid: u32) -> Result<u32, ProcError> {
+    let text = read(pid, "status")?;
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or(ProcError::NoSuchProcess { pid })
+}
+
 /// The thread ids of process `pid`.
 pub fn threads(pid: u32) -> Result<Vec<u32>, ProcError> {
     let dir = Path::new("/proc").join(pid.to_string()).join("task");
@@ -465,6 +499,11 @@ mod tests {
         let t = start_ticks(pid).unwrap();
         assert!(alive(pid, t));
         assert!(!alive(pid, t + 1));
+        assert_eq!(liveness(pid, t), Liveness::Alive);
+        assert_eq!(liveness(pid, t + 1), Liveness::Exited);
+        assert_eq!(liveness(u32::MAX - 1, t), Liveness::Exited);
+        // SAFETY: getuid has no preconditions.
+        assert_eq!(uid(pid).unwrap(), unsafe { libc::getuid() });
         assert_eq!(mpi_library(pid).unwrap(), None);
         assert!(matches!(
             start_ticks(u32::MAX - 1),

@@ -5,14 +5,15 @@
 //! segments are read into a [`Snapshot`], which [`metrics`] renders.
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::BTreeMap,
     time::{Duration, Instant, SystemTime},
 };
 
 use thiserror::Error;
 
 use crate::{
-    callsites::{Budget, Names, RankSites},
+    budget::{self, Budget, Budgets, Cost, RefusalLog},
+    callsites::{Budget as SiteBudget, Names, RankSites},
     datatypes,
     metrics::{self, RenderOptions, SelfMetrics},
     probes::{Attachment, ProbeError, Probes},
@@ -56,6 +57,96 @@ pub enum AttachError {
     /// Probes could not be attached.
     #[error(transparent)]
     Probe(#[from] ProbeError),
+    /// Its user is at a budget, or the kernel maps are full.
+    #[error(
+        "pid {pid} (uid {uid}) not observed: over the {} budget; raise it with {} if this user's jobs need more",
+        budget.as_str(),
+        budget.flag()
+    )]
+    Refused {
+        /// The process.
+        pid: u32,
+        /// Its real uid.
+        uid: u32,
+        /// The budget it would exceed.
+        budget: Budget,
+    },
+}
+
+/// Call-site map entries reserved per probed process when call sites are
+/// recorded: what the probes may create for it.
+pub const SITES_PER_PROCESS: usize = 1_024;
+
+/// A process read and ready to be registered: everything attaching needs
+/// from `/proc` and the library's file, gathered without the state lock
+/// (see [`prepare`]).
+pub struct Prepared {
+    /// The pid.
+    pub pid: u32,
+    /// Its start time in ticks.
+    pub ticks: u64,
+    /// Its real uid.
+    pub uid: u32,
+    map: procfs::MappedLib,
+    host_path: std::path::PathBuf,
+    lib: symbols::Library,
+    datatypes: datatypes::Datatypes,
+    identity: Identity,
+    comm: String,
+    segment: Option<Segment>,
+    /// A ready, live shim times every call: no probes.
+    timed: bool,
+    /// That shim was injected by an earlier daemon.
+    adopted: bool,
+    sites: RankSites,
+}
+
+/// Reads what attaching `pid` (started at `ticks`) needs: its MPI library
+/// (parsed, a user's file read with bounds), identity, datatypes, segment
+/// and maps. Takes no lock and may take a while: the attacher runs it on a
+/// thread of its own.
+pub fn prepare(pid: u32, ticks: u64) -> Result<Prepared, AttachError> {
+    let map = procfs::mpi_library(pid)?.ok_or_else(|| AttachError::no_library(pid))?;
+    let uid = procfs::uid(pid)?;
+    let identity = procfs::identity(pid)?;
+    let host_path = map.host_path(pid);
+    let lib = symbols::read_library(&host_path)?;
+    let datatypes = datatypes::inspect(pid, &lib, &map);
+    // A rank whose shim already times its calls gets no probes: the
+    // segment counts them all (see `rank_calls`), and a live shim an
+    // earlier daemon injected is adopted. One detached since counts
+    // nothing more: probes.
+    // The segment is kept open from here: a rank that exits before the
+    // next collection still has its figures read (the mapping outlives
+    // the shim's unlink at exit).
+    let segment = Segment::open(pid).ok().flatten();
+    let (timed, adopted) = match segment.as_ref().map(Segment::read) {
+        Some(Ok(f)) if f.ready && !f.ejected => (true, f.injected),
+        _ => (false, false),
+    };
+    // The maps as they are now, so call sites can still be named after
+    // the process exits.
+    let mut sites = RankSites::default();
+    sites.prime(pid);
+    // Still the same process: a pid reused meanwhile is someone else.
+    if procfs::start_ticks(pid)? != ticks {
+        return Err(ProcError::NoSuchProcess { pid }.into());
+    }
+    Ok(Prepared {
+        pid,
+        ticks,
+        uid,
+        comm: procfs::comm(pid),
+        map,
+        host_path,
+        lib,
+        datatypes,
+        identity,
+        segment,
+        timed,
+        adopted,
+        sites,
+    })
 }
 
 impl AttachError {
@@ -77,6 +168,10 @@ pub struct Rank {
     pub pid: u32,
     /// Start time in ticks since boot; identifies the process with the pid.
     pub ticks: u64,
+    /// Its real uid: whose budgets it counts against.
+    pub uid: u32,
+    /// Map entries reserved for it (see [`crate::budget`]).
+    pub map_entries: usize,
     /// Rank, size, job, from /proc/PID/environ.
     pub identity: Identity,
     /// The labels made of the identity.
@@ -144,6 +239,8 @@ impl Rank {
         Rank {
             pid,
             ticks: 0,
+            uid: 0,
+            map_entries: 0,
             labels: Labels::new(&identity),
             identity,
             library: "openmpi",
@@ -255,15 +352,15 @@ pub struct State {
     pub bytes: bool,
     /// Exposition options.
     pub render: RenderOptions,
-    /// Processes already looked at by `--all` and found not to be MPI, with
-    /// their start ticks, so they are not re-read every tick.
-    pub not_mpi: HashSet<(u32, u64)>,
     /// Call-site names, cached by file and offset for every rank.
     pub names: Names,
     /// Call sites with series of their own per (rank, function).
-    pub callsite_budget: Budget,
+    pub callsite_budget: SiteBudget,
     /// This node's host name, for the report data.
     pub host: String,
+    /// Every user's budgets.
+    pub budgets: Budgets,
+    refusals: RefusalLog,
 }
 
 impl State {
@@ -281,92 +378,158 @@ impl State {
             functions,
             bytes,
             render,
-            not_mpi: HashSet::new(),
             names: Names::new(),
-            callsite_budget: Budget::default(),
+            callsite_budget: SiteBudget::default(),
             host: crate::report::hostname(),
+            budgets: Budgets::for_cpus(
+                std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            ),
+            refusals: RefusalLog::default(),
         }
     }
 
-    /// Attaches to `pid`. Re-attaching to a pid already observed is a no-op.
+    /// Attaches to `pid` now, on this thread: [`prepare`] then
+    /// [`State::commit`]. Holding the state lock across the file reads is
+    /// what the daemon avoids (its attacher prepares without the lock); this
+    /// is for callers that hold nothing else up. Re-attaching to a pid
+    /// already observed is a no-op.
     pub fn attach(&mut self, pid: u32) -> Result<(), AttachError> {
         let ticks = procfs::start_ticks(pid)?;
         if self.ranks.get(&pid).is_some_and(|r| r.ticks == ticks) {
             return Ok(());
         }
-        let result = self.try_attach(pid, ticks);
-        if result.is_err() {
-            self.selfm.attach_failures.inc();
+        let prepared = prepare(pid, ticks);
+        self.commit(prepared)
+    }
+
+    /// Registers a prepared process: checks its user's budgets and the
+    /// maps' capacity, attaches its probes (unless its shim times it) and
+    /// records it. Counts a failure. Re-attaching to a pid already observed
+    /// (same start time) is a no-op.
+    pub fn commit(&mut self, prepared: Result<Prepared, AttachError>) -> Result<(), AttachError> {
+        let result = prepared.and_then(|p| {
+            if self.ranks.get(&p.pid).is_some_and(|r| r.ticks == p.ticks) {
+                return Ok(());
+            }
+            self.try_commit(p)
+        });
+        if let Err(e) = &result {
+            match e {
+                AttachError::Refused { uid, budget, .. } => self.selfm.refused(*uid, *budget),
+                _ => self.selfm.attach_failures.inc(),
+            }
         }
         result
     }
 
-    fn try_attach(&mut self, pid: u32, ticks: u64) -> Result<(), AttachError> {
-        let map = procfs::mpi_library(pid)?.ok_or_else(|| AttachError::no_library(pid))?;
-        let identity = procfs::identity(pid)?;
+    /// What attaching `pid` would cost: its probes and map entries, and
+    /// whether its shim times it (then it gets no probes).
+    fn cost(&self, p: &Prepared) -> Cost {
+        if p.timed || self.probes.is_none() {
+            return Cost::default();
+        }
+        let functions = self
+            .functions
+            .iter()
+            .filter(|id| p.lib.entries.contains_key(id))
+            .count();
+        let sites = if self.probes.as_ref().is_some_and(Probes::callsites) {
+            SITES_PER_PROCESS
+        } else {
+            0
+        };
+        Cost {
+            probes: 2 * functions,
+            map_entries: functions + sites,
+        }
+    }
+
+    /// The budget attaching `p` would exceed, if any: its user's, then the
+    /// node's map capacity.
+    fn over_budget(&self, p: &Prepared, cost: Cost) -> Option<Budget> {
+        let usage = budget::usage_by_uid(
+            self.ranks
+                .values()
+                .map(|r| (r.uid, r.exited_at.is_none(), r.probes(), r.map_entries)),
+        );
+        if let Some(b) = self
+            .budgets
+            .check(usage.get(&p.uid).copied().unwrap_or_default(), cost)
+        {
+            return Some(b);
+        }
+        let reserved: usize = usage.values().map(|u| u.map_entries).sum();
+        let capacity = self
+            .probes
+            .as_ref()
+            .map_or(usize::MAX, Probes::entry_capacity);
+        (reserved + cost.map_entries > capacity).then_some(Budget::Capacity)
+    }
+
+    fn try_commit(&mut self, p: Prepared) -> Result<(), AttachError> {
+        let pid = p.pid;
+        let cost = self.cost(&p);
+        if let Some(budget) = self.over_budget(&p, cost) {
+            if let Some(line) = self.refusals.line(p.uid, pid, budget, &self.budgets) {
+                eprintln!("mpi-observer: {line}");
+            }
+            return Err(AttachError::Refused {
+                pid,
+                uid: p.uid,
+                budget,
+            });
+        }
         // A new process reusing the pid of an exited rank: the maps are
         // keyed by pid, so the old rank's figures, probes and datatype
         // entries must go before the new ones go in.
         if self.ranks.contains_key(&pid) {
             self.forget(pid);
         }
-        let host_path = map.host_path(pid);
-        let lib = symbols::read_library(&host_path)?;
-        let dt = datatypes::inspect(pid, &lib, &map);
-        let config = datatypes::proc_config(&lib, &dt, self.bytes);
-        // A rank whose shim already times its calls gets no probes: the
-        // segment counts them all (see `rank_calls`), and a live shim an
-        // earlier daemon injected is adopted. One detached since counts
-        // nothing more: probes.
-        // The segment is kept open from here: a rank that exits before the
-        // next collection still has its figures read (the mapping outlives
-        // the shim's unlink at exit).
-        let segment = Segment::open(pid).ok().flatten();
-        let (timed, adopted) = match segment.as_ref().map(Segment::read) {
-            Some(Ok(f)) if f.ready && !f.ejected => (true, f.injected),
-            _ => (false, false),
-        };
+        let config = datatypes::proc_config(&p.lib, &p.datatypes, self.bytes);
         let attachment = match self.probes.as_mut() {
-            Some(p) if !timed => {
-                Some(p.attach(pid, &host_path, &lib, config, &dt.sizes, &self.functions)?)
-            }
+            Some(probes) if !p.timed => Some(probes.attach(
+                pid,
+                &p.host_path,
+                &p.lib,
+                config,
+                &p.datatypes.sizes,
+                &self.functions,
+            )?),
             _ => None,
         };
         if let Some(a) = &attachment {
             self.selfm.probes.add(a.probes as i64);
         }
-        // The maps as they are now, so call sites can still be named after
-        // the process exits.
-        let mut sites = RankSites::default();
-        sites.prime(pid);
         self.ranks.insert(
             pid,
             Rank {
                 pid,
-                ticks,
-                labels: Labels::new(&identity),
-                identity,
-                library: lib.name,
-                version: lib.version.clone(),
-                comm: procfs::comm(pid),
-                started_at: procfs::ticks_to_time(ticks),
+                ticks: p.ticks,
+                uid: p.uid,
+                map_entries: cost.map_entries,
+                labels: Labels::new(&p.identity),
+                identity: p.identity,
+                library: p.lib.name,
+                version: p.lib.version.clone(),
+                comm: p.comm,
+                started_at: procfs::ticks_to_time(p.ticks),
                 attached_at: SystemTime::now(),
                 exited_at: None,
                 exited_wall: None,
                 attachment,
-                segment,
+                segment: p.segment,
                 segment_problem: None,
                 figures: None,
-                injected: adopted,
-                adopted,
+                injected: p.adopted,
+                adopted: p.adopted,
                 injecting: false,
                 lib_kind: config.lib,
-                lib_path: map.path.clone(),
-                sites,
+                lib_path: p.map.path.clone(),
+                sites: p.sites,
             },
         );
         self.selfm.attached.set(self.attached_count() as i64);
-        if adopted {
+        if p.adopted {
             self.selfm.injected.inc();
             eprintln!("mpi-observer: {}", adoption_line(pid));
         }
@@ -385,10 +548,20 @@ impl State {
     pub fn notice_exits(&mut self) -> Vec<u32> {
         let mut exited = Vec::new();
         for r in self.ranks.values_mut() {
-            if r.exited_at.is_none() && !procfs::alive(r.pid, r.ticks) {
-                r.exited_at = Some(Instant::now());
-                r.exited_wall = Some(SystemTime::now());
-                exited.push(r.pid);
+            if r.exited_at.is_some() {
+                continue;
+            }
+            match procfs::liveness(r.pid, r.ticks) {
+                procfs::Liveness::Alive => {}
+                procfs::Liveness::Exited => {
+                    r.exited_at = Some(Instant::now());
+                    r.exited_wall = Some(SystemTime::now());
+                    exited.push(r.pid);
+                }
+                // Out of descriptors or memory: nothing is known, and a
+                // live rank must never be detached as exited. Counted, and
+                // asked again at the next tick.
+                procfs::Liveness::Unknown => self.selfm.proc_read_errors.inc(),
             }
         }
         for pid in &exited {
