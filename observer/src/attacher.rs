@@ -19,7 +19,8 @@
 //!   between go through.
 
 use std::{
-    collections::{BTreeMap, HashSet, VecDeque},
+    cmp::Reverse,
+    collections::{BTreeMap, BinaryHeap, HashSet, VecDeque},
     sync::{Arc, Condvar, Mutex, PoisonError},
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -31,6 +32,23 @@ use crate::registry::{self, AttachError, State};
 pub const QUEUE_CAP: usize = 16_384;
 /// The shortest rest between two attaches.
 pub const MIN_REST: Duration = Duration::from_millis(2);
+/// When an Open MPI rank attached before it initialised its datatypes
+/// (found as it started) has them looked at again, after its attach.
+pub const DATATYPE_REVISITS: [Duration; 8] = [
+    Duration::from_millis(50),
+    Duration::from_millis(200),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(5),
+    Duration::from_secs(15),
+    Duration::from_secs(60),
+];
+
+enum Work {
+    Attach(Candidate),
+    Revisit(u32, u64, usize),
+}
 
 /// A process to look at: its pid, start time and real uid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +64,8 @@ pub struct Candidate {
 #[derive(Default)]
 struct Queue {
     by_uid: BTreeMap<u32, VecDeque<Candidate>>,
+    /// Ranks whose datatypes are looked at again: (when, pid, ticks, tries).
+    revisits: BinaryHeap<Reverse<(Instant, u32, u64, usize)>>,
     /// (pid, ticks) queued or being attached, so nothing is queued twice.
     pending: HashSet<(u32, u64)>,
     /// The uid served last: the next is the one after it.
@@ -203,46 +223,115 @@ impl Drop for Attacher {
 
 fn run(shared: &Shared, state: &Mutex<State>, on_attached: &OnAttached) {
     loop {
-        let c = {
+        let work = {
             let mut q = shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
             loop {
                 if q.closed {
                     return;
                 }
-                if let Some(c) = q.pop() {
-                    break c;
+                let now = Instant::now();
+                if let Some(&Reverse((t, pid, ticks, n))) = q.revisits.peek()
+                    && t <= now
+                {
+                    q.revisits.pop();
+                    break Work::Revisit(pid, ticks, n);
                 }
-                q = shared.wake.wait(q).unwrap_or_else(PoisonError::into_inner);
+                if let Some(c) = q.pop() {
+                    break Work::Attach(c);
+                }
+                q = match q.revisits.peek() {
+                    Some(Reverse((t, ..))) => {
+                        let wait = t.saturating_duration_since(now);
+                        shared
+                            .wake
+                            .wait_timeout(q, wait)
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .0
+                    }
+                    None => shared.wake.wait(q).unwrap_or_else(PoisonError::into_inner),
+                };
             }
         };
-        let started = Instant::now();
-        let result = attach_one(state, c);
-        let took = started.elapsed();
+        match work {
+            Work::Attach(c) => attach_and_rest(shared, state, on_attached, c),
+            Work::Revisit(pid, ticks, n) => revisit(shared, state, pid, ticks, n),
+        }
+    }
+}
+
+fn attach_and_rest(shared: &Shared, state: &Mutex<State>, on_attached: &OnAttached, c: Candidate) {
+    let started = Instant::now();
+    let result = attach_one(state, c);
+    let took = started.elapsed();
+    // The state lock is never held while the queue's is taken, nor the
+    // other way round.
+    let revisit = matches!(result, Ok(true))
+        && state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .datatypes_pending(c.pid, c.ticks)
+            .is_some();
+    {
+        let mut q = shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        q.pending.remove(&(c.pid, c.ticks));
+        if revisit {
+            q.revisits.push(Reverse((
+                Instant::now() + DATATYPE_REVISITS[0],
+                c.pid,
+                c.ticks,
+                0,
+            )));
+        }
+    }
+    match result {
+        Ok(true) => {
+            eprintln!(
+                "mpi-observer: attached to pid {} ({}, uid {}, {:.0} ms)",
+                c.pid,
+                crate::procfs::comm(c.pid),
+                c.uid,
+                took.as_secs_f64() * 1e3
+            );
+            on_attached(c.pid);
+        }
+        Ok(false) => {}
+        // Refusals say their own rate-limited line (crate::budget).
+        Err(AttachError::Refused { .. }) => {}
+        // Gone before it could be attached: nothing to say.
+        Err(AttachError::Proc(crate::procfs::ProcError::NoSuchProcess { .. })) => {}
+        Err(e) => eprintln!("mpi-observer: pid {}: {}", c.pid, crate::one_line(&e)),
+    }
+    std::thread::sleep(took.max(MIN_REST));
+}
+
+/// Looks at rank `pid`'s Open MPI datatypes again (without the lock) and
+/// applies them once they check out; else tries later, up to the last of
+/// [`DATATYPE_REVISITS`] (derived types' bytes then stay unknown, counted
+/// as such).
+fn revisit(shared: &Shared, state: &Mutex<State>, pid: u32, ticks: u64, n: usize) {
+    let pending = state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .datatypes_pending(pid, ticks);
+    let Some((lib, map)) = pending else { return };
+    let dt = crate::datatypes::inspect(pid, &lib, &map);
+    if dt.derived.is_some() {
+        state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .apply_datatypes(pid, &dt);
+    } else if let Some(next) = DATATYPE_REVISITS.get(n + 1) {
         shared
             .queue
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .pending
-            .remove(&(c.pid, c.ticks));
-        match result {
-            Ok(true) => {
-                eprintln!(
-                    "mpi-observer: attached to pid {} ({}, uid {}, {:.0} ms)",
-                    c.pid,
-                    crate::procfs::comm(c.pid),
-                    c.uid,
-                    took.as_secs_f64() * 1e3
-                );
-                on_attached(c.pid);
-            }
-            Ok(false) => {}
-            // Refusals say their own rate-limited line (crate::budget).
-            Err(AttachError::Refused { .. }) => {}
-            // Gone before it could be attached: nothing to say.
-            Err(AttachError::Proc(crate::procfs::ProcError::NoSuchProcess { .. })) => {}
-            Err(e) => eprintln!("mpi-observer: pid {}: {}", c.pid, crate::one_line(&e)),
-        }
-        std::thread::sleep(took.max(MIN_REST));
+            .revisits
+            .push(Reverse((
+                Instant::now() + (*next - DATATYPE_REVISITS[n]),
+                pid,
+                ticks,
+                n + 1,
+            )));
     }
 }
 
@@ -258,7 +347,8 @@ fn attach_one(state: &Mutex<State>, c: Candidate) -> Result<bool, AttachError> {
     if known(&st) {
         return Ok(false);
     }
-    st.commit(prepared).map(|()| true)
+    st.commit(prepared, registry::Admission::Found)
+        .map(|()| true)
 }
 
 #[cfg(test)]

@@ -151,7 +151,12 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     {
         let mut st = state.lock().expect("not poisoned yet");
         st.callsite_budget.per_function = args.callsite_series;
-        let d = st.budgets;
+        let mut d = st.budgets;
+        // A user may take a quarter of the maps: it takes four users at
+        // their budgets to fill them.
+        if let Some(p) = &st.probes {
+            d.map_entries = d.map_entries.min(p.entry_capacity() / 4);
+        }
         st.budgets = crate::budget::Budgets {
             processes: args.user_max_processes.unwrap_or(d.processes),
             probes: args.user_max_probes.unwrap_or(d.probes),
@@ -165,7 +170,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             .map_err(AttachError::from)
             .and_then(|ticks| crate::registry::prepare(pid, ticks));
         let mut st = state.lock().expect("not poisoned yet");
-        st.commit(prepared)?;
+        st.commit(prepared, crate::registry::Admission::Named)?;
         eprintln!(
             "mpi-observer: attached to pid {pid} ({} probes, {:.0} ms)",
             st.ranks.get(&pid).map_or(0, |r| r.probes()),
@@ -200,7 +205,12 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     });
     let mut scanner = Scanner::new(args.same_netns);
     let watch_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = match (&attacher, crate::procevents::ExecEvents::open()) {
+    let events = if std::env::var_os("MPI_OBSERVER_NO_EXEC_EVENTS").is_some() {
+        Err(std::io::Error::other("MPI_OBSERVER_NO_EXEC_EVENTS is set"))
+    } else {
+        crate::procevents::ExecEvents::open()
+    };
+    let watcher = match (&attacher, events) {
         (Some(a), Ok(events)) => {
             let queue = a.handle();
             let netns = scanner.netns.clone();

@@ -336,25 +336,7 @@ impl Probes {
                 map: maps::PROCS,
                 source,
             })?;
-        let mut types: BpfHashMap<&mut MapData, TypeKey, u64> = BpfHashMap::try_from(
-            self.ebpf
-                .map_mut(maps::OMPI_TYPES)
-                .expect("OMPI_TYPES map in object"),
-        )
-        .map_err(|source| ProbeError::Map {
-            map: maps::OMPI_TYPES,
-            source,
-        })?;
-        for (&addr, &size) in datatypes {
-            let key = TypeKey {
-                tgid: pid,
-                pad: 0,
-                addr,
-            };
-            if types.insert(key, size, 0).is_ok() {
-                att.type_keys.push(key);
-            }
-        }
+        self.insert_types(pid, datatypes, &mut att)?;
         // Group the sites by entry program; every site also gets a return.
         let mut sites: BTreeMap<&'static str, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
         for &id in functions {
@@ -400,6 +382,57 @@ impl Probes {
             }
         }
         Ok(att)
+    }
+
+    /// Adds predefined datatype sizes of process `pid` (runtime address to
+    /// size) to the map the probes size arguments with; an address already
+    /// there keeps its entry.
+    fn insert_types(
+        &mut self,
+        pid: u32,
+        datatypes: &BTreeMap<u64, u64>,
+        att: &mut Attachment,
+    ) -> Result<(), ProbeError> {
+        let mut types: BpfHashMap<&mut MapData, TypeKey, u64> = BpfHashMap::try_from(
+            self.ebpf
+                .map_mut(maps::OMPI_TYPES)
+                .expect("OMPI_TYPES map in object"),
+        )
+        .map_err(|source| ProbeError::Map {
+            map: maps::OMPI_TYPES,
+            source,
+        })?;
+        for (&addr, &size) in datatypes {
+            let key = TypeKey {
+                tgid: pid,
+                pad: 0,
+                addr,
+            };
+            if att.type_keys.contains(&key) {
+                continue;
+            }
+            if types.insert(key, size, 0).is_ok() {
+                att.type_keys.push(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives process `pid` the datatypes found once its MPI library
+    /// initialised them (see `datatypes::inspect`): the sizes of its
+    /// predefined types, and how to read a derived type's size.
+    pub fn update_datatypes(
+        &mut self,
+        pid: u32,
+        att: &mut Attachment,
+        datatypes: &BTreeMap<u64, u64>,
+        derived: (u64, u64),
+    ) -> Result<(), ProbeError> {
+        self.insert_types(pid, datatypes, att)?;
+        self.update_config(pid, |c| {
+            c.ompi_dt_class = derived.0;
+            c.ompi_dt_size_offset = derived.1;
+        })
     }
 
     /// Changes process `pid`'s configuration in the programs' map (the

@@ -73,6 +73,16 @@ pub enum AttachError {
     },
 }
 
+/// How a process came to be attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Named with `--pid` by whoever started the daemon: attached whatever
+    /// the budgets say (a full map still counts its lost calls).
+    Named,
+    /// Found by `--all`: its user's budgets and the maps' capacity apply.
+    Found,
+}
+
 /// Call-site map entries reserved per probed process when call sites are
 /// recorded: what the probes may create for it.
 pub const SITES_PER_PROCESS: usize = 1_024;
@@ -89,7 +99,7 @@ pub struct Prepared {
     pub uid: u32,
     map: procfs::MappedLib,
     host_path: std::path::PathBuf,
-    lib: symbols::Library,
+    lib: std::sync::Arc<symbols::Library>,
     datatypes: datatypes::Datatypes,
     identity: Identity,
     comm: String,
@@ -110,7 +120,7 @@ pub fn prepare(pid: u32, ticks: u64) -> Result<Prepared, AttachError> {
     let uid = procfs::uid(pid)?;
     let identity = procfs::identity(pid)?;
     let host_path = map.host_path(pid);
-    let lib = symbols::read_library(&host_path)?;
+    let lib = std::sync::Arc::new(symbols::read_library(&host_path)?);
     let datatypes = datatypes::inspect(pid, &lib, &map);
     // A rank whose shim already times its calls gets no probes: the
     // segment counts them all (see `rank_calls`), and a live shim an
@@ -213,6 +223,10 @@ pub struct Rank {
     pub lib_path: std::path::PathBuf,
     /// Its call sites' names and which have series of their own.
     sites: RankSites,
+    /// An Open MPI rank attached before its library initialised its
+    /// datatypes (found as it started): what to look at them again with,
+    /// until they check out (see [`State::datatypes_pending`]).
+    pending_datatypes: Option<(std::sync::Arc<symbols::Library>, procfs::MappedLib)>,
 }
 
 impl Rank {
@@ -260,6 +274,7 @@ impl Rank {
             lib_kind: observer_common::maps::lib_kind::OPEN_MPI,
             lib_path: "/synthetic/libmpi.so.40".into(),
             sites: RankSites::default(),
+            pending_datatypes: None,
         }
     }
 
@@ -399,19 +414,23 @@ impl State {
             return Ok(());
         }
         let prepared = prepare(pid, ticks);
-        self.commit(prepared)
+        self.commit(prepared, Admission::Named)
     }
 
-    /// Registers a prepared process: checks its user's budgets and the
-    /// maps' capacity, attaches its probes (unless its shim times it) and
-    /// records it. Counts a failure. Re-attaching to a pid already observed
-    /// (same start time) is a no-op.
-    pub fn commit(&mut self, prepared: Result<Prepared, AttachError>) -> Result<(), AttachError> {
+    /// Registers a prepared process: for one `--all` found, checks its
+    /// user's budgets and the maps' capacity; attaches its probes (unless
+    /// its shim times it) and records it. Counts a failure. Re-attaching to
+    /// a pid already observed (same start time) is a no-op.
+    pub fn commit(
+        &mut self,
+        prepared: Result<Prepared, AttachError>,
+        admission: Admission,
+    ) -> Result<(), AttachError> {
         let result = prepared.and_then(|p| {
             if self.ranks.get(&p.pid).is_some_and(|r| r.ticks == p.ticks) {
                 return Ok(());
             }
-            self.try_commit(p)
+            self.try_commit(p, admission)
         });
         if let Err(e) = &result {
             match e {
@@ -466,10 +485,14 @@ impl State {
         (reserved + cost.map_entries > capacity).then_some(Budget::Capacity)
     }
 
-    fn try_commit(&mut self, p: Prepared) -> Result<(), AttachError> {
+    fn try_commit(&mut self, p: Prepared, admission: Admission) -> Result<(), AttachError> {
         let pid = p.pid;
         let cost = self.cost(&p);
-        if let Some(budget) = self.over_budget(&p, cost) {
+        let over = match admission {
+            Admission::Found => self.over_budget(&p, cost),
+            Admission::Named => None,
+        };
+        if let Some(budget) = over {
             if let Some(line) = self.refusals.line(p.uid, pid, budget, &self.budgets) {
                 eprintln!("mpi-observer: {line}");
             }
@@ -486,6 +509,12 @@ impl State {
             self.forget(pid);
         }
         let config = datatypes::proc_config(&p.lib, &p.datatypes, self.bytes);
+        let pending_datatypes = (self.bytes
+            && !p.timed
+            && self.probes.is_some()
+            && p.lib.kind == observer_common::maps::lib_kind::OPEN_MPI
+            && p.datatypes.derived.is_none())
+        .then(|| (p.lib.clone(), p.map.clone()));
         let attachment = match self.probes.as_mut() {
             Some(probes) if !p.timed => Some(probes.attach(
                 pid,
@@ -526,6 +555,7 @@ impl State {
                 lib_kind: config.lib,
                 lib_path: p.map.path.clone(),
                 sites: p.sites,
+                pending_datatypes,
             },
         );
         self.selfm.attached.set(self.attached_count() as i64);
@@ -534,6 +564,39 @@ impl State {
             eprintln!("mpi-observer: {}", adoption_line(pid));
         }
         Ok(())
+    }
+
+    /// What to inspect rank `pid`'s datatypes again with, if they did not
+    /// check out when it was attached (it had not initialised MPI yet) and
+    /// it still carries its probes.
+    pub fn datatypes_pending(
+        &self,
+        pid: u32,
+        ticks: u64,
+    ) -> Option<(std::sync::Arc<symbols::Library>, procfs::MappedLib)> {
+        let r = self.ranks.get(&pid).filter(|r| r.ticks == ticks)?;
+        if r.exited_at.is_some() || r.attachment.is_none() {
+            return None;
+        }
+        r.pending_datatypes.clone()
+    }
+
+    /// Applies datatypes found once rank `pid` initialised MPI: from then
+    /// on, derived types' bytes are read too.
+    pub fn apply_datatypes(&mut self, pid: u32, dt: &datatypes::Datatypes) {
+        let Some(derived) = dt.derived else { return };
+        let (Some(r), Some(probes)) = (self.ranks.get_mut(&pid), self.probes.as_mut()) else {
+            return;
+        };
+        let Some(att) = r.attachment.as_mut() else {
+            return;
+        };
+        if probes
+            .update_datatypes(pid, att, &dt.sizes, derived)
+            .is_ok()
+        {
+            r.pending_datatypes = None;
+        }
     }
 
     fn attached_count(&self) -> usize {
