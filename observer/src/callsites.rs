@@ -33,7 +33,6 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    fs, io,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -43,7 +42,7 @@ use blazesym::symbolize::{
     source::{Elf, Source},
 };
 
-use crate::snapshot::RawSite;
+use crate::{procfs, snapshot::RawSite};
 
 /// The name of the series summing a function's call sites beyond the budget
 /// (and the calls no site was recorded for).
@@ -72,7 +71,7 @@ struct Mapping {
     /// File offset of `start`.
     offset: u64,
     /// The file's device and inode, as `/proc/PID/maps` gives them.
-    dev: String,
+    dev: (u32, u32),
     inode: u64,
     /// The file's path, as the process sees it.
     path: String,
@@ -85,48 +84,27 @@ struct Maps {
 }
 
 impl Maps {
-    /// Parses the text of `/proc/PID/maps`, keeping executable mappings of
-    /// files.
-    fn parse(text: &str) -> Maps {
-        let mut ranges = Vec::new();
-        for line in text.lines() {
-            let mut f = line.split_whitespace();
-            let (Some(range), Some(perms), Some(off), Some(dev), Some(inode)) =
-                (f.next(), f.next(), f.next(), f.next(), f.next())
-            else {
-                continue;
-            };
-            let path = f.collect::<Vec<_>>().join(" ");
-            if !perms.contains('x') || !path.starts_with('/') {
-                continue;
-            }
-            let Some((s, e)) = range.split_once('-') else {
-                continue;
-            };
-            let (Ok(start), Ok(end), Ok(offset), Ok(inode)) = (
-                u64::from_str_radix(s, 16),
-                u64::from_str_radix(e, 16),
-                u64::from_str_radix(off, 16),
-                inode.parse::<u64>(),
-            ) else {
-                continue;
-            };
-            ranges.push(Mapping {
-                start,
-                end,
-                offset,
-                dev: dev.to_string(),
-                inode,
-                path,
-            });
-        }
+    /// Keeps the executable mappings of files of a parsed `/proc/PID/maps`.
+    fn from_entries(entries: Vec<procfs::MapEntry>) -> Maps {
+        let ranges = entries
+            .into_iter()
+            .filter(|m| m.exec)
+            .filter_map(|m| {
+                Some(Mapping {
+                    start: m.start,
+                    end: m.end,
+                    offset: m.offset,
+                    dev: m.dev,
+                    inode: m.inode,
+                    path: m.path?.to_string_lossy().into_owned(),
+                })
+            })
+            .collect();
         Maps { ranges }
     }
 
-    fn read(pid: u32) -> io::Result<Maps> {
-        Ok(Maps::parse(&fs::read_to_string(format!(
-            "/proc/{pid}/maps"
-        ))?))
+    fn read(pid: u32) -> Result<Maps, procfs::ProcError> {
+        procfs::maps(pid).map(Maps::from_entries)
     }
 
     fn find(&self, addr: u64) -> Option<&Mapping> {
@@ -135,7 +113,7 @@ impl Maps {
 }
 
 /// A file's identity and an offset in it: the cache key of a name.
-type Key = (String, u64, u64);
+type Key = ((u32, u32), u64, u64);
 
 /// Call-site names, cached by file and offset: one per daemon.
 pub struct Names {
@@ -195,7 +173,7 @@ impl Session<'_> {
     /// container is symbolized with its own files).
     fn name_in(&mut self, pid: u32, m: &Mapping, addr: u64) -> Arc<str> {
         let ret_offset = addr - m.start + m.offset;
-        let key = (m.dev.clone(), m.inode, ret_offset);
+        let key = (m.dev, m.inode, ret_offset);
         if let Some(n) = self.names.cache.get(&key) {
             return n.clone();
         }
@@ -372,7 +350,7 @@ mod tests {
 
     #[test]
     fn maps_keep_executable_file_mappings() {
-        let m = Maps::parse(MAPS);
+        let m = Maps::from_entries(procfs::parse_maps(MAPS.as_bytes()));
         assert_eq!(m.ranges.len(), 2);
         let h = m.find(0x5581b010).unwrap();
         assert_eq!(

@@ -31,6 +31,7 @@ pub mod summary;
 pub mod symbols;
 pub mod sys;
 pub mod top;
+pub mod userfile;
 pub mod web_config;
 
 /// The eBPF object built by build.rs.

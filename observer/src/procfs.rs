@@ -4,8 +4,7 @@
 //! process itself could write.
 
 use std::{
-    fs,
-    io::{self, BufRead as _},
+    fs, io,
     path::{Path, PathBuf},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -179,36 +178,142 @@ pub fn is_mpi_library(file_name: &str) -> bool {
         .any(|p| file_name.starts_with(p))
 }
 
+/// One line of `/proc/PID/maps`. The one parser of that file in the daemon:
+/// fields are split by position, and the path is the rest of the line, so a
+/// path with spaces is kept whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapEntry {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Mapped readable.
+    pub read: bool,
+    /// Mapped writable.
+    pub write: bool,
+    /// Mapped executable.
+    pub exec: bool,
+    /// A shared (not private) mapping.
+    pub shared: bool,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// The file's device, as `major:minor` in hex in the file.
+    pub dev: (u32, u32),
+    /// The file's inode; 0 for an anonymous mapping.
+    pub inode: u64,
+    /// The file's path as the process sees it (absolute), without the
+    /// kernel's ` (deleted)` mark; `None` for anonymous and pseudo mappings
+    /// (`[heap]`, `[stack]`, `[vdso]`...).
+    pub path: Option<PathBuf>,
+    /// The kernel marked the file deleted (unlinked since it was mapped).
+    pub deleted: bool,
+}
+
+impl MapEntry {
+    /// The file name of the mapped file, if any and if UTF-8.
+    pub fn file_name(&self) -> Option<&str> {
+        self.path.as_deref()?.file_name()?.to_str()
+    }
+
+    /// The file as seen from the daemon's mount namespace, through the
+    /// process's root (containers, chroots).
+    pub fn host_path(&self, pid: u32) -> Option<PathBuf> {
+        let p = self.path.as_deref()?;
+        Some(
+            Path::new("/proc")
+                .join(pid.to_string())
+                .join("root")
+                .join(p.strip_prefix("/").unwrap_or(p)),
+        )
+    }
+}
+
+/// Parses the text of `/proc/PID/maps`; lines that do not parse are
+/// skipped. Never panics, whatever the bytes.
+pub fn parse_maps(text: &[u8]) -> Vec<MapEntry> {
+    text.split(|b| *b == b'\n')
+        .filter_map(parse_maps_line)
+        .collect()
+}
+
+fn parse_maps_line(line: &[u8]) -> Option<MapEntry> {
+    use std::os::unix::ffi::OsStrExt as _;
+    // address perms offset dev inode [spaces path]
+    let mut rest = line;
+    let mut field = || -> Option<&[u8]> {
+        let start = rest.iter().position(|b| *b != b' ')?;
+        let r = &rest[start..];
+        let len = r.iter().position(|b| *b == b' ').unwrap_or(r.len());
+        let (f, tail) = r.split_at(len);
+        rest = tail;
+        Some(f)
+    };
+    let hex = |b: &[u8]| u64::from_str_radix(std::str::from_utf8(b).ok()?, 16).ok();
+    let range = field()?;
+    let perms = field()?;
+    let offset = hex(field()?)?;
+    let dev = field()?;
+    let inode = std::str::from_utf8(field()?).ok()?.parse::<u64>().ok()?;
+    let dash = range.iter().position(|b| *b == b'-')?;
+    let (start, end) = (hex(&range[..dash])?, hex(&range[dash + 1..])?);
+    let colon = dev.iter().position(|b| *b == b':')?;
+    let dev = (
+        u32::try_from(hex(&dev[..colon])?).ok()?,
+        u32::try_from(hex(&dev[colon + 1..])?).ok()?,
+    );
+    if perms.len() < 4 || start > end {
+        return None;
+    }
+    // The path: everything after the padding that follows the inode.
+    let p = match rest.iter().position(|b| *b != b' ') {
+        Some(i) => &rest[i..],
+        None => &rest[rest.len()..],
+    };
+    const DELETED: &[u8] = b" (deleted)";
+    let (p, deleted) = match p.strip_suffix(DELETED) {
+        Some(p) => (p, true),
+        None => (p, false),
+    };
+    let path = (p.first() == Some(&b'/')).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(p)));
+    Some(MapEntry {
+        start,
+        end,
+        read: perms[0] == b'r',
+        write: perms[1] == b'w',
+        exec: perms[2] == b'x',
+        shared: perms[3] == b's',
+        offset,
+        dev,
+        inode,
+        path,
+        deleted,
+    })
+}
+
+/// Reads and parses `/proc/PID/maps` (see [`parse_maps`]).
+pub fn maps(pid: u32) -> Result<Vec<MapEntry>, ProcError> {
+    read(pid, "maps").map(|t| parse_maps(&t))
+}
+
 /// The lowest mapping of the first file in `pid`'s maps that `wanted`
 /// accepts (given the file's path): its load base and file offset.
 fn lowest_mapping(
     pid: u32,
     wanted: impl Fn(&Path) -> bool,
 ) -> Result<Option<MappedLib>, ProcError> {
-    let maps = read(pid, "maps")?;
     let mut found: Option<MappedLib> = None;
-    for line in maps.lines().map_while(Result::ok) {
-        // address perms offset dev inode path
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [range, _perms, offset, _dev, _inode, path, ..] = f[..] else {
+    for m in maps(pid)? {
+        let Some(path) = m.path.as_deref() else {
             continue;
         };
-        let path = Path::new(path);
         if !wanted(path) || found.as_ref().is_some_and(|l| l.path != path) {
             continue;
         }
-        let start = range
-            .split('-')
-            .next()
-            .and_then(|s| u64::from_str_radix(s, 16).ok());
-        let (Some(start), Ok(offset)) = (start, u64::from_str_radix(offset, 16)) else {
-            continue;
-        };
-        if found.as_ref().is_none_or(|l| start < l.base) {
+        if found.as_ref().is_none_or(|l| m.start < l.base) {
             found = Some(MappedLib {
                 path: path.to_path_buf(),
-                base: start,
-                base_offset: offset,
+                base: m.start,
+                base_offset: m.offset,
             });
         }
     }
@@ -382,6 +487,54 @@ mod tests {
         let own = stat(std::process::id()).unwrap();
         assert_eq!(own.ppid, std::os::unix::process::parent_id());
         assert!(!own.is_dead());
+    }
+
+    #[test]
+    fn maps_lines_keep_paths_whole() {
+        let text = b"\
+5581a000-5581b000 r--p 00000000 fe:01 1234                       /opt/app/bin/halo
+7f00a000-7f00b000 r-xp 00002000 fe:01 99                         /home/u/my libs/libmpi.so.40
+7f00c000-7f00d000 rw-s 00000000 00:1a 77                         /dev/shm/mpi-observer.9 (deleted)
+7ffd0000-7ffd1000 rw-p 00000000 00:00 0                          [stack]
+7ffd2000-7ffd3000 r-xp 00000000 00:00 0
+garbage line
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+";
+        let m = parse_maps(text);
+        assert_eq!(m.len(), 6, "{m:?}");
+        assert_eq!(m[0].path.as_deref(), Some(Path::new("/opt/app/bin/halo")));
+        assert_eq!(
+            (m[0].dev, m[0].inode, m[0].read, m[0].exec),
+            ((0xfe, 1), 1234, true, false)
+        );
+        assert_eq!(
+            m[1].path.as_deref(),
+            Some(Path::new("/home/u/my libs/libmpi.so.40"))
+        );
+        assert_eq!((m[1].offset, m[1].exec), (0x2000, true));
+        assert_eq!(m[1].file_name(), Some("libmpi.so.40"));
+        assert_eq!(
+            m[2].path.as_deref(),
+            Some(Path::new("/dev/shm/mpi-observer.9"))
+        );
+        assert!(m[2].deleted && m[2].shared && m[2].write);
+        assert_eq!((m[3].path.as_ref(), m[4].path.as_ref()), (None, None));
+        assert_eq!(m[5].start, 0xffffffffff600000);
+        assert!(parse_maps(b"").is_empty());
+        assert!(
+            parse_maps(b"1-0 r--p 0 0:0 0 /x").is_empty(),
+            "start after end"
+        );
+    }
+
+    #[test]
+    fn own_maps_name_the_test_binary() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let m = maps(std::process::id()).unwrap();
+        assert!(
+            m.iter().any(|e| e.exec && e.path.as_deref() == Some(&*exe)),
+            "{m:?}"
+        );
     }
 
     #[test]

@@ -726,27 +726,21 @@ struct Maps {
 
 impl Maps {
     fn read(pid: u32) -> Result<Maps, InjectError> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| {
-            if source.kind() == io::ErrorKind::NotFound {
-                InjectError::Gone { pid }
-            } else {
+        let entries = procfs::maps(pid).map_err(|e| match e {
+            procfs::ProcError::NoSuchProcess { .. } => InjectError::Gone { pid },
+            procfs::ProcError::Unreadable { source, .. } => {
                 os_or_permission(pid, "reading /proc/PID/maps", source)
             }
         })?;
-        let lines = text
-            .lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                let (start, end) = f.first()?.split_once('-')?;
-                let perms = f.get(1)?.as_bytes();
-                Some(Mapping {
-                    start: u64::from_str_radix(start, 16).ok()?,
-                    end: u64::from_str_radix(end, 16).ok()?,
-                    write: perms.get(1) == Some(&b'w'),
-                    exec: perms.get(2) == Some(&b'x'),
-                    offset: u64::from_str_radix(f.get(2)?, 16).ok()?,
-                    path: f.get(5).filter(|p| p.starts_with('/')).map(PathBuf::from),
-                })
+        let lines = entries
+            .into_iter()
+            .map(|m| Mapping {
+                start: m.start,
+                end: m.end,
+                write: m.write,
+                exec: m.exec,
+                offset: m.offset,
+                path: m.path,
             })
             .collect();
         Ok(Maps { pid, lines })
