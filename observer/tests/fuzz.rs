@@ -1,6 +1,7 @@
 //! Property tests ("fuzzing") of the parsers of user-controlled input
-//! (issue 21): the stats segment reader, the trace-ring reader, ELF symbol
-//! reading, `--web.config.file` and the report data format. Each starts
+//! (issue 21): the stats segment reader, the trace-ring reader, the
+//! `/proc/PID/maps` parser, ELF symbol reading, `--web.config.file` and the
+//! report data format. Each starts
 //! from valid inputs and mutates them (bytes, words set to edge values,
 //! truncation, extension), or makes them up entirely, and asserts that the
 //! parser does not panic, allocates a bounded amount (a counting allocator
@@ -21,6 +22,7 @@ use std::{
 };
 
 use mpi_observer::{
+    procfs::{self, MapEntry},
     record::shim::{self as trace_reader, ShimRecorder},
     report::{self, Data, FunctionData, PeerData, RankData, SiteData, StatsData},
     segment::{self, Segment},
@@ -564,6 +566,145 @@ proptest! {
         img.extend(random);
         let _ = record_from(&img);
     }
+}
+
+// ---------------------------------------------------------------------
+// The `/proc/PID/maps` parser (observer/src/procfs.rs `parse_maps`): the
+// kernel writes the fields, but the path is the user's choice (spaces,
+// ` (deleted)` in the name, any byte but a newline).
+
+/// A maps line as the kernel prints it.
+fn maps_line(m: &MapEntry, raw_path: &[u8]) -> Vec<u8> {
+    let perms = [
+        if m.read { 'r' } else { '-' },
+        if m.write { 'w' } else { '-' },
+        if m.exec { 'x' } else { '-' },
+        if m.shared { 's' } else { 'p' },
+    ];
+    let mut l = format!(
+        "{:08x}-{:08x} {} {:08x} {:02x}:{:02x} {}",
+        m.start,
+        m.end,
+        perms.iter().collect::<String>(),
+        m.offset,
+        m.dev.0,
+        m.dev.1,
+        m.inode
+    )
+    .into_bytes();
+    if !raw_path.is_empty() {
+        // The kernel pads the path to a column.
+        l.resize(73.max(l.len() + 1), b' ');
+        l.extend_from_slice(raw_path);
+    }
+    l
+}
+
+/// A path a user can give her file: absolute, any byte but NUL and the
+/// newline, spaces and a fake ` (deleted)` included.
+fn user_path() -> impl Strategy<Value = Vec<u8>> {
+    let byte = prop_oneof![
+        4 => b'a'..=b'z',
+        2 => Just(b' '),
+        1 => Just(b'/'),
+        1 => 1u8..=255,
+    ]
+    .prop_filter("no newline", |b| *b != b'\n');
+    (
+        prop::collection::vec(byte, 0..40),
+        prop_oneof![
+            Just(&b""[..]),
+            Just(&b" (deleted)"[..]),
+            Just(&b"libmpi.so.40"[..])
+        ],
+    )
+        .prop_map(|(mut p, tail)| {
+            p.insert(0, b'/');
+            p.extend_from_slice(tail);
+            p
+        })
+}
+
+fn any_map_entry() -> impl Strategy<Value = MapEntry> {
+    (
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+        (any::<[bool; 4]>(), any::<u32>(), any::<u32>()),
+    )
+        .prop_map(|((a, b, offset, inode), (p, major, minor))| MapEntry {
+            start: a.min(b),
+            end: a.max(b),
+            read: p[0],
+            write: p[1],
+            exec: p[2],
+            shared: p[3],
+            offset,
+            dev: (major, minor),
+            inode,
+            path: None,
+            deleted: false,
+        })
+}
+
+proptest! {
+    #![proptest_config(config(1024))]
+
+    /// Lines as the kernel writes them, with any user path, read back
+    /// whole: the path is never cut at a space, a ` (deleted)` the kernel
+    /// appended is taken off (once), and the fields are exact.
+    #[test]
+    fn maps_parser_round_trip(
+        entries in prop::collection::vec((any_map_entry(), user_path(), any::<bool>()), 1..16),
+    ) {
+        use std::os::unix::ffi::OsStrExt as _;
+        let mut text = Vec::new();
+        for (m, p, deleted) in &entries {
+            let mut raw = p.clone();
+            if *deleted {
+                raw.extend_from_slice(b" (deleted)");
+            }
+            text.extend(maps_line(m, &raw));
+            text.push(b'\n');
+        }
+        let got = bounded("parse_maps", 64 * text.len() + (1 << 20), || procfs::parse_maps(&text));
+        prop_assert_eq!(got.len(), entries.len());
+        for (g, (m, p, deleted)) in got.iter().zip(&entries) {
+            // The kernel's mark is the last ` (deleted)`; a name of the
+            // user's ending the same way is indistinguishable from it.
+            let (want, marked) = match p.strip_suffix(b" (deleted)") {
+                Some(stripped) if !*deleted => (stripped, true),
+                _ => (&p[..], *deleted),
+            };
+            prop_assert_eq!(g.path.as_deref().map(|p| p.as_os_str().as_bytes()), Some(want));
+            prop_assert_eq!(g.deleted, marked);
+            prop_assert_eq!(
+                (g.start, g.end, g.offset, g.dev, g.inode),
+                (m.start, m.end, m.offset, m.dev, m.inode)
+            );
+            prop_assert_eq!((g.read, g.write, g.exec, g.shared), (m.read, m.write, m.exec, m.shared));
+        }
+    }
+
+    /// Mutated real maps text (this process's own) and random bytes: no
+    /// panic, and every entry it returns is well formed.
+    #[test]
+    fn maps_parser_mutated(ms in mutations(own_maps().len(), vec![]), random in prop::collection::vec(any::<u8>(), 0..2048)) {
+        for text in [apply(own_maps(), &ms), random] {
+            let got = bounded("parse_maps", 64 * text.len() + (1 << 20), || procfs::parse_maps(&text));
+            prop_assert!(got.len() <= text.split(|b| *b == b'\n').count());
+            for m in got {
+                prop_assert!(m.start <= m.end);
+                if let Some(p) = &m.path {
+                    prop_assert!(p.is_absolute());
+                }
+            }
+        }
+    }
+}
+
+fn own_maps() -> Vec<u8> {
+    static MAPS: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    MAPS.get_or_init(|| std::fs::read("/proc/self/maps").unwrap())
+        .clone()
 }
 
 // ---------------------------------------------------------------------
