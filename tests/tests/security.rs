@@ -18,8 +18,8 @@ const SCRAPE_LIMIT: Duration = Duration::from_secs(2);
 
 /// The harness end to end against `attach --all`: while five fake MPI
 /// processes of the attacker sit there (three mapping a copy of libmpi from
-/// a path with a space, two calling a stub libmpi from 64 call sites, whose
-/// calls the daemon counts), the victim's
+/// a path with a space, which the daemon attaches, two calling a stub libmpi
+/// from 64 call sites, whose calls it counts), the victim's
 /// 2-rank job is counted exactly, every scrape answers within 2 s, the
 /// fakes and the victim run as their own users, and no probe is left.
 #[test]
@@ -42,6 +42,8 @@ fn victim_stays_exact_beside_five_fakes() {
     let callers = Fakes::spawn(&attacker, &bin, FakeMode::Call(64), &stub, 2);
     let job = victim_job(mpi, &dir, &victim, ITERS);
     let labels = wait_attached(&mut daemon, &job.pids());
+    // A library path with a space is read whole (issue 21, item 13).
+    wait_attached(&mut daemon, &sleepers.pids);
     // The daemon takes the callers for ranks, and counts their calls.
     let fake_labels = wait_attached(&mut daemon, &callers.pids);
     let counted = |s: &[e2e::Sample]| {
