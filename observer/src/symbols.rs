@@ -135,7 +135,9 @@ pub fn read_library(path: &Path) -> Result<Library, SymbolError> {
     let load_bias = load_bias(&file);
     let mut entries = BTreeMap::new();
     for (addr, id) in by_addr {
-        let Some(off) = file_offset(&file, addr) else {
+        // A hostile header can put a symbol past the file's end: a probe
+        // there would fail the whole attach, so that function goes unprobed.
+        let Some(off) = file_offset(&file, addr).filter(|o| *o < data.len() as u64) else {
             continue;
         };
         let first = function_bytes(&data, off);
@@ -234,12 +236,13 @@ fn sym_pmpi(name: &str) -> Option<&str> {
 
 fn file_offset(file: &object::File<'_>, addr: u64) -> Option<u64> {
     file.sections().find_map(|s| {
-        let (start, size) = (s.address(), s.size());
-        if addr < start || addr >= start + size {
+        // Checked: the header values come from the file.
+        let rel = addr.checked_sub(s.address())?;
+        if rel >= s.size() {
             return None;
         }
         let (off, _) = s.file_range()?;
-        Some(addr - start + off)
+        off.checked_add(rel)
     })
 }
 

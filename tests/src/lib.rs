@@ -13,6 +13,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub mod attack;
+
 /// What a test needs from the machine.
 #[derive(Clone, Copy, Debug)]
 pub enum Need {

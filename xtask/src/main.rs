@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask <setup|codegen|build|test|demo|bench>`.
+//! Project automation: `cargo xtask <setup|codegen|build|test|demo|bench|fuzz>`.
 mod bench_callsites;
 mod bench_common;
 mod bench_inject;
@@ -57,6 +57,19 @@ enum Cmd {
     Bench {
         /// Which benchmark to run.
         which: String,
+    },
+    /// The property tests of the parsers of user-controlled input
+    /// (observer/tests/fuzz.rs) with many more cases than CI runs, and a
+    /// fresh seed each time unless --seed replays one.
+    Fuzz {
+        /// Cases per property (CI runs a few hundred).
+        #[arg(long, default_value_t = 20_000)]
+        cases: u32,
+        /// The seed to replay (printed by an earlier run).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Only the properties whose name contains this (e.g. `segment`).
+        filter: Option<String>,
     },
 }
 
@@ -120,6 +133,25 @@ fn test(filter: Option<String>) -> Result<()> {
     setup::run_cmd(&mut e2e)
 }
 
+fn fuzz(cases: u32, seed: Option<u64>, filter: Option<String>) -> Result<()> {
+    // A fresh seed explores new inputs; printing it makes a failure replayable.
+    let seed = seed.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        t.as_secs() ^ (u64::from(t.subsec_nanos()) << 32) ^ u64::from(std::process::id())
+    });
+    eprintln!("fuzz: {cases} cases per property, seed {seed} (replay with --seed {seed})");
+    let mut c = cargo();
+    c.args(["test", "--release", "-p", "mpi-observer", "--test", "fuzz"])
+        .env("PROPTEST_CASES", cases.to_string())
+        .env("PROPTEST_RNG_SEED", seed.to_string());
+    if let Some(f) = filter {
+        c.args(["--", &f]);
+    }
+    setup::run_cmd(&mut c)
+}
+
 fn main() -> Result<()> {
     let root = workspace_root();
     match Cli::parse().cmd {
@@ -148,5 +180,10 @@ fn main() -> Result<()> {
                 )
             }
         },
+        Cmd::Fuzz {
+            cases,
+            seed,
+            filter,
+        } => fuzz(cases, seed, filter),
     }
 }
