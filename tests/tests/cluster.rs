@@ -977,6 +977,7 @@ fn least_privilege_capabilities_suffice() {
         .map(|c| {
             1u64 << match c.as_str() {
                 "CAP_DAC_READ_SEARCH" => 2,
+                "CAP_NET_ADMIN" => 12,
                 "CAP_SYS_PTRACE" => 19,
                 "CAP_PERFMON" => 38,
                 "CAP_BPF" => 39,
