@@ -299,7 +299,16 @@ fn attach_and_rest(shared: &Shared, state: &Mutex<State>, on_attached: &OnAttach
         Err(AttachError::Refused { .. }) => {}
         // Gone before it could be attached: nothing to say.
         Err(AttachError::Proc(crate::procfs::ProcError::NoSuchProcess { .. })) => {}
-        Err(e) => eprintln!("mpi-observer: pid {}: {}", c.pid, crate::one_line(&e)),
+        Err(e) => {
+            eprintln!("mpi-observer: pid {}: {}", c.pid, crate::one_line(&e));
+            // Not offered again by every scan (one line, one count), until
+            // one of its user's ranks exits and frees room.
+            state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .refused
+                .insert((c.pid, c.ticks), c.uid);
+        }
     }
     std::thread::sleep(took.max(MIN_REST));
 }

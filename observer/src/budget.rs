@@ -54,6 +54,9 @@ pub enum Budget {
     /// Not a user's budget: the kernel maps are full for everyone (the
     /// node's capacity, `--map-memory`).
     Capacity,
+    /// Not a user's budget: the daemon's open descriptors are near its
+    /// limit, and what is left is kept for scrapes and for reading /proc.
+    Descriptors,
 }
 
 impl Budget {
@@ -64,6 +67,7 @@ impl Budget {
             Budget::Probes => "probes",
             Budget::MapEntries => "map_entries",
             Budget::Capacity => "capacity",
+            Budget::Descriptors => "descriptors",
         }
     }
 
@@ -74,6 +78,7 @@ impl Budget {
             Budget::Probes => "--user-max-probes",
             Budget::MapEntries => "--user-max-map-entries",
             Budget::Capacity => "--map-memory",
+            Budget::Descriptors => "LimitNOFILE",
         }
     }
 }
@@ -149,6 +154,7 @@ impl RefusalLog {
             Budget::Probes => format!("{} probes", budgets.probes),
             Budget::MapEntries => format!("{} map entries", budgets.map_entries),
             Budget::Capacity => "the node's map capacity".to_string(),
+            Budget::Descriptors => "the daemon's open-file limit".to_string(),
         };
         let more = if n > 1 {
             format!(" ({n} refused since the last such line)")
@@ -160,6 +166,10 @@ impl RefusalLog {
                 "pid {pid} (uid {uid}) not observed: the kernel maps are full{more}; raise {} or lower the per-user budgets",
                 budget.flag()
             )
+        } else if budget == Budget::Descriptors {
+            format!(
+                "pid {pid} (uid {uid}) not observed: the daemon's open files are near its limit{more}, and the rest is kept for scrapes and /proc; raise the limit (ulimit -n, the unit's LimitNOFILE)"
+            )
         } else {
             format!(
                 "pid {pid} (uid {uid}) not observed: uid {uid} is at its budget of {limit}{more}; other users are not affected; raise it with {} if this user's jobs need more",
@@ -167,6 +177,31 @@ impl RefusalLog {
             )
         })
     }
+}
+
+/// Descriptors an attach may take (links, segment, transient reads).
+pub const DESCRIPTORS_PER_PROCESS: usize = 16;
+/// Descriptors always kept free for scrapes, /proc reads and the runtime.
+pub const DESCRIPTORS_RESERVED: usize = 128;
+
+/// Whether the daemon can afford another process's descriptors: its open
+/// descriptors plus [`DESCRIPTORS_PER_PROCESS`] must stay
+/// [`DESCRIPTORS_RESERVED`] below its soft limit.
+pub fn descriptors_left() -> bool {
+    // SAFETY: getrlimit on a local struct.
+    let limit = unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return true;
+        }
+        lim.rlim_cur
+    };
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        // Not even one descriptor to look with.
+        return false;
+    };
+    let open = dir.count();
+    (open + DESCRIPTORS_PER_PROCESS + DESCRIPTORS_RESERVED) as u64 <= limit
 }
 
 /// Sums usage per uid.

@@ -278,7 +278,12 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             && last_scan.elapsed() >= Duration::from_secs(1)
         {
             last_scan = Instant::now();
-            let known: HashSet<(u32, u64)> = st.ranks.values().map(|r| (r.pid, r.ticks)).collect();
+            let known: HashSet<(u32, u64)> = st
+                .ranks
+                .values()
+                .map(|r| (r.pid, r.ticks))
+                .chain(st.refused.keys().copied())
+                .collect();
             // The scan reads /proc without the lock.
             drop(st);
             scanner.scan(&known, a, &state);

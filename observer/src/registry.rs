@@ -376,6 +376,10 @@ pub struct State {
     /// Every user's budgets.
     pub budgets: Budgets,
     refusals: RefusalLog,
+    /// Processes `--all` found and a budget refused, with their uid: not
+    /// offered again (nor counted again) until one of that user's ranks
+    /// exits and frees room.
+    pub refused: std::collections::HashMap<(u32, u64), u32>,
 }
 
 impl State {
@@ -400,6 +404,7 @@ impl State {
                 std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             ),
             refusals: RefusalLog::default(),
+            refused: std::collections::HashMap::new(),
         }
     }
 
@@ -482,7 +487,10 @@ impl State {
             .probes
             .as_ref()
             .map_or(usize::MAX, Probes::entry_capacity);
-        (reserved + cost.map_entries > capacity).then_some(Budget::Capacity)
+        if reserved + cost.map_entries > capacity {
+            return Some(Budget::Capacity);
+        }
+        (!budget::descriptors_left()).then_some(Budget::Descriptors)
     }
 
     fn try_commit(&mut self, p: Prepared, admission: Admission) -> Result<(), AttachError> {
@@ -496,6 +504,7 @@ impl State {
             if let Some(line) = self.refusals.line(p.uid, pid, budget, &self.budgets) {
                 eprintln!("mpi-observer: {line}");
             }
+            self.refused.insert((pid, p.ticks), p.uid);
             return Err(AttachError::Refused {
                 pid,
                 uid: p.uid,
@@ -627,6 +636,12 @@ impl State {
                 procfs::Liveness::Unknown => self.selfm.proc_read_errors.inc(),
             }
         }
+        // Room freed: that user's refused processes get another chance.
+        let freed: std::collections::HashSet<u32> = exited
+            .iter()
+            .filter_map(|pid| self.ranks.get(pid).map(|r| r.uid))
+            .collect();
+        self.refused.retain(|_, uid| !freed.contains(uid));
         for pid in &exited {
             self.detach(*pid);
             if self.ranks.get(pid).is_some_and(|r| r.injected) {
@@ -648,6 +663,8 @@ impl State {
         for pid in expired {
             self.forget(pid);
         }
+        self.refused
+            .retain(|(pid, ticks), _| procfs::liveness(*pid, *ticks) != procfs::Liveness::Exited);
         if let Some(p) = self.probes.as_mut() {
             p.reap();
         }

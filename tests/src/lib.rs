@@ -597,9 +597,23 @@ impl Daemon {
     /// Starts `mpi-observer attach ARGS --listen 127.0.0.1:<free port>` and
     /// waits until /metrics answers.
     pub fn start(args: &[String]) -> Daemon {
+        Daemon::start_wrapped(&[], args)
+    }
+
+    /// [`Daemon::start`] through `wrapper` (a command and its arguments
+    /// that end by executing the daemon, such as `prlimit --nofile=...`).
+    pub fn start_wrapped(wrapper: &[&str], args: &[String]) -> Daemon {
         use std::io::BufRead as _;
         let addr = format!("127.0.0.1:{}", free_port());
-        let mut child = Command::new(observer_bin())
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(observer_bin());
+                c
+            }
+            None => Command::new(observer_bin()),
+        };
+        let mut child = cmd
             .arg("attach")
             .args(args)
             .args(["--listen", &addr])

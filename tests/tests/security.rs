@@ -69,3 +69,242 @@ fn victim_stays_exact_beside_five_fakes() {
     assert!(daemon.stop(signal::TERM).success());
     assert_no_probes_left();
 }
+
+/// The samples of `name` whose `pid` label is one of `pids`.
+fn with_pids<'a>(s: &'a [e2e::Sample], name: &str, pids: &[u32]) -> Vec<&'a e2e::Sample> {
+    s.iter()
+        .filter(|x| {
+            x.name == name
+                && x.label("pid")
+                    .and_then(|p| p.parse::<u32>().ok())
+                    .is_some_and(|p| pids.contains(&p))
+        })
+        .collect()
+}
+
+/// `mpi_observer_refused_processes_total` of `uid` for `budget`.
+fn refused(s: &[e2e::Sample], uid: u32, budget: &str) -> f64 {
+    e2e::sum(
+        s,
+        "mpi_observer_refused_processes_total",
+        &[("uid", &uid.to_string()), ("budget", budget)],
+    )
+}
+
+/// Attack 3: 30 fake MPI processes of one user against a per-user budget of
+/// 6. The daemon attaches 6, refuses 24 (each counted once, by uid), stays
+/// responsive, the victim's job (another user) is attached and exact, and
+/// SIGTERM takes every probe out promptly.
+#[test]
+fn attack3_a_user_past_its_budget_is_refused_and_counted() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Root, Need::Mpi(mpi), Need::Command("bpftool")]) {
+        return;
+    }
+    const ITERS: u64 = 100;
+    let dir = scratch("security-budget");
+    let attacker = User::ensure(ATTACKER);
+    let victim = User::ensure(VICTIM);
+    let bin = fake_binary(&dir);
+    let lib = attacker.libmpi_copy("lib");
+    let mut daemon = Daemon::start(&["--all".into(), "--user-max-processes".into(), "6".into()]);
+    let fakes = Fakes::spawn(&attacker, &bin, FakeMode::Map, &lib, 30);
+    let job = victim_job(mpi, &dir, &victim, ITERS);
+    let labels = wait_attached(&mut daemon, &job.pids());
+    let s = wait_for(
+        "24 of the attacker's processes to be refused",
+        Duration::from_secs(60),
+        || {
+            let s = assert_scrape_within(&daemon.addr, SCRAPE_LIMIT);
+            (refused(&s, attacker.uid, "processes") >= 24.0).then_some(s)
+        },
+    );
+    // Each refused once, not at every scan.
+    std::thread::sleep(Duration::from_secs(3));
+    let s2 = assert_scrape_within(&daemon.addr, SCRAPE_LIMIT);
+    assert_eq!(refused(&s2, attacker.uid, "processes"), 24.0);
+    assert_eq!(refused(&s2, victim.uid, "processes"), 0.0);
+    assert_eq!(
+        with_pids(&s, "mpi_rank_info", &fakes.pids).len(),
+        6,
+        "the attacker's budget is 6 processes"
+    );
+    let log = daemon.log();
+    let lines: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains(&format!("uid {} is at its budget", attacker.uid)))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line for the refusals: {lines:?}");
+    assert!(lines[0].contains("--user-max-processes"), "{}", lines[0]);
+    job.go();
+    victim_finish_and_check(&mut daemon, job, &labels, ITERS, SCRAPE_LIMIT);
+    assert!(fakes.all_alive());
+    let t = std::time::Instant::now();
+    assert!(daemon.stop(signal::TERM).success());
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "SIGTERM with 8 probed processes took {:?}",
+        t.elapsed()
+    );
+    drop(fakes);
+    assert_no_probes_left();
+}
+
+/// Attack 4: the daemon held to 256 open files (it cannot raise the limit:
+/// no CAP_SYS_RESOURCE) and no per-user budget in the way, 70 fake
+/// processes and 20 idle connections. The victim's ranks, attached first,
+/// are never taken for exited, scrapes keep answering (descriptors are kept
+/// for them), the attacker's excess is refused and counted, and the
+/// victim's job ends exact.
+#[test]
+fn attack4_descriptor_exhaustion_never_declares_a_live_rank_exited() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[
+        Need::Root,
+        Need::Mpi(mpi),
+        Need::Command("setpriv"),
+        Need::Command("prlimit"),
+    ]) {
+        return;
+    }
+    const ITERS: u64 = 100;
+    let dir = scratch("security-fds");
+    let attacker = User::ensure(ATTACKER);
+    let victim = User::ensure(VICTIM);
+    let bin = fake_binary(&dir);
+    let lib = attacker.libmpi_copy("lib");
+    let mut daemon = Daemon::start_wrapped(
+        &[
+            "setpriv",
+            "--inh-caps=-sys_resource",
+            "--bounding-set=-sys_resource",
+            "prlimit",
+            "--nofile=256:256",
+        ],
+        // No per-user budget in the way: descriptors are what runs out.
+        &[
+            "--all".into(),
+            "--user-max-processes".into(),
+            "1000".into(),
+            "--user-max-probes".into(),
+            "10000000".into(),
+            "--user-max-map-entries".into(),
+            "10000000".into(),
+        ],
+    );
+    let job = victim_job(mpi, &dir, &victim, ITERS);
+    let labels = wait_attached(&mut daemon, &job.pids());
+    let fakes = Fakes::spawn(&attacker, &bin, FakeMode::Map, &lib, 70);
+    let idle: Vec<std::net::TcpStream> = (0..20)
+        .map(|_| std::net::TcpStream::connect(&daemon.addr).expect("connect"))
+        .collect();
+    let s = wait_for(
+        "the attacker's excess to be refused",
+        Duration::from_secs(90),
+        || {
+            let s = assert_scrape_within(&daemon.addr, SCRAPE_LIMIT);
+            let n =
+                refused(&s, attacker.uid, "descriptors") + refused(&s, attacker.uid, "processes");
+            let seen = with_pids(&s, "mpi_rank_info", &fakes.pids).len() as f64;
+            (n > 0.0 && n + seen >= 70.0).then_some(s)
+        },
+    );
+    assert!(
+        refused(&s, attacker.uid, "descriptors") > 0.0,
+        "256 descriptors cannot hold 70 probed processes"
+    );
+    // The victim's ranks run, and the daemon says so.
+    for _ in 0..5 {
+        let s = assert_scrape_within(&daemon.addr, SCRAPE_LIMIT);
+        let up = with_pids(&s, "mpi_rank_info", &job.pids()).len();
+        assert_eq!(up, 2, "the victim's ranks stay registered");
+        for (jobid, rank) in &labels {
+            assert_eq!(
+                e2e::sum(&s, "mpi_rank_up", &[("jobid", jobid), ("rank", rank)]),
+                1.0,
+                "a live rank of the victim must stay up"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        !daemon.log().iter().any(|l| job
+            .pids()
+            .iter()
+            .any(|p| l.contains(&format!("pid {p} exited")))),
+        "no live rank was taken for exited"
+    );
+    job.go();
+    victim_finish_and_check(&mut daemon, job, &labels, ITERS, SCRAPE_LIMIT);
+    drop(idle);
+    drop(fakes);
+    assert!(daemon.stop(signal::TERM).success());
+}
+
+/// Attack 12: ten 2-rank jobs of about half a second each, back to back,
+/// under `--all`: every rank is found (as it starts, not at a scan a
+/// second later), and every job's calls are exported, exact.
+#[test]
+fn attack12_short_jobs_are_each_found_and_exact() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Root, Need::Mpi(mpi)]) {
+        return;
+    }
+    const ITERS: u64 = 30;
+    let dir = scratch("security-short");
+    let victim = User::ensure(VICTIM);
+    let bin = dir.join("short");
+    e2e::compile(mpi, &e2e::program("attack/short.c"), &bin, &[]);
+    let daemon = Daemon::start(&["--all".into()]);
+    let mut pids = Vec::new();
+    let t = std::time::Instant::now();
+    for _ in 0..10 {
+        let mut c = victim.launcher(mpi, 2);
+        c.arg(&bin).arg(ITERS.to_string());
+        let o = e2e::run_with_timeout(&mut c, Duration::from_secs(60));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "short job failed:\n{out}");
+        let mine: Vec<u32> = out
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("PID ")?
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert_eq!(mine.len(), 2, "{out}");
+        pids.extend(mine);
+    }
+    let per_job = t.elapsed() / 10;
+    let s = wait_for(
+        "every short rank in the exposition",
+        Duration::from_secs(20),
+        || {
+            let s = assert_scrape_within(&daemon.addr, SCRAPE_LIMIT);
+            (with_pids(&s, "mpi_rank_info", &pids).len() == pids.len()).then_some(s)
+        },
+    );
+    for info in with_pids(&s, "mpi_rank_info", &pids) {
+        let (jobid, rank) = (info.label("jobid").unwrap(), info.label("rank").unwrap());
+        assert_eq!(
+            e2e::sum(
+                &s,
+                "mpi_calls_total",
+                &[
+                    ("jobid", jobid),
+                    ("rank", rank),
+                    ("function", "MPI_Barrier")
+                ]
+            ),
+            ITERS as f64,
+            "job {jobid} rank {rank} (jobs took {per_job:?} each)"
+        );
+    }
+    assert!(
+        e2e::sum(&s, "mpi_observer_exec_found_total", &[]) >= pids.len() as f64,
+        "found through exec events"
+    );
+    assert!(daemon.stop(signal::TERM).success());
+}
