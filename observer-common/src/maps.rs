@@ -1,8 +1,17 @@
 //! Names and value layouts of the BPF maps, shared by the programs that
 //! write them and the daemon that reads them at scrape time.
 
-/// Per-(process, function) call statistics, a per-CPU hash summed at scrape.
+/// Per-(process, function) call statistics: one shared hash whose figures the
+/// probes add to with atomic adds, so its memory does not grow with the CPUs.
 pub const STATS: &str = "MPI_STATS";
+/// The per-CPU design [`STATS`] replaced, kept at one entry unless a
+/// benchmark asks for it ([`PERCPU_STATS`]), so `cargo xtask bench kmaps`
+/// compares the two in one run.
+pub const STATS_PERCPU: &str = "MPI_STATS_PERCPU";
+/// Global of the eBPF object: non-zero makes the probes write
+/// [`STATS_PERCPU`] instead of [`STATS`] (benchmarks only). Read-only data,
+/// so the verifier removes the branch not taken.
+pub const PERCPU_STATS: &str = "PERCPU_STATS";
 /// Calls in progress, per thread (LRU hash keyed by pid_tgid).
 pub const INFLIGHT: &str = "MPI_INFLIGHT";
 /// Per-process facts the probes need ([`ProcConfig`]), keyed by tgid.
@@ -15,30 +24,45 @@ pub const ERRORS: &str = "MPI_ERRORS";
 /// new stats entries (too large for the BPF stack).
 pub const ZERO: &str = "MPI_ZERO";
 /// Per-(process, function, call site) calls and time ([`SiteKey`] to
-/// [`SiteStats`]), a per-CPU hash summed at scrape; written only for
-/// processes whose [`ProcConfig::callsites`] is set (`attach --callsites`).
+/// [`SiteStats`]), a shared hash updated with atomic adds; written only for
+/// processes whose [`ProcConfig::callsites`] is set (`attach --callsites`),
+/// at most [`ProcConfig::max_sites`] entries per process.
 pub const CALLSITES: &str = "MPI_CALLSITES";
+/// Per-process call-site entries created and calls whose site was refused
+/// ([`SiteCount`]), keyed by tgid; created by the daemon at attach, only
+/// updated by the probes.
+pub const SITE_COUNTS: &str = "MPI_SITE_COUNTS";
 /// Name of the ring buffer of traced calls ([`TraceCall`]).
 pub const TRACE: &str = "MPI_TRACE";
 
-/// Capacity of [`STATS`]: 256 ranks times 128 functions; the daemon lowers
-/// it so the preallocated per-CPU values stay within its memory budget
-/// ([`STATS_MEMORY_BUDGET`] unless told otherwise).
-pub const STATS_CAPACITY: u32 = 32_768;
-/// Default kernel memory the preallocated [`STATS`] map may take.
+/// Capacity of [`STATS`]: every (process, function) pair of a full node,
+/// 512 processes times 128 functions, whatever the CPU count. The daemon
+/// lowers it to fit `--map-memory` ([`stats_capacity_within`]).
+pub const STATS_CAPACITY: u32 = 65_536;
+/// Default kernel memory [`STATS`] may take: more than
+/// [`STATS_CAPACITY`] entries need, so by default the capacity is the cap.
 pub const STATS_MEMORY_BUDGET: u64 = 256 << 20;
 
-/// The [`STATS`] capacity for a machine with `cpus` possible CPUs within the
-/// default budget.
-pub const fn stats_capacity(cpus: u32) -> u32 {
-    stats_capacity_within(cpus, STATS_MEMORY_BUDGET)
+/// Kernel memory of one preallocated entry of a (not per-CPU) BPF hash with
+/// `key` and `value` bytes: the kernel's element header (`struct
+/// htab_elem`, 48 bytes), key and value rounded up to 8, and the bucket
+/// (16 bytes, one per entry rounded up to a power of two: counted once).
+/// Checked against `bpftool map show`'s memlock in BENCHMARKS.md.
+pub const fn hash_entry_bytes(key: usize, value: usize) -> u64 {
+    (48 + key.next_multiple_of(8) + value.next_multiple_of(8) + 16) as u64
 }
 
-/// The [`STATS`] capacity for `cpus` possible CPUs within `budget` bytes:
-/// every entry preallocates one [`CallStats`] per possible CPU. At least one
-/// entry (a map cannot be empty), at most [`STATS_CAPACITY`].
-pub const fn stats_capacity_within(cpus: u32, budget: u64) -> u32 {
-    let fit = budget / stats_entry_bytes(cpus);
+/// Kernel memory of one [`STATS`] entry: 376 bytes on any number of CPUs.
+pub const STATS_ENTRY_BYTES: u64 = hash_entry_bytes(
+    core::mem::size_of::<StatKey>(),
+    core::mem::size_of::<CallStats>(),
+);
+
+/// The [`STATS`] capacity within `budget` bytes: at least one entry (a map
+/// cannot be empty), at most [`STATS_CAPACITY`]. The same on every machine:
+/// the values are shared by the CPUs, not one per CPU.
+pub const fn stats_capacity_within(budget: u64) -> u32 {
+    let fit = budget / STATS_ENTRY_BYTES;
     if fit < 1 {
         1
     } else if fit < STATS_CAPACITY as u64 {
@@ -48,50 +72,31 @@ pub const fn stats_capacity_within(cpus: u32, budget: u64) -> u32 {
     }
 }
 
-/// Kernel memory of one [`STATS`] entry's values on `cpus` possible CPUs.
-pub const fn stats_entry_bytes(cpus: u32) -> u64 {
-    core::mem::size_of::<CallStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 }
-}
-/// Capacity of [`CALLSITES`]: 256 ranks times 64 (function, site) pairs;
-/// the daemon lowers it so the preallocated per-CPU values stay within
-/// [`CALLSITES_MEMORY_BUDGET`] ([`callsites_capacity`]). A call whose site
-/// finds the map full is still counted in [`STATS`], and in
-/// [`ErrorCounter::CallsiteUpdate`].
-pub const CALLSITES_CAPACITY: u32 = 16_384;
-/// Default kernel memory the preallocated [`CALLSITES`] values may take:
-/// the full [`CALLSITES_CAPACITY`] up to 128 possible CPUs.
-pub const CALLSITES_MEMORY_BUDGET: u64 = 32 << 20;
-
-/// The [`CALLSITES`] capacity for a machine with `cpus` possible CPUs within
-/// the default budget ([`CALLSITES_MEMORY_BUDGET`]).
-pub const fn callsites_capacity(cpus: u32) -> u32 {
-    callsites_capacity_within(cpus, CALLSITES_MEMORY_BUDGET)
-}
-
-/// The [`CALLSITES`] capacity for `cpus` possible CPUs within `budget`
-/// bytes: every entry preallocates one [`SiteStats`] (16 bytes) per possible
-/// CPU, so on a many-CPU machine the values, not the keys, are what costs
-/// (the per-entry key and bookkeeping, about 64 bytes, are not counted). At
-/// least one entry (a map cannot be empty), at most [`CALLSITES_CAPACITY`].
-pub const fn callsites_capacity_within(cpus: u32, budget: u64) -> u32 {
-    let per_entry =
-        core::mem::size_of::<SiteStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 };
-    let fit = budget / per_entry;
-    if fit < 1 {
-        1
-    } else if fit < CALLSITES_CAPACITY as u64 {
-        fit as u32
-    } else {
-        CALLSITES_CAPACITY
-    }
-}
+/// Capacity of [`CALLSITES`]: 512 processes times 256 (function, site)
+/// pairs, 12 MiB ([`CALLSITES_ENTRY_BYTES`] each) on any number of CPUs.
+/// A call whose site finds the map full is still counted in [`STATS`], and
+/// in [`ErrorCounter::CallsiteUpdate`]; one whose process is at its
+/// [`ProcConfig::max_sites`] in its [`SiteCount::refused`].
+pub const CALLSITES_CAPACITY: u32 = 131_072;
+/// Kernel memory of one [`CALLSITES`] entry: 96 bytes.
+pub const CALLSITES_ENTRY_BYTES: u64 = hash_entry_bytes(
+    core::mem::size_of::<SiteKey>(),
+    core::mem::size_of::<SiteStats>(),
+);
+/// Default [`ProcConfig::max_sites`]: call-site entries one process may
+/// create. A real rank calls MPI from tens to a few hundred places.
+pub const DEFAULT_MAX_SITES: u32 = 1024;
 
 /// Capacity of [`INFLIGHT`]: threads inside an MPI call at once.
 pub const INFLIGHT_CAPACITY: u32 = 65_536;
-/// Capacity of [`PROCS`].
+/// Capacity of [`PROCS`] and of [`SITE_COUNTS`]: processes attached at
+/// once.
 pub const PROCS_CAPACITY: u32 = 4_096;
 /// Capacity of [`OMPI_TYPES`]: about 70 predefined types per rank.
 pub const OMPI_TYPES_CAPACITY: u32 = 32_768;
+/// [`OMPI_TYPES`] entries one process may get: the predefined types are
+/// read from its (user-controlled) library, Open MPI has about 70.
+pub const OMPI_TYPES_PER_PROCESS: usize = 256;
 
 /// Number of latency histogram slots: slot `i < 31` counts calls that took
 /// `[2^i, 2^(i+1))` ns; the last slot everything from 2^31 ns (2.1 s) up.
@@ -127,7 +132,7 @@ pub struct StatKey {
     pub func: u32,
 }
 
-/// Value of [`STATS`], one per CPU.
+/// Value of [`STATS`] (and one per CPU of [`STATS_PERCPU`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallStats {
@@ -229,8 +234,15 @@ pub struct ProcConfig {
     pub callsites: u32,
     /// Non-zero: every outermost call of this process is also sent to
     /// [`TRACE`] as a [`TraceCall`] when it returns (`mpi-observer record`
-    /// on a rank without the shim). Keeps the size a multiple of 8.
+    /// on a rank without the shim).
     pub trace: u32,
+    /// Call-site entries ([`CALLSITES`]) this process may create; a call
+    /// from a further new site is counted in [`STATS`] and in its
+    /// [`SiteCount::refused`]. 0: none. Set by the daemon at attach
+    /// ([`DEFAULT_MAX_SITES`]).
+    pub max_sites: u32,
+    /// Padding, always zero: keeps the size a multiple of 8.
+    pub pad: u32,
 }
 
 /// Bit of [`Inflight::unknown`] marking a call made from
@@ -294,7 +306,21 @@ pub struct SiteKey {
     pub addr: u64,
 }
 
-/// Value of [`CALLSITES`], one per CPU.
+/// Value of [`SITE_COUNTS`]: a process's call-site budget in use.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteCount {
+    /// [`CALLSITES`] entries the process's calls created. Checked before
+    /// and added after each insert, so threads of the process that create
+    /// new sites at the same instant on different CPUs can overshoot
+    /// [`ProcConfig::max_sites`], by at most one entry per CPU.
+    pub sites: u64,
+    /// Calls whose site was not recorded because the process was at its
+    /// [`ProcConfig::max_sites`] (or had no configuration).
+    pub refused: u64,
+}
+
+/// Value of [`CALLSITES`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteStats {
@@ -366,6 +392,7 @@ mod pod {
     unsafe impl aya::Pod for TypeKey {}
     unsafe impl aya::Pod for SiteKey {}
     unsafe impl aya::Pod for SiteStats {}
+    unsafe impl aya::Pod for SiteCount {}
 }
 
 #[cfg(test)]
@@ -374,37 +401,27 @@ mod tests {
 
     #[test]
     fn stats_capacity_is_bounded_by_memory() {
-        assert_eq!(stats_capacity(2), STATS_CAPACITY);
-        // 128 CPUs x 304 bytes: 6898 entries fit in 256 MiB.
-        assert_eq!(stats_capacity(128), 6898);
-        assert!(u64::from(stats_capacity(1024)) * 1024 * 304 <= STATS_MEMORY_BUDGET);
+        assert_eq!(STATS_ENTRY_BYTES, 376);
+        assert_eq!(CALLSITES_ENTRY_BYTES, 96);
+        // The default budget holds the full cap: 512 x 128 pairs, 23.5 MiB.
+        assert_eq!(stats_capacity_within(STATS_MEMORY_BUDGET), STATS_CAPACITY);
+        assert_eq!(u64::from(STATS_CAPACITY) * STATS_ENTRY_BYTES, 47 << 19);
         // A tiny budget still makes a map; a large one is capped.
-        assert_eq!(stats_capacity_within(2, 1), 1);
-        assert_eq!(stats_capacity_within(2, 10 * 608), 10);
-        assert_eq!(stats_capacity_within(2, u64::MAX), STATS_CAPACITY);
-    }
-
-    #[test]
-    fn callsites_capacity_is_bounded_by_memory() {
-        assert_eq!(callsites_capacity(2), CALLSITES_CAPACITY);
-        assert_eq!(callsites_capacity(128), CALLSITES_CAPACITY);
-        // 256 CPUs x 16 bytes: 8192 entries fit in 32 MiB.
-        assert_eq!(callsites_capacity(256), 8192);
-        assert!(u64::from(callsites_capacity(4096)) * 4096 * 16 <= CALLSITES_MEMORY_BUDGET);
-        assert_eq!(callsites_capacity(0), CALLSITES_CAPACITY);
-        assert_eq!(callsites_capacity_within(2, 1), 1);
-        assert_eq!(callsites_capacity_within(2, 10 * 32), 10);
-        assert_eq!(callsites_capacity_within(2, u64::MAX), CALLSITES_CAPACITY);
+        assert_eq!(stats_capacity_within(1), 1);
+        assert_eq!(stats_capacity_within(10 * STATS_ENTRY_BYTES), 10);
+        assert_eq!(stats_capacity_within(u64::MAX), STATS_CAPACITY);
     }
 
     #[test]
     fn layouts_have_no_implicit_padding() {
         use core::mem::size_of;
         // Shared with the BPF programs: sizes are the sum of the fields.
-        assert_eq!(size_of::<ProcConfig>(), 4 * 2 + 8 * 6 + 4 * 4);
+        assert_eq!(size_of::<ProcConfig>(), 4 * 2 + 8 * 6 + 4 * 6);
         assert_eq!(size_of::<ProcConfig>() % 8, 0);
         assert_eq!(size_of::<SiteKey>(), 16);
         assert_eq!(size_of::<SiteStats>(), 16);
+        assert_eq!(size_of::<SiteCount>(), 16);
+        assert_eq!(size_of::<CallStats>(), 304);
         assert_eq!(size_of::<TraceCall>(), 4 * 4 + 2 * 8 + 2 * 8);
         assert_eq!(size_of::<Inflight>(), 8 + 16 + 4 + 4 + 2 * STACK_DEPTH + 8);
     }

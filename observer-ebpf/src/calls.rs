@@ -11,18 +11,20 @@ use aya_ebpf::{
         generated::{bpf_get_attach_cookie, bpf_send_signal_thread},
     },
     macros::{uprobe, uretprobe},
-    maps::PerCpuHashMap,
     programs::{ProbeContext, RetProbeContext},
 };
 use observer_common::{
     FunctionId, cookie,
     maps::{
-        ErrorCounter, INFLIGHT_SKIP, INFLIGHT_TRACE, Inflight, STACK_DEPTH, SiteKey, SiteStats,
-        StatKey, TraceCall, hist_slot,
+        CallStats, ErrorCounter, INFLIGHT_SKIP, INFLIGHT_TRACE, Inflight, STACK_DEPTH, SiteKey,
+        SiteStats, StatKey, TraceCall, hist_slot,
     },
 };
 
-use crate::{CALLSITES, ERRORS, INFLIGHT, PROCS, STATS, TRACE, ZERO, bytes};
+use crate::{
+    CALLSITES, ERRORS, INFLIGHT, PERCPU_STATS, PROCS, SITE_COUNTS, STATS, STATS_PERCPU, TRACE,
+    ZERO, bytes,
+};
 
 /// Entry of a call that moves no data of its own (synchronisation, request
 /// completion, one-sided, I/O, everything else).
@@ -70,7 +72,16 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
         site: 0,
     };
     e.stack[0] = func;
-    if let Some(cfg) = PROCS.get_ptr_mut(&((id >> 32) as u32)) {
+    // Only processes the daemon configured are recorded: a process sharing
+    // an attached one's memory (clone with CLONE_VM, no CLONE_THREAD) also
+    // hits its probes, and must not create statistics entries under its own
+    // tgid; so a process's entries are bounded by the functions it was
+    // attached with (the cookie), never by anything it controls. Such a
+    // process is not observed, as no process the daemon did not attach is.
+    let Some(cfg) = PROCS.get_ptr_mut(&((id >> 32) as u32)) else {
+        return;
+    };
+    {
         let cfg = unsafe { &mut *cfg };
         if cfg.handed_over != 0 {
             // The injected shim counts every call from now on: finish the
@@ -188,54 +199,132 @@ fn leave(ctx: &RetProbeContext) {
     }
 }
 
+/// Adds `v` to the u64 at `p` with one BPF atomic add, `lock *(u64 *)(r +
+/// 0) += r` (BPF_STX | BPF_ATOMIC, imm BPF_ADD without BPF_FETCH: the old
+/// XADD, which every kernel with BPF accepts). Written out because core's
+/// `AtomicU64` has no `fetch_add` on the BPF target (no compare-and-swap
+/// there), and the fetching form would need a newer kernel.
+///
+/// # Safety
+/// `p` points into a map value the program looked up, 8-aligned (the value
+/// layouts are u64s); the kernel keeps it alive for the program's run.
+#[inline(always)]
+unsafe fn add(p: *mut u64, v: u64) {
+    // SAFETY: the caller's contract; the instruction touches only `*p`.
+    unsafe {
+        core::arch::asm!(
+            "lock *(u64 *)({p} + 0) += {v}",
+            p = in(reg) p,
+            v = in(reg) v,
+            options(nostack, preserves_flags),
+        )
+    };
+}
+
 /// Adds a completed call to its call site's figures (`attach --callsites`).
 /// After [`record`], so a scrape that reads the sites before the statistics
-/// never sees more calls at a function's sites than at the function.
+/// never sees more calls at a function's sites than at the function. A new
+/// site is created only while its process is within its
+/// [`observer_common::maps::ProcConfig::max_sites`]: the site address is
+/// the process's to choose, so without the cap one process could fill the
+/// map for everyone.
 #[inline(always)]
 fn record_site(key: SiteKey, ns: u64) {
-    let Some(s) = entry(
-        &CALLSITES,
-        &key,
-        &SiteStats::default(),
-        ErrorCounter::CallsiteUpdate,
-    ) else {
+    if let Some(s) = CALLSITES.get_ptr_mut(&key) {
+        unsafe {
+            add(&raw mut (*s).calls, 1);
+            add(&raw mut (*s).time_ns, ns);
+        }
+        return;
+    }
+    let Some(count) = SITE_COUNTS.get_ptr_mut(&key.tgid) else {
+        // Attached without its entry (the daemon's insert failed).
+        bump(ErrorCounter::CallsiteUpdate);
         return;
     };
-    let s = unsafe { &mut *s };
-    s.calls += 1;
-    s.time_ns += ns;
+    let max = unsafe { PROCS.get(&key.tgid) }.map_or(0, |c| c.max_sites);
+    // SAFETY: a map value, alive for the program's run; another CPU may add
+    // to it meanwhile, hence the volatile read (the overshoot this allows
+    // is bounded by the CPUs, see SiteCount::sites).
+    let sites = unsafe { core::ptr::read_volatile(&raw const (*count).sites) };
+    if sites >= u64::from(max) {
+        unsafe { add(&raw mut (*count).refused, 1) };
+        return;
+    }
+    // Created holding this call, so no second lookup on success.
+    let first = SiteStats {
+        calls: 1,
+        time_ns: ns,
+    };
+    if CALLSITES
+        .insert(&key, &first, u64::from(BPF_NOEXIST))
+        .is_ok()
+    {
+        unsafe { add(&raw mut (*count).sites, 1) };
+        return;
+    }
+    // Another CPU created it meanwhile, or the map is full.
+    match CALLSITES.get_ptr_mut(&key) {
+        Some(s) => unsafe {
+            add(&raw mut (*s).calls, 1);
+            add(&raw mut (*s).time_ns, ns);
+        },
+        None => bump(ErrorCounter::CallsiteUpdate),
+    }
 }
 
-/// This CPU's value of `key` in `map`, created from `zero` if absent;
-/// `None`, counted in `failure`, when the map is full. Another CPU may
-/// create it meanwhile: NOEXIST failing is fine. (An insert from a program
-/// zeroes the other CPUs' values, which is why the key is created once.)
-#[inline(always)]
-fn entry<K, V>(
-    map: &PerCpuHashMap<K, V>,
-    key: &K,
-    zero: &V,
-    failure: ErrorCounter,
-) -> Option<*mut V> {
-    if let Some(v) = map.get_ptr_mut(key) {
-        return Some(v);
-    }
-    let _ = map.insert(key, zero, u64::from(BPF_NOEXIST));
-    let v = map.get_ptr_mut(key);
-    if v.is_none() {
-        bump(failure);
-    }
-    v
-}
-
+/// Adds a completed call to its (process, function) statistics, creating
+/// the entry from the zero template if absent (another CPU may create it
+/// meanwhile: NOEXIST failing is fine); a full map is counted in
+/// [`ErrorCounter::StatsUpdate`].
 #[inline(always)]
 fn record(key: StatKey, ns: u64, done: &Inflight) {
+    // SAFETY: a global of the object, constant once loaded.
+    if unsafe { core::ptr::read_volatile(&PERCPU_STATS) } != 0 {
+        record_percpu(key, ns, done);
+        return;
+    }
     let s = match STATS.get_ptr_mut(&key) {
         Some(s) => s,
         None => {
             // The template lives in a map: too large for the BPF stack.
             let Some(zero) = ZERO.get_ptr(0) else { return };
-            let Some(s) = entry(&STATS, &key, unsafe { &*zero }, ErrorCounter::StatsUpdate) else {
+            let _ = STATS.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
+            let Some(s) = STATS.get_ptr_mut(&key) else {
+                bump(ErrorCounter::StatsUpdate);
+                return;
+            };
+            s
+        }
+    };
+    let s: *mut CallStats = s;
+    // SAFETY: a value of STATS, alive for the program's run; every field
+    // is a u64 other CPUs add to atomically too.
+    unsafe {
+        add(&raw mut (*s).calls, 1);
+        add(&raw mut (*s).time_ns, ns);
+        add(&raw mut (*s).hist[hist_slot(ns)], 1);
+        for dir in 0..2 {
+            if done.unknown & (1 << dir) != 0 {
+                add(&raw mut (*s).bytes_unknown[dir], 1);
+            } else if done.bytes[dir] != 0 {
+                add(&raw mut (*s).bytes[dir], done.bytes[dir]);
+            }
+        }
+    }
+}
+
+/// [`record`] into the per-CPU map, as before the shared one: plain adds to
+/// this CPU's value. Only for `cargo xtask bench kmaps`.
+#[inline(always)]
+fn record_percpu(key: StatKey, ns: u64, done: &Inflight) {
+    let s = match STATS_PERCPU.get_ptr_mut(&key) {
+        Some(s) => s,
+        None => {
+            let Some(zero) = ZERO.get_ptr(0) else { return };
+            let _ = STATS_PERCPU.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
+            let Some(s) = STATS_PERCPU.get_ptr_mut(&key) else {
+                bump(ErrorCounter::StatsUpdate);
                 return;
             };
             s

@@ -3,6 +3,8 @@
 //! them share the timing machinery in [`calls`].
 #![no_std]
 #![no_main]
+// The BPF target's inline assembly, for the atomic add of calls::add.
+#![feature(asm_experimental_arch)]
 
 mod args;
 mod bytes;
@@ -17,25 +19,40 @@ use aya_ebpf::{
 };
 use observer_common::maps::{
     CALLSITES_CAPACITY, CallStats, ERROR_COUNTERS, INFLIGHT_CAPACITY, Inflight,
-    OMPI_TYPES_CAPACITY, PROCS_CAPACITY, ProcConfig, STATS_CAPACITY, SiteKey, SiteStats, StatKey,
-    TRACE_BYTES, TypeKey,
+    OMPI_TYPES_CAPACITY, PROCS_CAPACITY, ProcConfig, STATS_CAPACITY, SiteCount, SiteKey, SiteStats,
+    StatKey, TRACE_BYTES, TypeKey,
 };
 
-/// Per-(process, function) statistics. Preallocated: an on-demand map can
-/// fail inserts with ENOMEM in a burst (its element cache refills
-/// asynchronously), and a failed insert is an uncounted call. The daemon
-/// scales the capacity down on many-CPU machines to bound the memory.
+/// Per-(process, function) statistics, shared by the CPUs: the probes add
+/// with atomic adds, so an entry costs one value whatever the CPU count.
+/// Preallocated: an on-demand map can fail inserts with ENOMEM in a burst
+/// (its element cache refills asynchronously), and a failed insert is an
+/// uncounted call. The daemon lowers the capacity to fit `--map-memory`.
 #[map(name = "MPI_STATS")]
-static STATS: PerCpuHashMap<StatKey, CallStats> =
-    PerCpuHashMap::with_max_entries(STATS_CAPACITY, 0);
+static STATS: HashMap<StatKey, CallStats> = HashMap::with_max_entries(STATS_CAPACITY, 0);
+
+/// The per-CPU statistics map [`STATS`] replaced, written instead of it
+/// only when a benchmark sets [`PERCPU_STATS`]; one entry otherwise.
+#[map(name = "MPI_STATS_PERCPU")]
+static STATS_PERCPU: PerCpuHashMap<StatKey, CallStats> = PerCpuHashMap::with_max_entries(1, 0);
+
+/// Non-zero: statistics go to [`STATS_PERCPU`] (`cargo xtask bench kmaps`).
+/// Read-only data set at load time, so the verifier drops the other path.
+#[unsafe(no_mangle)]
+static PERCPU_STATS: u32 = 0;
 
 /// Per-(process, function, call site) calls and time, for processes whose
-/// configuration asks for it (`attach --callsites`). Preallocated like
-/// [`STATS`]; the daemon lowers the capacity within its memory budget on
-/// many-CPU machines, and to one entry when no process records sites.
+/// configuration asks for it (`attach --callsites`), shared by the CPUs
+/// like [`STATS`]; the daemon leaves it at one entry when no process
+/// records sites. A process creates at most its `max_sites` entries
+/// ([`SITE_COUNTS`]).
 #[map(name = "MPI_CALLSITES")]
-static CALLSITES: PerCpuHashMap<SiteKey, SiteStats> =
-    PerCpuHashMap::with_max_entries(CALLSITES_CAPACITY, 0);
+static CALLSITES: HashMap<SiteKey, SiteStats> = HashMap::with_max_entries(CALLSITES_CAPACITY, 0);
+
+/// Call-site entries each process created and the calls whose site it was
+/// refused; the daemon creates an entry at attach, the probes only add.
+#[map(name = "MPI_SITE_COUNTS")]
+static SITE_COUNTS: HashMap<u32, SiteCount> = HashMap::with_max_entries(PROCS_CAPACITY, 0);
 
 /// The outermost probed call each thread is in, keyed by pid_tgid. LRU, so a
 /// thread that never returns (MPI_Abort) cannot fill it up.

@@ -1,9 +1,8 @@
 //! Scrape time and memory at scale: `cargo bench -p mpi-observer --bench scrape`.
 //!
 //! Loads the real eBPF object (needs root, like the daemon), fills the
-//! per-CPU `MPI_STATS` map with 256 ranks × 60 functions of synthetic
-//! figures (every CPU's slot non-zero: calls, time, bytes, a spread-out
-//! histogram), registers 256 synthetic ranks, then times
+//! `MPI_STATS` map with 256 ranks × 60 functions of synthetic figures
+//! (calls, time, bytes, a spread-out histogram), registers 256 synthetic ranks, then times
 //! [`State::scrape`] (wall and thread CPU time) and a real HTTP scrape
 //! through the daemon's server.
 //! Prints `key=value` lines that `cargo xtask bench observer` reads.
@@ -16,7 +15,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use aya::maps::{MapData, MapError, PerCpuHashMap, PerCpuValues};
+use aya::maps::{HashMap, MapData, MapError};
 use mpi_observer::{
     EBPF_OBJECT, functions,
     metrics::RenderOptions,
@@ -66,27 +65,21 @@ fn status_kib(field: &str) -> u64 {
 }
 
 fn fill(probes: &mut Probes, ids: &[u16], retries: &mut u64) -> Result<()> {
-    let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
     let map = probes
         .ebpf_mut()
         .map_mut(maps::STATS)
         .context("MPI_STATS map in the object")?;
-    let mut stats = PerCpuHashMap::<&mut MapData, StatKey, CallStats>::try_from(map)?;
+    let mut stats = HashMap::<&mut MapData, StatKey, CallStats>::try_from(map)?;
     for r in 0..RANKS {
         for (j, &id) in ids.iter().enumerate() {
-            let per_cpu: Vec<CallStats> = (0..cpus as u64)
-                .map(|c| {
-                    let mut s = CallStats::ZERO;
-                    s.calls = 1000 + j as u64 + c;
-                    s.time_ns = s.calls * 1500;
-                    s.bytes = [s.calls * 64, s.calls * 32];
-                    s.bytes_unknown = [c, 0];
-                    for (k, h) in s.hist.iter_mut().enumerate().take(HIST_SLOTS) {
-                        *h = (k as u64 + r as u64 + c) % 7;
-                    }
-                    s
-                })
-                .collect();
+            let mut value = CallStats::ZERO;
+            value.calls = 1000 + j as u64;
+            value.time_ns = value.calls * 1500;
+            value.bytes = [value.calls * 64, value.calls * 32];
+            value.bytes_unknown = [u64::from(r % 2), 0];
+            for (k, h) in value.hist.iter_mut().enumerate().take(HIST_SLOTS) {
+                *h = (k as u64 + r as u64) % 7;
+            }
             let key = StatKey {
                 tgid: PID_BASE + r,
                 func: id as u32,
@@ -96,7 +89,7 @@ fn fill(probes: &mut Probes, ids: &[u16], retries: &mut u64) -> Result<()> {
             // empty (ENOMEM) for a moment.
             let mut tries = 0;
             loop {
-                match stats.insert(key, PerCpuValues::try_from(per_cpu.clone())?, 0) {
+                match stats.insert(key, value, 0) {
                     Ok(()) => break,
                     Err(MapError::SyscallError(e))
                         if e.io_error.raw_os_error() == Some(libc::ENOMEM) && tries < 1000 =>

@@ -107,10 +107,11 @@ pub struct AttachArgs {
     /// Do not decode data arguments (no mpi_bytes_total): cheaper probes.
     #[arg(long)]
     pub no_bytes: bool,
-    /// Kernel memory for the per-CPU statistics map: each (process,
-    /// function) entry takes 304 bytes on every possible CPU, so this bounds
-    /// how many fit (README: "Kernel memory"); calls of a pair that finds
-    /// the map full go to mpi_observer_map_update_failures_total. A size in
+    /// Kernel memory for the statistics map, shared by the CPUs: each
+    /// (process, function) entry takes 376 bytes whatever the CPU count, at
+    /// most 65,536 entries (the default holds them all); this bounds how
+    /// many fit (README: "Kernel memory"); calls of a pair that finds the
+    /// map full go to mpi_observer_map_update_failures_total. A size in
     /// bytes, or with KiB, MiB or GiB.
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
     pub map_memory: u64,

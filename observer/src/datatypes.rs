@@ -172,6 +172,7 @@ pub fn proc_config(lib: &Library, dt: &Datatypes, bytes: bool) -> ProcConfig {
         bytes: u32::from(bytes),
         ompi_dt_class: class,
         ompi_dt_size_offset: offset,
+        max_sites: observer_common::maps::DEFAULT_MAX_SITES,
         ..ProcConfig::default()
     }
 }

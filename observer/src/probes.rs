@@ -24,7 +24,9 @@ use aya::{
 use observer_common::{
     FUNCTIONS, cookie,
     functions::Family,
-    maps::{self, CallStats, Inflight, ProcConfig, SiteKey, SiteStats, StatKey, TypeKey},
+    maps::{
+        self, CallStats, Inflight, ProcConfig, SiteCount, SiteKey, SiteStats, StatKey, TypeKey,
+    },
 };
 use thiserror::Error;
 
@@ -137,6 +139,10 @@ pub struct Attachment {
     pub probes: usize,
     /// Predefined datatype entries loaded for this process.
     type_keys: Vec<TypeKey>,
+    /// Predefined datatypes of this process not loaded: beyond
+    /// [`maps::OMPI_TYPES_PER_PROCESS`], or the map was full. Their calls
+    /// count with unknown bytes.
+    pub types_dropped: usize,
 }
 
 /// The loaded eBPF object: maps (created by aya) and programs.
@@ -152,10 +158,19 @@ pub struct Probes {
     /// Every process attached records its call sites (`attach
     /// --callsites`): set at load time, which sizes the call-site map.
     callsites: bool,
-    /// Entries the statistics and call-site maps hold, together: what the
-    /// daemon reserves from per process (crate::budget).
-    entry_capacity: usize,
+    /// Entries of `MPI_STATS` and `MPI_CALLSITES` as loaded.
+    stats_capacity: u32,
+    callsites_capacity: u32,
+    /// Statistics go to the per-CPU map (`cargo xtask bench kmaps` only).
+    percpu_stats: bool,
+    /// Predefined datatypes not loaded, over every attach so far.
+    types_dropped: u64,
 }
+
+/// Environment variable that makes the probes keep their statistics in the
+/// per-CPU map the shared one replaced: only for `cargo xtask bench kmaps`,
+/// which compares the two designs in one run.
+pub const BENCH_PERCPU_STATS: &str = "MPI_OBSERVER_BENCH_PERCPU_STATS";
 
 impl Probes {
     /// Loads the embedded eBPF object within the default statistics map
@@ -166,15 +181,15 @@ impl Probes {
     }
 
     /// Loads the embedded eBPF object: creates its maps and loads its
-    /// programs into the kernel. The per-CPU statistics map gets as many
-    /// entries as fit in `stats_budget` bytes on this machine's possible
-    /// CPUs ([`maps::stats_capacity_within`]); calls of a (process,
-    /// function) that finds it full are counted in
+    /// programs into the kernel. The statistics map, shared by the CPUs,
+    /// gets as many entries as fit in `stats_budget` bytes
+    /// ([`maps::stats_capacity_within`], the same on any number of CPUs);
+    /// calls of a (process, function) that finds it full are counted in
     /// `mpi_observer_map_update_failures_total`.
     ///
     /// With `callsites`, every process attached also records its call sites
     /// ([`ProcConfig::callsites`], read back by [`Probes::read_callsites`])
-    /// in a map of [`maps::callsites_capacity`] entries; without, that map
+    /// in a map of [`maps::CALLSITES_CAPACITY`] entries; without, that map
     /// is left at one entry, so it costs no memory.
     pub fn load_within(
         object: &[u8],
@@ -198,17 +213,24 @@ impl Probes {
         callsites: bool,
         trace_bytes: u32,
     ) -> Result<Self, ProbeError> {
-        let cpus = aya::util::nr_cpus().map_err(|(path, e)| ProbeError::Load {
-            reason: format!("cannot count the possible CPUs in {path}: {e}"),
-        })?;
-        let capacity = maps::stats_capacity_within(cpus as u32, stats_budget);
+        let capacity = maps::stats_capacity_within(stats_budget);
         let site_capacity = if callsites {
-            maps::callsites_capacity(cpus as u32)
+            maps::CALLSITES_CAPACITY
         } else {
             1
         };
+        let percpu_stats = std::env::var_os(BENCH_PERCPU_STATS).is_some_and(|v| v == "1");
+        // Only the map written gets the capacity; the other keeps one entry.
+        let (shared, percpu) = if percpu_stats {
+            (1, capacity)
+        } else {
+            (capacity, 1)
+        };
+        let percpu_flag = u32::from(percpu_stats);
         let ebpf = EbpfLoader::new()
-            .map_max_entries(maps::STATS, capacity)
+            .override_global(maps::PERCPU_STATS, &percpu_flag, true)
+            .map_max_entries(maps::STATS, shared)
+            .map_max_entries(maps::STATS_PERCPU, percpu)
             .map_max_entries(maps::CALLSITES, site_capacity)
             .map_max_entries(maps::TRACE, trace_bytes)
             .load(object)
@@ -231,14 +253,53 @@ impl Probes {
             closing: Vec::new(),
             closer: Closer::start(),
             callsites,
-            entry_capacity: capacity as usize + if callsites { site_capacity as usize } else { 0 },
+            stats_capacity: capacity,
+            callsites_capacity: site_capacity,
+            percpu_stats,
+            types_dropped: 0,
         })
     }
 
-    /// Entries the statistics and call-site maps hold together (see
-    /// [`crate::budget`]).
+    /// Entries of the statistics map: (process, function) pairs it holds.
+    /// A process creates at most one per function it is attached with, so
+    /// the daemon can reserve a process's share at attach.
+    pub fn stats_capacity(&self) -> u32 {
+        self.stats_capacity
+    }
+
+    /// Entries of the call-site map (1 without call sites); a process
+    /// creates at most its [`ProcConfig::max_sites`].
+    pub fn callsites_capacity(&self) -> u32 {
+        self.callsites_capacity
+    }
+
+    /// Processes that can be attached at once (entries of `MPI_PROCS`): an
+    /// attach beyond it fails.
+    pub fn procs_capacity(&self) -> u32 {
+        maps::PROCS_CAPACITY
+    }
+
+    /// Entries of the Open MPI datatype map; a process gets at most
+    /// [`maps::OMPI_TYPES_PER_PROCESS`].
+    pub fn types_capacity(&self) -> u32 {
+        maps::OMPI_TYPES_CAPACITY
+    }
+
+    /// Predefined datatypes not loaded over every attach so far (see
+    /// [`Attachment::types_dropped`] for one process's).
+    pub fn types_dropped(&self) -> u64 {
+        self.types_dropped
+    }
+
+    /// Entries the statistics and call-site maps hold together: what the
+    /// daemon reserves a share of per process (crate::budget).
     pub fn entry_capacity(&self) -> usize {
-        self.entry_capacity
+        self.stats_capacity as usize
+            + if self.callsites {
+                self.callsites_capacity as usize
+            } else {
+                0
+            }
     }
 
     /// Whether attached processes record their call sites (`attach
@@ -249,6 +310,9 @@ impl Probes {
 
     /// The call statistics of every process in the maps, summed over CPUs.
     pub fn read_stats(&self) -> BTreeMap<u32, CallsByFunction> {
+        if self.percpu_stats {
+            return read::stats_percpu(&self.ebpf);
+        }
         read::stats(&self.ebpf)
     }
 
@@ -274,6 +338,26 @@ impl Probes {
     /// CPUs.
     pub fn read_callsite_failures(&self) -> u64 {
         read::error_counter(&self.ebpf, maps::ErrorCounter::CallsiteUpdate)
+    }
+
+    /// Per process, the call-site entries it created and the calls whose
+    /// site was refused because it was at its [`ProcConfig::max_sites`]
+    /// (those calls are still counted in the statistics). Kept until
+    /// [`Probes::forget`]. Empty unless loaded with call sites.
+    pub fn read_site_counts(&self) -> BTreeMap<u32, SiteCount> {
+        if !self.callsites {
+            return BTreeMap::new();
+        }
+        read::site_counts(&self.ebpf)
+    }
+
+    /// Per process, the calls whose site was refused at its
+    /// [`ProcConfig::max_sites`] ([`Probes::read_site_counts`]'s `refused`).
+    pub fn read_site_refusals(&self) -> BTreeMap<u32, u64> {
+        self.read_site_counts()
+            .into_iter()
+            .map(|(pid, c)| (pid, c.refused))
+            .collect()
     }
 
     /// The ring of traced calls ([`maps::TraceCall`] records), taken out of
@@ -306,7 +390,9 @@ impl Probes {
     /// go in before entry probes, so no call can be entered without its
     /// return being seen; on failure everything attached so far is removed.
     /// The process records its call sites if the probes were loaded with
-    /// them, whatever `config` says.
+    /// them, whatever `config` says, at most `config.max_sites` of them. At
+    /// most [`maps::OMPI_TYPES_PER_PROCESS`] of `datatypes` are loaded
+    /// ([`Attachment::types_dropped`] counts the rest).
     pub fn attach(
         &mut self,
         pid: u32,
@@ -337,6 +423,23 @@ impl Probes {
                 source,
             })?;
         self.insert_types(pid, datatypes, &mut att)?;
+        if self.callsites {
+            // The probes only add to this entry; kept if a previous process
+            // of this pid's sites are still in the map (until forget).
+            // Failing (map full) leaves the process without sites, each
+            // call counted in the call-site failures.
+            if let Some(Ok(mut counts)) = self
+                .ebpf
+                .map_mut(maps::SITE_COUNTS)
+                .map(BpfHashMap::<&mut MapData, u32, SiteCount>::try_from)
+            {
+                let _ = counts.insert(
+                    pid,
+                    SiteCount::default(),
+                    u64::from(aya_obj::generated::BPF_NOEXIST),
+                );
+            }
+        }
         // Group the sites by entry program; every site also gets a return.
         let mut sites: BTreeMap<&'static str, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
         for &id in functions {
@@ -402,6 +505,9 @@ impl Probes {
             map: maps::OMPI_TYPES,
             source,
         })?;
+        // The table comes from the process's own library: bounded, so one
+        // process cannot fill the map for the others.
+        let mut dropped = 0;
         for (&addr, &size) in datatypes {
             let key = TypeKey {
                 tgid: pid,
@@ -411,10 +517,18 @@ impl Probes {
             if att.type_keys.contains(&key) {
                 continue;
             }
+            if att.type_keys.len() >= maps::OMPI_TYPES_PER_PROCESS {
+                dropped += 1;
+                continue;
+            }
             if types.insert(key, size, 0).is_ok() {
                 att.type_keys.push(key);
+            } else {
+                dropped += 1;
             }
         }
+        att.types_dropped += dropped;
+        self.types_dropped += dropped as u64;
         Ok(())
     }
 
@@ -532,8 +646,22 @@ impl Probes {
     pub fn forget(&mut self, pid: u32) {
         if let Some(Ok(mut stats)) = self
             .ebpf
-            .map_mut(maps::STATS)
+            .map_mut(maps::STATS_PERCPU)
             .map(PerCpuHashMap::<&mut MapData, StatKey, CallStats>::try_from)
+        {
+            let keys: Vec<StatKey> = stats
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|k| k.tgid == pid)
+                .collect();
+            for k in keys {
+                let _ = stats.remove(&k);
+            }
+        }
+        if let Some(Ok(mut stats)) = self
+            .ebpf
+            .map_mut(maps::STATS)
+            .map(BpfHashMap::<&mut MapData, StatKey, CallStats>::try_from)
         {
             let keys: Vec<StatKey> = stats
                 .keys()
@@ -548,7 +676,7 @@ impl Probes {
             && let Some(Ok(mut sites)) = self
                 .ebpf
                 .map_mut(maps::CALLSITES)
-                .map(PerCpuHashMap::<&mut MapData, SiteKey, SiteStats>::try_from)
+                .map(BpfHashMap::<&mut MapData, SiteKey, SiteStats>::try_from)
         {
             let keys: Vec<SiteKey> = sites
                 .keys()
@@ -558,6 +686,15 @@ impl Probes {
             for k in keys {
                 let _ = sites.remove(&k);
             }
+        }
+        // With its sites gone, the process's count starts again.
+        if self.callsites
+            && let Some(Ok(mut counts)) = self
+                .ebpf
+                .map_mut(maps::SITE_COUNTS)
+                .map(BpfHashMap::<&mut MapData, u32, SiteCount>::try_from)
+        {
+            let _ = counts.remove(&pid);
         }
         if let Some(Ok(mut inflight)) = self
             .ebpf

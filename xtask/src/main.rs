@@ -2,6 +2,7 @@
 mod bench_callsites;
 mod bench_common;
 mod bench_inject;
+mod bench_kmaps;
 mod bench_observer;
 mod bench_record;
 mod bench_shim;
@@ -53,7 +54,8 @@ enum Cmd {
     /// `observer` (probe cost, attach, scrape), `stats` (the argument
     /// layer), `inject` (`attach --inject`: latency, injection time),
     /// `callsites` (what recording call sites adds per call), `record`
-    /// (what an OTF2 recording costs the job, and its drain rate).
+    /// (what an OTF2 recording costs the job, and its drain rate), `kmaps`
+    /// (the statistics map shared by the CPUs against the per-CPU one).
     Bench {
         /// Which benchmark to run.
         which: String,
@@ -174,9 +176,10 @@ fn main() -> Result<()> {
             "inject" => bench_inject::run(&root),
             "callsites" => bench_callsites::run(&root),
             "record" => bench_record::run(&root),
+            "kmaps" => bench_kmaps::run(&root),
             other => {
                 anyhow::bail!(
-                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record)"
+                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps)"
                 )
             }
         },

@@ -1,19 +1,50 @@
-//! Reading the maps the probes fill, at scrape time: the per-CPU statistics
-//! summed per process and function, the per-CPU call-site figures summed
-//! per process, function and site, and the per-CPU error counters.
+//! Reading the maps the probes fill, at scrape time: the statistics per
+//! process and function, the call-site figures per process, function and
+//! site, the per-process call-site counts, and the per-CPU error counters.
 
 use std::collections::BTreeMap;
 
-use aya::maps::{MapData, PerCpuArray, PerCpuHashMap};
-use observer_common::maps::{self, CallStats, ErrorCounter, SiteKey, SiteStats, StatKey};
+use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap};
+use observer_common::maps::{
+    self, CallStats, ErrorCounter, SiteCount, SiteKey, SiteStats, StatKey,
+};
 
 use crate::snapshot::{CallsByFunction, MapFailures, RawSite};
 
-/// Reads and sums the statistics: batched if the kernel allows, else entry
-/// by entry. Empty if the map cannot be opened.
+/// Reads the statistics of the shared map: batched if the kernel allows,
+/// else entry by entry. Empty if the map cannot be opened. A value the
+/// probes are adding to meanwhile may be read between two of its fields'
+/// adds (a call in `calls` not yet in the histogram); the next scrape has
+/// it whole.
 pub(super) fn stats(ebpf: &aya::Ebpf) -> BTreeMap<u32, CallsByFunction> {
+    let Some(map) = ebpf.map(maps::STATS) else {
+        return BTreeMap::new();
+    };
+    let mut out: BTreeMap<u32, CallsByFunction> = BTreeMap::new();
+    let mut put = |key: &StatKey, v: &[CallStats]| {
+        out.entry(key.tgid)
+            .or_default()
+            .insert(key.func as u16, v[0]);
+    };
+    let batched = crate::sys::map_fd(map)
+        .is_some_and(|fd| lookup_batched(fd, 1, StatKey::default(), CallStats::ZERO, &mut put));
+    if !batched {
+        // A refused batch may have delivered some entries: start again.
+        out.clear();
+        if let Ok(map) = HashMap::<&MapData, StatKey, CallStats>::try_from(map) {
+            for (key, v) in map.iter().filter_map(Result::ok) {
+                out.entry(key.tgid).or_default().insert(key.func as u16, v);
+            }
+        }
+    }
+    out
+}
+
+/// Reads and sums the per-CPU statistics map (`cargo xtask bench kmaps`'s
+/// per-CPU design): batched if the kernel allows, else entry by entry.
+pub(super) fn stats_percpu(ebpf: &aya::Ebpf) -> BTreeMap<u32, CallsByFunction> {
     let cpus = aya::util::nr_cpus().unwrap_or(1);
-    ebpf.map(maps::STATS)
+    ebpf.map(maps::STATS_PERCPU)
         .and_then(crate::sys::map_fd)
         .and_then(|fd| {
             let mut out: BTreeMap<u32, CallsByFunction> = BTreeMap::new();
@@ -23,92 +54,87 @@ pub(super) fn stats(ebpf: &aya::Ebpf) -> BTreeMap<u32, CallsByFunction> {
                 StatKey::default(),
                 CallStats::ZERO,
                 |key, per_cpu| {
-                    let mut total = CallStats::ZERO;
-                    for v in per_cpu {
-                        total.add(v);
-                    }
                     out.entry(key.tgid)
                         .or_default()
-                        .insert(key.func as u16, total);
+                        .insert(key.func as u16, sum(per_cpu));
                 },
             )
             .then_some(out)
         })
         .or_else(|| {
-            let map = PerCpuHashMap::try_from(ebpf.map(maps::STATS)?).ok()?;
-            Some(stats_by_entry(&map))
+            let map = PerCpuHashMap::<&MapData, StatKey, CallStats>::try_from(
+                ebpf.map(maps::STATS_PERCPU)?,
+            )
+            .ok()?;
+            let mut out: BTreeMap<u32, CallsByFunction> = BTreeMap::new();
+            for (key, per_cpu) in map.iter().filter_map(Result::ok) {
+                out.entry(key.tgid)
+                    .or_default()
+                    .insert(key.func as u16, sum(&per_cpu));
+            }
+            Some(out)
         })
         .unwrap_or_default()
 }
 
-/// Reads and sums the per-CPU statistics of every process, entry by entry.
-fn stats_by_entry(
-    map: &PerCpuHashMap<&MapData, StatKey, CallStats>,
-) -> BTreeMap<u32, CallsByFunction> {
-    let mut out: BTreeMap<u32, CallsByFunction> = BTreeMap::new();
-    for item in map.iter() {
-        let Ok((key, per_cpu)) = item else { continue };
-        let mut total = CallStats::ZERO;
-        for v in per_cpu.iter() {
-            total.add(v);
-        }
-        out.entry(key.tgid)
-            .or_default()
-            .insert(key.func as u16, total);
+/// The figures of every CPU added up.
+fn sum(per_cpu: &[CallStats]) -> CallStats {
+    let mut total = CallStats::ZERO;
+    for v in per_cpu {
+        total.add(v);
     }
-    out
+    total
 }
 
-/// Reads and sums the call sites: batched if the kernel allows, else entry
-/// by entry. Empty if the map cannot be opened.
+/// Reads the call sites: batched if the kernel allows, else entry by
+/// entry. Empty if the map cannot be opened.
 pub(super) fn callsites(ebpf: &aya::Ebpf) -> BTreeMap<u32, Vec<RawSite>> {
-    let cpus = aya::util::nr_cpus().unwrap_or(1);
     let Some(map) = ebpf.map(maps::CALLSITES) else {
         return BTreeMap::new();
     };
     let mut out = BTreeMap::new();
     let batched = crate::sys::map_fd(map).is_some_and(|fd| {
-        lookup_batched(
-            fd,
-            cpus,
-            SiteKey::default(),
-            SiteStats::default(),
-            |k, v| {
-                add_site(&mut out, k, v);
-            },
-        )
+        lookup_batched(fd, 1, SiteKey::default(), SiteStats::default(), |k, v| {
+            add_site(&mut out, k, &v[0]);
+        })
     });
     if !batched {
-        // A refused batch may have delivered some entries: start again.
         out.clear();
-        if let Ok(map) = PerCpuHashMap::<&MapData, SiteKey, SiteStats>::try_from(map) {
-            for (key, per_cpu) in map.iter().filter_map(Result::ok) {
-                add_site(&mut out, &key, &per_cpu);
+        if let Ok(map) = HashMap::<&MapData, SiteKey, SiteStats>::try_from(map) {
+            for (key, v) in map.iter().filter_map(Result::ok) {
+                add_site(&mut out, &key, &v);
             }
         }
     }
     out
 }
 
-/// Sums one call site's per-CPU figures into `out`.
-fn add_site(out: &mut BTreeMap<u32, Vec<RawSite>>, key: &SiteKey, per_cpu: &[SiteStats]) {
-    let (calls, time_ns) = per_cpu
-        .iter()
-        .fold((0u64, 0u64), |(c, t), v| (c + v.calls, t + v.time_ns));
+/// Adds one call site's figures to `out`.
+fn add_site(out: &mut BTreeMap<u32, Vec<RawSite>>, key: &SiteKey, v: &SiteStats) {
     out.entry(key.tgid).or_default().push(RawSite {
         function: key.func as u16,
         addr: key.addr,
-        calls,
-        time_ns,
+        calls: v.calls,
+        time_ns: v.time_ns,
     });
 }
 
-/// Reads a per-CPU hash with `BPF_MAP_LOOKUP_BATCH`, handing `f` each key
-/// with its `cpus` values: a few system calls for the whole map instead of
-/// two per entry, which at 256 ranks x 60 functions was most of a scrape's
-/// time. `false` if the kernel refuses batching (the caller then reads entry
+/// Reads every process's call-site count; empty if the map cannot be
+/// opened. At most one entry per process attached, so entry by entry.
+pub(super) fn site_counts(ebpf: &aya::Ebpf) -> BTreeMap<u32, SiteCount> {
+    ebpf.map(maps::SITE_COUNTS)
+        .and_then(|m| HashMap::<&MapData, u32, SiteCount>::try_from(m).ok())
+        .map(|map| map.iter().filter_map(Result::ok).collect())
+        .unwrap_or_default()
+}
+
+/// Reads a hash with `BPF_MAP_LOOKUP_BATCH`, handing `f` each key with its
+/// `cpus` values (1 for a map shared by the CPUs): a few system calls for
+/// the whole map instead of two per entry, which at 256 ranks x 60
+/// functions was most of a scrape's time. `false` if the kernel refuses batching (the caller then reads entry
 /// by entry, and must drop what `f` was given: a batch may fail midway).
-/// `V` must be a multiple of 8 bytes, the per-CPU value stride.
+/// `V` must be a multiple of 8 bytes: the per-CPU value stride, and with
+/// `cpus` 1 the kernel's value size, copied back to back.
 fn lookup_batched<K: Copy, V: Copy>(
     fd: std::os::fd::RawFd,
     cpus: usize,
