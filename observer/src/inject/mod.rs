@@ -1393,3 +1393,56 @@ pub fn stopped_threads(pid: u32) -> Vec<u32> {
 fn exists(pid: u32) -> bool {
     procfs::stat(pid).is_ok_and(|s| !s.is_dead())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{os::unix::process::CommandExt as _, process::Command};
+
+    use super::*;
+
+    /// A child with every signal at its default action and unblocked.
+    fn child() -> std::process::Child {
+        let mut c = Command::new("sleep");
+        c.arg("5");
+        // SAFETY: async-signal-safe calls only, between fork and exec.
+        unsafe {
+            c.pre_exec(|| {
+                let mut set: libc::sigset_t = core::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigprocmask(libc::SIG_SETMASK, &set, core::ptr::null_mut());
+                for s in STOP_SIGNALS.into_iter().chain([libc::SIGUSR1]) {
+                    libc::signal(s, libc::SIG_DFL);
+                }
+                Ok(())
+            })
+        };
+        c.spawn().expect("spawn sleep")
+    }
+
+    /// Whether `sig`, sent to a process that does not catch it, leaves it
+    /// running.
+    fn survives(sig: i32) -> bool {
+        let mut c = child();
+        thread::sleep(Duration::from_millis(50));
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(c.id() as i32, sig) };
+        thread::sleep(Duration::from_millis(200));
+        let alive = c.try_wait().expect("try_wait").is_none();
+        let _ = c.kill();
+        let _ = c.wait();
+        alive
+    }
+
+    /// The trigger's signals must be ignored by default: a raise nobody
+    /// takes (the daemon gone, or the injection waiting untraced for the
+    /// rank's next call) must never end the job.
+    #[test]
+    fn stop_signals_are_ignored_by_default() {
+        for sig in STOP_SIGNALS {
+            assert!(survives(sig), "signal {sig} ends a process by default");
+        }
+        // The check can fail: a signal whose default action is to end the
+        // process does.
+        assert!(!survives(libc::SIGUSR1));
+    }
+}
