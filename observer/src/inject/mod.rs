@@ -29,6 +29,11 @@
 //! Every step has a time limit. The tracing is done on a thread of its own
 //! that exits when the stub is done: the kernel then detaches the process,
 //! as it does if the daemon is killed, and no thread is left stopped.
+//!
+//! 4. **No call in time.** A rank that makes no MPI call within
+//!    `--inject-timeout` is let go, untraced, with its trigger armed: its
+//!    next call clears it (the ignored signal does nothing), one watcher
+//!    thread sees that and starts the injection again ([`start`]).
 
 pub mod stub;
 
