@@ -186,17 +186,23 @@ fn mix_round(rank: u32) -> Vec<&'static str> {
 /// `c` up to some call and `c + 1` after it. A call counted twice, or
 /// missed, or a family that started counting late, breaks the pattern.
 fn assert_one_cut(s: &[Sample], mpi: Mpi, rank: u32, iters: u64) {
-    let counts: Vec<(&str, u64)> = mix_round(rank)
-        .into_iter()
-        .map(|f| (f, calls(s, rank, f)))
-        .collect();
+    let low = assert_cut(s, mpi, rank, &mix_round(rank));
+    assert!(low < iters, "{mpi:?} rank {rank}: {low} rounds of {iters}");
+}
+
+/// The counts of `round`'s functions, the calls of one round in order, on
+/// a rank attached in the middle of a phase: `c` up to one call, `c + 1`
+/// after it (see [`assert_one_cut`]); returns `c`, which is not 0.
+fn assert_cut(s: &[Sample], mpi: Mpi, rank: u32, round: &[&str]) -> u64 {
+    let counts: Vec<(&str, u64)> = round.iter().map(|&f| (f, calls(s, rank, f))).collect();
     let low = counts.iter().map(|c| c.1).min().unwrap();
     let cut = counts.windows(2).all(|w| w[0].1 <= w[1].1)
         && counts.iter().all(|c| c.1 == low || c.1 == low + 1);
     assert!(
-        cut && low > 0 && low < iters,
+        cut && low > 0,
         "{mpi:?} rank {rank}: counts along a round are not one cut: {counts:?}"
     );
+    low
 }
 
 fn exact_after_injection(mpi: Mpi) {
@@ -589,23 +595,32 @@ fn refused_rank_stays_probed(mpi: Mpi) {
 ///   one of its first calls and handed over while the others exchange
 ///   messages with it; every call of the phase counts exactly once, by the
 ///   probes before the handover or the shim after it;
-/// - odd runs: the daemon attaches in the middle of the phase (as in
-///   `in_full_traffic`): the counts cut cleanly at one call
-///   ([`assert_one_cut`]).
+/// - odd runs: the daemon attaches in the middle of the traffic of
+///   inject/kill9.c (rings and an Allreduce, every payload checked, until a
+///   stop file exists), and the ranks are stopped after the handover: the
+///   counts along a round cut cleanly at one call ([`assert_cut`]).
 fn handover_loop(mpi: Mpi, runs: u32) {
     if !needs(mpi) {
         return;
     }
     let dir = scratch(&format!("inject-loop-{}", mpi.name()));
-    let exe = dir.join(format!("mix-{}", mpi.name()));
-    compile(mpi, &program("mix.c"), &exe, &[]);
+    let mix = dir.join(format!("mix-{}", mpi.name()));
+    compile(mpi, &program("mix.c"), &mix, &[]);
+    let rounds = dir.join(format!("kill9-{}", mpi.name()));
+    compile(mpi, &program("inject/kill9.c"), &rounds, &[]);
     let started = Instant::now();
+    let iters: u64 = 1500;
     for run in 0..runs {
         let armed_before = run % 2 == 0;
-        let iters: u64 = if armed_before { 1500 } else { 4000 };
         let mut c = mpi.launcher(NP);
-        c.arg(&exe).arg(iters.to_string());
-        let job = Job::spawn(c, NP, dir.join("go"));
+        if armed_before {
+            c.arg(&mix).arg(iters.to_string());
+        } else {
+            c.arg(&rounds);
+        }
+        let go = dir.join("go");
+        let _ = std::fs::remove_file(dir.join("go.stop"));
+        let job = Job::spawn(c, NP, go);
         if !armed_before {
             job.go();
         }
@@ -613,6 +628,7 @@ fn handover_loop(mpi: Mpi, runs: u32) {
         // The probes are attached before the daemon serves.
         job.go();
         wait_injected(&mut d, NP);
+        std::fs::write(dir.join("go.stop"), b"stop").unwrap();
         job.finish("OK ");
         let s = final_scrape(&mut d);
         for rank in 0..NP {
@@ -625,7 +641,18 @@ fn handover_loop(mpi: Mpi, runs: u32) {
                     );
                 }
             } else {
-                assert_one_cut(&s, mpi, rank, iters);
+                assert_cut(
+                    &s,
+                    mpi,
+                    rank,
+                    &[
+                        "MPI_Irecv",
+                        "MPI_Isend",
+                        "MPI_Waitall",
+                        "MPI_Sendrecv",
+                        "MPI_Allreduce",
+                    ],
+                );
             }
         }
         let (status, _) = d.stop_and_log(e2e::signal::TERM);

@@ -575,7 +575,7 @@ fn inject_and_hand_over(state: &Mutex<State>, req: &Request) -> Result<Injected,
     // whatever reason, the kernel detaches every thread it traced.
     let traced = thread::scope(|s| {
         s.spawn(|| {
-            let mut tracer = Tracer::seize(pid)?;
+            let mut tracer = Tracer::seize(pid, signal)?;
             arm(true)?;
             let stop = tracer.wait_for_stop(signal, lib_text, req.timeout, &arm);
             // No call in time: the trigger stays armed, and this thread's
@@ -1202,14 +1202,17 @@ impl Loader {
 /// thread (tracing belongs to a thread, not to the daemon).
 struct Tracer {
     pid: u32,
+    /// The trigger's signal: the only one a relay drops.
+    signal: i32,
     tids: Vec<u32>,
 }
 
 impl Tracer {
     /// Seizes every thread; seizing stops nothing.
-    fn seize(pid: u32) -> Result<Tracer, InjectError> {
+    fn seize(pid: u32, signal: i32) -> Result<Tracer, InjectError> {
         let mut t = Tracer {
             pid,
+            signal,
             tids: Vec::new(),
         };
         // Threads may be created meanwhile: until a pass finds none new.
@@ -1321,8 +1324,10 @@ impl Tracer {
             }
             return self.resume(tid, 0);
         }
-        // Our own signal, raced here by a second thread: dropped.
-        let ours = STOP_SIGNALS.contains(&sig);
+        // Our own signal, raced here by a second thread: dropped. The
+        // other one of STOP_SIGNALS is the process's own (it may catch
+        // it): delivered like any other.
+        let ours = sig == self.signal;
         self.resume(tid, if ours && event == 0 { 0 } else { sig })
     }
 
