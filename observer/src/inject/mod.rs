@@ -345,45 +345,45 @@ fn watch(state: &Arc<Mutex<State>>) {
             a.watching = false;
             return;
         }
+        // One lock of the state per look, for every armed rank.
+        let triggers: Vec<Option<u32>> = {
+            let st = state.lock().unwrap_or_else(|p| p.into_inner());
+            a.ranks
+                .iter()
+                .map(|(req, _)| {
+                    let live = st
+                        .rank(req.pid)
+                        .is_some_and(|r| r.is_probed() && r.exited_at.is_none());
+                    live.then(|| st.probes.as_ref()?.config(req.pid))
+                        .flatten()
+                        .map(|c| c.inject_signal)
+                })
+                .collect()
+        };
         let mut fired = Vec::new();
-        let mut i = 0;
-        while i < a.ranks.len() {
-            let (pid, signal) = (a.ranks[i].0.pid, a.ranks[i].1);
-            let trigger = {
-                let st = state.lock().unwrap_or_else(|p| p.into_inner());
-                let live = st
-                    .rank(pid)
-                    .is_some_and(|r| r.is_probed() && r.exited_at.is_none());
-                if live {
-                    st.probes.as_ref().and_then(|p| p.config(pid))
-                } else {
-                    None
-                }
-            };
+        let mut kept = Vec::with_capacity(a.ranks.len());
+        for ((req, signal), trigger) in std::mem::take(&mut a.ranks).into_iter().zip(triggers) {
+            let pid = req.pid;
             match trigger {
                 // The rank exited or lost its probes: nothing to inject.
-                None => {
-                    a.ranks.swap_remove(i);
-                    continue;
-                }
-                Some(c) if c.inject_signal == 0 => fired.push(a.ranks.swap_remove(i).0),
+                None => {}
+                Some(0) => fired.push(req),
                 Some(_) if check_signals && catches(pid, signal) => {
                     let other = free_signal(pid).ok();
-                    let moved = other.is_some_and(|s| set_trigger(state, pid, s).is_ok());
-                    if let (true, Some(s)) = (moved, other) {
-                        a.ranks[i].1 = s;
-                        i += 1;
-                    } else {
-                        disarm(state, pid);
-                        a.ranks.swap_remove(i);
-                        eprintln!(
-                            "mpi-observer: pid {pid} now catches both SIGURG and SIGWINCH, which the injection's trigger raises; not injected, it stays observed by probes"
-                        );
+                    match other.filter(|&s| set_trigger(state, pid, s).is_ok()) {
+                        Some(s) => kept.push((req, s)),
+                        None => {
+                            disarm(state, pid);
+                            eprintln!(
+                                "mpi-observer: pid {pid} now catches both SIGURG and SIGWINCH, which the injection's trigger raises; not injected, it stays observed by probes"
+                            );
+                        }
                     }
                 }
-                Some(_) => i += 1,
+                Some(_) => kept.push((req, signal)),
             }
         }
+        a.ranks = kept;
         drop(a);
         for req in fired {
             // The rank is making MPI calls again: stop it at one of the
