@@ -16,6 +16,11 @@
 //!   stopped;
 //! - **detach** puts every slot back: after the daemon's SIGTERM the
 //!   shim's counts stop;
+//! - **long compute**: a rank with no MPI call for 60 s is let go untraced,
+//!   its injection armed, and injected at its calls after, exact; a daemon
+//!   stopped meanwhile leaves cleanly;
+//! - **the handover loop**: 50 handovers in fresh jobs in full traffic,
+//!   every count exact;
 //! - **bad input** gets one line.
 
 use std::{
@@ -771,6 +776,55 @@ fn long_compute(mpi: Mpi) {
     );
     let _ = d.stop(e2e::signal::TERM);
     e2e::assert_no_probes_left();
+}
+
+/// A daemon stopped while ranks wait armed and untraced for their next MPI
+/// call clears their triggers and leaves at once; the ranks, untouched,
+/// finish their calls correct, with no tracer and no probe left.
+fn shutdown_while_armed(mpi: Mpi) {
+    if !needs(mpi) {
+        return;
+    }
+    let dir = scratch(&format!("inject-shutdown-armed-{}", mpi.name()));
+    let job = start(
+        mpi,
+        &dir,
+        "inject/long_compute.c",
+        2,
+        &["6".to_string(), "50".to_string()],
+        &[],
+    );
+    let mut args = inject_args(&job);
+    args.extend(["--inject-timeout".into(), "1".into()]);
+    let d = Daemon::start(&args);
+    job.go();
+    for pid in job.pids() {
+        wait_for("the armed line", Duration::from_secs(10), || {
+            d.log()
+                .into_iter()
+                .find(|l| l.contains(&format!("pid {pid} made no MPI call")))
+        });
+    }
+    let t = Instant::now();
+    let (status, log) = d.stop_and_log(e2e::signal::TERM);
+    assert!(status.success(), "{mpi:?}: the daemon's exit: {status}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "{mpi:?}: the daemon took {:?} to leave",
+        t.elapsed()
+    );
+    assert!(
+        !log.iter().any(|l| l.contains("injected the shim")),
+        "{log:?}"
+    );
+    assert!(job.pids().iter().all(|&p| tracers(p).is_empty()));
+    e2e::assert_no_probes_left();
+    job.finish("OK ");
+}
+
+#[test]
+fn inject_shutdown_while_armed_open_mpi() {
+    shutdown_while_armed(Mpi::OpenMpi);
 }
 
 #[test]
