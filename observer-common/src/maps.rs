@@ -224,9 +224,11 @@ pub struct ProcConfig {
     /// signal to its own thread, which the daemon, tracing it, catches
     /// there; then it is cleared. See docs/inject.md.
     pub inject_signal: u32,
-    /// Non-zero once an injected shim has rewritten the process's slots and
-    /// counts its calls: the probes then only finish the calls already open
-    /// and record no new one (docs/inject.md, "Handover").
+    /// Non-zero while the probes must record no new call of the process,
+    /// only finish the calls already open: while its probes are being
+    /// attached (so every function starts counting at one instant, not
+    /// link by link), and once an injected shim has rewritten the
+    /// process's slots and counts its calls (docs/inject.md, "Handover").
     pub handed_over: u32,
     /// Non-zero: record this process's call sites in [`CALLSITES`] (`attach
     /// --callsites`): the entry of each outermost call reads its return

@@ -133,8 +133,9 @@ pub struct AttachArgs {
         requires = "inject"
     )]
     pub inject_tools: String,
-    /// Seconds to wait for a rank's next MPI call to inject at; a rank that
-    /// makes none stays observed by probes.
+    /// Seconds to hold a rank traced while waiting for its next MPI call to
+    /// inject at; a rank that makes none is let go, untraced, with the
+    /// injection armed for its next call (its probes count until then).
     #[arg(long, value_name = "SECS", default_value_t = 30, requires = "inject")]
     pub inject_timeout: u64,
     /// Print a live per-rank summary table every second.

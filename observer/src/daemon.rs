@@ -299,6 +299,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
     }
     server.abort();
+    // Nothing new is attached (nor injected) from here on.
     watch_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     if let Some(a) = attacher {
         a.stop();
@@ -306,6 +307,8 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     if let Some(w) = watcher {
         let _ = w.join();
     }
+    // No armed trigger outlives the daemon's intent to inject.
+    crate::inject::disarm_all(&state);
     let injected: Vec<u32> = {
         let st = state.lock().unwrap_or_else(|p| p.into_inner());
         st.ranks
@@ -374,31 +377,10 @@ fn write_report(st: &mut State, path: &std::path::Path) {
 const EJECT_WAIT: Duration = Duration::from_secs(2);
 
 /// Injects the shim into `pid` on a thread of its own; one line on stderr
-/// either way.
+/// either way (`inject::start`, which keeps the injection of a rank that
+/// makes no MPI call in time armed for its next call).
 fn start_injection(state: &Arc<Mutex<State>>, req: &crate::inject::Request, pid: u32) {
-    let state = state.clone();
-    let req = crate::inject::Request { pid, ..req.clone() };
-    std::thread::spawn(move || match crate::inject::inject(&state, &req) {
-        Ok(i) => {
-            eprintln!(
-                "mpi-observer: injected the shim into pid {pid}: {} slots, thread {} stopped {:.2} ms, shim live after {:.1} ms, {:.0} ms in all",
-                i.slots,
-                i.tid,
-                i.stopped.as_secs_f64() * 1e3,
-                i.loaded.as_secs_f64() * 1e3,
-                i.total.as_secs_f64() * 1e3,
-            );
-            if i.lost_in_flight > 0 {
-                eprintln!(
-                    "mpi-observer: pid {pid}: {} calls were still open after {}s when its probes went; they are not counted",
-                    i.lost_in_flight,
-                    crate::inject::DRAIN_TIMEOUT.as_secs()
-                );
-            }
-        }
-        Err(e @ crate::inject::InjectError::AlreadyLoaded { .. }) => eprintln!("mpi-observer: {e}"),
-        Err(e) => eprintln!("mpi-observer: {e}; it stays observed by probes"),
-    });
+    crate::inject::start(state, crate::inject::Request { pid, ..req.clone() });
 }
 
 /// Raises the soft limit on open files to the hard limit (and, as root,

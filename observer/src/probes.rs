@@ -409,6 +409,13 @@ impl Probes {
             }
         }
         config.callsites = u32::from(self.callsites);
+        // The links go live one after another (return, then each family's
+        // entries), and a running rank makes calls meanwhile: until the
+        // last one is live, the programs record no new call (as after an
+        // injection's handover), so every function starts counting at the
+        // same instant, the one the flag is cleared below.
+        let counting = config;
+        config.handed_over = 1;
         let mut att = Attachment::default();
         let mut procs: BpfHashMap<&mut MapData, u32, ProcConfig> =
             BpfHashMap::try_from(self.ebpf.map_mut(maps::PROCS).expect("PROCS map in object"))
@@ -483,6 +490,10 @@ impl Probes {
                     return Err(ProbeError::Attach { pid, source });
                 }
             }
+        }
+        if let Err(e) = self.update_config(pid, |c| c.handed_over = counting.handed_over) {
+            self.detach(pid, att);
+            return Err(e);
         }
         Ok(att)
     }
@@ -567,6 +578,15 @@ impl Probes {
         let mut c = procs.get(&pid, 0).map_err(map_err)?;
         change(&mut c);
         procs.insert(pid, c, 0).map_err(map_err)
+    }
+
+    /// Process `pid`'s configuration as the programs see it now (read
+    /// only: an armed injection's trigger is cleared by the entry program,
+    /// and the armed-injection watcher of `crate::inject` reads it).
+    pub fn config(&self, pid: u32) -> Option<ProcConfig> {
+        let procs: BpfHashMap<&MapData, u32, ProcConfig> =
+            BpfHashMap::try_from(self.ebpf.map(maps::PROCS)?).ok()?;
+        procs.get(&pid, 0).ok()
     }
 
     /// Calls of process `pid` the probes are timing now and will record:

@@ -16,6 +16,11 @@
 //!   stopped;
 //! - **detach** puts every slot back: after the daemon's SIGTERM the
 //!   shim's counts stop;
+//! - **long compute**: a rank with no MPI call for 60 s is let go untraced,
+//!   its injection armed, and injected at its calls after, exact; a daemon
+//!   stopped meanwhile leaves cleanly;
+//! - **the handover loop**: 50 handovers in fresh jobs in full traffic,
+//!   every count exact;
 //! - **bad input** gets one line.
 
 use std::{
@@ -159,6 +164,52 @@ fn check_peers(s: &[Sample], mpi: Mpi) {
     }
 }
 
+/// mix.c's calls of one round on `rank`, in the order it makes them.
+fn mix_round(rank: u32) -> Vec<&'static str> {
+    let mut v = vec!["MPI_Isend", "MPI_Irecv", "MPI_Waitall", "MPI_Sendrecv"];
+    if rank == 0 {
+        v.extend(["MPI_Send", "MPI_Ssend"]);
+    } else {
+        v.push("MPI_Recv");
+    }
+    v.extend([
+        "MPI_Bcast",
+        "MPI_Allreduce",
+        "MPI_Reduce",
+        "MPI_Barrier",
+        "MPI_Gather",
+        "MPI_Alltoall",
+        "MPI_Allgather",
+    ]);
+    v
+}
+
+/// The counts of a rank the daemon attached to in the middle of mix.c's
+/// phase of `iters` rounds: every function counts from one call on (the
+/// attach makes every function start counting at one instant), each call
+/// once across the handover, so along the round's order the counts are
+/// `c` up to some call and `c + 1` after it. A call counted twice, or
+/// missed, or a family that started counting late, breaks the pattern.
+fn assert_one_cut(s: &[Sample], mpi: Mpi, rank: u32, iters: u64) {
+    let low = assert_cut(s, mpi, rank, &mix_round(rank));
+    assert!(low < iters, "{mpi:?} rank {rank}: {low} rounds of {iters}");
+}
+
+/// The counts of `round`'s functions, the calls of one round in order, on
+/// a rank attached in the middle of a phase: `c` up to one call, `c + 1`
+/// after it (see [`assert_one_cut`]); returns `c`, which is not 0.
+fn assert_cut(s: &[Sample], mpi: Mpi, rank: u32, round: &[&str]) -> u64 {
+    let counts: Vec<(&str, u64)> = round.iter().map(|&f| (f, calls(s, rank, f))).collect();
+    let low = counts.iter().map(|c| c.1).min().unwrap();
+    let cut = counts.windows(2).all(|w| w[0].1 <= w[1].1)
+        && counts.iter().all(|c| c.1 == low || c.1 == low + 1);
+    assert!(
+        cut && low > 0,
+        "{mpi:?} rank {rank}: counts along a round are not one cut: {counts:?}"
+    );
+    low
+}
+
 fn exact_after_injection(mpi: Mpi) {
     if !needs(mpi) {
         return;
@@ -226,22 +277,10 @@ fn in_full_traffic(mpi: Mpi) {
     job.finish("OK ");
     let s = final_scrape(&mut d);
     // Probes before the handover plus the shim after it: every call of the
-    // phase once. (The daemon attached after the phase began, so only
-    // functions called every round can be checked: at least the rounds
-    // after the attach, never more than all of them.)
+    // phase once. (The daemon attached after the phase began, so each
+    // function counts the rounds from the attach on.)
     for rank in 0..NP {
-        let a = calls(&s, rank, "MPI_Allreduce");
-        let b = calls(&s, rank, "MPI_Barrier");
-        assert!(
-            a > 0 && a <= long,
-            "{mpi:?} rank {rank}: {a} Allreduce calls"
-        );
-        // Allreduce and Barrier alternate: whatever the moment of the
-        // attach, the counts differ by at most one round.
-        assert!(
-            a.abs_diff(b) <= 1,
-            "{mpi:?} rank {rank}: {a} Allreduce, {b} Barrier"
-        );
+        assert_one_cut(&s, mpi, rank, long);
     }
     let _ = d.stop(e2e::signal::TERM);
     e2e::assert_no_probes_left();
@@ -552,6 +591,250 @@ fn refused_rank_stays_probed(mpi: Mpi) {
     let _ = strace.wait();
     let _ = d.stop(e2e::signal::TERM);
     e2e::assert_no_probes_left();
+}
+
+/// The handover, again and again, each time in a fresh job of mix.c on NP
+/// ranks in full traffic, every count exact:
+/// - even runs: the daemon attaches and arms the injection while the ranks
+///   wait without MPI calls, then the phase starts: each rank is stopped at
+///   one of its first calls and handed over while the others exchange
+///   messages with it; every call of the phase counts exactly once, by the
+///   probes before the handover or the shim after it;
+/// - odd runs: the daemon attaches in the middle of the traffic of
+///   inject/kill9.c (rings and an Allreduce, every payload checked, until a
+///   stop file exists), and the ranks are stopped after the handover: the
+///   counts along a round cut cleanly at one call ([`assert_cut`]).
+fn handover_loop(mpi: Mpi, runs: u32) {
+    if !needs(mpi) {
+        return;
+    }
+    let dir = scratch(&format!("inject-loop-{}", mpi.name()));
+    let mix = dir.join(format!("mix-{}", mpi.name()));
+    compile(mpi, &program("mix.c"), &mix, &[]);
+    let rounds = dir.join(format!("kill9-{}", mpi.name()));
+    compile(mpi, &program("inject/kill9.c"), &rounds, &[]);
+    let started = Instant::now();
+    let iters: u64 = 1500;
+    for run in 0..runs {
+        let armed_before = run % 2 == 0;
+        let mut c = mpi.launcher(NP);
+        if armed_before {
+            c.arg(&mix).arg(iters.to_string());
+        } else {
+            c.arg(&rounds);
+        }
+        let go = dir.join("go");
+        let _ = std::fs::remove_file(dir.join("go.stop"));
+        let job = Job::spawn(c, NP, go);
+        if !armed_before {
+            job.go();
+        }
+        let mut d = Daemon::start(&inject_args(&job));
+        // The probes are attached before the daemon serves.
+        job.go();
+        wait_injected(&mut d, NP);
+        std::fs::write(dir.join("go.stop"), b"stop").unwrap();
+        job.finish("OK ");
+        let s = final_scrape(&mut d);
+        for rank in 0..NP {
+            if armed_before {
+                for (f, (n, ..)) in e2e::mix_expected(rank, iters, true) {
+                    assert_eq!(
+                        calls(&s, rank, f),
+                        n,
+                        "{mpi:?} run {run} rank {rank} {f} calls (each once across the handover)"
+                    );
+                }
+            } else {
+                assert_cut(
+                    &s,
+                    mpi,
+                    rank,
+                    &[
+                        "MPI_Irecv",
+                        "MPI_Isend",
+                        "MPI_Waitall",
+                        "MPI_Sendrecv",
+                        "MPI_Allreduce",
+                    ],
+                );
+            }
+        }
+        let (status, _) = d.stop_and_log(e2e::signal::TERM);
+        assert!(
+            status.success(),
+            "{mpi:?} run {run}: the daemon's exit: {status}"
+        );
+    }
+    eprintln!(
+        "{mpi:?}: {runs} handovers of {NP} ranks in full traffic, every count exact, in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    e2e::assert_no_probes_left();
+}
+
+/// Tracer of each thread of `pid` (`TracerPid`), nonzero ones only.
+fn tracers(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        if let Some(v) = status.lines().find_map(|l| l.strip_prefix("TracerPid:"))
+            && v.trim() != "0"
+        {
+            out.push(format!(
+                "{pid}/{} traced by {}",
+                t.file_name().to_string_lossy(),
+                v.trim()
+            ));
+        }
+    }
+    out
+}
+
+/// A rank in a long compute phase (60 s without an MPI call) when the
+/// daemon comes, with --inject-timeout 2: after 2 s the daemon says the
+/// injection stays armed and lets the rank go (no tracer holds it while it
+/// computes), then injects it at its calls after the phase. Probes before
+/// the handover plus the shim after it count exactly the program's calls.
+fn long_compute(mpi: Mpi) {
+    if !needs(mpi) {
+        return;
+    }
+    const SECS: u64 = 60;
+    const CALLS: u64 = 200;
+    let dir = scratch(&format!("inject-long-{}", mpi.name()));
+    let job = start(
+        mpi,
+        &dir,
+        "inject/long_compute.c",
+        2,
+        &[SECS.to_string(), CALLS.to_string()],
+        &[],
+    );
+    let mut args = inject_args(&job);
+    args.extend(["--inject-timeout".into(), "2".into()]);
+    let mut d = Daemon::start(&args);
+    job.go();
+    let computing = Instant::now();
+    for pid in job.pids() {
+        wait_for("the armed line", Duration::from_secs(20), || {
+            d.log().into_iter().find(|l| {
+                l.contains(&format!("pid {pid} made no MPI call within 2 s"))
+                    && l.contains("stays armed")
+            })
+        });
+    }
+    // Untraced while it computes: its signals and exit are its own, and a
+    // debugger may attach.
+    wait_for("the tracers to let go", Duration::from_secs(5), || {
+        job.pids()
+            .iter()
+            .all(|&p| tracers(p).is_empty())
+            .then_some(())
+    });
+    assert!(stopped(&job.pids()).is_empty());
+    let (_, s) = d.scrape();
+    assert_eq!(sum(&s, "mpi_observer_injected_processes", &[]), 0.0);
+    assert!(sum(&s, "mpi_observer_probes", &[]) > 0.0);
+    assert!(
+        computing.elapsed() < Duration::from_secs(SECS - 10),
+        "the armed state must be seen during the compute phase"
+    );
+    wait_for(
+        "the injections after the compute phase",
+        Duration::from_secs(SECS + 60),
+        || {
+            let (_, s) = d.scrape();
+            (sum(&s, "mpi_observer_injected_processes", &[]) == 2.0
+                && sum(&s, "mpi_observer_probes", &[]) == 0.0)
+                .then_some(())
+        },
+    );
+    assert!(
+        computing.elapsed() >= Duration::from_secs(SECS),
+        "injected only once the rank calls again"
+    );
+    job.finish("OK ");
+    let s = final_scrape(&mut d);
+    for rank in 0..2 {
+        assert_eq!(
+            calls(&s, rank, "MPI_Barrier"),
+            CALLS,
+            "{mpi:?} rank {rank}: probes before the handover plus the shim after it"
+        );
+    }
+    let log = d.log();
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.contains("injected the shim into pid"))
+            .count(),
+        2,
+        "{log:?}"
+    );
+    let _ = d.stop(e2e::signal::TERM);
+    e2e::assert_no_probes_left();
+}
+
+/// A daemon stopped while ranks wait armed and untraced for their next MPI
+/// call clears their triggers and leaves at once; the ranks, untouched,
+/// finish their calls correct, with no tracer and no probe left.
+fn shutdown_while_armed(mpi: Mpi) {
+    if !needs(mpi) {
+        return;
+    }
+    let dir = scratch(&format!("inject-shutdown-armed-{}", mpi.name()));
+    let job = start(
+        mpi,
+        &dir,
+        "inject/long_compute.c",
+        2,
+        &["6".to_string(), "50".to_string()],
+        &[],
+    );
+    let mut args = inject_args(&job);
+    args.extend(["--inject-timeout".into(), "1".into()]);
+    let d = Daemon::start(&args);
+    job.go();
+    for pid in job.pids() {
+        wait_for("the armed line", Duration::from_secs(10), || {
+            d.log()
+                .into_iter()
+                .find(|l| l.contains(&format!("pid {pid} made no MPI call")))
+        });
+    }
+    let t = Instant::now();
+    let (status, log) = d.stop_and_log(e2e::signal::TERM);
+    assert!(status.success(), "{mpi:?}: the daemon's exit: {status}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "{mpi:?}: the daemon took {:?} to leave",
+        t.elapsed()
+    );
+    assert!(
+        !log.iter().any(|l| l.contains("injected the shim")),
+        "{log:?}"
+    );
+    assert!(job.pids().iter().all(|&p| tracers(p).is_empty()));
+    e2e::assert_no_probes_left();
+    job.finish("OK ");
+}
+
+#[test]
+fn inject_shutdown_while_armed_open_mpi() {
+    shutdown_while_armed(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_long_compute_open_mpi() {
+    long_compute(Mpi::OpenMpi);
+}
+
+#[test]
+fn inject_handover_loop_open_mpi() {
+    handover_loop(Mpi::OpenMpi, 50);
 }
 
 #[test]

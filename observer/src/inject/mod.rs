@@ -29,6 +29,11 @@
 //! Every step has a time limit. The tracing is done on a thread of its own
 //! that exits when the stub is done: the kernel then detaches the process,
 //! as it does if the daemon is killed, and no thread is left stopped.
+//!
+//! 4. **No call in time.** A rank that makes no MPI call within
+//!    `--inject-timeout` is let go, untraced, with its trigger armed: its
+//!    next call clears it (the ignored signal does nothing), one watcher
+//!    thread sees that and starts the injection again ([`start`]).
 
 pub mod stub;
 
@@ -37,7 +42,7 @@ use std::{
     io,
     os::unix::fs::FileExt as _,
     path::{Path, PathBuf},
-    sync::Mutex,
+    sync::{Arc, Mutex},
     thread,
     time::{Duration, Instant},
 };
@@ -162,13 +167,16 @@ pub enum InjectError {
         /// The rank.
         pid: u32,
     },
-    /// No MPI call came.
+    /// No MPI call came within `--inject-timeout`: the daemon stopped
+    /// tracing the rank, and the trigger stays armed ([`start`]).
     #[error("pid {pid} made no MPI call within {secs} s to be stopped at; nothing injected")]
     NoCall {
         /// The rank.
         pid: u32,
         /// The limit.
         secs: u64,
+        /// The signal the armed trigger raises.
+        signal: i32,
     },
     /// No unused code bytes.
     #[error("pid {pid}: no unused tail of a code page holds the {need}-byte loader stub")]
@@ -220,6 +228,208 @@ pub enum InjectError {
         /// The error.
         source: io::Error,
     },
+}
+
+/// How often the watcher looks at the armed triggers of ranks that made
+/// no MPI call within `--inject-timeout`.
+const WATCH_POLL: Duration = Duration::from_millis(10);
+/// How often it checks that such a rank still does not catch the signal
+/// its trigger raises.
+const WATCH_SIGNALS: Duration = Duration::from_secs(1);
+
+/// Ranks whose injection waits, untraced, for their next MPI call: the
+/// trigger (`ProcConfig::inject_signal`) stays armed in the probes' map,
+/// and one watcher thread, [`watch`], starts the injection again once the
+/// entry program has cleared it. Bounded by the ranks attached (one entry
+/// per rank).
+struct Armed {
+    /// The ranks waiting, with the signal their trigger raises.
+    ranks: Vec<(Request, i32)>,
+    /// Whether the watcher thread runs.
+    watching: bool,
+    /// Set at shutdown: nothing is armed or started any more.
+    closed: bool,
+}
+
+static ARMED: Mutex<Armed> = Mutex::new(Armed {
+    ranks: Vec::new(),
+    watching: false,
+    closed: false,
+});
+
+fn armed() -> std::sync::MutexGuard<'static, Armed> {
+    ARMED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Injects the shim into `req.pid` on a thread of its own, with one line on
+/// stderr when it is done or refused. A rank that makes no MPI call within
+/// `req.timeout` is let go (no tracer holds it while it computes) with
+/// its trigger armed, and one line says so; at its next application-level
+/// MPI call, whenever it comes, the entry program clears the trigger (the
+/// signal it raises is ignored, nobody tracing), [`watch`] sees that and
+/// the injection starts again, stopping the rank at one of the calls that
+/// follow. Its probes count until the handover.
+pub fn start(state: &Arc<Mutex<State>>, req: Request) {
+    if armed().closed {
+        return;
+    }
+    let state = state.clone();
+    thread::spawn(move || attempt(&state, req, true));
+}
+
+/// One injection attempt and its line; `first` is false for the attempts
+/// [`watch`] starts, which say nothing when the rank goes quiet again.
+fn attempt(state: &Arc<Mutex<State>>, req: Request, first: bool) {
+    let pid = req.pid;
+    match inject(state, &req) {
+        Ok(i) => {
+            eprintln!(
+                "mpi-observer: injected the shim into pid {pid}: {} slots, thread {} stopped {:.2} ms, shim live after {:.1} ms, {:.0} ms in all",
+                i.slots,
+                i.tid,
+                i.stopped.as_secs_f64() * 1e3,
+                i.loaded.as_secs_f64() * 1e3,
+                i.total.as_secs_f64() * 1e3,
+            );
+            if i.lost_in_flight > 0 {
+                eprintln!(
+                    "mpi-observer: pid {pid}: {} calls were still open after {}s when its probes went; they are not counted",
+                    i.lost_in_flight,
+                    DRAIN_TIMEOUT.as_secs()
+                );
+            }
+        }
+        Err(InjectError::NoCall { secs, signal, .. }) => {
+            let mut a = armed();
+            if a.closed {
+                drop(a);
+                disarm(state, pid);
+                return;
+            }
+            if first {
+                eprintln!(
+                    "mpi-observer: pid {pid} made no MPI call within {secs} s; the injection stays armed, untraced, and happens at its next MPI calls; its probes count until then"
+                );
+            }
+            if !a.ranks.iter().any(|(r, _)| r.pid == pid) {
+                a.ranks.push((req, signal));
+            }
+            if !a.watching {
+                a.watching = true;
+                let state = state.clone();
+                thread::spawn(move || watch(&state));
+            }
+        }
+        Err(e @ InjectError::AlreadyLoaded { .. }) => eprintln!("mpi-observer: {e}"),
+        Err(e) => eprintln!("mpi-observer: {e}; it stays observed by probes"),
+    }
+}
+
+/// The watcher: every [`WATCH_POLL`], reads the trigger of each armed rank
+/// (one map lookup each, under the state lock) and starts the injection of
+/// those whose trigger the entry program cleared; forgets ranks that exited
+/// or lost their probes; every [`WATCH_SIGNALS`], re-checks that a rank
+/// still ignores its trigger's signal, and moves the trigger to the other
+/// one (or disarms it, with a line) if it started catching it, so a raise
+/// never reaches a handler. Ends when no rank is armed.
+fn watch(state: &Arc<Mutex<State>>) {
+    let mut checked = Instant::now();
+    loop {
+        thread::sleep(WATCH_POLL);
+        let check_signals = checked.elapsed() >= WATCH_SIGNALS;
+        if check_signals {
+            checked = Instant::now();
+        }
+        let mut a = armed();
+        if a.closed || a.ranks.is_empty() {
+            a.watching = false;
+            return;
+        }
+        // One lock of the state per look, for every armed rank.
+        let triggers: Vec<Option<u32>> = {
+            let st = state.lock().unwrap_or_else(|p| p.into_inner());
+            a.ranks
+                .iter()
+                .map(|(req, _)| {
+                    let live = st
+                        .rank(req.pid)
+                        .is_some_and(|r| r.is_probed() && r.exited_at.is_none());
+                    live.then(|| st.probes.as_ref()?.config(req.pid))
+                        .flatten()
+                        .map(|c| c.inject_signal)
+                })
+                .collect()
+        };
+        let mut fired = Vec::new();
+        let mut kept = Vec::with_capacity(a.ranks.len());
+        for ((req, signal), trigger) in std::mem::take(&mut a.ranks).into_iter().zip(triggers) {
+            let pid = req.pid;
+            match trigger {
+                // The rank exited or lost its probes: nothing to inject.
+                None => {}
+                Some(0) => fired.push(req),
+                Some(_) if check_signals && catches(pid, signal) => {
+                    let other = free_signal(pid).ok();
+                    match other.filter(|&s| set_trigger(state, pid, s).is_ok()) {
+                        Some(s) => kept.push((req, s)),
+                        None => {
+                            disarm(state, pid);
+                            eprintln!(
+                                "mpi-observer: pid {pid} now catches both SIGURG and SIGWINCH, which the injection's trigger raises; not injected, it stays observed by probes"
+                            );
+                        }
+                    }
+                }
+                Some(_) => kept.push((req, signal)),
+            }
+        }
+        a.ranks = kept;
+        drop(a);
+        for req in fired {
+            // The rank is making MPI calls again: stop it at one of the
+            // next (it was not traced when the trigger fired).
+            let state = state.clone();
+            thread::spawn(move || attempt(&state, req, false));
+        }
+    }
+}
+
+/// Sets the trigger of `pid` to raise `signal` at its next call.
+fn set_trigger(state: &Mutex<State>, pid: u32, signal: i32) -> Result<(), InjectError> {
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    let probes = st.probes.as_mut().ok_or(InjectError::NotProbed { pid })?;
+    probes
+        .update_config(pid, |c| c.inject_signal = signal as u32)
+        .map_err(|e| InjectError::Os {
+            pid,
+            what: "updating the probes' configuration",
+            source: io::Error::other(e.to_string()),
+        })
+}
+
+/// Clears the trigger of `pid`, if it is still there.
+fn disarm(state: &Mutex<State>, pid: u32) {
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = st.probes.as_mut()
+        && p.config(pid).is_some_and(|c| c.inject_signal != 0)
+    {
+        let _ = p.update_config(pid, |c| c.inject_signal = 0);
+    }
+}
+
+/// At shutdown: clears every armed trigger and starts nothing more, so no
+/// signal is raised for an injection nobody will take. (The probes go
+/// with the daemon anyway, and the signals are ignored by default: this
+/// makes the end clean rather than merely harmless.)
+pub fn disarm_all(state: &Mutex<State>) {
+    let pending = {
+        let mut a = armed();
+        a.closed = true;
+        std::mem::take(&mut a.ranks)
+    };
+    for (req, _) in pending {
+        disarm(state, req.pid);
+    }
 }
 
 /// Injects the shim into `req.pid`, then hands the rank over from its
@@ -365,10 +575,14 @@ fn inject_and_hand_over(state: &Mutex<State>, req: &Request) -> Result<Injected,
     // whatever reason, the kernel detaches every thread it traced.
     let traced = thread::scope(|s| {
         s.spawn(|| {
-            let mut tracer = Tracer::seize(pid)?;
+            let mut tracer = Tracer::seize(pid, signal)?;
             arm(true)?;
             let stop = tracer.wait_for_stop(signal, lib_text, req.timeout, &arm);
-            arm(false)?;
+            // No call in time: the trigger stays armed, and this thread's
+            // end detaches the process ([`start`] watches the trigger).
+            if !matches!(stop, Err(InjectError::NoCall { .. })) {
+                arm(false)?;
+            }
             let (tid, regs, stopped_at) = stop?;
             // Everything is written and read back while the thread is
             // stopped and untouched; only then is it pointed at the stub.
@@ -561,6 +775,27 @@ fn converse(
     }
 }
 
+/// The signals the trigger may raise: both are ignored by default (the
+/// test `stop_signals_are_ignored_by_default` holds the kernel to it), so
+/// a raise that no tracer takes, the daemon gone or the injection waiting
+/// untraced for the rank's next call, does nothing to a process that does
+/// not catch it.
+pub const STOP_SIGNALS: [i32; 2] = [libc::SIGURG, libc::SIGWINCH];
+
+/// Whether process `pid` catches signal `sig` now (`SigCgt`); an
+/// unreadable status counts as caught.
+fn catches(pid: u32, sig: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_none_or(|caught| caught & (1 << (sig - 1)) != 0)
+}
+
 /// A signal whose default action is to be ignored and that the process
 /// does not catch: if the daemon dies before it takes the stop, the
 /// delivery does nothing.
@@ -577,7 +812,7 @@ fn free_signal(pid: u32) -> Result<i32, InjectError> {
         .find_map(|l| l.strip_prefix("SigCgt:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(u64::MAX);
-    [libc::SIGURG, libc::SIGWINCH]
+    STOP_SIGNALS
         .into_iter()
         .find(|&s| caught & (1 << (s - 1)) == 0)
         .ok_or_else(|| InjectError::Os {
@@ -967,14 +1202,17 @@ impl Loader {
 /// thread (tracing belongs to a thread, not to the daemon).
 struct Tracer {
     pid: u32,
+    /// The trigger's signal: the only one a relay drops.
+    signal: i32,
     tids: Vec<u32>,
 }
 
 impl Tracer {
     /// Seizes every thread; seizing stops nothing.
-    fn seize(pid: u32) -> Result<Tracer, InjectError> {
+    fn seize(pid: u32, signal: i32) -> Result<Tracer, InjectError> {
         let mut t = Tracer {
             pid,
+            signal,
             tids: Vec::new(),
         };
         // Threads may be created meanwhile: until a pass finds none new.
@@ -1038,6 +1276,7 @@ impl Tracer {
                 return Err(InjectError::NoCall {
                     pid: self.pid,
                     secs: timeout.as_secs(),
+                    signal,
                 });
             }
             thread::sleep(POLL);
@@ -1085,8 +1324,10 @@ impl Tracer {
             }
             return self.resume(tid, 0);
         }
-        // Our own signal, raced here by a second thread: dropped.
-        let ours = sig == libc::SIGURG || sig == libc::SIGWINCH;
+        // Our own signal, raced here by a second thread: dropped. The
+        // other one of STOP_SIGNALS is the process's own (it may catch
+        // it): delivered like any other.
+        let ours = sig == self.signal;
         self.resume(tid, if ours && event == 0 { 0 } else { sig })
     }
 
@@ -1161,4 +1402,57 @@ pub fn stopped_threads(pid: u32) -> Vec<u32> {
 /// Whether process `pid` is still there (and not a zombie).
 fn exists(pid: u32) -> bool {
     procfs::stat(pid).is_ok_and(|s| !s.is_dead())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{os::unix::process::CommandExt as _, process::Command};
+
+    use super::*;
+
+    /// A child with every signal at its default action and unblocked.
+    fn child() -> std::process::Child {
+        let mut c = Command::new("sleep");
+        c.arg("5");
+        // SAFETY: async-signal-safe calls only, between fork and exec.
+        unsafe {
+            c.pre_exec(|| {
+                let mut set: libc::sigset_t = core::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigprocmask(libc::SIG_SETMASK, &set, core::ptr::null_mut());
+                for s in STOP_SIGNALS.into_iter().chain([libc::SIGUSR1]) {
+                    libc::signal(s, libc::SIG_DFL);
+                }
+                Ok(())
+            })
+        };
+        c.spawn().expect("spawn sleep")
+    }
+
+    /// Whether `sig`, sent to a process that does not catch it, leaves it
+    /// running.
+    fn survives(sig: i32) -> bool {
+        let mut c = child();
+        thread::sleep(Duration::from_millis(50));
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(c.id() as i32, sig) };
+        thread::sleep(Duration::from_millis(200));
+        let alive = c.try_wait().expect("try_wait").is_none();
+        let _ = c.kill();
+        let _ = c.wait();
+        alive
+    }
+
+    /// The trigger's signals must be ignored by default: a raise nobody
+    /// takes (the daemon gone, or the injection waiting untraced for the
+    /// rank's next call) must never end the job.
+    #[test]
+    fn stop_signals_are_ignored_by_default() {
+        for sig in STOP_SIGNALS {
+            assert!(survives(sig), "signal {sig} ends a process by default");
+        }
+        // The check can fail: a signal whose default action is to end the
+        // process does.
+        assert!(!survives(libc::SIGUSR1));
+    }
 }
