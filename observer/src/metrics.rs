@@ -20,8 +20,9 @@ use prometheus::{
 };
 
 use crate::{
+    identity::{self, Identity, Label},
     segment::{Directed, Figures},
-    snapshot::{CallsByFunction, Health, MapFailures, RankSnapshot, Snapshot, escape},
+    snapshot::{CallsByFunction, Health, Labels, MapFailures, RankSnapshot, Snapshot, escape},
 };
 
 /// Histogram bucket bounds, as powers of two of nanoseconds: 1.02 us,
@@ -45,6 +46,10 @@ pub struct SelfMetrics {
     scrapes: IntCounter,
     map_failures: IntCounterVec,
     segment_errors: IntCounterVec,
+    /// Ranks registered with the (job, uid, rank) of another rank held.
+    pub identity_conflicts: IntCounter,
+    label_truncations: IntCounterVec,
+    oversized_environments: IntCounter,
 }
 
 impl SelfMetrics {
@@ -100,6 +105,27 @@ impl SelfMetrics {
         for reason in ["untrusted", "corrupt", "version", "truncated"] {
             segment_errors.with_label_values(&[reason]);
         }
+        let identity_conflicts = IntCounter::new(
+            "mpi_observer_identity_conflicts_total",
+            "Ranks registered with the job, uid and rank of a rank already held: the later one's rank label gets #pidPID appended.",
+        )
+        .expect("valid metric");
+        let label_truncations = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_label_truncations_total",
+                "Label values from a process (jobid, rank, size, version, callsite) cut to 128 bytes.",
+            ),
+            &["label"],
+        )
+        .expect("valid metric");
+        for l in Label::ALL {
+            label_truncations.with_label_values(&[l.as_str()]);
+        }
+        let oversized_environments = IntCounter::new(
+            "mpi_observer_oversized_environments_total",
+            "Ranks whose environment exceeded 1 MiB: only its first 1 MiB was searched for the job and rank.",
+        )
+        .expect("valid metric");
         for m in [
             Box::new(segment_errors.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(attached.clone()),
@@ -109,6 +135,9 @@ impl SelfMetrics {
             Box::new(scrape_seconds.clone()),
             Box::new(scrapes.clone()),
             Box::new(map_failures.clone()),
+            Box::new(identity_conflicts.clone()),
+            Box::new(label_truncations.clone()),
+            Box::new(oversized_environments.clone()),
         ] {
             registry.register(m).expect("unique metric names");
         }
@@ -122,7 +151,33 @@ impl SelfMetrics {
             scrapes,
             map_failures,
             segment_errors,
+            identity_conflicts,
+            label_truncations,
+            oversized_environments,
         }
+    }
+
+    /// Counts what was cut of a rank's identity as it is registered.
+    pub fn count_identity(&self, id: &Identity) {
+        for l in &id.truncated {
+            self.label_truncations
+                .with_label_values(&[l.as_str()])
+                .inc();
+        }
+        if id.environ_cut {
+            self.oversized_environments.inc();
+        }
+    }
+
+    /// `v` cut to the label cap, the cut counted as one of `label`.
+    pub fn capped(&self, label: Label, v: &str) -> String {
+        let c = identity::cut(v, identity::LABEL_CAP);
+        if c.len() < v.len() {
+            self.label_truncations
+                .with_label_values(&[label.as_str()])
+                .inc();
+        }
+        c.to_string()
     }
 
     /// Counts a skipped stats segment.
@@ -158,6 +213,13 @@ impl SelfMetrics {
         self.set_map_failures(health.map_failures);
         self.scrape_seconds.set(scrape.as_secs_f64());
         self.set_scrapes(health.scrapes_total);
+        let sites = self
+            .label_truncations
+            .with_label_values(&[Label::Callsite.as_str()]);
+        let (have, want) = (sites.get(), identity::callsite_truncations());
+        if want > have {
+            sites.inc_by(want - have);
+        }
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         out.push_str(&String::from_utf8_lossy(&buf));
@@ -203,6 +265,14 @@ pub fn render(
     opts: RenderOptions,
     elapsed: impl FnOnce() -> Duration,
 ) -> String {
+    let unique;
+    let snap = match with_unique_labels(snap) {
+        Some(s) => {
+            unique = s;
+            &unique
+        }
+        None => snap,
+    };
     let labelled: Vec<(&RankSnapshot, &CallsByFunction)> = snap
         .ranks
         .iter()
@@ -319,17 +389,18 @@ pub fn render(
         &mut out,
         "mpi_rank_info",
         "gauge",
-        "One series per observed rank, with its pid, world size and MPI library.",
+        "One series per observed rank, with its pid, world size, MPI library and where its job id came from (jobid_source: cgroup, verified; environment or launcher, claimed).",
     );
     for r in &snap.ranks {
         let _ = writeln!(
             out,
-            "mpi_rank_info{{{},pid=\"{}\",size=\"{}\",library=\"{}\",version=\"{}\"}} 1",
+            "mpi_rank_info{{{},pid=\"{}\",size=\"{}\",library=\"{}\",version=\"{}\",jobid_source=\"{}\"}} 1",
             r.labels.rank,
             r.pid,
             escape(&r.identity.size),
             r.library,
-            escape(&r.version)
+            escape(&r.version),
+            r.identity.jobid_source.as_str()
         );
     }
     header(
@@ -412,8 +483,8 @@ fn render_callsites(out: &mut String, ranks: &[(&RankSnapshot, &CallsByFunction)
         for s in r.callsites.iter().filter(|s| s.exported) {
             series.push((r, s.function, &s.name, (s.calls, s.time_ns)));
             let n = named.entry(s.function).or_default();
-            n.0 += s.calls;
-            n.1 += s.time_ns;
+            n.0 = n.0.saturating_add(s.calls);
+            n.1 = n.1.saturating_add(s.time_ns);
         }
         for (&id, st) in calls.iter() {
             let n = named.get(&id).copied().unwrap_or_default();
@@ -630,13 +701,41 @@ fn directions(d: Directed) -> [(&'static str, u64); 2] {
     [("send", d.send), ("recv", d.recv)]
 }
 
+/// A snapshot like `snap` in which no two ranks share a label set, when
+/// `snap` has ranks that do; `None` when it has none. The registry never
+/// registers such ranks ([`Labels::distinct`]); this keeps the exposition
+/// free of duplicate series whatever the snapshot was built from.
+fn with_unique_labels(snap: &Snapshot) -> Option<Snapshot> {
+    let mut seen = std::collections::HashSet::new();
+    if snap.ranks.iter().all(|r| seen.insert(r.labels.rank.as_str())) {
+        return None;
+    }
+    let mut out = snap.clone();
+    let mut taken = std::collections::HashSet::new();
+    for r in &mut out.ranks {
+        if !taken.contains(r.labels.rank.as_str()) {
+            taken.insert(r.labels.rank.clone());
+            continue;
+        }
+        let held: std::collections::HashSet<&str> = taken.iter().map(String::as_str).collect();
+        let (l, _) = Labels::distinct(&r.identity, r.pid, &held);
+        taken.insert(l.rank.clone());
+        r.labels = l;
+    }
+    Some(out)
+}
+
+/// One histogram. Buckets are cumulative and saturate, and never exceed
+/// the call count, so that they rise monotonically to `+Inf`, which equals
+/// `_count`, whatever the slots hold (a stats segment's are written by the
+/// user's process).
 fn histogram(out: &mut String, labels: &str, id: u16, st: &CallStats) {
     let name = FUNCTIONS[id as usize].name;
     let mut cum = 0u64;
     let mut slot = 0usize;
     for p in BUCKET_POWERS {
         while slot < p as usize && slot < HIST_SLOTS {
-            cum += st.hist[slot];
+            cum = cum.saturating_add(st.hist[slot]).min(st.calls);
             slot += 1;
         }
         let le = (1u64 << p) as f64 / 1e9;

@@ -16,7 +16,8 @@ use crate::{
     datatypes,
     metrics::{self, RenderOptions, SelfMetrics},
     probes::{Attachment, ProbeError, Probes},
-    procfs::{self, Identity, ProcError},
+    identity::{self, Identity, JobidSource, Label},
+    procfs::{self, ProcError},
     segment::{self, Figures, Segment, SegmentProblem},
     snapshot::{CallsByFunction, Health, Labels, RankSnapshot, RawSite, SegmentSnapshot, Snapshot},
     symbols::{self, SymbolError},
@@ -77,13 +78,13 @@ pub struct Rank {
     pub pid: u32,
     /// Start time in ticks since boot; identifies the process with the pid.
     pub ticks: u64,
-    /// Rank, size, job, from /proc/PID/environ.
+    /// Rank, size, job and uid, from /proc (see [`identity`]).
     pub identity: Identity,
-    /// The labels made of the identity.
+    /// The labels made of the identity, unlike every other rank's.
     pub labels: Labels,
     /// "openmpi" or "mpich".
     pub library: &'static str,
-    /// Library version.
+    /// Library version, cut to the label cap.
     pub version: String,
     /// Command name.
     pub comm: String,
@@ -136,11 +137,7 @@ impl Rank {
     /// golden test.
     #[doc(hidden)]
     pub fn synthetic(pid: u32, rank: u32, jobid: &str) -> Rank {
-        let identity = Identity {
-            rank: rank.to_string(),
-            size: "256".into(),
-            jobid: jobid.to_string(),
-        };
+        let identity = Identity::new(jobid, &rank.to_string(), "256", 0, JobidSource::Environment);
         Rank {
             pid,
             ticks: 0,
@@ -303,7 +300,7 @@ impl State {
 
     fn try_attach(&mut self, pid: u32, ticks: u64) -> Result<(), AttachError> {
         let map = procfs::mpi_library(pid)?.ok_or_else(|| AttachError::no_library(pid))?;
-        let identity = procfs::identity(pid)?;
+        let identity = identity::identity(pid)?;
         // A new process reusing the pid of an exited rank: the maps are
         // keyed by pid, so the old rank's figures, probes and datatype
         // entries must go before the new ones go in.
@@ -339,15 +336,17 @@ impl State {
         // the process exits.
         let mut sites = RankSites::default();
         sites.prime(pid);
+        let labels = self.distinct_labels(&identity, pid);
+        self.selfm.count_identity(&identity);
         self.ranks.insert(
             pid,
             Rank {
                 pid,
                 ticks,
-                labels: Labels::new(&identity),
+                labels,
                 identity,
                 library: lib.name,
-                version: lib.version.clone(),
+                version: self.selfm.capped(Label::Version, &lib.version),
                 comm: procfs::comm(pid),
                 started_at: procfs::ticks_to_time(ticks),
                 attached_at: SystemTime::now(),
@@ -371,6 +370,22 @@ impl State {
             eprintln!("mpi-observer: {}", adoption_line(pid));
         }
         Ok(())
+    }
+
+    /// The labels of `pid`, a rank about to be registered, unlike those of
+    /// every rank held (running or retained); a conflict is counted and
+    /// said once.
+    fn distinct_labels(&self, identity: &Identity, pid: u32) -> Labels {
+        let taken: HashSet<&str> = self.ranks.values().map(|r| r.labels.rank.as_str()).collect();
+        let (labels, conflict) = Labels::distinct(identity, pid, &taken);
+        if conflict {
+            self.selfm.identity_conflicts.inc();
+            eprintln!(
+                "mpi-observer: pid {pid} claims rank {:?} of job {:?} (uid {}), which another process holds; its series carry {}",
+                identity.rank, identity.jobid, identity.uid, labels.rank
+            );
+        }
+        labels
     }
 
     fn attached_count(&self) -> usize {
