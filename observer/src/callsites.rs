@@ -298,7 +298,8 @@ impl RankSites {
 
     /// Names `addr` by hand (a synthetic rank, with no process to read).
     pub fn preset(&mut self, addr: u64, name: &str) {
-        self.names.insert(addr, Arc::from(crate::identity::cap_callsite(name)));
+        self.names
+            .insert(addr, Arc::from(crate::identity::cap_callsite(name)));
     }
 
     /// Reads the maps now, so that addresses can still be named after the

@@ -189,16 +189,16 @@ pub const JOB_VARS: &[&str] = &["SLURM_JOB_ID", "PBS_JOBID", "PMIX_NAMESPACE"];
 /// launcher among its ancestors, else its parent).
 pub fn identity(pid: u32) -> Result<Identity, ProcError> {
     let (status, _) = procfs::read_capped(pid, "status", SMALL_CAP)?;
-    let uid = real_uid(&String::from_utf8_lossy(&status))
-        .ok_or(ProcError::NoSuchProcess { pid })?;
+    let uid =
+        real_uid(&String::from_utf8_lossy(&status)).ok_or(ProcError::NoSuchProcess { pid })?;
     let (env, environ_cut) = procfs::read_capped(pid, "environ", ENVIRON_CAP)?;
     let cgroup_job = procfs::read_capped(pid, "cgroup", SMALL_CAP)
         .ok()
         .and_then(|(c, _)| slurm_job_of_cgroup(&String::from_utf8_lossy(&c)));
     let get = |names: &[&str]| -> Option<Cow<'_, str>> {
-        names.iter().find_map(|n| {
-            env_var(&env, n.as_bytes()).map(String::from_utf8_lossy)
-        })
+        names
+            .iter()
+            .find_map(|n| env_var(&env, n.as_bytes()).map(String::from_utf8_lossy))
     };
     let (jobid, source) = match cgroup_job {
         Some(j) => (j, JobidSource::Cgroup),

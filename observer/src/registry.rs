@@ -14,9 +14,9 @@ use thiserror::Error;
 use crate::{
     callsites::{Budget, Names, RankSites},
     datatypes,
+    identity::{self, Identity, JobidSource, Label},
     metrics::{self, RenderOptions, SelfMetrics},
     probes::{Attachment, ProbeError, Probes},
-    identity::{self, Identity, JobidSource, Label},
     procfs::{self, ProcError},
     segment::{self, Figures, Segment, SegmentProblem},
     snapshot::{CallsByFunction, Health, Labels, RankSnapshot, RawSite, SegmentSnapshot, Snapshot},
@@ -336,34 +336,29 @@ impl State {
         // the process exits.
         let mut sites = RankSites::default();
         sites.prime(pid);
-        let labels = self.distinct_labels(&identity, pid);
-        self.selfm.count_identity(&identity);
-        self.ranks.insert(
+        self.register(Rank {
             pid,
-            Rank {
-                pid,
-                ticks,
-                labels,
-                identity,
-                library: lib.name,
-                version: self.selfm.capped(Label::Version, &lib.version),
-                comm: procfs::comm(pid),
-                started_at: procfs::ticks_to_time(ticks),
-                attached_at: SystemTime::now(),
-                exited_at: None,
-                exited_wall: None,
-                attachment,
-                segment,
-                segment_problem: None,
-                figures: None,
-                injected: adopted,
-                adopted,
-                injecting: false,
-                lib_kind: config.lib,
-                lib_path: map.path.clone(),
-                sites,
-            },
-        );
+            ticks,
+            labels: Labels::default(),
+            identity,
+            library: lib.name,
+            version: self.selfm.capped(Label::Version, &lib.version),
+            comm: procfs::comm(pid),
+            started_at: procfs::ticks_to_time(ticks),
+            attached_at: SystemTime::now(),
+            exited_at: None,
+            exited_wall: None,
+            attachment,
+            segment,
+            segment_problem: None,
+            figures: None,
+            injected: adopted,
+            adopted,
+            injecting: false,
+            lib_kind: config.lib,
+            lib_path: map.path.clone(),
+            sites,
+        });
         self.selfm.attached.set(self.attached_count() as i64);
         if adopted {
             self.selfm.injected.inc();
@@ -372,11 +367,24 @@ impl State {
         Ok(())
     }
 
+    /// Holds `rank` from now on, with labels unlike every other rank's (see
+    /// [`State::distinct_labels`]), what was cut of its identity counted.
+    #[doc(hidden)]
+    pub fn register(&mut self, mut rank: Rank) {
+        rank.labels = self.distinct_labels(&rank.identity, rank.pid);
+        self.selfm.count_identity(&rank.identity);
+        self.ranks.insert(rank.pid, rank);
+    }
+
     /// The labels of `pid`, a rank about to be registered, unlike those of
     /// every rank held (running or retained); a conflict is counted and
     /// said once.
     fn distinct_labels(&self, identity: &Identity, pid: u32) -> Labels {
-        let taken: HashSet<&str> = self.ranks.values().map(|r| r.labels.rank.as_str()).collect();
+        let taken: HashSet<&str> = self
+            .ranks
+            .values()
+            .map(|r| r.labels.rank.as_str())
+            .collect();
         let (labels, conflict) = Labels::distinct(identity, pid, &taken);
         if conflict {
             self.selfm.identity_conflicts.inc();

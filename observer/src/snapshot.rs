@@ -90,7 +90,11 @@ impl Labels {
     }
 
     fn with_rank(identity: &Identity, rank: &str) -> Labels {
-        let job = format!("jobid=\"{}\",uid=\"{}\"", escape(&identity.jobid), identity.uid);
+        let job = format!(
+            "jobid=\"{}\",uid=\"{}\"",
+            escape(&identity.jobid),
+            identity.uid
+        );
         Labels {
             rank: format!("{job},rank=\"{}\"", escape(rank)),
             job,
@@ -216,13 +220,21 @@ mod tests {
         assert_eq!(third.rank, r#"jobid="42",uid="0",rank="0#pid77.2""#);
         // Another uid never conflicts.
         let other = Identity::new("42", "0", "2", 1001, JobidSource::Environment);
-        assert_eq!(Labels::distinct(&other, 78, &taken), (Labels::new(&other), false));
+        assert_eq!(
+            Labels::distinct(&other, 78, &taken),
+            (Labels::new(&other), false)
+        );
         // A long claimed rank stays within the cap with its suffix.
         let long = Identity::new("42", &"7".repeat(500), "2", 0, JobidSource::Environment);
         let l = Labels::new(&long);
         let taken: HashSet<&str> = [l.rank.as_str()].into();
         let (d, _) = Labels::distinct(&long, u32::MAX, &taken);
-        let value = d.rank.rsplit_once("rank=\"").unwrap().1.trim_end_matches('"');
+        let value = d
+            .rank
+            .rsplit_once("rank=\"")
+            .unwrap()
+            .1
+            .trim_end_matches('"');
         assert!(value.len() <= LABEL_CAP, "{}", value.len());
         assert!(value.ends_with("#pid4294967295"));
     }
