@@ -830,7 +830,7 @@ mod tests {
             started: UNIX_EPOCH,
             attached: UNIX_EPOCH,
             counted_since: UNIX_EPOCH,
-            exited: (pid % 2 == 0).then_some(UNIX_EPOCH),
+            exited: pid.is_multiple_of(2).then_some(UNIX_EPOCH),
             calls: Some(calls),
             segment: Some(SegmentSnapshot {
                 figures,

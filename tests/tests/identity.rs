@@ -115,7 +115,7 @@ fn start(np: u32, exe: &Path, iters: u64, env: &str, user: Option<&Path>, go: Pa
     Job::spawn(c, np, go)
 }
 
-fn info<'a>(s: &'a [Sample], pid: u32) -> &'a Sample {
+fn info(s: &[Sample], pid: u32) -> &Sample {
     s.iter()
         .find(|x| x.name == "mpi_rank_info" && x.label("pid") == Some(&pid.to_string()))
         .unwrap_or_else(|| panic!("mpi_rank_info of pid {pid}"))

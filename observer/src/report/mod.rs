@@ -546,6 +546,9 @@ fn add_into(to: &mut Vec<u64>, from: &[u64]) {
     }
 }
 
+/// A job: its ID and the uid its ranks run as.
+type JobKey<'a> = (&'a str, Option<u32>);
+
 /// The reports of every job in `data` (one per daemon), by job ID and uid
 /// (one job ID claimed by two users is two jobs). A rank two daemons both
 /// hold (the same host and pid) counts once, from the newest data.
@@ -559,7 +562,7 @@ pub fn analyse(data: &[Data], limits: Limits) -> Vec<Report> {
             }
         }
     }
-    let mut jobs: BTreeMap<(&str, Option<u32>), Vec<(&RankData, f64)>> = BTreeMap::new();
+    let mut jobs: BTreeMap<JobKey<'_>, Vec<(&RankData, f64)>> = BTreeMap::new();
     for (r, taken) in newest.into_values() {
         jobs.entry((r.jobid.as_str(), r.uid))
             .or_default()
