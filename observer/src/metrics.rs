@@ -1014,6 +1014,7 @@ mod tests {
             .len()
         };
         let (small, big) = (size(small), size(big));
+        println!("exposition of one rank: {small} bytes with short claims, {big} with 131 kB ones");
         // Every label value is at most LABEL_CAP bytes, so a line grows by at
         // most a few caps.
         let lines = 60;

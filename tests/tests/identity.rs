@@ -291,6 +291,7 @@ fn another_users_claim_of_a_job_and_rank_never_joins_its_series() {
         ),
         1.0
     );
+    eprintln!("exposition: {} bytes for 5 ranks", body.len());
     assert!(
         body.len() < 128 * 1024,
         "{} bytes of exposition for 5 ranks",
