@@ -336,29 +336,33 @@ impl State {
         // the process exits.
         let mut sites = RankSites::default();
         sites.prime(pid);
-        self.register(Rank {
+        self.selfm.count_identity(&identity);
+        self.ranks.insert(
             pid,
-            ticks,
-            labels: Labels::default(),
-            identity,
-            library: lib.name,
-            version: self.selfm.capped(Label::Version, &lib.version),
-            comm: procfs::comm(pid),
-            started_at: procfs::ticks_to_time(ticks),
-            attached_at: SystemTime::now(),
-            exited_at: None,
-            exited_wall: None,
-            attachment,
-            segment,
-            segment_problem: None,
-            figures: None,
-            injected: adopted,
-            adopted,
-            injecting: false,
-            lib_kind: config.lib,
-            lib_path: map.path.clone(),
-            sites,
-        });
+            Rank {
+                pid,
+                ticks,
+                labels: self.distinct_labels(&identity, pid),
+                identity,
+                library: lib.name,
+                version: self.selfm.capped(Label::Version, &lib.version),
+                comm: procfs::comm(pid),
+                started_at: procfs::ticks_to_time(ticks),
+                attached_at: SystemTime::now(),
+                exited_at: None,
+                exited_wall: None,
+                attachment,
+                segment,
+                segment_problem: None,
+                figures: None,
+                injected: adopted,
+                adopted,
+                injecting: false,
+                lib_kind: config.lib,
+                lib_path: map.path.clone(),
+                sites,
+            },
+        );
         self.selfm.attached.set(self.attached_count() as i64);
         if adopted {
             self.selfm.injected.inc();
@@ -367,8 +371,9 @@ impl State {
         Ok(())
     }
 
-    /// Holds `rank` from now on, with labels unlike every other rank's (see
-    /// [`State::distinct_labels`]), what was cut of its identity counted.
+    /// Holds `rank` from now on as an attach does: with labels unlike every
+    /// other rank's (see [`State::distinct_labels`]), what was cut of its
+    /// identity counted. For synthetic ranks (the golden test).
     #[doc(hidden)]
     pub fn register(&mut self, mut rank: Rank) {
         rank.labels = self.distinct_labels(&rank.identity, rank.pid);
