@@ -160,14 +160,16 @@ impl CallStats {
 
     /// Adds another CPU's (or process's) figures to these.
     pub fn add(&mut self, o: &CallStats) {
-        self.calls += o.calls;
-        self.time_ns += o.time_ns;
+        // Saturating: a stats segment's figures are written by the user's
+        // process and can be anything; a sum must not wrap to a small value.
+        self.calls = self.calls.saturating_add(o.calls);
+        self.time_ns = self.time_ns.saturating_add(o.time_ns);
         for i in 0..2 {
-            self.bytes[i] += o.bytes[i];
-            self.bytes_unknown[i] += o.bytes_unknown[i];
+            self.bytes[i] = self.bytes[i].saturating_add(o.bytes[i]);
+            self.bytes_unknown[i] = self.bytes_unknown[i].saturating_add(o.bytes_unknown[i]);
         }
         for (a, b) in self.hist.iter_mut().zip(o.hist.iter()) {
-            *a += b;
+            *a = a.saturating_add(*b);
         }
     }
 }

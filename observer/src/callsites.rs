@@ -190,7 +190,8 @@ impl Session<'_> {
                 .enable_demangling(true)
                 .build()
         });
-        let name: Arc<str> = Arc::from(symbolize(symbolizer, &file, &m.path, ret_offset));
+        let name = symbolize(symbolizer, &file, &m.path, ret_offset);
+        let name: Arc<str> = Arc::from(crate::identity::cap_callsite(&name));
         self.names.cache.insert(key, name.clone());
         name
     }
@@ -275,7 +276,8 @@ impl RankSites {
 
     /// Names `addr` by hand (a synthetic rank, with no process to read).
     pub fn preset(&mut self, addr: u64, name: &str) {
-        self.names.insert(addr, Arc::from(name));
+        self.names
+            .insert(addr, Arc::from(crate::identity::cap_callsite(name)));
     }
 
     /// Reads the maps now, so that addresses can still be named after the
@@ -304,8 +306,8 @@ impl RankSites {
             }
             let name = self.name(names, pid, alive, r.addr);
             let e = merged.entry((r.function, name)).or_default();
-            e.0 += r.calls;
-            e.1 += r.time_ns;
+            e.0 = e.0.saturating_add(r.calls);
+            e.1 = e.1.saturating_add(r.time_ns);
         }
         // Newly seen sites take the free places, heaviest first.
         let mut by_function: BTreeMap<u16, Vec<Site>> = BTreeMap::new();

@@ -17,6 +17,7 @@ pub mod daemon;
 pub mod datatypes;
 pub mod functions;
 pub mod http_get;
+pub mod identity;
 pub mod inject;
 pub mod launcher;
 pub mod metrics;

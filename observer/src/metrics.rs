@@ -20,8 +20,9 @@ use prometheus::{
 };
 
 use crate::{
+    identity::{self, Identity, Label},
     segment::{Directed, Figures},
-    snapshot::{CallsByFunction, Health, MapFailures, RankSnapshot, Snapshot, escape},
+    snapshot::{CallsByFunction, Health, Labels, MapFailures, RankSnapshot, Snapshot, escape},
 };
 
 /// Histogram bucket bounds, as powers of two of nanoseconds: 1.02 us,
@@ -58,6 +59,10 @@ pub struct SelfMetrics {
     exec_events: IntCounter,
     exec_dropped: IntCounter,
     exec_found: IntCounter,
+    /// Ranks registered with the (job, uid, rank) of another rank held.
+    pub identity_conflicts: IntCounter,
+    label_truncations: IntCounterVec,
+    oversized_environments: IntCounter,
 }
 
 impl SelfMetrics {
@@ -146,6 +151,27 @@ impl SelfMetrics {
             "New MPI processes the attach queue had no room for; the next scan finds them again.",
         )
         .expect("valid metric");
+        let identity_conflicts = IntCounter::new(
+            "mpi_observer_identity_conflicts_total",
+            "Ranks registered with the job, uid and rank of a rank already held: the later one's rank label gets #pidPID appended.",
+        )
+        .expect("valid metric");
+        let label_truncations = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_label_truncations_total",
+                "Label values from a process (jobid, rank, size, version, callsite) cut to 128 bytes.",
+            ),
+            &["label"],
+        )
+        .expect("valid metric");
+        for l in Label::ALL {
+            label_truncations.with_label_values(&[l.as_str()]);
+        }
+        let oversized_environments = IntCounter::new(
+            "mpi_observer_oversized_environments_total",
+            "Ranks whose environment exceeded 1 MiB: only its first 1 MiB was searched for the job and rank.",
+        )
+        .expect("valid metric");
         for m in [
             Box::new(segment_errors.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(attached.clone()),
@@ -161,6 +187,9 @@ impl SelfMetrics {
             Box::new(exec_events.clone()),
             Box::new(exec_dropped.clone()),
             Box::new(exec_found.clone()),
+            Box::new(identity_conflicts.clone()),
+            Box::new(label_truncations.clone()),
+            Box::new(oversized_environments.clone()),
         ] {
             registry.register(m).expect("unique metric names");
         }
@@ -181,6 +210,9 @@ impl SelfMetrics {
             exec_events,
             exec_dropped,
             exec_found,
+            identity_conflicts,
+            label_truncations,
+            oversized_environments,
         }
     }
 
@@ -189,6 +221,29 @@ impl SelfMetrics {
         self.refused
             .with_label_values(&[&uid.to_string(), budget.as_str()])
             .inc();
+    }
+
+    /// Counts what was cut of a rank's identity as it is registered.
+    pub fn count_identity(&self, id: &Identity) {
+        for l in &id.truncated {
+            self.label_truncations
+                .with_label_values(&[l.as_str()])
+                .inc();
+        }
+        if id.environ_cut {
+            self.oversized_environments.inc();
+        }
+    }
+
+    /// `v` cut to the label cap, the cut counted as one of `label`.
+    pub fn capped(&self, label: Label, v: &str) -> String {
+        let c = identity::cut(v, identity::LABEL_CAP);
+        if c.len() < v.len() {
+            self.label_truncations
+                .with_label_values(&[label.as_str()])
+                .inc();
+        }
+        c.to_string()
     }
 
     /// Counts a skipped stats segment.
@@ -240,6 +295,13 @@ impl SelfMetrics {
         self.scrape_seconds.set(scrape.as_secs_f64());
         self.set_scrapes(health.scrapes_total);
         self.set_exec_watch();
+        let sites = self
+            .label_truncations
+            .with_label_values(&[Label::Callsite.as_str()]);
+        let (have, want) = (sites.get(), identity::callsite_truncations());
+        if want > have {
+            sites.inc_by(want - have);
+        }
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         out.push_str(&String::from_utf8_lossy(&buf));
@@ -285,6 +347,14 @@ pub fn render(
     opts: RenderOptions,
     elapsed: impl FnOnce() -> Duration,
 ) -> String {
+    let unique;
+    let snap = match with_unique_labels(snap) {
+        Some(s) => {
+            unique = s;
+            &unique
+        }
+        None => snap,
+    };
     let labelled: Vec<(&RankSnapshot, &CallsByFunction)> = snap
         .ranks
         .iter()
@@ -401,17 +471,18 @@ pub fn render(
         &mut out,
         "mpi_rank_info",
         "gauge",
-        "One series per observed rank, with its pid, world size and MPI library.",
+        "One series per observed rank, with its pid, world size, MPI library and where its job id came from (jobid_source: cgroup, verified; environment or launcher, claimed).",
     );
     for r in &snap.ranks {
         let _ = writeln!(
             out,
-            "mpi_rank_info{{{},pid=\"{}\",size=\"{}\",library=\"{}\",version=\"{}\"}} 1",
+            "mpi_rank_info{{{},pid=\"{}\",size=\"{}\",library=\"{}\",version=\"{}\",jobid_source=\"{}\"}} 1",
             r.labels.rank,
             r.pid,
             escape(&r.identity.size),
             r.library,
-            escape(&r.version)
+            escape(&r.version),
+            r.identity.jobid_source.as_str()
         );
     }
     header(
@@ -494,8 +565,8 @@ fn render_callsites(out: &mut String, ranks: &[(&RankSnapshot, &CallsByFunction)
         for s in r.callsites.iter().filter(|s| s.exported) {
             series.push((r, s.function, &s.name, (s.calls, s.time_ns)));
             let n = named.entry(s.function).or_default();
-            n.0 += s.calls;
-            n.1 += s.time_ns;
+            n.0 = n.0.saturating_add(s.calls);
+            n.1 = n.1.saturating_add(s.time_ns);
         }
         for (&id, st) in calls.iter() {
             let n = named.get(&id).copied().unwrap_or_default();
@@ -712,13 +783,45 @@ fn directions(d: Directed) -> [(&'static str, u64); 2] {
     [("send", d.send), ("recv", d.recv)]
 }
 
+/// A snapshot like `snap` in which no two ranks share a label set, when
+/// `snap` has ranks that do; `None` when it has none. The registry never
+/// registers such ranks ([`Labels::distinct`]); this keeps the exposition
+/// free of duplicate series whatever the snapshot was built from.
+fn with_unique_labels(snap: &Snapshot) -> Option<Snapshot> {
+    let mut seen = std::collections::HashSet::new();
+    if snap
+        .ranks
+        .iter()
+        .all(|r| seen.insert(r.labels.rank.as_str()))
+    {
+        return None;
+    }
+    let mut out = snap.clone();
+    let mut taken = std::collections::HashSet::new();
+    for r in &mut out.ranks {
+        if !taken.contains(r.labels.rank.as_str()) {
+            taken.insert(r.labels.rank.clone());
+            continue;
+        }
+        let held: std::collections::HashSet<&str> = taken.iter().map(String::as_str).collect();
+        let (l, _) = Labels::distinct(&r.identity, r.pid, &held);
+        taken.insert(l.rank.clone());
+        r.labels = l;
+    }
+    Some(out)
+}
+
+/// One histogram. Buckets are cumulative and saturate, and never exceed
+/// the call count, so that they rise monotonically to `+Inf`, which equals
+/// `_count`, whatever the slots hold (a stats segment's are written by the
+/// user's process).
 fn histogram(out: &mut String, labels: &str, id: u16, st: &CallStats) {
     let name = FUNCTIONS[id as usize].name;
     let mut cum = 0u64;
     let mut slot = 0usize;
     for p in BUCKET_POWERS {
         while slot < p as usize && slot < HIST_SLOTS {
-            cum += st.hist[slot];
+            cum = cum.saturating_add(st.hist[slot]).min(st.calls);
             slot += 1;
         }
         let le = (1u64 << p) as f64 / 1e9;
@@ -746,7 +849,282 @@ fn histogram(out: &mut String, labels: &str, id: u16, st: &CallStats) {
 
 #[cfg(test)]
 mod tests {
+    use std::{collections::HashSet, sync::Arc};
+
     use super::*;
+    use crate::{
+        callsites::Site,
+        identity::{JobidSource, LABEL_CAP},
+        segment::{LayerCalls, PeerTraffic, SegmentProblem},
+        snapshot::SegmentSnapshot,
+    };
+
+    /// A rank with figures in every family: calls, call sites, a segment.
+    fn rank(pid: u32, id: Identity, value: u64) -> RankSnapshot {
+        let mut st = CallStats::ZERO;
+        st.calls = value;
+        st.time_ns = value;
+        st.bytes = [value, value];
+        st.bytes_unknown = [value, 0];
+        st.hist = [value; HIST_SLOTS];
+        let calls: CallsByFunction = [(0, st), (5, st)].into();
+        let mut figures = Figures {
+            ready: true,
+            outstanding: value,
+            ..Default::default()
+        };
+        figures.peers.insert(
+            1,
+            PeerTraffic {
+                messages: Directed {
+                    send: value,
+                    recv: value,
+                },
+                bytes: Directed {
+                    send: value,
+                    recv: value,
+                },
+            },
+        );
+        figures.functions.insert(
+            5,
+            LayerCalls {
+                calls: value,
+                bytes: Directed {
+                    send: value,
+                    recv: value,
+                },
+            },
+        );
+        let site = |name: &str| Site {
+            function: 0,
+            name: Arc::from(crate::identity::cap_callsite(name)),
+            calls: value / 2,
+            time_ns: value / 2,
+            exported: true,
+        };
+        RankSnapshot {
+            pid,
+            labels: Labels::new(&id),
+            identity: id,
+            library: "openmpi",
+            version: "4.1.4".into(),
+            started: UNIX_EPOCH,
+            attached: UNIX_EPOCH,
+            counted_since: UNIX_EPOCH,
+            exited: pid.is_multiple_of(2).then_some(UNIX_EPOCH),
+            calls: Some(calls),
+            segment: Some(SegmentSnapshot {
+                figures,
+                oldest_request_age: Duration::ZERO,
+            }),
+            callsites: vec![site("main"), site("solve")],
+        }
+    }
+
+    /// Every sample line's (name, label set), which must all differ.
+    fn assert_unique(out: &str) {
+        let mut seen = HashSet::new();
+        for line in out.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+            let (series, _) = line.rsplit_once(' ').expect("a sample has a value");
+            assert!(seen.insert(series), "duplicate series {series}");
+        }
+        assert!(seen.len() > 10, "{out}");
+    }
+
+    fn xorshift(s: &mut u64) -> u64 {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    }
+
+    #[test]
+    fn no_two_series_share_a_label_set_whatever_the_ranks_claim() {
+        let long = "9".repeat(200);
+        // Claims chosen to collide: the same rank of the same job, values
+        // equal only once cut, a rank that claims a conflict's suffix, label
+        // text trying to close the value, another user's claim of the job.
+        let jobs = [
+            "4242",
+            "4242",
+            &long,
+            &format!("{long}x"),
+            "a\",uid=\"0",
+            "",
+        ];
+        let ranks = [
+            "0",
+            "0",
+            "0#pid3",
+            "0#pid3.2",
+            &long,
+            &format!("{long}y"),
+            "1",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..200 {
+            let n = 2 + (xorshift(&mut seed) % 12) as usize;
+            let ranks: Vec<RankSnapshot> = (0..n)
+                .map(|i| {
+                    let r = |s: &mut u64, len: usize| (xorshift(s) % len as u64) as usize;
+                    let id = Identity::new(
+                        jobs[r(&mut seed, jobs.len())],
+                        ranks[r(&mut seed, ranks.len())],
+                        "2",
+                        [0, 0, 1000][r(&mut seed, 3)],
+                        JobidSource::Environment,
+                    );
+                    rank(1 + i as u32, id, xorshift(&mut seed) >> (round % 64))
+                })
+                .collect();
+            let snap = Snapshot {
+                ranks,
+                health: Health::default(),
+            };
+            for per_rank_histograms in [false, true] {
+                let out = render(
+                    &snap,
+                    &SelfMetrics::new(),
+                    RenderOptions {
+                        per_rank_histograms,
+                    },
+                    || Duration::ZERO,
+                );
+                assert_unique(&out);
+            }
+        }
+    }
+
+    #[test]
+    fn two_users_claiming_one_rank_make_two_series() {
+        let honest = Identity::new("4242", "0", "2", 0, JobidSource::Environment);
+        let forged = Identity::new("4242", "0", "2", 1001, JobidSource::Environment);
+        let snap = Snapshot {
+            ranks: vec![rank(10, honest, 2000), rank(11, forged, u64::MAX - 999)],
+            health: Health::default(),
+        };
+        let out = render(&snap, &SelfMetrics::new(), RenderOptions::default(), || {
+            Duration::ZERO
+        });
+        let f0 = FUNCTIONS[0].name;
+        assert!(
+            out.contains(&format!(
+                "mpi_calls_total{{jobid=\"4242\",uid=\"0\",rank=\"0\",function=\"{f0}\"}} 2000\n"
+            )),
+            "{out}"
+        );
+        assert!(out.contains("uid=\"1001\",rank=\"0\""), "{out}");
+        // The per-job histogram is per (job, uid): the honest one's count is
+        // its own.
+        assert!(
+            out.contains(&format!("mpi_call_duration_seconds_count{{jobid=\"4242\",uid=\"0\",function=\"{f0}\"}} 2000\n")),
+            "{out}"
+        );
+        assert_unique(&out);
+    }
+
+    #[test]
+    fn sums_saturate_and_histograms_stay_monotonic() {
+        // Two ranks of one job at u64::MAX: the per-job sum saturates.
+        let id = |r: &str| Identity::new("j", r, "2", 0, JobidSource::Environment);
+        let snap = Snapshot {
+            ranks: vec![rank(1, id("0"), u64::MAX), rank(3, id("1"), u64::MAX)],
+            health: Health::default(),
+        };
+        let out = render(&snap, &SelfMetrics::new(), RenderOptions::default(), || {
+            Duration::ZERO
+        });
+        let max = u64::MAX.to_string();
+        let f0 = FUNCTIONS[0].name;
+        let count = format!(
+            "mpi_call_duration_seconds_count{{jobid=\"j\",uid=\"0\",function=\"{f0}\"}} {max}\n"
+        );
+        assert!(out.contains(&count), "{out}");
+        let mut a = CallStats::ZERO;
+        a.calls = u64::MAX - 1;
+        a.hist[3] = u64::MAX;
+        let mut b = a;
+        b.add(&a);
+        assert_eq!((b.calls, b.hist[3]), (u64::MAX, u64::MAX));
+
+        // Hostile slots: more in the slots than calls, and slots that would
+        // wrap a cumulative sum. Buckets rise to +Inf, which is _count.
+        for (calls, slots) in [
+            (5u64, [u64::MAX; HIST_SLOTS]),
+            (u64::MAX, [u64::MAX / 2 + 1; HIST_SLOTS]),
+            (0, [7; HIST_SLOTS]),
+            (100, [0; HIST_SLOTS]),
+        ] {
+            let mut st = CallStats::ZERO;
+            st.calls = calls;
+            st.hist = slots;
+            let mut out = String::new();
+            histogram(&mut out, "jobid=\"j\"", 0, &st);
+            let values: Vec<u64> = out
+                .lines()
+                .filter(|l| l.contains("_bucket"))
+                .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+                .collect();
+            assert!(values.windows(2).all(|w| w[0] <= w[1]), "{out}");
+            assert_eq!(*values.last().unwrap(), calls, "{out}");
+            assert!(
+                out.contains(&format!(
+                    "_count{{jobid=\"j\",function=\"{f0}\"}} {calls}\n"
+                )),
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
+    fn exposition_per_rank_is_bounded_whatever_the_claims() {
+        let huge = "x".repeat(131 * 1024);
+        let small = Identity::new("1", "0", "2", 0, JobidSource::Environment);
+        let big = Identity::new(&huge, &huge, &huge, 0, JobidSource::Environment);
+        assert_eq!(big.truncated, vec![Label::Jobid, Label::Rank, Label::Size]);
+        let size = |id: Identity| {
+            let mut r = rank(1, id, 1);
+            r.callsites[0].name = Arc::from(crate::identity::cap_callsite(&huge));
+            let snap = Snapshot {
+                ranks: vec![r],
+                health: Health::default(),
+            };
+            render(&snap, &SelfMetrics::new(), RenderOptions::default(), || {
+                Duration::ZERO
+            })
+            .len()
+        };
+        let (small, big) = (size(small), size(big));
+        println!("exposition of one rank: {small} bytes with short claims, {big} with 131 kB ones");
+        // Every label value is at most LABEL_CAP bytes, so a line grows by at
+        // most a few caps.
+        let lines = 60;
+        assert!(big < small + lines * 4 * LABEL_CAP, "{small} -> {big}");
+    }
+
+    #[test]
+    fn truncations_and_conflicts_are_counted() {
+        let m = SelfMetrics::new();
+        let huge = "1".repeat(131 * 1024);
+        let mut id = Identity::new(&huge, "0", "2", 0, JobidSource::Environment);
+        id.environ_cut = true;
+        m.count_identity(&id);
+        assert_eq!(m.capped(Label::Version, &huge).len(), LABEL_CAP);
+        m.identity_conflicts.inc();
+        m.segment_error(SegmentProblem::Corrupt);
+        let mut out = String::new();
+        m.render(&mut out, Health::default(), Duration::ZERO);
+        for want in [
+            "mpi_observer_label_truncations_total{label=\"jobid\"} 1\n",
+            "mpi_observer_label_truncations_total{label=\"version\"} 1\n",
+            "mpi_observer_label_truncations_total{label=\"rank\"} 0\n",
+            "mpi_observer_oversized_environments_total 1\n",
+            "mpi_observer_identity_conflicts_total 1\n",
+        ] {
+            assert!(out.contains(want), "{want} in {out}");
+        }
+    }
 
     #[test]
     fn histogram_is_cumulative_and_complete() {

@@ -1,7 +1,6 @@
 //! What `/proc` tells about a process: whether it is alive (and still the
-//! same process), which MPI library it has mapped, and which rank of which
-//! job it is. Identity always comes from here, never from anything the
-//! process itself could write.
+//! same process) and which MPI library it has mapped. Which rank of which
+//! job it is, built on these readers, is [`crate::identity`]'s.
 
 use std::{
     fs, io,
@@ -44,6 +43,26 @@ fn read(pid: u32, file: &'static str) -> Result<Vec<u8>, ProcError> {
             ProcError::Unreadable { pid, file, source }
         }
     })
+}
+
+/// Reads at most `cap` bytes of `/proc/PID/file`, and whether there was
+/// more: a process controls some of these files (its environment, its
+/// command line), so what one costs to read must not depend on it.
+pub fn read_capped(pid: u32, file: &'static str, cap: usize) -> Result<(Vec<u8>, bool), ProcError> {
+    use std::io::Read as _;
+    let err = |source: io::Error| {
+        if source.kind() == io::ErrorKind::NotFound || source.raw_os_error() == Some(libc::ESRCH) {
+            ProcError::NoSuchProcess { pid }
+        } else {
+            ProcError::Unreadable { pid, file, source }
+        }
+    };
+    let f = fs::File::open(format!("/proc/{pid}/{file}")).map_err(err)?;
+    let mut buf = Vec::new();
+    f.take(cap as u64 + 1).read_to_end(&mut buf).map_err(err)?;
+    let more = buf.len() > cap;
+    buf.truncate(cap);
+    Ok((buf, more))
 }
 
 /// The fields of `/proc/PID/stat` the observer uses.
@@ -381,112 +400,6 @@ pub fn is_static(pid: u32) -> bool {
 /// The lowest mapping of the file at `path` in `pid`'s address space.
 pub fn mapping_of(pid: u32, path: &Path) -> Option<MappedLib> {
     lowest_mapping(pid, |p| p == path).ok().flatten()
-}
-
-/// Who a rank is, read from its environment.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Identity {
-    /// Rank in `MPI_COMM_WORLD`, or "unknown".
-    pub rank: String,
-    /// Size of `MPI_COMM_WORLD`, or "unknown".
-    pub size: String,
-    /// The job: batch system job id, else the launcher's namespace, else
-    /// the launcher's pid.
-    pub jobid: String,
-}
-
-/// Environment variables giving the rank, in order of precedence.
-pub const RANK_VARS: &[&str] = &[
-    "OMPI_COMM_WORLD_RANK",
-    "PMIX_RANK",
-    "PMI_RANK",
-    "SLURM_PROCID",
-];
-/// Environment variables giving the world size, in order of precedence.
-pub const SIZE_VARS: &[&str] = &["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"];
-/// Environment variables giving the job id, in order of precedence.
-pub const JOB_VARS: &[&str] = &["SLURM_JOB_ID", "PBS_JOBID", "PMIX_NAMESPACE"];
-
-/// Reads rank, size and job id from `/proc/PID/environ` (the environment the
-/// process was started with). See [`RANK_VARS`], [`SIZE_VARS`], [`JOB_VARS`];
-/// without a job variable, Hydra's control port names the job (`hydra-PORT`),
-/// else the launcher does (`launcher-PID`: the outermost launcher among its
-/// ancestors, else its parent).
-pub fn identity(pid: u32) -> Result<Identity, ProcError> {
-    let env = read(pid, "environ")?;
-    let vars: Vec<(&[u8], &[u8])> = env
-        .split(|b| *b == 0)
-        .filter_map(|kv| {
-            let eq = kv.iter().position(|b| *b == b'=')?;
-            Some((&kv[..eq], &kv[eq + 1..]))
-        })
-        .collect();
-    let get = |names: &[&str]| {
-        names.iter().find_map(|n| {
-            vars.iter()
-                .find(|(k, v)| *k == n.as_bytes() && !v.is_empty())
-                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-        })
-    };
-    let jobid = get(JOB_VARS)
-        .or_else(|| hydra_job(pid))
-        .unwrap_or_else(|| format!("launcher-{}", launcher_pid(pid)));
-    Ok(Identity {
-        rank: get(RANK_VARS).unwrap_or_else(|| "unknown".into()),
-        size: get(SIZE_VARS).unwrap_or_else(|| "unknown".into()),
-        jobid,
-    })
-}
-
-fn parent(pid: u32) -> Option<u32> {
-    stat(pid).ok().map(|s| s.ppid)
-}
-
-/// MPICH's Hydra without a batch system: every node's proxy carries the
-/// launcher's `--control-port HOST:PORT`, the same on all nodes of one job,
-/// whereas pids differ from node to node.
-fn hydra_job(pid: u32) -> Option<String> {
-    let proxy = parent(pid).filter(|p| comm(*p).starts_with("hydra_pmi_prox"))?;
-    let cmdline = fs::read(format!("/proc/{proxy}/cmdline")).ok()?;
-    let mut args = cmdline.split(|b| *b == 0);
-    args.find(|a| *a == b"--control-port")?;
-    let port = String::from_utf8_lossy(args.next()?).into_owned();
-    (!port.is_empty()).then(|| format!("hydra-{port}"))
-}
-
-/// The outermost ancestor, up to 16 generations up, whose command is a
-/// launcher (mpirun, mpiexec, orted, hydra_pmi_proxy, srun...), else the
-/// parent.
-fn launcher_pid(pid: u32) -> u32 {
-    const LAUNCHERS: &[&str] = &[
-        "mpirun",
-        "mpiexec",
-        "orterun",
-        "prterun",
-        "srun",
-        "hydra_pmi_proxy",
-        "orted",
-        "prted",
-    ];
-    let first = parent(pid).unwrap_or(0);
-    let mut cur = first;
-    // Prefer the outermost launcher: ranks of one job under one mpirun share it
-    // even when a per-node daemon (orted, hydra proxy) sits between.
-    let mut best = None;
-    for _ in 0..16 {
-        if cur <= 1 {
-            break;
-        }
-        let c = comm(cur);
-        if LAUNCHERS.iter().any(|l| c.starts_with(l)) {
-            best = Some(cur);
-        }
-        match parent(cur) {
-            Some(p) => cur = p,
-            None => break,
-        }
-    }
-    best.unwrap_or(first)
 }
 
 #[cfg(test)]

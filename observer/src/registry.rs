@@ -5,7 +5,7 @@
 //! segments are read into a [`Snapshot`], which [`metrics`] renders.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashSet},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -15,9 +15,10 @@ use crate::{
     budget::{self, Budget, Budgets, Cost, RefusalLog},
     callsites::{Budget as SiteBudget, Names, RankSites},
     datatypes,
+    identity::{self, Identity, JobidSource, Label},
     metrics::{self, RenderOptions, SelfMetrics},
     probes::{Attachment, ProbeError, Probes},
-    procfs::{self, Identity, ProcError},
+    procfs::{self, ProcError},
     segment::{self, Figures, Segment, SegmentProblem},
     snapshot::{CallsByFunction, Health, Labels, RankSnapshot, RawSite, SegmentSnapshot, Snapshot},
     symbols::{self, SymbolError},
@@ -118,7 +119,7 @@ pub struct Prepared {
 pub fn prepare(pid: u32, ticks: u64) -> Result<Prepared, AttachError> {
     let map = procfs::mpi_library(pid)?.ok_or_else(|| AttachError::no_library(pid))?;
     let uid = procfs::uid(pid)?;
-    let identity = procfs::identity(pid)?;
+    let identity = identity::identity(pid)?;
     let host_path = map.host_path(pid);
     let lib = std::sync::Arc::new(symbols::read_library(&host_path)?);
     let datatypes = datatypes::inspect(pid, &lib, &map);
@@ -182,13 +183,13 @@ pub struct Rank {
     pub uid: u32,
     /// Map entries reserved for it (see [`crate::budget`]).
     pub map_entries: usize,
-    /// Rank, size, job, from /proc/PID/environ.
+    /// Rank, size, job and uid, from /proc (see [`identity`]).
     pub identity: Identity,
-    /// The labels made of the identity.
+    /// The labels made of the identity, unlike every other rank's.
     pub labels: Labels,
     /// "openmpi" or "mpich".
     pub library: &'static str,
-    /// Library version.
+    /// Library version, cut to the label cap.
     pub version: String,
     /// Command name.
     pub comm: String,
@@ -245,11 +246,7 @@ impl Rank {
     /// golden test.
     #[doc(hidden)]
     pub fn synthetic(pid: u32, rank: u32, jobid: &str) -> Rank {
-        let identity = Identity {
-            rank: rank.to_string(),
-            size: "256".into(),
-            jobid: jobid.to_string(),
-        };
+        let identity = Identity::new(jobid, &rank.to_string(), "256", 0, JobidSource::Environment);
         Rank {
             pid,
             ticks: 0,
@@ -538,6 +535,7 @@ impl State {
         if let Some(a) = &attachment {
             self.selfm.probes.add(a.probes as i64);
         }
+        self.selfm.count_identity(&p.identity);
         self.ranks.insert(
             pid,
             Rank {
@@ -545,10 +543,10 @@ impl State {
                 ticks: p.ticks,
                 uid: p.uid,
                 map_entries: cost.map_entries,
-                labels: Labels::new(&p.identity),
+                labels: self.distinct_labels(&p.identity, pid),
                 identity: p.identity,
                 library: p.lib.name,
-                version: p.lib.version.clone(),
+                version: self.selfm.capped(Label::Version, &p.lib.version),
                 comm: p.comm,
                 started_at: procfs::ticks_to_time(p.ticks),
                 attached_at: SystemTime::now(),
@@ -606,6 +604,36 @@ impl State {
         {
             r.pending_datatypes = None;
         }
+    }
+
+    /// Holds `rank` from now on as an attach does: with labels unlike every
+    /// other rank's (see [`State::distinct_labels`]), what was cut of its
+    /// identity counted. For synthetic ranks (the golden test).
+    #[doc(hidden)]
+    pub fn register(&mut self, mut rank: Rank) {
+        rank.labels = self.distinct_labels(&rank.identity, rank.pid);
+        self.selfm.count_identity(&rank.identity);
+        self.ranks.insert(rank.pid, rank);
+    }
+
+    /// The labels of `pid`, a rank about to be registered, unlike those of
+    /// every rank held (running or retained); a conflict is counted and
+    /// said once.
+    fn distinct_labels(&self, identity: &Identity, pid: u32) -> Labels {
+        let taken: HashSet<&str> = self
+            .ranks
+            .values()
+            .map(|r| r.labels.rank.as_str())
+            .collect();
+        let (labels, conflict) = Labels::distinct(identity, pid, &taken);
+        if conflict {
+            self.selfm.identity_conflicts.inc();
+            eprintln!(
+                "mpi-observer: pid {pid} claims rank {:?} of job {:?} (uid {}), which another process holds; its series carry {}",
+                identity.rank, identity.jobid, identity.uid, labels.rank
+            );
+        }
+        labels
     }
 
     fn attached_count(&self) -> usize {

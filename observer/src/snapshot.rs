@@ -5,13 +5,16 @@
 //! it was read by the collector (which is what lets a test render a fixed one).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashSet},
     time::{Duration, SystemTime},
 };
 
 use observer_common::maps::CallStats;
 
-use crate::{procfs::Identity, segment::Figures};
+use crate::{
+    identity::{Identity, LABEL_CAP, cut},
+    segment::Figures,
+};
 
 /// One process's call statistics from the maps: function ID to its figures,
 /// summed over CPUs.
@@ -70,23 +73,57 @@ pub fn escape(v: &str) -> String {
 }
 
 /// A rank's identifying labels, escaped and rendered once when the rank is
-/// registered rather than at every scrape.
+/// registered rather than at every scrape. A job is its id and its owner's
+/// uid: two users can never produce the same label set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Labels {
-    /// `jobid="...",rank="..."`.
+    /// `jobid="...",uid="...",rank="..."`.
     pub rank: String,
-    /// `jobid="..."`.
+    /// `jobid="...",uid="..."`.
     pub job: String,
 }
 
 impl Labels {
     /// The labels of a rank with this identity.
     pub fn new(identity: &Identity) -> Labels {
-        let job = format!("jobid=\"{}\"", escape(&identity.jobid));
+        Labels::with_rank(identity, &identity.rank)
+    }
+
+    fn with_rank(identity: &Identity, rank: &str) -> Labels {
+        let job = format!(
+            "jobid=\"{}\",uid=\"{}\"",
+            escape(&identity.jobid),
+            identity.uid
+        );
         Labels {
-            rank: format!("{job},rank=\"{}\"", escape(&identity.rank)),
+            rank: format!("{job},rank=\"{}\"", escape(rank)),
             job,
         }
+    }
+
+    /// The labels of process `pid` with this identity, unlike any rank
+    /// label set in `taken`, and whether that took a change: a rank whose
+    /// (job, uid, rank) another rank holds already keeps its claim, followed
+    /// by `#pidPID` (then `.2`, `.3`, ... should even that be taken), in
+    /// [`LABEL_CAP`] bytes. The first holder keeps the plain labels.
+    pub fn distinct(identity: &Identity, pid: u32, taken: &HashSet<&str>) -> (Labels, bool) {
+        let plain = Labels::new(identity);
+        if !taken.contains(plain.rank.as_str()) {
+            return (plain, false);
+        }
+        // Terminates: `taken` is finite and each try is a new value.
+        for n in 1u64.. {
+            let suffix = match n {
+                1 => format!("#pid{pid}"),
+                n => format!("#pid{pid}.{n}"),
+            };
+            let rank = format!("{}{suffix}", cut(&identity.rank, LABEL_CAP - suffix.len()));
+            let l = Labels::with_rank(identity, &rank);
+            if !taken.contains(l.rank.as_str()) {
+                return (l, true);
+            }
+        }
+        unreachable!("a finite set leaves some suffix free")
     }
 }
 
@@ -105,7 +142,7 @@ pub struct SegmentSnapshot {
 pub struct RankSnapshot {
     /// Process ID.
     pub pid: u32,
-    /// Rank, world size and job, as read from /proc.
+    /// Rank, world size, job and uid, as read from /proc.
     pub identity: Identity,
     /// The labels made of the identity.
     pub labels: Labels,
@@ -150,22 +187,55 @@ pub struct Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::JobidSource;
 
     #[test]
     fn escaping() {
         assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
         assert_eq!(escape("x\ny"), "x\\ny");
-        let id = Identity {
-            rank: "3".into(),
-            size: "4".into(),
-            jobid: "j\"1".into(),
-        };
+        let id = Identity::new("j\"1", "3", "4", 1000, JobidSource::Environment);
         assert_eq!(
             Labels::new(&id),
             Labels {
-                rank: r#"jobid="j\"1",rank="3""#.into(),
-                job: r#"jobid="j\"1""#.into(),
+                rank: r#"jobid="j\"1",uid="1000",rank="3""#.into(),
+                job: r#"jobid="j\"1",uid="1000""#.into(),
             }
         );
+    }
+
+    #[test]
+    fn a_second_claim_of_a_rank_gets_labels_of_its_own() {
+        let id = Identity::new("42", "0", "2", 0, JobidSource::Environment);
+        let first = Labels::new(&id);
+        let mut taken = HashSet::new();
+        taken.insert(first.rank.as_str());
+        let (second, changed) = Labels::distinct(&id, 77, &taken);
+        assert!(changed);
+        assert_eq!(second.rank, r#"jobid="42",uid="0",rank="0#pid77""#);
+        assert_eq!(second.job, first.job);
+        // Even a rank that claims the suffixed value beforehand.
+        taken.insert(second.rank.as_str());
+        let (third, changed) = Labels::distinct(&id, 77, &taken);
+        assert!(changed);
+        assert_eq!(third.rank, r#"jobid="42",uid="0",rank="0#pid77.2""#);
+        // Another uid never conflicts.
+        let other = Identity::new("42", "0", "2", 1001, JobidSource::Environment);
+        assert_eq!(
+            Labels::distinct(&other, 78, &taken),
+            (Labels::new(&other), false)
+        );
+        // A long claimed rank stays within the cap with its suffix.
+        let long = Identity::new("42", &"7".repeat(500), "2", 0, JobidSource::Environment);
+        let l = Labels::new(&long);
+        let taken: HashSet<&str> = [l.rank.as_str()].into();
+        let (d, _) = Labels::distinct(&long, u32::MAX, &taken);
+        let value = d
+            .rank
+            .rsplit_once("rank=\"")
+            .unwrap()
+            .1
+            .trim_end_matches('"');
+        assert!(value.len() <= LABEL_CAP, "{}", value.len());
+        assert!(value.ends_with("#pid4294967295"));
     }
 }

@@ -5,8 +5,10 @@
 //! The state covers ranks with and without stats-segment figures, a rank
 //! with no call statistics, a retained exited rank, a job id that needs
 //! escaping, map entries of a process the registry does not know, bytes and
-//! unknown-bytes series, map update failures and a segment error; it is
-//! rendered with per-rank histograms off and on.
+//! unknown-bytes series, map update failures and a segment error, another
+//! user's claim of a job and rank, a second claim of a rank by the same user
+//! (labels of its own), a job id verified by its cgroup and one cut to the
+//! label cap; it is rendered with per-rank histograms off and on.
 //!
 //! `MPI_OBSERVER_BLESS=1 cargo test -p mpi-observer --test golden` rewrites
 //! the files; review the diff: every name, label and value is an interface.
@@ -18,10 +20,11 @@ use std::{
 };
 
 use mpi_observer::{
+    identity::{Identity, JobidSource},
     metrics::{self, RenderOptions},
     registry::{Rank, State},
     segment::{Directed, Figures, LayerCalls, PeerTraffic, Requests, SegmentProblem},
-    snapshot::{CallsByFunction, Health, MapFailures, RawSite, Snapshot},
+    snapshot::{CallsByFunction, Health, Labels, MapFailures, RawSite, Snapshot},
 };
 use observer_common::{
     FUNCTIONS,
@@ -155,6 +158,21 @@ fn fixture(per_rank_histograms: bool) -> Fixture {
         .ranks
         .insert(301, rank(301, 0, "we\"ird\\job\nid", 1_700_000_300_000));
 
+    // Claims of job A's rank 0: by another user (uid 1001), and again by
+    // the same user (uid 0), which the registry gives labels of their own.
+    let claim = |pid, uid, jobid: &str, source| {
+        let mut r = rank(pid, 0, jobid, 1_700_000_400_000);
+        r.identity = Identity::new(jobid, "0", "2", uid, source);
+        r.labels = Labels::new(&r.identity);
+        r
+    };
+    state.register(claim(401, 1001, "job-a", JobidSource::Environment));
+    state.register(claim(402, 0, "job-a", JobidSource::Environment));
+    // A job id its Slurm cgroup verified, and one cut to the label cap.
+    state.register(claim(501, 0, "4242", JobidSource::Cgroup));
+    let long = format!("{}-and-more", "j".repeat(130));
+    state.register(claim(502, 0, &long, JobidSource::Launcher));
+
     let mut map = BTreeMap::new();
     let mut s = stats(12, 1);
     s.bytes_unknown = [0, 2];
@@ -168,6 +186,12 @@ fn fixture(per_rank_histograms: bool) -> Fixture {
         ]),
     );
     map.insert(201, BTreeMap::from([(barrier, stats(5, 5))]));
+    // The claims of job A's rank 0, with figures that would wrap a sum.
+    let mut huge = stats(3, 7);
+    huge.calls = u64::MAX - 999;
+    huge.hist[0] = u64::MAX;
+    map.insert(401, BTreeMap::from([(send, huge)]));
+    map.insert(402, BTreeMap::from([(send, huge)]));
     // A process the registry does not know: never exported.
     map.insert(999, BTreeMap::from([(send, stats(99, 6))]));
 

@@ -261,7 +261,7 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
     let mut size = 0u32;
     for &pid in &pids {
         let ticks = procfs::start_ticks(pid).map_err(|_| RecordError::NoProcess(pid))?;
-        let id = procfs::identity(pid).map_err(|_| RecordError::NoProcess(pid))?;
+        let id = crate::identity::identity(pid).map_err(|_| RecordError::NoProcess(pid))?;
         let shim = ShimRecorder::open(pid);
         let rank = id
             .rank
@@ -504,7 +504,7 @@ fn targets(args: &RecordArgs) -> Result<Vec<u32>, RecordError> {
         if pid == me || !matches!(procfs::mpi_library(pid), Ok(Some(_))) {
             continue;
         }
-        if let Ok(id) = procfs::identity(pid) {
+        if let Ok(id) = crate::identity::identity(pid) {
             jobs.entry(id.jobid).or_default().push(pid);
         }
     }

@@ -38,7 +38,7 @@ svg text{font:11px system-ui,sans-serif}figure{margin:0}figcaption{font-weight:6
 pub fn render(reports: &[Report]) -> String {
     let mut o = String::new();
     let title = match reports {
-        [one] => format!("mpi-observer report: job {}", one.jobid),
+        [one] => format!("mpi-observer report: job {}", one.title()),
         _ => format!("mpi-observer report: {} jobs", reports.len()),
     };
     let _ = write!(
@@ -67,7 +67,7 @@ fn job(o: &mut String, r: &Report) {
         o,
         "<section class=\"job\" data-jobid=\"{}\"><h1>Job {} <span class=\"note\">({} ranks on {})</span></h1>",
         esc(&r.jobid),
-        esc(&r.jobid),
+        esc(&r.title()),
         r.totals.ranks,
         esc(&r.hosts.join(", "))
     );

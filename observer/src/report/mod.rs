@@ -50,6 +50,11 @@ pub struct Data {
 pub struct RankData {
     /// Job ID.
     pub jobid: String,
+    /// The real uid of the rank's process: a job is (job ID, uid), so no
+    /// user's ranks join another's report. Absent in data from daemons that
+    /// did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
     /// Rank in `MPI_COMM_WORLD`, as the launcher gave it.
     pub rank: String,
     /// World size, as the launcher gave it.
@@ -248,6 +253,7 @@ fn rank_data(r: &RankSnapshot, host: &str) -> RankData {
         });
     RankData {
         jobid: r.identity.jobid.clone(),
+        uid: Some(r.identity.uid),
         rank: r.identity.rank.clone(),
         size: r.identity.size.clone(),
         pid: r.pid,
@@ -310,6 +316,9 @@ pub enum ReportError {
 pub struct Report {
     /// Job ID.
     pub jobid: String,
+    /// The uid its ranks run as, where the data says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
     /// Nodes its ranks ran on.
     pub hosts: Vec<String>,
     /// Unix time of the newest data.
@@ -513,18 +522,36 @@ fn mean_us(ns: u64, calls: u64) -> f64 {
     }
 }
 
+impl Report {
+    /// The job as a reader names it: its ID, and its uid where known.
+    pub fn title(&self) -> String {
+        match self.uid {
+            Some(uid) => format!("{} of uid {uid}", self.jobid),
+            None => self.jobid.clone(),
+        }
+    }
+}
+
+/// The sum of `v`, saturating: figures come from user-written segments.
+fn saturating_sum(v: impl Iterator<Item = u64>) -> u64 {
+    v.fold(0, u64::saturating_add)
+}
+
 fn add_into(to: &mut Vec<u64>, from: &[u64]) {
     if to.len() < from.len() {
         to.resize(from.len(), 0);
     }
     for (a, b) in to.iter_mut().zip(from) {
-        *a += b;
+        *a = a.saturating_add(*b);
     }
 }
 
-/// The reports of every job in `data` (one per daemon), by job ID. A rank
-/// two daemons both hold (the same host and pid) counts once, from the
-/// newest data.
+/// A job: its ID and the uid its ranks run as.
+type JobKey<'a> = (&'a str, Option<u32>);
+
+/// The reports of every job in `data` (one per daemon), by job ID and uid
+/// (one job ID claimed by two users is two jobs). A rank two daemons both
+/// hold (the same host and pid) counts once, from the newest data.
 pub fn analyse(data: &[Data], limits: Limits) -> Vec<Report> {
     let mut newest: BTreeMap<(String, u32), (&RankData, f64)> = BTreeMap::new();
     for d in data {
@@ -535,14 +562,18 @@ pub fn analyse(data: &[Data], limits: Limits) -> Vec<Report> {
             }
         }
     }
-    let mut jobs: BTreeMap<&str, Vec<(&RankData, f64)>> = BTreeMap::new();
+    let mut jobs: BTreeMap<JobKey<'_>, Vec<(&RankData, f64)>> = BTreeMap::new();
     for (r, taken) in newest.into_values() {
-        jobs.entry(r.jobid.as_str()).or_default().push((r, taken));
+        jobs.entry((r.jobid.as_str(), r.uid))
+            .or_default()
+            .push((r, taken));
     }
     jobs.into_iter()
-        .map(|(jobid, mut ranks)| {
+        .map(|((jobid, uid), mut ranks)| {
             ranks.sort_by_key(|a| rank_key(&a.0.rank));
-            job(jobid, &ranks, limits)
+            let mut rep = job(jobid, &ranks, limits);
+            rep.uid = uid;
+            rep
         })
         .collect()
 }
@@ -562,8 +593,8 @@ fn job(jobid: &str, ranks: &[(&RankData, f64)], limits: Limits) -> Report {
     for (r, taken) in ranks {
         let end = r.exited.unwrap_or(*taken);
         let wall = (end - r.since).max(0.0);
-        let mpi_ns: u64 = r.functions.iter().map(|f| f.time_ns).sum();
-        let calls: u64 = r.functions.iter().map(|f| f.calls).sum();
+        let mpi_ns = saturating_sum(r.functions.iter().map(|f| f.time_ns));
+        let calls = saturating_sum(r.functions.iter().map(|f| f.calls));
         let mpi = mpi_ns as f64 / 1e9;
         rep.ranks.push(RankLine {
             rank: r.rank.clone(),
@@ -578,15 +609,16 @@ fn job(jobid: &str, ranks: &[(&RankData, f64)], limits: Limits) -> Report {
         });
         rep.totals.wall_seconds += wall;
         rep.totals.mpi_seconds += mpi;
-        rep.totals.calls += calls;
+        rep.totals.calls = rep.totals.calls.saturating_add(calls);
     }
     rep.totals.ranks = ranks.len();
     rep.totals.mpi_percent = per_cent(rep.totals.mpi_seconds, rep.totals.wall_seconds);
-    let total_mpi_ns: u64 = ranks
-        .iter()
-        .flat_map(|(r, _)| &r.functions)
-        .map(|f| f.time_ns)
-        .sum();
+    let total_mpi_ns = saturating_sum(
+        ranks
+            .iter()
+            .flat_map(|(r, _)| &r.functions)
+            .map(|f| f.time_ns),
+    );
 
     // Functions, imbalance, latency, mean bytes.
     #[derive(Default)]
@@ -602,13 +634,13 @@ fn job(jobid: &str, ranks: &[(&RankData, f64)], limits: Limits) -> Report {
     for (i, (r, _)) in ranks.iter().enumerate() {
         for f in &r.functions {
             let e = funcs.entry(f.name.as_str()).or_default();
-            e.calls += f.calls;
-            e.time_ns += f.time_ns;
-            e.sent += f.bytes_sent;
-            e.recv += f.bytes_recv;
+            e.calls = e.calls.saturating_add(f.calls);
+            e.time_ns = e.time_ns.saturating_add(f.time_ns);
+            e.sent = e.sent.saturating_add(f.bytes_sent);
+            e.recv = e.recv.saturating_add(f.bytes_recv);
             add_into(&mut e.hist, &f.hist);
             e.per_rank.resize(ranks.len(), 0);
-            e.per_rank[i] += f.time_ns;
+            e.per_rank[i] = e.per_rank[i].saturating_add(f.time_ns);
         }
     }
     let mut by_time: Vec<(&str, &F)> = funcs.iter().map(|(n, f)| (*n, f)).collect();
@@ -631,11 +663,11 @@ fn job(jobid: &str, ranks: &[(&RankData, f64)], limits: Limits) -> Report {
         });
     }
     for (name, f) in &by_time {
-        if f.sent + f.recv > 0 {
+        if f.sent.saturating_add(f.recv) > 0 {
             rep.message_sizes.mean_bytes.push(MeanBytes {
                 name: (*name).into(),
                 calls: f.calls,
-                mean_bytes: (f.sent + f.recv) as f64 / f.calls.max(1) as f64,
+                mean_bytes: (f.sent as f64 + f.recv as f64) / f.calls.max(1) as f64,
             });
         }
     }
@@ -686,8 +718,8 @@ fn job(jobid: &str, ranks: &[(&RankData, f64)], limits: Limits) -> Report {
             let e = sites
                 .entry((s.function.as_str(), s.site.as_str()))
                 .or_default();
-            e.0 += s.calls;
-            e.1 += s.time_ns;
+            e.0 = e.0.saturating_add(s.calls);
+            e.1 = e.1.saturating_add(s.time_ns);
             e.2 += 1;
         }
     }
@@ -725,8 +757,8 @@ fn job(jobid: &str, ranks: &[(&RankData, f64)], limits: Limits) -> Report {
         for p in &st.peers {
             if p.messages_sent > 0 {
                 let e = pairs.entry((me, p.peer)).or_default();
-                e.0 += p.messages_sent;
-                e.1 += p.bytes_sent;
+                e.0 = e.0.saturating_add(p.messages_sent);
+                e.1 = e.1.saturating_add(p.bytes_sent);
             }
         }
     }
@@ -744,7 +776,8 @@ fn job(jobid: &str, ranks: &[(&RankData, f64)], limits: Limits) -> Report {
         let index: BTreeMap<u32, usize> = world.iter().enumerate().map(|(i, r)| (*r, i)).collect();
         let mut m = vec![vec![0u64; world.len()]; world.len()];
         for (&(a, b), &(_, bytes)) in &pairs {
-            m[index[&a]][index[&b]] += bytes;
+            let cell = &mut m[index[&a]][index[&b]];
+            *cell = cell.saturating_add(bytes);
         }
         rep.matrix = m;
         rep.matrix_ranks = world;

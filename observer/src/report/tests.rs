@@ -16,6 +16,7 @@ fn function(name: &str, calls: u64, time_ns: u64) -> FunctionData {
 fn rank(r: u32, barrier_ns: u64, stats: bool) -> RankData {
     RankData {
         jobid: "job7".into(),
+        uid: None,
         rank: r.to_string(),
         size: "2".into(),
         pid: 100 + r,
@@ -158,4 +159,35 @@ fn html_escapes_names() {
     let h = html::render(&analyse(&[d], Limits::default()));
     assert!(!h.contains("<script>x"));
     assert!(h.contains("&lt;script&gt;x"));
+}
+
+#[test]
+fn one_job_id_claimed_by_two_users_is_two_jobs() {
+    let mut d = data();
+    for r in &mut d.ranks {
+        r.uid = Some(0);
+    }
+    // Another user's process claims the job and rank 0, with figures that
+    // would wrap any sum.
+    let mut forged = rank(0, u64::MAX, true);
+    forged.uid = Some(1001);
+    forged.pid = 999;
+    forged.functions[0].calls = u64::MAX;
+    d.ranks.push(forged);
+    let reps = analyse(&[d], Limits::default());
+    assert_eq!(reps.len(), 2, "{reps:?}");
+    let honest = &reps[0];
+    assert_eq!((honest.jobid.as_str(), honest.uid), ("job7", Some(0)));
+    assert_eq!(honest.totals.ranks, 2);
+    assert_eq!(
+        analyse(&[data()], Limits::default())[0].totals.calls,
+        honest.totals.calls
+    );
+    let other = &reps[1];
+    assert_eq!((other.totals.ranks, other.uid), (1, Some(1001)));
+    assert_eq!(other.totals.calls, u64::MAX, "saturated, not wrapped");
+    assert!(text::render(&reps).contains("job job7 of uid 1001 (1 ranks on node1)"));
+    // Data without uids (older daemons) still reads and groups by job.
+    let old: Data = serde_json::from_str(&serde_json::to_string(&data()).unwrap()).unwrap();
+    assert!(old.ranks.iter().all(|r| r.uid.is_none()));
 }

@@ -41,7 +41,7 @@ fn one(out: &mut String, r: &Report) {
     let _ = writeln!(
         out,
         "mpi-observer report: job {} ({} ranks on {})",
-        r.jobid,
+        r.title(),
         r.totals.ranks,
         r.hosts.join(", ")
     );
