@@ -161,6 +161,9 @@ impl SelfMetrics {
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         out.push_str(&String::from_utf8_lossy(&buf));
+        // The call-site naming's own counters (symbolizer failures, name
+        // cache, library cache), kept process-wide by the naming thread.
+        crate::callsites::render_self_metrics(out);
     }
 }
 
@@ -409,8 +412,12 @@ fn render_callsites(out: &mut String, ranks: &[(&RankSnapshot, &CallsByFunction)
             continue;
         }
         let mut named: BTreeMap<u16, SiteFigures> = BTreeMap::new();
-        for s in r.callsites.iter().filter(|s| s.exported) {
-            series.push((r, s.function, &s.name, (s.calls, s.time_ns)));
+        // A site still being named is in neither its own series nor
+        // `other` until it is named, so `other` never decreases.
+        for s in r.callsites.iter().filter(|s| s.exported || s.pending) {
+            if s.exported {
+                series.push((r, s.function, &s.name, (s.calls, s.time_ns)));
+            }
             let n = named.entry(s.function).or_default();
             n.0 += s.calls;
             n.1 += s.time_ns;

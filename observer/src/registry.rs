@@ -311,7 +311,8 @@ impl State {
             self.forget(pid);
         }
         let host_path = map.host_path(pid);
-        let lib = symbols::read_library(&host_path)?;
+        // Opened as mapped, within the size cap, parsed once per file.
+        let lib = symbols::LibraryCache::global().get_mapped(pid, &map)?;
         let dt = datatypes::inspect(pid, &lib, &map);
         let config = datatypes::proc_config(&lib, &dt, self.bytes);
         // A rank whose shim already times its calls gets no probes: the
