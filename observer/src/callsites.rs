@@ -601,6 +601,10 @@ pub struct RankSites {
     exported: BTreeMap<u16, Vec<Arc<str>>>,
 }
 
+/// A site after the first naming pass: function, name if made, address,
+/// calls, time.
+type FirstPass = (u16, Option<Arc<str>>, u64, u64, u64);
+
 /// What naming one address gave.
 enum Naming {
     Named(Arc<str>),
@@ -679,7 +683,8 @@ impl RankSites {
         raw: &[RawSite],
         budget: Budget,
     ) -> Vec<Site> {
-        let mut named: Vec<(u16, Option<Arc<str>>, u64, u64, u64)> = Vec::new();
+        // (function, name if made, address, calls, time).
+        let mut named: Vec<FirstPass> = Vec::new();
         let mut waiting: Vec<Key> = Vec::new();
         for r in raw.iter().filter(|r| r.calls > 0) {
             let n = match self.name(session.names, pid, alive, r.addr) {

@@ -433,6 +433,11 @@ pub fn serve(fd: RawFd) -> io::Result<()> {
     // SAFETY: an empty group list.
     unsafe { libc::setgroups(0, std::ptr::null()) };
     let mut buf = vec![0u8; 8 + 8 * MAX_OFFSETS + 1];
+    // The file of the last request, kept open with its parsed symbolizer:
+    // the daemon sends a file's offsets in consecutive requests of 64, and
+    // parsing a large library's DWARF once instead of per request is what
+    // keeps them within the deadline.
+    let mut current: Option<(Stamp, OwnedFd, blazesym::symbolize::Symbolizer)> = None;
     loop {
         let (n, file) = recv_with_fd(fd, &mut buf)?;
         if n == 0 {
@@ -456,8 +461,15 @@ pub fn serve(fd: RawFd) -> io::Result<()> {
             .collect();
         #[cfg(test)]
         test_hooks(&offsets);
-        let names = name_file(&file, &offsets);
-        drop(file);
+        let stamp = stamp_of(&file);
+        let reuse = stamp.is_some() && current.as_ref().is_some_and(|c| Some(c.0) == stamp);
+        if !reuse {
+            // Drop the old parse first: one file's at a time in memory.
+            drop(current.take());
+            current = Some((stamp.unwrap_or_default(), file, new_symbolizer()));
+        }
+        let (_, file, symbolizer) = current.as_ref().expect("just set");
+        let names = name_file(file, symbolizer, &offsets);
         let mut out = Vec::with_capacity(4 + names.len() * 32);
         out.extend_from_slice(&(names.len() as u32).to_le_bytes());
         for n in names {
@@ -489,10 +501,35 @@ pub(crate) const HANG: u64 = 0x7fff_0000_0000;
 #[cfg(test)]
 const ABORT: u64 = 0x7fff_0000_1000;
 
+/// What identifies a file's contents: device, inode, size, mtime.
+type Stamp = (u64, u64, u64, i64, i64);
+
+fn stamp_of(file: &OwnedFd) -> Option<Stamp> {
+    let m = std::fs::File::from(file.try_clone().ok()?)
+        .metadata()
+        .ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
+/// A symbolizer that looks for separate debug files nowhere but beside the
+/// file (in `/proc/self/fd`, where no debug file is).
+fn new_symbolizer() -> blazesym::symbolize::Symbolizer {
+    blazesym::symbolize::Symbolizer::builder()
+        .enable_code_info(true)
+        .enable_inlined_fns(false)
+        .enable_demangling(true)
+        .set_debug_dirs(Some(Vec::<PathBuf>::new()))
+        .build()
+}
+
 /// Names `offsets` of `file` with blazesym.
-fn name_file(file: &OwnedFd, offsets: &[u64]) -> Vec<Option<String>> {
+fn name_file(
+    file: &OwnedFd,
+    symbolizer: &blazesym::symbolize::Symbolizer,
+    offsets: &[u64],
+) -> Vec<Option<String>> {
     use blazesym::symbolize::{
-        Input, Symbolized, Symbolizer,
+        Input, Symbolized,
         source::{Elf, Source},
     };
     // Read the file as its owner: a debug link can reach only what the
@@ -504,12 +541,6 @@ fn name_file(file: &OwnedFd, offsets: &[u64]) -> Vec<Option<String>> {
     // SAFETY: setfsuid/setfsgid only change this thread's file-system ids.
     let restore = owner.map(|(u, g)| unsafe { (libc::setfsgid(g), libc::setfsuid(u)) });
     let path = Path::new("/proc/self/fd").join(file.as_raw_fd().to_string());
-    let symbolizer = Symbolizer::builder()
-        .enable_code_info(true)
-        .enable_inlined_fns(false)
-        .enable_demangling(true)
-        .set_debug_dirs(Some(Vec::<PathBuf>::new()))
-        .build();
     let src = Source::Elf(Elf::new(&path));
     let out = match symbolizer.symbolize(&src, Input::FileOffset(offsets)) {
         Ok(syms) => syms

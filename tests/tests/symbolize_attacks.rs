@@ -142,7 +142,7 @@ fn claim_2_40(exe: &Path) -> usize {
         h.sections(e, &*data)
             .unwrap()
             .iter()
-            .filter(|s| u64::from(s.sh_flags(e)) & u64::from(object::elf::SHF_COMPRESSED) != 0)
+            .filter(|s| s.sh_flags(e) & u64::from(object::elf::SHF_COMPRESSED) != 0)
             .map(|s| s.sh_offset(e) as usize)
             .collect()
     };
