@@ -166,6 +166,12 @@ impl Rank {
         }
     }
 
+    /// Call-site addresses this rank has names for (for a per-user bound
+    /// on call-site names; at most `callsites::PER_RANK_NAMES`).
+    pub fn callsite_names(&self) -> usize {
+        self.sites.len()
+    }
+
     /// Names the call site `addr` of a synthetic rank (no process to read).
     #[doc(hidden)]
     pub fn name_site(&mut self, addr: u64, name: &str) {
