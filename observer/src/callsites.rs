@@ -32,23 +32,44 @@
 //! site.
 
 use std::{
-    collections::{BTreeMap, HashMap},
-    path::{Path, PathBuf},
-    sync::Arc,
+    collections::{BTreeMap, HashMap, HashSet},
+    num::NonZeroUsize,
+    path::Path,
+    sync::{
+        Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError,
+        atomic::{AtomicU64, Ordering},
+        mpsc,
+    },
+    time::{Duration, Instant},
 };
 
-use blazesym::symbolize::{
-    Input, Symbolized, Symbolizer,
-    source::{Elf, Source},
+use crate::{
+    procfs,
+    snapshot::RawSite,
+    symbolizer::{self, Client, Limits},
+    userfile,
 };
-
-use crate::{procfs, snapshot::RawSite};
 
 /// The name of the series summing a function's call sites beyond the budget
 /// (and the calls no site was recorded for).
 pub const OTHER: &str = "other";
 /// The name of an address outside every mapping.
 pub const UNKNOWN: &str = "[unknown]";
+
+/// Default bound of the daemon's name cache (`--max-callsite-names`).
+pub const DEFAULT_MAX_NAMES: u64 = 65_536;
+/// Bound of the name cache's bytes (names are cut at
+/// [`symbolizer::MAX_NAME`] bytes; most are under 60).
+pub const DEFAULT_MAX_NAME_BYTES: usize = 16 << 20;
+/// Addresses a rank names at most over its life; past it, its new
+/// addresses are counted in `callsite="other"` (and refusals counted).
+pub const PER_RANK_NAMES: usize = 16_384;
+/// Files whose symbolization failed, remembered at most.
+const MAX_POISONED: usize = 4_096;
+/// Call-site offsets waiting to be named at most.
+const MAX_PENDING: usize = 65_536;
+/// How long one collection waits, in all, for names it asked for.
+pub const DEFAULT_NAME_WAIT: Duration = Duration::from_millis(300);
 
 /// How many call sites of each (rank, function) get series of their own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,15 +87,33 @@ impl Default for Budget {
 /// One executable mapping of a process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Mapping {
-    start: u64,
-    end: u64,
-    /// File offset of `start`.
-    offset: u64,
-    /// The file's device and inode, as `/proc/PID/maps` gives them.
-    dev: (u32, u32),
-    inode: u64,
+    /// The maps line, to open the file as mapped.
+    entry: procfs::MapEntry,
     /// The file's path, as the process sees it.
     path: String,
+}
+
+impl Mapping {
+    fn contains(&self, addr: u64) -> bool {
+        addr >= self.entry.start && addr < self.entry.end
+    }
+
+    /// The file offset of `addr`.
+    fn offset_of(&self, addr: u64) -> u64 {
+        addr - self.entry.start + self.entry.offset
+    }
+
+    fn file(&self) -> FileId {
+        (self.entry.dev, self.entry.inode)
+    }
+
+    /// The name of an offset without symbols: `object+0xoffset`.
+    fn fallback(&self, ret_offset: u64) -> String {
+        let object = Path::new(&self.path)
+            .file_name()
+            .map_or_else(|| self.path.clone(), |n| n.to_string_lossy().into_owned());
+        format!("{object}+{ret_offset:#x}")
+    }
 }
 
 /// A process's executable file mappings.
@@ -90,14 +129,8 @@ impl Maps {
             .into_iter()
             .filter(|m| m.exec)
             .filter_map(|m| {
-                Some(Mapping {
-                    start: m.start,
-                    end: m.end,
-                    offset: m.offset,
-                    dev: m.dev,
-                    inode: m.inode,
-                    path: m.path?.to_string_lossy().into_owned(),
-                })
+                let path = m.path.as_ref()?.to_string_lossy().into_owned();
+                Some(Mapping { entry: m, path })
             })
             .collect();
         Maps { ranges }
@@ -108,17 +141,229 @@ impl Maps {
     }
 
     fn find(&self, addr: u64) -> Option<&Mapping> {
-        self.ranges.iter().find(|m| addr >= m.start && addr < m.end)
+        self.ranges.iter().find(|m| m.contains(addr))
     }
 }
 
-/// A file's identity and an offset in it: the cache key of a name.
-type Key = ((u32, u32), u64, u64);
+/// A file, as a maps line names it: device and inode.
+type FileId = ((u32, u32), u64);
+/// A file and an offset in it: the cache key of a name.
+type Key = (FileId, u64);
 
-/// Call-site names, cached by file and offset: one per daemon.
+/// Counters of the naming, process-wide (one daemon per process), for
+/// the self-metrics.
+#[derive(Debug, Default)]
+pub struct NamingCounters {
+    /// Symbolizer failures: timeout, memory, cpu, crash, spawn, protocol.
+    failures: Mutex<BTreeMap<&'static str, u64>>,
+    /// Files refused before symbolizing (not the mapped file, not
+    /// regular, over the size cap).
+    pub files_refused: AtomicU64,
+    /// Names evicted from the daemon's cache.
+    pub evictions: AtomicU64,
+    /// Lookups refused: a rank's name map full, or too many pending.
+    pub refusals_rank_full: AtomicU64,
+    /// Lookups refused because too many offsets were waiting.
+    pub refusals_queue_full: AtomicU64,
+    /// Names in the daemon's cache now.
+    pub cached: AtomicU64,
+}
+
+impl NamingCounters {
+    /// The process's counters.
+    pub fn global() -> &'static NamingCounters {
+        static C: OnceLock<NamingCounters> = OnceLock::new();
+        C.get_or_init(NamingCounters::default)
+    }
+
+    fn failed(&self, reason: &'static str) {
+        *self
+            .failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// Failures of the symbolizer for `reason`.
+    pub fn failures(&self, reason: &str) -> u64 {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(reason)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Appends the naming's self-metrics to an exposition.
+pub fn render_self_metrics(out: &mut String) {
+    use std::fmt::Write as _;
+    let c = NamingCounters::global();
+    let lib = crate::symbols::LibraryCache::global();
+    let failures = c.failures.lock().unwrap_or_else(PoisonError::into_inner);
+    let _ = writeln!(
+        out,
+        "# HELP mpi_observer_symbolizer_failures_total Files whose call sites the symbolizer process could not name (timeout, memory, cpu, crash, spawn, protocol): their sites keep object+offset names.\n# TYPE mpi_observer_symbolizer_failures_total counter"
+    );
+    for reason in ["timeout", "memory", "cpu", "crash", "spawn", "protocol"] {
+        let n = failures.get(reason).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "mpi_observer_symbolizer_failures_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    drop(failures);
+    let lines: [(&str, &str, &str, String); 6] = [
+        (
+            "mpi_observer_user_files_refused_total",
+            "counter",
+            "Files of user processes refused before symbolizing: replaced, not a regular file, or over --max-file-size.",
+            c.files_refused.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "mpi_observer_callsite_names",
+            "gauge",
+            "Call-site names in the daemon's cache (bounded by --max-callsite-names).",
+            c.cached.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "mpi_observer_callsite_name_evictions_total",
+            "counter",
+            "Call-site names evicted from the daemon's cache (named again when needed).",
+            c.evictions.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "mpi_observer_callsite_name_refusals_total",
+            "counter",
+            "Call-site lookups refused, per collection and address: reason=\"rank_full\" (the rank named 16384 addresses; the rest go to callsite=\"other\"), \"queue_full\" (asked again at the next collection).",
+            String::new(),
+        ),
+        (
+            "mpi_observer_library_parses_total",
+            "counter",
+            "MPI libraries read and parsed (once per file contents).",
+            lib.parses().to_string(),
+        ),
+        (
+            "mpi_observer_library_cache_hits_total",
+            "counter",
+            "Attaches that found their MPI library already parsed.",
+            lib.hits().to_string(),
+        ),
+    ];
+    for (name, kind, help, value) in lines {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        if value.is_empty() {
+            for (reason, v) in [
+                ("queue_full", &c.refusals_queue_full),
+                ("rank_full", &c.refusals_rank_full),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "{name}{{reason=\"{reason}\"}} {}",
+                    v.load(Ordering::Relaxed)
+                );
+            }
+        } else {
+            let _ = writeln!(out, "{name} {value}");
+        }
+    }
+}
+
+/// The naming's bounds.
+#[derive(Clone, Debug)]
+pub struct NamesConfig {
+    /// Names in the cache at most.
+    pub max_names: usize,
+    /// Bytes of names in the cache at most.
+    pub max_bytes: usize,
+    /// The symbolizer process's bounds.
+    pub limits: Limits,
+    /// How long one collection waits, in all, for names.
+    pub wait: Duration,
+    /// The symbolizer program and its arguments, when not this binary's
+    /// `__symbolizer` (tests).
+    pub program: Option<(std::path::PathBuf, Vec<String>)>,
+}
+
+impl Default for NamesConfig {
+    fn default() -> Self {
+        NamesConfig {
+            max_names: DEFAULT_MAX_NAMES as usize,
+            max_bytes: DEFAULT_MAX_NAME_BYTES,
+            limits: Limits::default(),
+            wait: DEFAULT_NAME_WAIT,
+            program: None,
+        }
+    }
+}
+
+/// What the worker is asked: name these offsets of this mapping's file.
+struct Job {
+    pid: u32,
+    mapping: Mapping,
+    /// Return-address offsets.
+    offsets: Vec<u64>,
+}
+
+struct Inner {
+    cache: lru::LruCache<Key, Arc<str>>,
+    bytes: usize,
+    max_bytes: usize,
+    pending: HashSet<Key>,
+    poisoned: lru::LruCache<FileId, ()>,
+    /// Bumped at each answer, for waiters.
+    generation: u64,
+}
+
+impl Inner {
+    fn insert(&mut self, key: Key, name: Arc<str>) {
+        self.pending.remove(&key);
+        // Every name becomes a label value: capped (and the cut counted).
+        let name = match crate::identity::cap_callsite(&name) {
+            std::borrow::Cow::Borrowed(_) => name,
+            std::borrow::Cow::Owned(cut) => Arc::from(cut),
+        };
+        let c = NamingCounters::global();
+        self.bytes += name.len();
+        if let Some((_, old)) = self.cache.push(key, name) {
+            // Replaced or evicted.
+            self.bytes -= old.len();
+            c.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        while self.bytes > self.max_bytes {
+            let Some((_, old)) = self.cache.pop_lru() else {
+                break;
+            };
+            self.bytes -= old.len();
+            c.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        c.cached.store(self.cache.len() as u64, Ordering::Relaxed);
+    }
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    answered: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Call-site names, cached by file and offset: one per daemon. Names are
+/// made by a background thread that drives the symbolizer process (see
+/// [`crate::symbolizer`]); a collection asks for what it lacks and waits
+/// for it only within a small budget.
 pub struct Names {
-    cache: HashMap<Key, Arc<str>>,
+    shared: Arc<Shared>,
+    config: NamesConfig,
+    jobs: Option<mpsc::Sender<Job>>,
     unknown: Arc<str>,
+    other: Arc<str>,
 }
 
 impl Default for Names {
@@ -130,101 +375,207 @@ impl Default for Names {
 impl std::fmt::Debug for Names {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Names")
-            .field("cached", &self.cache.len())
+            .field("cached", &self.cached())
             .finish()
     }
 }
 
 impl Names {
-    /// An empty cache.
+    /// An empty cache with the default bounds.
     pub fn new() -> Names {
+        Names::with_config(NamesConfig::default())
+    }
+
+    /// An empty cache with these bounds.
+    pub fn with_config(config: NamesConfig) -> Names {
+        let cap = |n: usize| NonZeroUsize::new(n.max(1)).expect("at least one");
         Names {
-            cache: HashMap::new(),
+            shared: Arc::new(Shared {
+                inner: Mutex::new(Inner {
+                    cache: lru::LruCache::new(cap(config.max_names)),
+                    bytes: 0,
+                    max_bytes: config.max_bytes,
+                    pending: HashSet::new(),
+                    poisoned: lru::LruCache::new(cap(MAX_POISONED)),
+                    generation: 0,
+                }),
+                answered: Condvar::new(),
+            }),
+            config,
+            jobs: None,
             unknown: Arc::from(UNKNOWN),
+            other: Arc::from(OTHER),
         }
     }
 
-    /// Call-site names cached so far.
+    /// Call-site names cached now.
     pub fn cached(&self) -> usize {
-        self.cache.len()
+        self.shared.lock().cache.len()
     }
 
-    /// A naming session for one collection. The symbolizer, which keeps
-    /// the files it parsed, is made at the first name not cached and lives
-    /// as long as the session: blazesym's is not `Send`, and the daemon's
-    /// state moves between threads.
+    /// Offsets waiting to be named now.
+    pub fn pending(&self) -> usize {
+        self.shared.lock().pending.len()
+    }
+
+    /// A naming session for one collection: it waits for names, in all,
+    /// at most the configured budget.
     pub fn session(&mut self) -> Session<'_> {
+        let deadline = Instant::now() + self.config.wait;
         Session {
             names: self,
-            symbolizer: None,
+            deadline,
         }
     }
+
+    /// The worker's queue, started at first use.
+    fn sender(&mut self) -> &mpsc::Sender<Job> {
+        let shared = self.shared.clone();
+        let limits = self.config.limits;
+        let program = self.config.program.clone();
+        self.jobs.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel::<Job>();
+            let client = match program {
+                Some((p, args)) => Client::with_program(p, args, limits),
+                None => Client::new(limits),
+            };
+            std::thread::Builder::new()
+                .name("callsite-names".into())
+                .spawn(move || worker(&shared, &rx, client))
+                .expect("spawn the call-site naming thread");
+            tx
+        })
+    }
+
+    /// The cached name of `key`, or the fallback of a poisoned file, or
+    /// `None` after asking the worker for it.
+    fn lookup(&mut self, pid: u32, m: &Mapping, ret_offset: u64) -> Option<Arc<str>> {
+        let key = (m.file(), ret_offset);
+        {
+            let mut inner = self.shared.lock();
+            if let Some(n) = inner.cache.get(&key) {
+                return Some(n.clone());
+            }
+            if inner.poisoned.contains(&m.file()) {
+                let name: Arc<str> = Arc::from(m.fallback(ret_offset));
+                inner.insert(key, name.clone());
+                return Some(name);
+            }
+            if inner.pending.contains(&key) {
+                return None;
+            }
+            if inner.pending.len() >= MAX_PENDING {
+                NamingCounters::global()
+                    .refusals_queue_full
+                    .fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            inner.pending.insert(key);
+        }
+        let job = Job {
+            pid,
+            mapping: m.clone(),
+            offsets: vec![ret_offset],
+        };
+        if self.sender().send(job).is_err() {
+            // The worker is gone (it panicked): the file's names fall back.
+            let name: Arc<str> = Arc::from(m.fallback(ret_offset));
+            self.shared.lock().insert(key, name.clone());
+            return Some(name);
+        }
+        None
+    }
+
+    /// Waits until `key`'s name is made or `deadline` passes.
+    fn wait_for(&self, keys: &[Key], deadline: Instant) {
+        let mut inner = self.shared.lock();
+        while keys.iter().any(|k| inner.pending.contains(k)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            inner = self
+                .shared
+                .answered
+                .wait_timeout(inner, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+/// The naming thread: takes jobs, batches those of one file, and names them
+/// in the symbolizer process.
+fn worker(shared: &Shared, rx: &mpsc::Receiver<Job>, mut client: Client) {
+    while let Ok(first) = rx.recv() {
+        // Everything queued now, grouped by file.
+        let mut batch: BTreeMap<FileId, (u32, Mapping, Vec<u64>)> = BTreeMap::new();
+        for job in std::iter::once(first).chain(rx.try_iter()) {
+            let e = batch
+                .entry(job.mapping.file())
+                .or_insert_with(|| (job.pid, job.mapping.clone(), Vec::new()));
+            e.2.extend(job.offsets);
+        }
+        for (file, (pid, m, mut offsets)) in batch {
+            offsets.sort_unstable();
+            offsets.dedup();
+            let names = name_file(&mut client, pid, &m, &offsets);
+            let mut inner = shared.lock();
+            if names.is_none() {
+                inner.poisoned.put(file, ());
+            }
+            for (i, off) in offsets.iter().enumerate() {
+                let name = names
+                    .as_ref()
+                    .and_then(|n| n.get(i).cloned().flatten())
+                    .unwrap_or_else(|| m.fallback(*off));
+                inner.insert((file, *off), Arc::from(name));
+            }
+            inner.generation += 1;
+            drop(inner);
+            shared.answered.notify_all();
+        }
+    }
+}
+
+/// The names of `ret_offsets` in `m`'s file, `None` where it has no symbol
+/// there; `None` in all when the file cannot be symbolized (logged once:
+/// the caller marks the file).
+fn name_file(
+    client: &mut Client,
+    pid: u32,
+    m: &Mapping,
+    ret_offsets: &[u64],
+) -> Option<Vec<Option<String>>> {
+    let counters = NamingCounters::global();
+    let f = match userfile::open_mapped(pid, &m.entry, crate::symbols::max_file_size()) {
+        Ok(f) => f,
+        Err(e) => {
+            counters.files_refused.fetch_add(1, Ordering::Relaxed);
+            eprintln!("mpi-observer: call sites of pid {pid} not symbolized: {e}");
+            return None;
+        }
+    };
+    let mut out = Vec::with_capacity(ret_offsets.len());
+    for chunk in ret_offsets.chunks(symbolizer::MAX_OFFSETS) {
+        // The call instruction: the byte before the return address.
+        let calls: Vec<u64> = chunk.iter().map(|o| o.saturating_sub(1)).collect();
+        match client.symbolize(&f.file, &f.shown, &calls) {
+            Ok(names) => out.extend(names),
+            Err(e) => {
+                counters.failed(e.reason());
+                eprintln!("mpi-observer: {e}");
+                return None;
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Names call sites during one collection; see [`Names::session`].
 pub struct Session<'a> {
     names: &'a mut Names,
-    symbolizer: Option<Symbolizer>,
-}
-
-impl Session<'_> {
-    /// The name of the return address `addr` in the mapping `m` of process
-    /// `pid` (read through `/proc/PID/root` while it runs, so a rank in a
-    /// container is symbolized with its own files).
-    fn name_in(&mut self, pid: u32, m: &Mapping, addr: u64) -> Arc<str> {
-        let ret_offset = addr - m.start + m.offset;
-        let key = (m.dev, m.inode, ret_offset);
-        if let Some(n) = self.names.cache.get(&key) {
-            return n.clone();
-        }
-        let rooted = PathBuf::from(format!("/proc/{pid}/root{}", m.path));
-        let file = if rooted.exists() {
-            rooted
-        } else {
-            PathBuf::from(&m.path)
-        };
-        let symbolizer = self.symbolizer.get_or_insert_with(|| {
-            Symbolizer::builder()
-                .enable_code_info(true)
-                .enable_inlined_fns(false)
-                .enable_demangling(true)
-                .build()
-        });
-        let name = symbolize(symbolizer, &file, &m.path, ret_offset);
-        let name: Arc<str> = Arc::from(crate::identity::cap_callsite(&name));
-        self.names.cache.insert(key, name.clone());
-        name
-    }
-}
-
-/// Looks the call instruction (the byte before the return address) up in
-/// `file`; `shown` is the path the object is named by.
-fn symbolize(symbolizer: &Symbolizer, file: &Path, shown: &str, ret_offset: u64) -> String {
-    let object = Path::new(shown)
-        .file_name()
-        .map_or_else(|| shown.to_string(), |n| n.to_string_lossy().into_owned());
-    let fallback = format!("{object}+{ret_offset:#x}");
-    let src = Source::Elf(Elf::new(file));
-    let call = ret_offset.saturating_sub(1);
-    let sym = match symbolizer.symbolize_single(&src, Input::FileOffset(call)) {
-        Ok(Symbolized::Sym(sym)) => sym,
-        // Stripped, not an ELF file, or gone: the object and offset.
-        Ok(Symbolized::Unknown(_)) | Err(_) => return fallback,
-    };
-    if sym.name.is_empty() {
-        return fallback;
-    }
-    match sym.code_info.as_deref() {
-        Some(ci) if ci.line.is_some() => {
-            let f = Path::new(&ci.file)
-                .file_name()
-                .unwrap_or(&ci.file)
-                .to_string_lossy();
-            format!("{} at {f}:{}", sym.name, ci.line.unwrap_or(0))
-        }
-        // The offset of the return address in the function.
-        _ => format!("{}+{:#x}", sym.name, sym.offset + 1),
-    }
+    deadline: Instant,
 }
 
 /// One call site's figures, named.
@@ -232,7 +583,8 @@ fn symbolize(symbolizer: &Symbolizer, file: &Path, shown: &str, ret_offset: u64)
 pub struct Site {
     /// MPI function ID.
     pub function: u16,
-    /// The call site's name (module docs).
+    /// The call site's name (module docs); for a site still being named,
+    /// its `object+0xoffset` form.
     pub name: Arc<str>,
     /// Calls made from it.
     pub calls: u64,
@@ -240,10 +592,13 @@ pub struct Site {
     pub time_ns: u64,
     /// Whether it has series of its own (else it is counted in `other`).
     pub exported: bool,
+    /// Not named yet: exported neither as its own series nor in `other`
+    /// until it is (so that `other` never decreases).
+    pub pending: bool,
 }
 
 /// One rank's call sites: its maps, the names of its addresses, and which
-/// sites have series of their own.
+/// sites have series of their own. Dropped with the rank.
 #[derive(Debug, Default)]
 pub struct RankSites {
     maps: Option<Maps>,
@@ -251,12 +606,41 @@ pub struct RankSites {
     exported: BTreeMap<u16, Vec<Arc<str>>>,
 }
 
+/// A site after the first naming pass: function, name if made, address,
+/// calls, time.
+type FirstPass = (u16, Option<Arc<str>>, u64, u64, u64);
+
+/// What naming one address gave.
+enum Naming {
+    Named(Arc<str>),
+    /// Asked for; the key to wait on and the name to show meanwhile.
+    Pending(Key, Arc<str>),
+}
+
 impl RankSites {
+    /// Addresses this rank has names for (at most [`PER_RANK_NAMES`]).
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether no address is named yet.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
     /// The name of `addr` in process `pid`; `alive` says whether its maps
     /// may still be read.
-    fn name(&mut self, names: &mut Session<'_>, pid: u32, alive: bool, addr: u64) -> Arc<str> {
+    fn name(&mut self, names: &mut Names, pid: u32, alive: bool, addr: u64) -> Naming {
         if let Some(n) = self.names.get(&addr) {
-            return n.clone();
+            return Naming::Named(n.clone());
+        }
+        if self.names.len() >= PER_RANK_NAMES {
+            // For good: the map never shrinks while the rank lives, so the
+            // address stays in `other` at every collection.
+            NamingCounters::global()
+                .refusals_rank_full
+                .fetch_add(1, Ordering::Relaxed);
+            return Naming::Named(names.other.clone());
         }
         let covered = self.maps.as_ref().and_then(|m| m.find(addr)).is_some();
         if !covered
@@ -265,13 +649,18 @@ impl RankSites {
         {
             self.maps = Some(m);
         }
-        let name = match self.maps.as_ref().and_then(|m| m.find(addr)).cloned() {
-            Some(m) => names.name_in(pid, &m, addr),
-            // Not cached: the process may map it later.
-            None => return names.names.unknown.clone(),
+        let Some(m) = self.maps.as_ref().and_then(|m| m.find(addr)).cloned() else {
+            // Not kept: the process may map it later.
+            return Naming::Named(names.unknown.clone());
         };
-        self.names.insert(addr, name.clone());
-        name
+        let ret_offset = m.offset_of(addr);
+        match names.lookup(pid, &m, ret_offset) {
+            Some(name) => {
+                self.names.insert(addr, name.clone());
+                Naming::Named(name)
+            }
+            None => Naming::Pending((m.file(), ret_offset), Arc::from(m.fallback(ret_offset))),
+        }
     }
 
     /// Names `addr` by hand (a synthetic rank, with no process to read).
@@ -290,41 +679,62 @@ impl RankSites {
 
     /// Names `raw` and merges sites of one name; marks which have series of
     /// their own within `budget`. Sorted by function, then time, heaviest
-    /// first.
+    /// first. Names not made yet are asked for and waited for within the
+    /// session's budget; those still missing are marked pending.
     pub fn resolve(
         &mut self,
-        names: &mut Session<'_>,
+        session: &mut Session<'_>,
         pid: u32,
         alive: bool,
         raw: &[RawSite],
         budget: Budget,
     ) -> Vec<Site> {
-        let mut merged: BTreeMap<(u16, Arc<str>), (u64, u64)> = BTreeMap::new();
-        for r in raw {
-            if r.calls == 0 {
-                continue;
-            }
-            let name = self.name(names, pid, alive, r.addr);
-            let e = merged.entry((r.function, name)).or_default();
-            e.0 = e.0.saturating_add(r.calls);
-            e.1 = e.1.saturating_add(r.time_ns);
+        // (function, name if made, address, calls, time).
+        let mut named: Vec<FirstPass> = Vec::new();
+        let mut waiting: Vec<Key> = Vec::new();
+        for r in raw.iter().filter(|r| r.calls > 0) {
+            let n = match self.name(session.names, pid, alive, r.addr) {
+                Naming::Named(n) => Some(n),
+                Naming::Pending(k, _) => {
+                    waiting.push(k);
+                    None
+                }
+            };
+            named.push((r.function, n, r.addr, r.calls, r.time_ns));
+        }
+        if !waiting.is_empty() {
+            session.names.wait_for(&waiting, session.deadline);
+        }
+        let mut merged: BTreeMap<(u16, bool, Arc<str>), (u64, u64)> = BTreeMap::new();
+        for (function, n, addr, calls, time_ns) in named {
+            let (pending, name) = match n {
+                Some(n) => (false, n),
+                None => match self.name(session.names, pid, alive, addr) {
+                    Naming::Named(n) => (false, n),
+                    Naming::Pending(_, shown) => (true, shown),
+                },
+            };
+            let e = merged.entry((function, pending, name)).or_default();
+            e.0 = e.0.saturating_add(calls);
+            e.1 = e.1.saturating_add(time_ns);
         }
         // Newly seen sites take the free places, heaviest first.
         let mut by_function: BTreeMap<u16, Vec<Site>> = BTreeMap::new();
-        for ((function, name), (calls, time_ns)) in merged {
+        for ((function, pending, name), (calls, time_ns)) in merged {
             by_function.entry(function).or_default().push(Site {
                 function,
                 name,
                 calls,
                 time_ns,
                 exported: false,
+                pending,
             });
         }
         let mut out = Vec::new();
         for (function, mut sites) in by_function {
             sites.sort_by(|a, b| b.time_ns.cmp(&a.time_ns).then(a.name.cmp(&b.name)));
             let exported = self.exported.entry(function).or_default();
-            for s in &mut sites {
+            for s in sites.iter_mut().filter(|s| !s.pending) {
                 if exported.contains(&s.name) {
                     s.exported = true;
                 } else if exported.len() < budget.per_function && &*s.name != OTHER {
@@ -356,9 +766,11 @@ mod tests {
         assert_eq!(m.ranges.len(), 2);
         let h = m.find(0x5581b010).unwrap();
         assert_eq!(
-            (h.offset, h.inode, h.path.as_str()),
+            (h.entry.offset, h.entry.inode, h.path.as_str()),
             (0x1000, 1234, "/opt/app/bin/halo")
         );
+        assert_eq!(h.offset_of(0x5581b010), 0x1010);
+        assert_eq!(h.fallback(0x1a2f), "halo+0x1a2f");
         assert_eq!(
             m.find(0x7f00a000).unwrap().path,
             "/usr/lib/lib with space.so"
@@ -367,13 +779,13 @@ mod tests {
         assert!(m.find(0x7ffd2010).is_none(), "not a file");
     }
 
-    #[test]
-    fn a_missing_file_falls_back_to_object_and_offset() {
-        let s = Symbolizer::new();
-        assert_eq!(
-            symbolize(&s, Path::new("/nonexistent/x"), "/opt/app/bin/halo", 0x1a2f),
-            "halo+0x1a2f"
-        );
+    fn site(function: u16, addr: u64, time_ns: u64) -> RawSite {
+        RawSite {
+            function,
+            addr,
+            calls: 1,
+            time_ns,
+        }
     }
 
     #[test]
@@ -388,14 +800,8 @@ mod tests {
         for (a, n) in [(1, "a"), (2, "b"), (3, "c")] {
             r.names.insert(a, Arc::from(n));
         }
-        let site = |addr, time_ns| RawSite {
-            function: 7,
-            addr,
-            calls: 1,
-            time_ns,
-        };
         let b = Budget { per_function: 2 };
-        let s = r.resolve(&mut names, 0, false, &[site(1, 5), site(2, 9)], b);
+        let s = r.resolve(&mut names, 0, false, &[site(7, 1, 5), site(7, 2, 9)], b);
         assert_eq!(
             s.iter().map(|s| (&*s.name, s.exported)).collect::<Vec<_>>(),
             [("b", true), ("a", true)]
@@ -405,7 +811,7 @@ mod tests {
             &mut names,
             0,
             false,
-            &[site(1, 5), site(2, 9), site(3, 99)],
+            &[site(7, 1, 5), site(7, 2, 9), site(7, 3, 99)],
             b,
         );
         assert_eq!(
@@ -438,5 +844,151 @@ mod tests {
         let s = r.resolve(&mut names, 0, false, &raw, Budget::default());
         assert_eq!(s.len(), 1);
         assert_eq!((s[0].calls, s[0].time_ns), (5, 15));
+    }
+
+    /// A mapping of this test binary's own text, for real names.
+    fn own_text() -> (Maps, u64) {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let maps = Maps::read(std::process::id()).unwrap();
+        let m = maps
+            .ranges
+            .iter()
+            .find(|m| Path::new(&m.path) == exe)
+            .unwrap()
+            .clone();
+        // An address inside the text: this function's own.
+        let addr = own_text as *const () as u64;
+        assert!(m.contains(addr));
+        (maps, addr)
+    }
+
+    #[test]
+    fn real_names_come_from_the_symbolizer_process_within_the_wait() {
+        let (maps, addr) = own_text();
+        let mut cache = Names::with_config(NamesConfig {
+            wait: Duration::from_secs(30),
+            limits: Limits {
+                deadline: Duration::from_secs(30),
+                ..Limits::default()
+            },
+            program: Some(symbolizer::tests::child_program()),
+            ..NamesConfig::default()
+        });
+        let mut r = RankSites {
+            maps: Some(maps),
+            ..Default::default()
+        };
+        let pid = std::process::id();
+        let mut session = cache.session();
+        // A return address just past the function's first byte.
+        let s = r.resolve(
+            &mut session,
+            pid,
+            true,
+            &[site(1, addr + 1, 5)],
+            Budget::default(),
+        );
+        assert_eq!(s.len(), 1);
+        assert!(!s[0].pending, "{s:?}");
+        assert!(s[0].exported);
+        assert!(s[0].name.contains("own_text"), "{s:?}");
+        assert_eq!(r.len(), 1);
+        assert_eq!(cache.cached(), 1);
+        assert_eq!(cache.pending(), 0);
+    }
+
+    #[test]
+    fn a_site_waits_unexported_while_the_symbolizer_is_slow() {
+        let (maps, _) = own_text();
+        let mut cache = Names::with_config(NamesConfig {
+            wait: Duration::from_millis(50),
+            program: Some(symbolizer::tests::child_program()),
+            ..NamesConfig::default()
+        });
+        let mut r = RankSites {
+            maps: Some(maps.clone()),
+            ..Default::default()
+        };
+        let m = &maps.ranges[0];
+        // The hang hook: the child never answers; the deadline (2 s)
+        // poisons the file.
+        let addr = m.entry.start + (symbolizer::HANG + 1 - m.entry.offset);
+        let mut ok = maps.clone();
+        ok.ranges[0].entry.end = u64::MAX;
+        r.maps = Some(ok);
+        let t = Instant::now();
+        let s = r.resolve(
+            &mut cache.session(),
+            std::process::id(),
+            true,
+            &[site(1, addr, 5)],
+            Budget::default(),
+        );
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(s[0].pending && !s[0].exported, "{s:?}");
+        // After the deadline the file is poisoned: named object+offset.
+        std::thread::sleep(Duration::from_millis(2500));
+        let s = r.resolve(
+            &mut cache.session(),
+            std::process::id(),
+            true,
+            &[site(1, addr, 5)],
+            Budget::default(),
+        );
+        assert!(!s[0].pending && s[0].exported, "{s:?}");
+        assert!(s[0].name.contains("+0x"), "{s:?}");
+        assert!(NamingCounters::global().failures("timeout") >= 1);
+    }
+
+    #[test]
+    fn the_name_cache_is_bounded_by_entries_and_bytes() {
+        let mut inner = Inner {
+            cache: lru::LruCache::new(NonZeroUsize::new(3).unwrap()),
+            bytes: 0,
+            max_bytes: 10,
+            pending: HashSet::new(),
+            poisoned: lru::LruCache::new(NonZeroUsize::new(1).unwrap()),
+            generation: 0,
+        };
+        let f = ((1, 2), 3);
+        let before = NamingCounters::global().evictions.load(Ordering::Relaxed);
+        for i in 0..5 {
+            inner.insert((f, i), Arc::from("ab"));
+        }
+        assert_eq!(inner.cache.len(), 3, "entries");
+        assert_eq!(inner.bytes, 6);
+        assert!(inner.cache.contains(&(f, 4)) && !inner.cache.contains(&(f, 1)));
+        inner.insert((f, 9), Arc::from("0123456789"));
+        assert!(inner.bytes <= 10, "bytes: {}", inner.bytes);
+        assert!(inner.cache.contains(&(f, 9)));
+        let after = NamingCounters::global().evictions.load(Ordering::Relaxed);
+        assert!(after - before >= 4, "{before} {after}");
+    }
+
+    #[test]
+    fn a_full_rank_sends_new_sites_to_other_for_good() {
+        let mut cache = Names::new();
+        let mut names = cache.session();
+        let mut r = RankSites {
+            maps: Some(Maps::default()),
+            ..Default::default()
+        };
+        for a in 0..PER_RANK_NAMES as u64 {
+            r.names.insert(a, Arc::from(format!("s{a}")));
+        }
+        let extra = PER_RANK_NAMES as u64 + 7;
+        for _ in 0..2 {
+            let s = r.resolve(
+                &mut names,
+                0,
+                false,
+                &[site(1, extra, 5)],
+                Budget::default(),
+            );
+            assert_eq!(s.len(), 1);
+            assert_eq!(&*s[0].name, OTHER);
+            assert!(!s[0].exported && !s[0].pending);
+        }
+        assert_eq!(r.len(), PER_RANK_NAMES);
     }
 }

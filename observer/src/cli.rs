@@ -59,6 +59,9 @@ pub enum Command {
     /// readers: full MPI events from ranks running the shim's `stats`
     /// layer, Enter/Leave of every MPI call from the others (probes).
     Record(RecordArgs),
+    /// The call-site symbolizer process the daemon starts (internal).
+    #[command(name = "__symbolizer", hide = true)]
+    Symbolizer,
     /// List MPI functions with their family and whether they are probed by
     /// default (or match --functions).
     Functions {
@@ -168,6 +171,19 @@ pub struct AttachArgs {
     /// most. Default: 1,500 per process of --user-max-processes.
     #[arg(long, value_name = "N")]
     pub user_max_map_entries: Option<usize>,
+    /// The largest file (MPI library, executable, libc) read from a user's
+    /// process; larger ones are refused with one line. A size in bytes, or
+    /// with KiB, MiB or GiB.
+    #[arg(long, value_name = "SIZE", default_value = "512MiB", value_parser = parse_size)]
+    pub max_file_size: u64,
+    /// Call-site names kept in the daemon's cache (least recently used
+    /// evicted first; a rank keeps the names of its own sites for its life).
+    #[arg(long, value_name = "N", default_value_t = crate::callsites::DEFAULT_MAX_NAMES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_callsite_names: u64,
+    /// Address-space cap of the call-site symbolizer process
+    /// (docs/callsites.md); a file that needs more is not symbolized.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
+    pub symbolizer_memory: u64,
 }
 
 /// How `report` renders.

@@ -148,6 +148,17 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         !args.no_bytes,
         render,
     )));
+    // Files of user processes and call-site naming (docs/callsites.md).
+    crate::symbols::set_max_file_size(args.max_file_size);
+    state.lock().expect("not poisoned yet").names =
+        crate::callsites::Names::with_config(crate::callsites::NamesConfig {
+            max_names: usize::try_from(args.max_callsite_names).unwrap_or(usize::MAX),
+            limits: crate::symbolizer::Limits {
+                memory: args.symbolizer_memory,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
     {
         let mut st = state.lock().expect("not poisoned yet");
         st.callsite_budget.per_function = args.callsite_series;

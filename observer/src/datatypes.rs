@@ -85,10 +85,15 @@ fn executable_copies(pid: u32) -> BTreeMap<String, u64> {
     let Some(map) = procfs::mapping_of(pid, &exe) else {
         return out;
     };
-    let Ok(lib) = symbols::read_data_symbols(
-        std::path::Path::new(&format!("/proc/{pid}/exe")),
-        "ompi_mpi_",
-    ) else {
+    // The executable's lowest mapping, read as the process maps it (the
+    // user may have replaced the path since), within the size cap.
+    let Some(entry) = procfs::maps(pid).ok().and_then(|maps| {
+        maps.into_iter()
+            .find(|m| m.start == map.base && m.path.as_deref() == Some(&*exe))
+    }) else {
+        return out;
+    };
+    let Ok(lib) = symbols::read_data_symbols(pid, &entry, "ompi_mpi_") else {
         return out;
     };
     for (name, value) in lib.symbols {

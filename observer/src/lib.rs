@@ -32,6 +32,7 @@ pub mod segment;
 pub mod server;
 pub mod snapshot;
 pub mod summary;
+pub mod symbolizer;
 pub mod symbols;
 pub mod sys;
 pub mod top;

@@ -305,6 +305,9 @@ impl SelfMetrics {
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         out.push_str(&String::from_utf8_lossy(&buf));
+        // The call-site naming's own counters (symbolizer failures, name
+        // cache, library cache), kept process-wide by the naming thread.
+        crate::callsites::render_self_metrics(out);
     }
 }
 
@@ -562,8 +565,12 @@ fn render_callsites(out: &mut String, ranks: &[(&RankSnapshot, &CallsByFunction)
             continue;
         }
         let mut named: BTreeMap<u16, SiteFigures> = BTreeMap::new();
-        for s in r.callsites.iter().filter(|s| s.exported) {
-            series.push((r, s.function, &s.name, (s.calls, s.time_ns)));
+        // A site still being named is in neither its own series nor
+        // `other` until it is named, so `other` never decreases.
+        for s in r.callsites.iter().filter(|s| s.exported || s.pending) {
+            if s.exported {
+                series.push((r, s.function, &s.name, (s.calls, s.time_ns)));
+            }
             let n = named.entry(s.function).or_default();
             n.0 = n.0.saturating_add(s.calls);
             n.1 = n.1.saturating_add(s.time_ns);

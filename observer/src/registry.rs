@@ -121,7 +121,8 @@ pub fn prepare(pid: u32, ticks: u64) -> Result<Prepared, AttachError> {
     let uid = procfs::uid(pid)?;
     let identity = identity::identity(pid)?;
     let host_path = map.host_path(pid);
-    let lib = std::sync::Arc::new(symbols::read_library(&host_path)?);
+    // Opened as mapped, within the size cap, parsed once per file.
+    let lib = symbols::LibraryCache::global().get_mapped(pid, &map)?;
     let datatypes = datatypes::inspect(pid, &lib, &map);
     // A rank whose shim already times its calls gets no probes: the
     // segment counts them all (see `rank_calls`), and a live shim an
@@ -273,6 +274,12 @@ impl Rank {
             sites: RankSites::default(),
             pending_datatypes: None,
         }
+    }
+
+    /// Call-site addresses this rank has names for (for a per-user bound
+    /// on call-site names; at most `callsites::PER_RANK_NAMES`).
+    pub fn callsite_names(&self) -> usize {
+        self.sites.len()
     }
 
     /// Names the call site `addr` of a synthetic rank (no process to read).

@@ -2,11 +2,24 @@
 //! (and at which file offsets the kernel wants uprobes), which MPI flavour it
 //! is, its version, and for Open MPI where its predefined datatypes live.
 
-use std::{collections::BTreeMap, fs, io, path::Path};
+use std::{
+    collections::BTreeMap,
+    fs, io,
+    path::Path,
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicU64, Ordering},
+    },
+};
 
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind};
 use observer_common::{FUNCTIONS, function_by_name, maps::lib_kind};
 use thiserror::Error;
+
+use crate::{
+    procfs::{self, MapEntry, MappedLib},
+    userfile::{self, FileKey, UserFileError},
+};
 
 /// Errors reading a library.
 #[derive(Debug, Error)]
@@ -26,6 +39,18 @@ pub enum SymbolError {
         path: String,
         /// The parser's error.
         source: object::Error,
+    },
+    /// The file was refused before reading (not the mapped file, not a
+    /// regular file, over the size cap...).
+    #[error("refused to read MPI library: {0}")]
+    Refused(#[from] UserFileError),
+    /// The library's mapping is no longer in the process's maps.
+    #[error("process {pid} no longer maps {path}")]
+    Unmapped {
+        /// The pid.
+        pid: u32,
+        /// Library path.
+        path: String,
     },
     /// No PMPI entry point is exported.
     #[error(
@@ -79,20 +104,47 @@ pub struct Library {
     pub load_bias: u64,
 }
 
-/// Reads the library at `path` (a host path).
+/// The cap on files read from user processes, set once from
+/// `attach --max-file-size`; [`userfile::DEFAULT_MAX_FILE_SIZE`] otherwise.
+static MAX_FILE_SIZE: OnceLock<u64> = OnceLock::new();
+
+/// Sets the cap on files read from user processes (once, at start; a
+/// second call is ignored).
+pub fn set_max_file_size(cap: u64) {
+    let _ = MAX_FILE_SIZE.set(cap);
+}
+
+/// The cap on files read from user processes.
+pub fn max_file_size() -> u64 {
+    MAX_FILE_SIZE
+        .get()
+        .copied()
+        .unwrap_or(userfile::DEFAULT_MAX_FILE_SIZE)
+}
+
+/// Reads the library at `path` (a path the operator gave, as for
+/// `mpi-observer sites`; a user's mapped library goes through
+/// [`LibraryCache`]).
 pub fn read_library(path: &Path) -> Result<Library, SymbolError> {
     let shown = path.display().to_string();
     let data = fs::read(path).map_err(|source| SymbolError::Read {
         path: shown.clone(),
         source,
     })?;
-    let file = object::File::parse(&*data).map_err(|source| SymbolError::Parse {
+    parse_library(&data, path)
+}
+
+/// Parses a library's bytes; `path` names it (its file name tells the
+/// standard ABI apart).
+pub fn parse_library(data: &[u8], path: &Path) -> Result<Library, SymbolError> {
+    let shown = path.display().to_string();
+    let file = object::File::parse(data).map_err(|source| SymbolError::Parse {
         path: shown.clone(),
         source,
     })?;
     let exports = |name: &str| file.dynamic_symbols().any(|s| s.name() == Ok(name));
     let is_ompi = exports("ompi_mpi_comm_world");
-    let rodata = read_only_data(&file, &data);
+    let rodata = read_only_data(&file, data);
     let is_intel = memchr_seq(rodata, INTEL_MARK).is_some();
     let (kind, name) = identify(
         path.file_name().and_then(|n| n.to_str()).unwrap_or(""),
@@ -140,7 +192,7 @@ pub fn read_library(path: &Path) -> Result<Library, SymbolError> {
         let Some(off) = file_offset(&file, addr).filter(|o| *o < data.len() as u64) else {
             continue;
         };
-        let first = function_bytes(&data, off);
+        let first = function_bytes(data, off);
         let mut first_bytes = [0u8; 16];
         if let Some(b) = first {
             for (d, s) in first_bytes.iter_mut().zip(b) {
@@ -191,6 +243,97 @@ pub fn read_library(path: &Path) -> Result<Library, SymbolError> {
     })
 }
 
+/// Libraries parsed at most: each entry is a few tens of kilobytes (the
+/// entry table and Open MPI's datatype names), and a node runs a handful
+/// of MPI builds.
+pub const LIBRARY_CACHE_ENTRIES: usize = 64;
+
+/// Parsed MPI libraries, by file contents ([`FileKey`]: device, inode, size,
+/// modification time), so that the ranks of a job, all mapping one library,
+/// cost one read and one parse. Thread-safe: the lock is held only to look
+/// up and insert, never while reading or parsing, so a caller needs no
+/// other lock (the attach path calls it without the daemon's state lock).
+pub struct LibraryCache {
+    entries: Mutex<lru::LruCache<FileKey, Arc<Library>>>,
+    hits: AtomicU64,
+    parses: AtomicU64,
+}
+
+impl Default for LibraryCache {
+    fn default() -> Self {
+        LibraryCache::new(LIBRARY_CACHE_ENTRIES)
+    }
+}
+
+impl LibraryCache {
+    /// An empty cache of at most `entries` libraries.
+    pub fn new(entries: usize) -> LibraryCache {
+        LibraryCache {
+            entries: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(entries.max(1)).expect("at least one"),
+            )),
+            hits: AtomicU64::new(0),
+            parses: AtomicU64::new(0),
+        }
+    }
+
+    /// The daemon's one cache.
+    pub fn global() -> &'static LibraryCache {
+        static CACHE: OnceLock<LibraryCache> = OnceLock::new();
+        CACHE.get_or_init(LibraryCache::default)
+    }
+
+    /// The library of mapping `m` of process `pid`: opened as
+    /// [`userfile::open_mapped`] says (the mapped file, regular, within
+    /// [`max_file_size`]), parsed once per contents.
+    pub fn get(&self, pid: u32, m: &MapEntry) -> Result<Arc<Library>, SymbolError> {
+        let mut f = userfile::open_mapped(pid, m, max_file_size())?;
+        let key = f.key();
+        if let Some(lib) = self.lock().get(&key) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(lib.clone());
+        }
+        let data = f.read_all()?;
+        let name = m.path.as_deref().unwrap_or(Path::new(""));
+        let lib = Arc::new(parse_library(&data, name)?);
+        self.parses.fetch_add(1, Ordering::Relaxed);
+        self.lock().put(key, lib.clone());
+        Ok(lib)
+    }
+
+    /// [`LibraryCache::get`] for the library [`procfs::mpi_library`] found:
+    /// its lowest mapping, found again in the maps for its device and inode.
+    pub fn get_mapped(&self, pid: u32, lib: &MappedLib) -> Result<Arc<Library>, SymbolError> {
+        let unmapped = || SymbolError::Unmapped {
+            pid,
+            path: lib.path.display().to_string(),
+        };
+        let maps = procfs::maps(pid).map_err(|_| unmapped())?;
+        let m = maps
+            .iter()
+            .find(|m| m.start == lib.base && m.path.as_deref() == Some(&*lib.path))
+            .ok_or_else(unmapped)?;
+        self.get(pid, m)
+    }
+
+    /// Lookups answered from the cache.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Libraries read and parsed.
+    pub fn parses(&self) -> u64 {
+        self.parses.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, lru::LruCache<FileKey, Arc<Library>>> {
+        // A panic elsewhere cannot leave the map half-updated: recover it.
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// Defined data symbols of a file whose names start with `prefix`.
 pub struct DataSymbols {
     /// Name to symbol value.
@@ -199,13 +342,13 @@ pub struct DataSymbols {
     pub load_bias: u64,
 }
 
-/// Reads the defined dynamic data symbols starting with `prefix`.
-pub fn read_data_symbols(path: &Path, prefix: &str) -> Result<DataSymbols, SymbolError> {
-    let shown = path.display().to_string();
-    let data = fs::read(path).map_err(|source| SymbolError::Read {
-        path: shown.clone(),
-        source,
-    })?;
+/// Reads the defined dynamic data symbols starting with `prefix` from the
+/// file of mapping `m` of process `pid`, opened and read within the cap
+/// (see [`userfile`]).
+pub fn read_data_symbols(pid: u32, m: &MapEntry, prefix: &str) -> Result<DataSymbols, SymbolError> {
+    let mut f = userfile::open_mapped(pid, m, max_file_size())?;
+    let shown = f.shown.clone();
+    let data = f.read_all()?;
     let file = object::File::parse(&*data).map_err(|source| SymbolError::Parse {
         path: shown,
         source,

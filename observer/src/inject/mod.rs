@@ -941,6 +941,8 @@ struct Mapping {
     write: bool,
     exec: bool,
     offset: u64,
+    /// The maps line, to open the file as the process maps it.
+    entry: procfs::MapEntry,
     path: Option<PathBuf>,
 }
 
@@ -975,6 +977,7 @@ impl Maps {
                 write: m.write,
                 exec: m.exec,
                 offset: m.offset,
+                entry: m.clone(),
                 path: m.path,
             })
             .collect();
@@ -1001,14 +1004,6 @@ impl Maps {
             code.iter().map(|m| m.start).min()?,
             code.iter().map(|m| m.end).max()?,
         ))
-    }
-
-    /// The file seen from the daemon (through the process's root).
-    fn host(&self, path: &Path) -> PathBuf {
-        Path::new("/proc")
-            .join(self.pid.to_string())
-            .join("root")
-            .join(path.strip_prefix("/").unwrap_or(path))
     }
 
     /// The mapping holding `[at, at + len)` whole, if any.
@@ -1060,8 +1055,10 @@ impl Maps {
     fn candidates(&self, perm: Perm) -> impl Iterator<Item = (u64, u64)> + '_ {
         // Lazily, object by object: each costs a read of its file, and
         // libc, first, nearly always has room.
-        self.objects().into_iter().flat_map(move |(path, first)| {
-            segment_ends(&self.host(path), first)
+        self.objects().into_iter().flat_map(move |(_, first)| {
+            let entry = self.lines.iter().find(|m| m.start == first);
+            entry
+                .map_or_else(Vec::new, |m| segment_ends(self.pid, &m.entry, first))
                 .into_iter()
                 .filter(move |&(_, p)| p == perm)
                 .filter_map(move |(end, _)| {
@@ -1101,12 +1098,19 @@ impl Maps {
     }
 }
 
-/// The end, in the process, of every loadable segment of `file`, whose
+/// The file of mapping `m` of `pid`, opened as the process maps it (never
+/// a path the user swapped since, never a FIFO or a device) and read
+/// within the size cap (see [`crate::userfile`]).
+fn read_mapped(pid: u32, m: &procfs::MapEntry) -> Result<Vec<u8>, crate::userfile::UserFileError> {
+    crate::userfile::open_mapped(pid, m, crate::symbols::max_file_size())?.read_all()
+}
+
+/// The end, in the process, of every loadable segment of the file of `m`, whose
 /// first mapping starts at `first`, with whether it is executable or
 /// writable (a segment that is neither is left out).
-fn segment_ends(file: &Path, first: u64) -> Vec<(u64, Perm)> {
+fn segment_ends(pid: u32, m: &procfs::MapEntry, first: u64) -> Vec<(u64, Perm)> {
     use object::read::elf::ProgramHeader as _;
-    let Ok(data) = std::fs::read(file) else {
+    let Ok(data) = read_mapped(pid, m) else {
         return Vec::new();
     };
     let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data) else {
@@ -1169,8 +1173,7 @@ impl Loader {
             })
             .min_by_key(|m| m.start)
             .ok_or_else(static_err)?;
-        let data = std::fs::read(maps.host(libc.path.as_deref().expect("filtered")))
-            .map_err(|_| static_err())?;
+        let data = read_mapped(pid, &libc.entry).map_err(|_| static_err())?;
         let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
             .map_err(|_| static_err())?;
         let endian = elf.endian();
