@@ -909,6 +909,7 @@ mod tests {
             calls: value / 2,
             time_ns: value / 2,
             exported: true,
+            pending: false,
         };
         RankSnapshot {
             pid,
