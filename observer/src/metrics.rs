@@ -58,6 +58,8 @@ pub struct SelfMetrics {
     exec_events: IntCounter,
     exec_dropped: IntCounter,
     exec_found: IntCounter,
+    /// Orphaned shim files removed from /dev/shm (crate::shm::sweep).
+    pub shm_orphans_removed: IntCounter,
 }
 
 impl SelfMetrics {
@@ -105,12 +107,17 @@ impl SelfMetrics {
         let segment_errors = IntCounterVec::new(
             Opts::new(
                 "mpi_observer_segment_errors_total",
-                "Stats segments skipped: untrusted (owner or permissions), corrupt, version (layout or function IDs), truncated (shrank while read).",
+                "Stats segments skipped: untrusted (owner or permissions), corrupt, version (layout or function IDs), truncated (shrank while read), busy (every SIGBUS guard slot taken by concurrent reads).",
             ),
             &["reason"],
         )
         .expect("valid metric");
-        for reason in ["untrusted", "corrupt", "version", "truncated"] {
+        let shm_orphans_removed = IntCounter::new(
+            "mpi_observer_shm_orphans_removed_total",
+            "Files of the shim (stats segments, recording rings) removed from /dev/shm because no live process maps them any more.",
+        )
+        .expect("valid metric");
+        for reason in ["untrusted", "corrupt", "version", "truncated", "busy"] {
             segment_errors.with_label_values(&[reason]);
         }
         let refused = IntCounterVec::new(
@@ -161,6 +168,7 @@ impl SelfMetrics {
             Box::new(exec_events.clone()),
             Box::new(exec_dropped.clone()),
             Box::new(exec_found.clone()),
+            Box::new(shm_orphans_removed.clone()),
         ] {
             registry.register(m).expect("unique metric names");
         }
@@ -181,6 +189,7 @@ impl SelfMetrics {
             exec_events,
             exec_dropped,
             exec_found,
+            shm_orphans_removed,
         }
     }
 
