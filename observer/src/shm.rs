@@ -10,8 +10,9 @@
 //!   (a child forked without exec maps its parent's segment too).
 //! - **Opened** through `/proc/PID/map_files/START-END`, the kernel's own
 //!   reference to the mapped inode. Where that is refused (it needs
-//!   `CAP_SYS_ADMIN`: an unprivileged `--no-bpf` daemon, or a `record` run
-//!   by the job's user) the path from the maps line is opened with
+//!   `CAP_SYS_ADMIN` or `CAP_CHECKPOINT_RESTORE`: an unprivileged
+//!   `--no-bpf` daemon, the systemd unit, or a `record` run by the job's
+//!   user) the path from the maps line is opened with
 //!   `O_NOFOLLOW | O_NONBLOCK` and kept only if its device and inode are
 //!   the line's. Either way the file must be a regular file owned by the
 //!   process's real uid, not writable by group or others, within a cap.
