@@ -583,6 +583,67 @@ mod tests {
     }
 
     #[test]
+    fn found_in_the_maps_and_opened_either_way() {
+        let _g = guard_test_lock();
+        let me = std::process::id();
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let mut b = [0u8; observer_common::segment::NAME_MAX];
+        let n = Name {
+            uid: Some(uid),
+            pid: me,
+            random: Some(0xabcd),
+            trace: false,
+        }
+        .write(&mut b);
+        let p = Path::new(DIR).join(std::str::from_utf8(&b[..n]).unwrap());
+        std::fs::write(&p, [0u8; 4096]).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let f = File::options().read(true).write(true).open(&p).unwrap();
+        let m = Guarded::new(&f, 4096, true).unwrap();
+        let e = find(me, Kind::Segment)
+            .unwrap()
+            .expect("in this process's maps");
+        assert_eq!(e.path.as_deref(), Some(p.as_path()));
+        assert!(find(me, Kind::Trace).unwrap().is_none());
+        // Through map_files (root), or the path.
+        let opened = open_mapped(me, &e, false, 1 << 20).unwrap();
+        assert_eq!(opened.metadata().unwrap().ino(), e.inode);
+        // The path route alone (no such map_files link): the device and
+        // inode must be the maps line's.
+        let by_path = MapEntry {
+            start: 1,
+            end: 2,
+            ..e.clone()
+        };
+        assert!(open_mapped(me, &by_path, true, 1 << 20).is_ok());
+        let other = MapEntry {
+            inode: e.inode + 1,
+            ..by_path.clone()
+        };
+        assert!(matches!(
+            open_mapped(me, &other, false, 1 << 20),
+            Err(ShmError::Untrusted { .. })
+        ));
+        assert!(matches!(
+            open_mapped(me, &e, false, 100),
+            Err(ShmError::TooLarge { .. })
+        ));
+        // Writable by others: refused.
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o622)).unwrap();
+        assert!(matches!(
+            open_mapped(me, &e, false, 1 << 20),
+            Err(ShmError::Untrusted { .. })
+        ));
+        // Unlinked: still found (deleted) and opened through map_files.
+        std::fs::remove_file(&p).unwrap();
+        let e = find(me, Kind::Segment).unwrap().expect("still mapped");
+        assert!(e.deleted);
+        drop(m);
+        assert!(find(me, Kind::Segment).unwrap().is_none());
+    }
+
+    #[test]
     fn the_sweep_removes_orphans_only() {
         let _g = guard_test_lock();
         let d = scratch("sweep");
