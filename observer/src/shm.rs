@@ -215,11 +215,13 @@ pub fn trusted(pid: u32, file: File, shown: String, cap: u64) -> Result<File, Sh
 // ---------------------------------------------------------------------
 // The SIGBUS guard.
 
-/// Mappings under the guard at once. Readers in several threads (scrapes,
-/// the recorder) each hold one for the length of a read; the fixed size
-/// keeps the handler lock-free. A reader that finds none free is refused
-/// ([`ShmError::GuardBusy`]), never left unguarded.
-pub const GUARD_SLOTS: usize = 64;
+/// Mappings under the guard at once. Readers in several threads (scrapes)
+/// each hold one for the length of a read, and `record` one per recorded
+/// rank for the whole recording, so there are more than a node has ranks;
+/// the fixed size keeps the handler lock-free (it scans them only on a
+/// SIGBUS). A reader that finds none free is refused
+/// ([`ShmError::GuardBusy`]) and says or counts so, never left unguarded.
+pub const GUARD_SLOTS: usize = 1024;
 /// Slot states in `GUARD_START`: free, being set up (a start no mapping
 /// has), or the mapping's start.
 const FREE: usize = 0;

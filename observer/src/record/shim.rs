@@ -73,7 +73,13 @@ impl ShimRecorder {
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             return None;
         }
-        let map = Guarded::new(&file, len as usize, true).ok()?;
+        let map = match Guarded::new(&file, len as usize, true) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("mpi-observer: pid {pid}: {e}; this rank is recorded through the probes");
+                return None;
+            }
+        };
         let base = NonNull::new(map.base())?;
         let mut r = ShimRecorder {
             pid,
