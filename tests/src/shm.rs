@@ -1,10 +1,7 @@
 //! The shim's files in `/dev/shm` as the tests see them, and an attacker
-//! that squats their names (issue 21, attack 10).
+//! ([`crate::attack`]) that squats their names (issue 21, attack 10).
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::path::{Path, PathBuf};
 
 /// The shim's files (stats segment, `.trace` rings) that process `pid`
 /// maps, by their path in `/proc/PID/maps` (without ` (deleted)`), the
@@ -49,53 +46,13 @@ pub fn trace_of(pid: u32) -> PathBuf {
         .unwrap_or_else(|| panic!("pid {pid} maps no trace file"))
 }
 
-/// The unprivileged user the attacks run as, created if missing.
-pub const ATTACKER: &str = "mpiobs-attacker";
-
-/// Creates [`ATTACKER`] (idempotent); returns its uid.
-pub fn attacker() -> u32 {
-    let id = || {
-        Command::new("id")
-            .args(["-u", ATTACKER])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-    };
-    if let Some(uid) = id() {
-        return uid;
-    }
-    let o = Command::new("useradd")
-        .args(["--system", "--no-create-home", "--user-group", ATTACKER])
-        .output()
-        .expect("run useradd");
-    // Another test may have created it meanwhile (exit 9: exists).
-    assert!(
-        o.status.success() || o.status.code() == Some(9),
-        "useradd {ATTACKER}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    id().expect("the attacker's uid")
-}
-
-/// A command run as [`ATTACKER`], no supplementary groups.
-pub fn as_attacker(program: &str) -> Command {
-    attacker();
-    let mut c = Command::new("setpriv");
-    c.args([
-        &format!("--reuid={ATTACKER}"),
-        &format!("--regid={ATTACKER}"),
-        "--clear-groups",
-        "--",
-        program,
-    ]);
-    c
-}
-
-/// Files the attacker pre-created in `/dev/shm`; removed on drop.
+/// Files the attacker ([`crate::attack::ATTACKER`]) pre-created in
+/// `/dev/shm`; removed on drop.
 pub struct Squat {
     /// Their paths.
     pub files: Vec<PathBuf>,
+    /// The attacker's uid.
+    pub attacker: u32,
 }
 
 /// The last pid the kernel handed out (the fifth field of /proc/loadavg).
@@ -122,7 +79,9 @@ pub fn squat(victim: u32, pids: u32) -> Squat {
          : > mpi-observer.{victim}.$p.0000000000000000; \
          : > mpi-observer.{victim}.$p.0000000000000000.trace; done"
     );
-    let o = as_attacker("sh")
+    let user = crate::attack::User::ensure(crate::attack::ATTACKER);
+    let o = user
+        .command("sh")
         .args(["-c", &script])
         .output()
         .expect("run the squatter");
@@ -137,7 +96,10 @@ pub fn squat(victim: u32, pids: u32) -> Squat {
             files.push(Path::new("/dev/shm").join(name));
         }
     }
-    let s = Squat { files };
+    let s = Squat {
+        files,
+        attacker: user.uid,
+    };
     assert!(
         o.status.success(),
         "the squatter failed: {}",
