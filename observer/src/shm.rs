@@ -124,17 +124,6 @@ pub fn find(pid: u32, kind: Kind) -> Result<Option<MapEntry>, ProcError> {
     }))
 }
 
-/// The real uid of `pid`, from `/proc/PID/status`.
-pub fn real_uid(pid: u32) -> Option<u32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 fn open_flags(path: &Path, write: bool, nofollow: bool) -> io::Result<File> {
     let mut flags = libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
     if nofollow {
@@ -197,7 +186,7 @@ pub fn trusted(pid: u32, file: File, shown: String, cap: u64) -> Result<File, Sh
         path: shown.clone(),
         source,
     })?;
-    let owner_ok = real_uid(pid).is_some_and(|uid| uid == meta.uid());
+    let owner_ok = procfs::uid(pid).is_ok_and(|uid| uid == meta.uid());
     if !meta.file_type().is_file() || !owner_ok || meta.mode() & 0o022 != 0 {
         return Err(ShmError::Untrusted { pid, path: shown });
     }
