@@ -1,6 +1,7 @@
 //! The shared-memory segment through which the shim's `stats` layer exports
 //! argument-level figures to the daemon: one segment per process, created
-//! `0600` by the process itself at `/dev/shm/mpi-observer.<pid>`.
+//! `0600` by the process itself at `/dev/shm/mpi-observer.<uid>.<pid>.<random>`
+//! (see [`Name`]).
 //!
 //! The layout is fixed and versioned. Every counter is an atomic the process
 //! updates lock-free; the daemon only reads. The daemon never takes identity
@@ -37,8 +38,111 @@ pub const V2_HEADER_SIZE: u64 = 96;
 /// `size_of::<RankCounters>()` in version 2: the fields up to
 /// `unattributed_messages`.
 pub const V2_RANK_COUNTERS_SIZE: u64 = 56;
-/// Segment path prefix; the pid follows.
+/// The directory of the segments and trace files.
+pub const DIR: &str = "/dev/shm";
+/// Segment path prefix: `<uid>.<pid>.<random>` follows (see [`Name`]).
 pub const PATH_PREFIX: &str = "/dev/shm/mpi-observer.";
+/// The file-name prefix in [`DIR`].
+pub const NAME_PREFIX: &str = "mpi-observer.";
+
+/// A segment's or trace file's name in [`DIR`]:
+/// `mpi-observer.<uid>.<pid>.<16 hex digits>`, plus
+/// [`crate::trace::PATH_SUFFIX`] for the trace file.
+///
+/// The random part (64 bits from `getrandom`) is what makes the name
+/// unsquattable: earlier shims named the segment
+/// `mpi-observer.<pid>`, and a user could pre-create the names of the next
+/// pids, so another user's shim found its name taken and fell back to
+/// pass-through. Nobody needs to guess the name: the shim keeps both files
+/// mapped, and the daemon and `record` find them in `/proc/PID/maps`. The
+/// old form is still recognised ([`Name::parse`], `uid` = `None`), only so
+/// that orphans of older shims can be removed; nothing reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Name {
+    /// The creator's real uid; `None` in the old form.
+    pub uid: Option<u32>,
+    /// The creating process.
+    pub pid: u32,
+    /// The random part; `None` in the old form.
+    pub random: Option<u64>,
+    /// The trace file (`.trace`), not the segment.
+    pub trace: bool,
+}
+
+impl Name {
+    /// Parses a file name (no directory); `None` for anything else.
+    pub fn parse(name: &str) -> Option<Name> {
+        let rest = name.strip_prefix(NAME_PREFIX)?;
+        let (rest, trace) = match rest.strip_suffix(crate::trace::PATH_SUFFIX) {
+            Some(r) => (r, true),
+            None => (rest, false),
+        };
+        let num = |s: &str| -> Option<u32> {
+            if s.is_empty() || s.len() > 10 || !s.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            s.parse().ok()
+        };
+        let mut parts = rest.split('.');
+        let (a, b, c) = (parts.next()?, parts.next(), parts.next());
+        if parts.next().is_some() {
+            return None;
+        }
+        match (b, c) {
+            (None, None) => Some(Name {
+                uid: None,
+                pid: num(a)?,
+                random: None,
+                trace,
+            }),
+            (Some(b), Some(c))
+                if c.len() == 16 && c.bytes().all(|x| matches!(x, b'0'..=b'9' | b'a'..=b'f')) =>
+            {
+                Some(Name {
+                    uid: Some(num(a)?),
+                    pid: num(b)?,
+                    random: Some(u64::from_str_radix(c, 16).ok()?),
+                    trace,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Writes the file name (no directory) into `out`; returns its length.
+    /// `out` of [`NAME_MAX`] bytes always suffices.
+    pub fn write(&self, out: &mut [u8; NAME_MAX]) -> usize {
+        struct W<'a>(&'a mut [u8; NAME_MAX], usize);
+        impl core::fmt::Write for W<'_> {
+            fn write_str(&mut self, s: &str) -> core::fmt::Result {
+                let end = self.1 + s.len();
+                self.0
+                    .get_mut(self.1..end)
+                    .ok_or(core::fmt::Error)?
+                    .copy_from_slice(s.as_bytes());
+                self.1 = end;
+                Ok(())
+            }
+        }
+        let mut w = W(out, 0);
+        let suffix = if self.trace {
+            crate::trace::PATH_SUFFIX
+        } else {
+            ""
+        };
+        let _ = match (self.uid, self.random) {
+            (Some(u), Some(r)) => core::fmt::write(
+                &mut w,
+                format_args!("{NAME_PREFIX}{u}.{}.{r:016x}{suffix}", self.pid),
+            ),
+            _ => core::fmt::write(&mut w, format_args!("{NAME_PREFIX}{}{suffix}", self.pid)),
+        };
+        w.1
+    }
+}
+
+/// Longest name [`Name::write`] makes, with room to spare.
+pub const NAME_MAX: usize = 64;
 /// Most peers with a counter of their own; traffic with world ranks at or
 /// beyond this is counted in [`RankCounters::peer_overflow_messages`].
 pub const MAX_PEER_SLOTS: u32 = 65_536;
@@ -341,6 +445,62 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_round_trip_and_strangers_are_refused() {
+        let n = Name {
+            uid: Some(1000),
+            pid: 4242,
+            random: Some(0x0123_4567_89ab_cdef),
+            trace: false,
+        };
+        let mut b = [0u8; NAME_MAX];
+        let len = n.write(&mut b);
+        let s = core::str::from_utf8(&b[..len]).unwrap();
+        assert_eq!(s, "mpi-observer.1000.4242.0123456789abcdef");
+        assert_eq!(Name::parse(s), Some(n));
+        let t = Name { trace: true, ..n };
+        let len = t.write(&mut b);
+        let s = core::str::from_utf8(&b[..len]).unwrap();
+        assert_eq!(s, "mpi-observer.1000.4242.0123456789abcdef.trace");
+        assert_eq!(Name::parse(s), Some(t));
+        // The longest name fits.
+        let max = Name {
+            uid: Some(u32::MAX),
+            pid: u32::MAX,
+            random: Some(u64::MAX),
+            trace: true,
+        };
+        let len = max.write(&mut b);
+        assert_eq!(
+            Name::parse(core::str::from_utf8(&b[..len]).unwrap()),
+            Some(max)
+        );
+        // The old form, for orphans only.
+        assert_eq!(
+            Name::parse("mpi-observer.77.trace"),
+            Some(Name {
+                uid: None,
+                pid: 77,
+                random: None,
+                trace: true
+            })
+        );
+        for bad in [
+            "mpi-observer.",
+            "mpi-observer.x",
+            "mpi-observer.1.2",
+            "mpi-observer.1.2.0123456789ABCDEF",
+            "mpi-observer.1.2.0123456789abcde",
+            "mpi-observer.1.2.0123456789abcdef.x",
+            "mpi-observer.1.2.3.4",
+            "mpi-observer.99999999999",
+            "mpi-observer-test.1.ok",
+            "mpi-observer.+1",
+        ] {
+            assert_eq!(Name::parse(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn layout_is_stable() {

@@ -1,6 +1,8 @@
 //! The shim's event rings for `mpi-observer record`: a second shared-memory
-//! file next to the stats segment, `/dev/shm/mpi-observer.<pid>.trace`,
-//! created `0600` by the shim when it creates its segment.
+//! file next to the stats segment, the segment's name plus `.trace`
+//! (`/dev/shm/mpi-observer.<uid>.<pid>.<random>.trace`, see
+//! [`crate::segment::Name`]), created `0600` by the shim when it creates its
+//! segment and kept mapped while the process lives.
 //!
 //! ```text
 //! TraceHeader | Ring[ring_count], each: RingHeader (128 B) | TraceEvent[ring_events]

@@ -254,6 +254,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
         (None, _) => None,
     };
+    start_orphan_sweeps(&state);
 
     let mut sigint = signal(SignalKind::interrupt()).expect("signal handler");
     let mut sigterm = signal(SignalKind::terminate()).expect("signal handler");
@@ -348,6 +349,41 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     st.detach_all();
     eprintln!("mpi-observer: detached, exiting");
     Ok(())
+}
+
+/// Removes the shim's orphaned files from /dev/shm now and every
+/// [`crate::shm::SWEEP_EVERY`], on a thread of its own (off the state lock
+/// and the runtime); an unprivileged daemon only its own user's.
+fn start_orphan_sweeps(state: &Arc<Mutex<State>>) {
+    let removed = state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .selfm
+        .shm_orphans_removed
+        .clone();
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let limits = crate::shm::SweepLimits {
+        only_uid: (euid != 0).then_some(euid),
+        ..crate::shm::SweepLimits::default()
+    };
+    let _ = std::thread::Builder::new()
+        .name("shm-sweep".into())
+        .spawn(move || {
+            loop {
+                let n =
+                    crate::shm::sweep(std::path::Path::new(observer_common::segment::DIR), limits);
+                if n > 0 {
+                    removed.inc_by(n as u64);
+                    eprintln!(
+                        "mpi-observer: removed {n} orphaned shim file{} from {}",
+                        if n == 1 { "" } else { "s" },
+                        observer_common::segment::DIR
+                    );
+                }
+                std::thread::sleep(crate::shm::SWEEP_EVERY);
+            }
+        });
 }
 
 /// Refuses a `--report-file` that could not be written, before anything is

@@ -30,6 +30,7 @@ pub mod registry;
 pub mod report;
 pub mod segment;
 pub mod server;
+pub mod shm;
 pub mod snapshot;
 pub mod summary;
 pub mod symbolizer;

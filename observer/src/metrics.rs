@@ -63,6 +63,8 @@ pub struct SelfMetrics {
     pub identity_conflicts: IntCounter,
     label_truncations: IntCounterVec,
     oversized_environments: IntCounter,
+    /// Orphaned shim files removed from /dev/shm (crate::shm::sweep).
+    pub shm_orphans_removed: IntCounter,
 }
 
 impl SelfMetrics {
@@ -110,12 +112,17 @@ impl SelfMetrics {
         let segment_errors = IntCounterVec::new(
             Opts::new(
                 "mpi_observer_segment_errors_total",
-                "Stats segments skipped: untrusted (owner or permissions), corrupt, version (layout or function IDs), truncated (shrank while read).",
+                "Stats segments skipped: untrusted (owner or permissions), corrupt, version (layout or function IDs), truncated (shrank while read), busy (every SIGBUS guard slot taken by concurrent reads).",
             ),
             &["reason"],
         )
         .expect("valid metric");
-        for reason in ["untrusted", "corrupt", "version", "truncated"] {
+        let shm_orphans_removed = IntCounter::new(
+            "mpi_observer_shm_orphans_removed_total",
+            "Files of the shim (stats segments, recording rings) removed from /dev/shm because no live process maps them any more.",
+        )
+        .expect("valid metric");
+        for reason in ["untrusted", "corrupt", "version", "truncated", "busy"] {
             segment_errors.with_label_values(&[reason]);
         }
         let refused = IntCounterVec::new(
@@ -190,6 +197,7 @@ impl SelfMetrics {
             Box::new(identity_conflicts.clone()),
             Box::new(label_truncations.clone()),
             Box::new(oversized_environments.clone()),
+            Box::new(shm_orphans_removed.clone()),
         ] {
             registry.register(m).expect("unique metric names");
         }
@@ -213,6 +221,7 @@ impl SelfMetrics {
             identity_conflicts,
             label_truncations,
             oversized_environments,
+            shm_orphans_removed,
         }
     }
 

@@ -1,12 +1,15 @@
-//! Reading the shim's stats segments (`/dev/shm/mpi-observer.<pid>`).
+//! Reading the shim's stats segments
+//! (`/dev/shm/mpi-observer.<uid>.<pid>.<random>`).
 //!
-//! Trust: a segment belongs to the process with that pid only if the file
+//! Trust: a segment is found in the process's own mappings and opened as
+//! the file it maps ([`crate::shm`]); it belongs to the process only if it
 //! is a regular file owned by that process's uid, with no group or other
 //! write permission. Labels never come from it. It is mapped read-only and
 //! every header field is checked against the layout before any array is
 //! read; if the owner truncates the file while we read it, the SIGBUS is
-//! caught, the faulting page is replaced by zeros, and the figures of that
-//! read are discarded. A bad segment is skipped and counted, never fatal.
+//! caught ([`crate::shm::Guarded`]), the faulting page is replaced by
+//! zeros, and the figures of that read are discarded. A bad segment is
+//! skipped and counted, never fatal.
 //!
 //! The daemon keeps the segment's file open from the first read on, so a
 //! rank's final figures stay readable after it exits and unlinks it.
@@ -14,11 +17,9 @@
 use std::{
     collections::BTreeMap,
     fs::File,
-    os::{
-        fd::AsRawFd as _,
-        unix::fs::{MetadataExt as _, OpenOptionsExt as _},
-    },
-    sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    os::unix::fs::MetadataExt as _,
+    path::Path,
+    sync::atomic::{AtomicU64, Ordering},
 };
 
 use observer_common::{
@@ -28,7 +29,11 @@ use observer_common::{
     segment::{self, Header, Layout, MAGIC, MAX_SEGMENT_BYTES, V2, VERSION, request_state},
 };
 
-use crate::{procfs, snapshot::RawSite};
+use crate::{
+    procfs,
+    shm::{self, Guarded, Kind, ShmError},
+    snapshot::RawSite,
+};
 
 /// Why a segment was skipped; the label of `mpi_observer_segment_errors_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -41,6 +46,9 @@ pub enum SegmentProblem {
     Version,
     /// The file shrank while being read.
     Truncated,
+    /// Every SIGBUS guard slot was taken by concurrent reads: this read
+    /// was refused rather than made unguarded.
+    Busy,
 }
 
 impl SegmentProblem {
@@ -51,6 +59,7 @@ impl SegmentProblem {
             SegmentProblem::Corrupt => "corrupt",
             SegmentProblem::Version => "version",
             SegmentProblem::Truncated => "truncated",
+            SegmentProblem::Busy => "busy",
         }
     }
 }
@@ -159,61 +168,64 @@ pub struct Figures {
 #[derive(Debug)]
 pub struct Segment {
     file: File,
-}
-
-/// The segment path of a pid.
-pub fn path(pid: u32) -> String {
-    format!("{}{pid}", segment::PATH_PREFIX)
-}
-
-fn real_uid(pid: u32) -> Option<u32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    /// Its file name in `/dev/shm` when it was found (not yet unlinked),
+    /// for [`Segment::remove_if_orphaned`].
+    name: Option<String>,
 }
 
 impl Segment {
-    /// Opens `pid`'s segment if it has one. `Ok(None)`: no segment (yet).
+    /// Opens `pid`'s segment if it has one: the one its maps list under the
+    /// shim's naming with its own pid ([`shm::find`]). `Ok(None)`: no
+    /// segment (yet), or the process's maps are not readable to the daemon
+    /// (an unprivileged daemon and another user's process).
     pub fn open(pid: u32) -> Result<Option<Segment>, SegmentProblem> {
-        Self::open_at(&path(pid), pid)
+        let Ok(Some(m)) = shm::find(pid, Kind::Segment) else {
+            return Ok(None);
+        };
+        // The size is checked at each read (MAX_SEGMENT_BYTES, corrupt).
+        let file = match shm::open_mapped(pid, &m, false, u64::MAX) {
+            Ok(f) => f,
+            // Gone between the maps and the open.
+            Err(ShmError::Open { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None);
+            }
+            Err(_) => return Err(SegmentProblem::Untrusted),
+        };
+        let name = (!m.deleted)
+            .then(|| m.file_name().map(str::to_string))
+            .flatten();
+        Ok(Some(Segment { file, name }))
     }
 
+    /// Opens a segment by path (tests: a file of this process's that it
+    /// does not map).
+    #[cfg(test)]
     fn open_at(path: &str, pid: u32) -> Result<Option<Segment>, SegmentProblem> {
-        let file = match std::fs::OpenOptions::new()
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(_) => return Err(SegmentProblem::Untrusted),
-        };
-        let meta = file.metadata().map_err(|_| SegmentProblem::Untrusted)?;
-        let owner_ok = real_uid(pid).is_some_and(|uid| uid == meta.uid());
-        if !meta.file_type().is_file() || !owner_ok || meta.mode() & 0o022 != 0 {
-            return Err(SegmentProblem::Untrusted);
-        }
-        Ok(Some(Segment { file }))
+            .map_err(|_| SegmentProblem::Untrusted)?;
+        let file = shm::trusted(pid, file, path.to_string(), u64::MAX)
+            .map_err(|_| SegmentProblem::Untrusted)?;
+        Ok(Some(Segment { file, name: None }))
     }
 
     /// Unlinks `pid`'s segment file if it is still this very file (same
     /// device and inode) and the process is gone: what a rank killed by a
-    /// signal leaves behind in /dev/shm.
+    /// signal leaves behind in /dev/shm. Its trace file goes with it.
     pub fn remove_if_orphaned(&self, pid: u32) {
-        let path = path(pid);
-        let (Ok(ours), Ok(there)) = (self.file.metadata(), std::fs::symlink_metadata(&path)) else {
+        let (Some(name), Ok(ours)) = (&self.name, self.file.metadata()) else {
             return;
         };
         // Gone, or a zombie nobody has reaped yet.
         let gone = procfs::stat(pid).map_or(true, |st| st.is_dead());
-        if gone && ours.dev() == there.dev() && ours.ino() == there.ino() {
-            let _ = std::fs::remove_file(&path);
-            // Its recording rings (`mpi-observer record`), made with it.
-            let rings = format!("{path}{}", observer_common::trace::PATH_SUFFIX);
+        let dir = Path::new(observer_common::segment::DIR);
+        if gone && shm::remove_if_same(dir, name, ours.dev(), ours.ino()) {
+            // Its recording rings (`mpi-observer record`), made with it
+            // under the same random name: only its creator could have.
+            let rings = dir.join(format!("{name}{}", observer_common::trace::PATH_SUFFIX));
             if std::fs::symlink_metadata(&rings)
                 .is_ok_and(|m| m.file_type().is_file() && m.uid() == ours.uid())
             {
@@ -244,112 +256,28 @@ impl Segment {
     }
 }
 
-/// A read-only mapping registered with the SIGBUS guard while it lives.
+/// A read-only mapping of a segment under the SIGBUS guard.
 struct Mapping {
+    guard: Guarded,
     base: *const u8,
     len: usize,
-    slot: usize,
-}
-
-/// Mappings being read, for the SIGBUS handler: (start, len) pairs and a
-/// fault flag per slot. A handful of slots suffice: reads are serialised by
-/// the daemon's state lock, and the fixed size keeps the handler lock-free.
-const GUARD_SLOTS: usize = 8;
-static GUARD_START: [AtomicUsize; GUARD_SLOTS] = [const { AtomicUsize::new(0) }; GUARD_SLOTS];
-static GUARD_LEN: [AtomicUsize; GUARD_SLOTS] = [const { AtomicUsize::new(0) }; GUARD_SLOTS];
-static GUARD_FAULT: [AtomicBool; GUARD_SLOTS] = [const { AtomicBool::new(false) }; GUARD_SLOTS];
-static HANDLER: std::sync::Once = std::sync::Once::new();
-
-extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    for i in 0..GUARD_SLOTS {
-        let start = GUARD_START[i].load(Ordering::Acquire);
-        let len = GUARD_LEN[i].load(Ordering::Acquire);
-        if start != 0 && start != usize::MAX && addr >= start && addr - start < len {
-            GUARD_FAULT[i].store(true, Ordering::Release);
-            // Put a zero page where the file's page vanished and resume.
-            let page = addr & !4095;
-            // SAFETY: the page lies inside our own mapping of the segment;
-            // replacing it with anonymous zeros cannot affect anything else.
-            unsafe {
-                libc::mmap(
-                    page as *mut libc::c_void,
-                    4096,
-                    libc::PROT_READ,
-                    libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            return;
-        }
-    }
-    // Not ours: restore the default action and let the fault kill us.
-    // SAFETY: plain signal-disposition calls.
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-        libc::raise(sig);
-    }
-}
-
-fn install_handler() {
-    HANDLER.call_once(|| {
-        // SAFETY: installs a handler that only touches atomics and mmap.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_sigbus as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
-        }
-    });
 }
 
 impl Mapping {
     fn new(file: &File, len: usize) -> Result<Self, SegmentProblem> {
-        install_handler();
-        // SAFETY: a fresh read-only shared mapping of a file we hold open.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(SegmentProblem::Corrupt);
-        }
-        let slot = (0..GUARD_SLOTS)
-            .find(|i| {
-                GUARD_START[*i]
-                    .compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-            })
-            .ok_or(SegmentProblem::Corrupt);
-        let slot = match slot {
-            Ok(s) => s,
-            Err(e) => {
-                // SAFETY: unmapping what we just mapped.
-                unsafe { libc::munmap(p, len) };
-                return Err(e);
-            }
-        };
-        GUARD_FAULT[slot].store(false, Ordering::Release);
-        GUARD_LEN[slot].store(len, Ordering::Release);
-        GUARD_START[slot].store(p as usize, Ordering::Release);
+        let guard = Guarded::new(file, len, false).map_err(|e| match e {
+            ShmError::GuardBusy => SegmentProblem::Busy,
+            _ => SegmentProblem::Corrupt,
+        })?;
         Ok(Mapping {
-            base: p as *const u8,
-            len,
-            slot,
+            base: guard.base(),
+            len: guard.len(),
+            guard,
         })
     }
 
     fn faulted(&self) -> bool {
-        GUARD_FAULT[self.slot].load(Ordering::Acquire)
+        self.guard.faulted()
     }
 
     /// An atomic u64 load at a validated, aligned offset.
@@ -560,14 +488,6 @@ impl Mapping {
     }
 }
 
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        GUARD_START[self.slot].store(0, Ordering::Release);
-        // SAFETY: unmapping our own mapping, no references to it remain.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
-    }
-}
-
 /// `CLOCK_MONOTONIC` now, in nanoseconds: the clock the shim stamps with.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -721,6 +641,7 @@ mod tests {
     }
 
     fn read(name: &str, bytes: &[u8], mode: u32) -> Result<Figures, SegmentProblem> {
+        let _g = crate::shm::guard_test_lock();
         let p = write(name, bytes, mode);
         let r = Segment::open_at(&p, std::process::id()).map(|s| s.expect("present").read());
         let _ = std::fs::remove_file(&p);
@@ -930,6 +851,7 @@ mod tests {
     fn a_segment_that_shrinks_under_the_reader_is_caught() {
         // Map two pages of a one-page file: touching the second raises
         // SIGBUS, which the guard turns into a zero page and a flag.
+        let _g = crate::shm::guard_test_lock();
         let p = write("shrink", &[7u8; 4096], 0o600);
         let f = File::open(&p).unwrap();
         let m = Mapping::new(&f, 8192).unwrap();

@@ -23,7 +23,7 @@ use std::{
 
 use mpi_observer::{
     procfs::{self, MapEntry},
-    record::shim::{self as trace_reader, ShimRecorder},
+    record::shim::ShimRecorder,
     report::{self, Data, FunctionData, PeerData, RankData, SiteData, StatsData},
     segment::{self, Segment},
     symbols, web_config,
@@ -368,18 +368,64 @@ fn segment_image(body: &[u8]) -> Vec<u8> {
 /// The tests share this process's one segment path.
 static SEGMENT_PATH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// `bytes` as this process's shim file (the segment, or the trace file if
+/// `trace`), under the shim's naming and mapped as the shim keeps it, so
+/// the readers find it in `/proc/self/maps`; unmapped and removed on drop.
+struct OwnShimFile {
+    path: std::path::PathBuf,
+    map: *mut libc::c_void,
+}
+
+impl OwnShimFile {
+    fn new(bytes: &[u8], trace: bool) -> OwnShimFile {
+        use std::os::{fd::AsRawFd as _, unix::fs::PermissionsExt as _};
+        let mut b = [0u8; seg::NAME_MAX];
+        let n = seg::Name {
+            // SAFETY: getuid cannot fail.
+            uid: Some(unsafe { libc::getuid() }),
+            pid: std::process::id(),
+            random: Some(0xf022),
+            trace,
+        }
+        .write(&mut b);
+        let path = std::path::Path::new(seg::DIR).join(std::str::from_utf8(&b[..n]).unwrap());
+        std::fs::write(&path, bytes).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: a shared read-only mapping of a file we own; never
+        // touched (a page past its end is never accessed).
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        OwnShimFile { path, map }
+    }
+}
+
+impl Drop for OwnShimFile {
+    fn drop(&mut self) {
+        // SAFETY: our mapping, unused by now.
+        unsafe { libc::munmap(self.map, 4096) };
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// Reads `bytes` as this process's segment, as the daemon does.
 fn read_segment(bytes: &[u8]) -> Result<segment::Figures, segment::SegmentProblem> {
-    use std::os::unix::fs::PermissionsExt as _;
     let _one = SEGMENT_PATH.lock().unwrap_or_else(|e| e.into_inner());
     let pid = std::process::id();
-    let path = segment::path(pid);
-    std::fs::write(&path, bytes).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = OwnShimFile::new(bytes, false);
     let r = bounded("the segment reader", 8 << 20, || {
         Segment::open(pid).map(|s| s.expect("the segment just written").read())
     });
-    let _ = std::fs::remove_file(&path);
+    drop(file);
     r?
 }
 
@@ -507,11 +553,8 @@ fn trace_image(body: &[u8]) -> Vec<u8> {
 /// `mpi-observer record` does; returns the events drained, or `None` when
 /// the reader refused the file.
 fn record_from(bytes: &[u8]) -> Option<u64> {
-    use std::os::unix::fs::PermissionsExt as _;
     let pid = std::process::id();
-    let path = trace_reader::path(pid);
-    std::fs::write(&path, bytes).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = OwnShimFile::new(bytes, true);
     let r = bounded("the trace reader", 8 << 20, || {
         let mut rec = ShimRecorder::open(pid)?;
         let _ = (rec.world_rank(), rec.world_size());
@@ -522,18 +565,19 @@ fn record_from(bytes: &[u8]) -> Option<u64> {
             n += 1;
         };
         // A drain before the start reads what the file claims is there.
-        let before = rec.drain(&mut visit);
+        // The file never shrinks here: no page can vanish.
+        let before = rec.drain(&mut visit).expect("no page vanished");
         rec.start();
-        let after = rec.drain(&mut visit);
+        let after = rec.drain(&mut visit).expect("no page vanished");
         let _ = rec.dropped();
         rec.stop();
-        let last = rec.drain(&mut visit);
+        let last = rec.drain(&mut visit).expect("no page vanished");
         let ring_cap = u64::from(TRACE_RINGS) * u64::from(TRACE_EVENTS);
         assert!(before <= ring_cap && after <= ring_cap && last <= ring_cap);
         assert_eq!(before + after + last, n);
         Some(n)
     });
-    let _ = std::fs::remove_file(&path);
+    drop(file);
     r
 }
 

@@ -4,6 +4,8 @@
 //! prerequisite skips the test with a message; with `CI=true` it fails it,
 //! because a CI run that skipped its real tests proves nothing.
 
+pub mod shm;
+
 use std::{
     collections::BTreeMap,
     io::{Read as _, Write as _},

@@ -538,12 +538,14 @@ fn kill_marked(mark: &str) -> usize {
             continue;
         };
         if env.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-            // SAFETY: kill(2) on a process this run started.
-            unsafe { kill(pid as i32, SIGKILL) };
             // A rank killed under `stats` leaves its segment (and its
             // trace file) behind.
-            let _ = fs::remove_file(format!("/dev/shm/mpi-observer.{pid}"));
-            let _ = fs::remove_file(format!("/dev/shm/mpi-observer.{pid}.trace"));
+            let files = e2e::shm::files_of(pid);
+            // SAFETY: kill(2) on a process this run started.
+            unsafe { kill(pid as i32, SIGKILL) };
+            for f in files {
+                let _ = fs::remove_file(f);
+            }
             n += 1;
         }
     }

@@ -644,3 +644,100 @@ fn fewer_rings_than_threads_counts_the_rest_as_dropped() {
         );
     }
 }
+
+/// Issue 21, attack 9: the job's user truncates a rank's `.trace` file
+/// mid-recording. `record` does not die of SIGBUS: it says so in one line
+/// naming the rank, records the others, exits 0 with a valid archive, and
+/// the job finishes correctly.
+#[test]
+fn a_truncated_trace_file_loses_one_rank_only() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Mpi(mpi), Need::Command("truncate")]) || !require(&readers()) {
+        return;
+    }
+    let dir = scratch("record-truncated");
+    let exe = dir.join("traffic");
+    compile(mpi, &program("record/traffic.c"), &exe, &[]);
+    let mut l = shim_launcher(mpi, 3, "stats");
+    l.arg(&exe).arg("20");
+    let job = Job::spawn(l, 3, dir.join("go"));
+    let out = dir.join("trace");
+    let mut args = job.pid_args();
+    args.extend(["-o".into(), out.display().to_string()]);
+    let (rec, rx) = start_record(&args);
+    // Rank 0 waits for the go file outside any MPI call, with no ring
+    // claimed yet: cut its file to the header page. The recorder's next
+    // drain touches the vanished rings; rank 0 reserves its ring again
+    // (posix_fallocate) at its first event, so the job runs on.
+    let trace = e2e::shm::trace_of(job.pid(0));
+    let o = Command::new("truncate")
+        .args(["-s", "4096"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let mut seen = Vec::new();
+    let said = loop {
+        let l = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no line about the lost rank: {seen:?}"));
+        if l.contains("recording rings") {
+            break l;
+        }
+        seen.push(l);
+    };
+    assert!(
+        said.contains("rank 0") && said.contains(&format!("pid {}", job.pid(0))),
+        "{said}"
+    );
+    job.finish("OK");
+    let (code, rest) = end_record(rec, rx);
+    assert_eq!(code, Some(0), "{rest:?}");
+    assert!(
+        !rest.iter().any(|l| l.contains("recording rings")),
+        "one line only: {rest:?}"
+    );
+    assert!(
+        rest.last().unwrap().contains("every recorded rank exited"),
+        "{rest:?}"
+    );
+    // The archive is valid, and ranks 1 and 2 are in it in full: their
+    // sends to each other and rank 1's to rank 0.
+    let r = python_read(&out);
+    assert_eq!(r["enter_leave_balanced"], true, "{r}");
+    assert_eq!(r["declared_events_match"], true, "{r}");
+    let sends = as_pairs(&r["sends"]);
+    let want = expected_pairs(3, 20);
+    for pair in ["1->2", "2->1", "1->0", "2->0"] {
+        assert_eq!(sends.get(pair), want.get(pair), "{pair}: {r}");
+    }
+    assert!(
+        !sends.keys().any(|k| k.starts_with("0->")),
+        "rank 0 is not recorded after its loss: {r}"
+    );
+    let p = otf2_print(&out);
+    assert_eq!(
+        p.kinds.get("ENTER").copied().unwrap_or(0),
+        p.kinds.get("LEAVE").copied().unwrap_or(0),
+        "{p:?}"
+    );
+}
+
+/// Issue 21, attack 10, for `record`: with every guessable name of the
+/// next pids squatted by another user, the job's rings are still made
+/// and recorded in full.
+#[test]
+fn squatted_names_do_not_stop_recording() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Root, Need::Command("useradd"), Need::Mpi(mpi)]) || !require(&readers()) {
+        return;
+    }
+    // 1,000 pids: the compiler's and the job's.
+    let squat = e2e::shm::squat(0, 1000);
+    let (r, _, _) = record_traffic(mpi, "record-squat", 10, &[]);
+    let want = expected_pairs(3, 10);
+    assert_eq!(as_pairs(&r["sends"]), want, "{r}");
+    assert_eq!(as_pairs(&r["recvs"]), want, "{r}");
+    assert_eq!(r["enter_leave_balanced"], true, "{r}");
+    drop(squat);
+}

@@ -14,6 +14,7 @@
 use std::{
     collections::BTreeMap,
     io::{Seek as _, SeekFrom, Write as _},
+    os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
     process::Command,
     time::Duration,
@@ -484,11 +485,11 @@ fn stats_request_table_bound_mpich() {
 
 /// Overwrites `len` bytes of `pid`'s live segment at `offset`.
 fn corrupt(pid: u32, offset: u64, bytes: &[u8]) {
-    let path = format!("/dev/shm/mpi-observer.{pid}");
+    let path = e2e::shm::segment_of(pid);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .open(&path)
-        .unwrap_or_else(|e| panic!("open {path}: {e}"));
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     f.seek(SeekFrom::Start(offset)).unwrap();
     f.write_all(bytes).unwrap();
 }
@@ -591,8 +592,11 @@ fn no_shm(mpi: Mpi) {
     assert_eq!(said.len(), NP as usize, "one line per rank: {err}");
     for l in &said {
         assert!(
-            l.contains("stats: cannot create /dev/shm/mpi-observer.")
-                && l.contains("passes calls through"),
+            l.contains(&format!(
+                "stats: cannot create /dev/shm/mpi-observer.{}.",
+                // SAFETY: getuid cannot fail.
+                unsafe { libc::getuid() }
+            )) && l.contains("passes calls through"),
             "{l}"
         );
     }
@@ -638,18 +642,14 @@ fn stats_segment_of_a_killed_job_is_removed() {
     );
     scrape_with_figures(&mut d, &[0, 1, 2, 3]);
     // The segment and its recording rings (`mpi-observer record`).
-    let segments: Vec<String> = job
+    let segments: Vec<PathBuf> = job
         .pids()
         .iter()
-        .flat_map(|p| {
-            [
-                format!("/dev/shm/mpi-observer.{p}"),
-                format!("/dev/shm/mpi-observer.{p}.trace"),
-            ]
-        })
+        .flat_map(|p| e2e::shm::files_of(*p))
         .collect();
+    assert_eq!(segments.len(), 2 * NP as usize, "{segments:?}");
     for s in &segments {
-        assert!(Path::new(s).exists(), "{s} must exist while the job runs");
+        assert!(s.exists(), "{} must exist while the job runs", s.display());
     }
     for p in job.pids() {
         // SAFETY: kill(2) on a rank this test started.
@@ -659,15 +659,126 @@ fn stats_segment_of_a_killed_job_is_removed() {
     wait_for(
         "the orphaned segments to be removed",
         Duration::from_secs(20),
-        || {
-            segments
-                .iter()
-                .all(|s| !Path::new(s).exists())
-                .then_some(())
-        },
+        || segments.iter().all(|s| !s.exists()).then_some(()),
     );
 }
 
 unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Issue 21, attack 10: an unprivileged user pre-creates 4,000 files under
+/// every name of the shim's it can guess for the next pids (the old
+/// `mpi-observer.<pid>` and `.trace`, the new form with a guessed random
+/// part). The next job's shim still creates its segment (its random name
+/// cannot be taken in advance), and its figures are exact.
+#[test]
+fn stats_squatted_names_do_not_push_the_shim_out() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Root, Need::Command("useradd"), Need::Mpi(mpi)]) {
+        return;
+    }
+    let dir = scratch("stats-squat");
+    let exe = build(mpi, &dir, "traffic");
+    let squat = e2e::shm::squat(0, 1000);
+    assert_eq!(squat.files.len(), 4000);
+    for f in &squat.files {
+        let m = std::fs::symlink_metadata(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert_eq!(m.uid(), squat.attacker, "{} is the attacker's", f.display());
+    }
+    let job = Job::spawn(launcher(mpi, &exe), NP, dir.join("go"));
+    for p in job.pids() {
+        let seg = e2e::shm::segment_of(p);
+        assert!(!squat.files.contains(&seg), "{}", seg.display());
+        assert_eq!(std::fs::metadata(&seg).unwrap().uid(), 0);
+    }
+    let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
+    let s = scrape_with_figures(&mut d, &[0, 1, 2, 3]);
+    for rank in 0..NP {
+        assert_traffic(&s, rank, mpi);
+    }
+    assert_collectives(&s, mpi);
+    job.finish("DONE ");
+    // The attacker's files are young: the daemon's sweep spares them.
+    assert!(squat.files.iter().all(|f| f.exists()));
+}
+
+/// Issue 21, attack 12 (orphans): ranks SIGKILLed while no daemon runs
+/// leave their files in /dev/shm; a daemon started later removes them in
+/// its first sweep, counted, and never removes a live rank's files, nor
+/// follows or removes a symlink named like a segment.
+#[test]
+fn stats_orphans_are_swept_at_start() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Root, Need::Mpi(mpi)]) {
+        return;
+    }
+    let dead = start(mpi, &scratch("stats-orphans-dead"), "hold");
+    let dead_pids = dead.pids();
+    let orphans: Vec<PathBuf> = dead_pids
+        .iter()
+        .flat_map(|p| e2e::shm::files_of(*p))
+        .collect();
+    assert_eq!(orphans.len(), 2 * NP as usize, "{orphans:?}");
+    for p in &dead_pids {
+        // SAFETY: kill(2) on a rank this test started.
+        unsafe { kill(*p as i32, 9) };
+    }
+    drop(dead);
+    wait_for(
+        "the killed ranks to be gone",
+        Duration::from_secs(20),
+        || {
+            dead_pids
+                .iter()
+                .all(|p| !Path::new(&format!("/proc/{p}")).exists())
+                .then_some(())
+        },
+    );
+    let live = start(mpi, &scratch("stats-orphans-live"), "hold");
+    let kept: Vec<PathBuf> = live
+        .pids()
+        .iter()
+        .flat_map(|p| e2e::shm::files_of(*p))
+        .collect();
+    assert_eq!(kept.len(), 2 * NP as usize, "{kept:?}");
+    // Past the grace period, all of them: only the live ranks' mappings
+    // spare theirs.
+    for f in orphans.iter().chain(&kept) {
+        std::fs::File::options()
+            .write(true)
+            .open(f)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
+            .unwrap();
+    }
+    // A symlink named like a dead rank's segment, to a live one.
+    let link = PathBuf::from(format!(
+        "/dev/shm/mpi-observer.0.{}.00000000000000aa",
+        dead_pids[0]
+    ));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&kept[0], &link).unwrap();
+    let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], live.pid_args()].concat());
+    wait_for("the orphans to be removed", Duration::from_secs(10), || {
+        orphans.iter().all(|f| !f.exists()).then_some(())
+    });
+    let s = scrape_with_figures(&mut d, &[0, 1, 2, 3]);
+    assert!(
+        sum(&s, "mpi_observer_shm_orphans_removed_total", &[]) >= orphans.len() as f64,
+        "the removals are counted"
+    );
+    for f in &kept {
+        assert!(f.exists(), "a live rank's {} must stay", f.display());
+    }
+    assert!(
+        std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()),
+        "the symlink is left alone"
+    );
+    let _ = std::fs::remove_file(&link);
+    live.finish("DONE ");
+    assert!(
+        d.log().iter().any(|l| l.contains("orphaned shim file")),
+        "the sweep says what it removed"
+    );
 }

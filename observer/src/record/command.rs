@@ -98,6 +98,9 @@ struct Target {
     /// A communicator being defined: (id, size, world ranks so far).
     defining: HashMap<u32, (u32, Vec<u32>)>,
     exited: bool,
+    /// Its shim's rings were lost mid-recording (the file truncated): it
+    /// is recorded no further, and said so once.
+    lost: bool,
 }
 
 enum Source {
@@ -292,6 +295,7 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
             comms: HashMap::from([(0, 0)]),
             defining: HashMap::new(),
             exited: false,
+            lost: false,
         });
     }
     let node = crate::report::hostname();
@@ -579,7 +583,18 @@ fn drain(
         // Definitions first: a communicator may be announced by one thread
         // and used by another in the same batch.
         let mut batch: Vec<(u32, TraceEvent)> = Vec::new();
-        s.drain(|tid, ev| batch.push((tid, *ev)));
+        if let Err(e) = s.drain(|tid, ev| batch.push((tid, *ev))) {
+            // The batch may hold zeros from a vanished page: not written.
+            if !t.lost {
+                t.lost = true;
+                t.exited = true;
+                eprintln!(
+                    "mpi-observer: rank {} (pid {}): {e}; the other ranks are still recorded",
+                    t.rank, t.pid
+                );
+            }
+            continue;
+        }
         for (_, ev) in batch.iter().filter(|(_, e)| is_definition(e)) {
             define(t, ev, archive, comms);
         }

@@ -1,10 +1,14 @@
 //! The recorder's side of the shim's event rings
-//! (`/dev/shm/mpi-observer.<pid>.trace`, layout in
+//! (`/dev/shm/mpi-observer.<uid>.<pid>.<random>.trace`, layout in
 //! `observer_common::trace`): start a recording, drain it, stop it.
 //!
-//! The file is validated before use (owner, mode, magic, version, sizes
-//! against the file's own size), and only its atomics and records are
-//! touched. The mapping outlives the shim's unlink at `MPI_Finalize`, so a
+//! The file is found in the process's maps and opened as the file it maps
+//! ([`crate::shm`]), validated before use (owner, mode, magic, version,
+//! sizes against the file's own size), and only its atomics and records
+//! are touched, through a mapping under the SIGBUS guard: if the owner
+//! truncates the file mid-recording, the recorder does not die; the rank's
+//! rings are reported lost ([`RingsLost`]) and its events from then on are
+//! not believed. The mapping outlives the shim's unlink at `MPI_Finalize`, so a
 //! rank that exits mid-recording still has its last events read. Dropping
 //! a recorder stops its recording, so an error path leaves the shim idle.
 //! A recorder killed with SIGKILL leaves `active` set: the shim then fills
@@ -13,24 +17,30 @@
 
 use std::{
     fs::File,
-    os::{
-        fd::AsRawFd as _,
-        unix::fs::{MetadataExt as _, OpenOptionsExt as _},
-    },
+    os::fd::AsRawFd as _,
     ptr::NonNull,
     sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
-use observer_common::{
-    segment::PATH_PREFIX,
-    trace::{self as t, RingHeader, TraceEvent, TraceHeader},
-};
+use observer_common::trace::{self as t, RingHeader, TraceEvent, TraceHeader};
+use thiserror::Error;
+
+use crate::shm::{self, Guarded, Kind};
+
+/// A rank's rings stopped being readable mid-recording.
+#[derive(Debug, Error)]
+#[error(
+    "its recording rings shrank or vanished under the recorder (the file was truncated); its events from then on are lost"
+)]
+pub struct RingsLost;
 
 /// One process's rings, mapped.
 pub struct ShimRecorder {
     pid: u32,
     /// The open file, holding its `flock`.
     _lock: File,
+    /// The guarded mapping; `base` is its start.
+    map: Guarded,
     base: NonNull<u8>,
     len: usize,
     rings: u32,
@@ -44,27 +54,15 @@ pub struct ShimRecorder {
 // SAFETY: the mapping is used through atomics and the ring protocol only.
 unsafe impl Send for ShimRecorder {}
 
-/// The trace file of `pid`.
-pub fn path(pid: u32) -> String {
-    format!("{PATH_PREFIX}{pid}{}", t::PATH_SUFFIX)
-}
-
 impl ShimRecorder {
     /// Maps `pid`'s trace file; `None` when it has none (no shim, or no
-    /// `stats` layer, or a shim of an earlier version), when the file is
-    /// not one to trust, or when another recorder has it open.
+    /// `stats` layer, or a shim of an earlier version, whose file has the
+    /// old name), when the file is not one to trust, or when another
+    /// recorder has it open.
     pub fn open(pid: u32) -> Option<ShimRecorder> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path(pid))
-            .ok()?;
+        let m = shm::find(pid, Kind::Trace).ok()??;
+        let file = shm::open_mapped(pid, &m, true, t::MAX_BYTES).ok()?;
         let meta = file.metadata().ok()?;
-        let owner = std::fs::metadata(format!("/proc/{pid}")).ok()?.uid();
-        if !meta.file_type().is_file() || meta.uid() != owner || meta.mode() & 0o022 != 0 {
-            return None;
-        }
         let len = meta.len();
         if !(t::HEADER_BYTES..=t::MAX_BYTES).contains(&len) {
             return None;
@@ -75,10 +73,18 @@ impl ShimRecorder {
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             return None;
         }
-        let base = map(&file, len as usize)?;
+        let map = match Guarded::new(&file, len as usize, true) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("mpi-observer: pid {pid}: {e}; this rank is recorded through the probes");
+                return None;
+            }
+        };
+        let base = NonNull::new(map.base())?;
         let mut r = ShimRecorder {
             pid,
             _lock: file,
+            map,
             base,
             len: len as usize,
             rings: 0,
@@ -97,7 +103,7 @@ impl ShimRecorder {
             && t::RING_EVENTS.contains(&h.ring_events)
             && h.rings_offset == t::HEADER_BYTES
             && t::file_bytes(h.ring_count, h.ring_events) == len;
-        if !ok {
+        if !ok || r.map.faulted() {
             return None;
         }
         let (rings, events) = (h.ring_count, h.ring_events);
@@ -169,9 +175,21 @@ impl ShimRecorder {
         self.recording = true;
     }
 
+    /// Whether the rings were lost: a page of the file vanished under an
+    /// access (the owner truncated it).
+    pub fn lost(&self) -> bool {
+        self.map.faulted()
+    }
+
     /// Moves every event written since the last call out, ring by ring, in
     /// each ring's order: `f(owner thread id, event)`. Returns how many.
-    pub fn drain(&mut self, mut f: impl FnMut(u32, &TraceEvent)) -> u64 {
+    /// Once the rings are lost ([`ShimRecorder::lost`]) it returns
+    /// [`RingsLost`], and the events it passed to `f` in that call are not
+    /// to be believed (some may be zeros from a vanished page).
+    pub fn drain(&mut self, mut f: impl FnMut(u32, &TraceEvent)) -> Result<u64, RingsLost> {
+        if self.lost() {
+            return Err(RingsLost);
+        }
         let mut n = 0;
         for i in 0..self.rings {
             let (r, recs) = self.ring(i);
@@ -179,12 +197,18 @@ impl ShimRecorder {
             // SAFETY: the ring's records, one consumer (us).
             n += unsafe { t::drain(r, recs, self.events, |e| f(owner, e)) };
         }
-        n
+        if self.lost() {
+            return Err(RingsLost);
+        }
+        Ok(n)
     }
 
     /// Events dropped since the start: per ring (its owner and count), and
     /// those of threads that found no ring.
     pub fn dropped(&self) -> (Vec<(u32, u64)>, u64) {
+        if self.lost() {
+            return (Vec::new(), 0);
+        }
         let rings = (0..self.rings)
             .map(|i| {
                 let (r, _) = self.ring(i);
@@ -216,28 +240,9 @@ impl ShimRecorder {
 
 impl Drop for ShimRecorder {
     fn drop(&mut self) {
+        // The mapping goes with `map`, after this.
         self.stop();
-        // SAFETY: our mapping, no reference outlives `self`.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
-}
-
-fn map(file: &File, len: usize) -> Option<NonNull<u8>> {
-    // SAFETY: a shared mapping of a regular file of `len` bytes.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    NonNull::new(p.cast())
 }
 
 #[cfg(test)]
@@ -247,6 +252,43 @@ mod tests {
     use observer_common::trace::{Kind, TraceEvent};
 
     use super::*;
+
+    /// A shared read-write mapping of `len` bytes of `file`, as the shim
+    /// makes (so the file is in this process's maps).
+    fn map(file: &File, len: usize) -> Option<NonNull<u8>> {
+        // SAFETY: a shared mapping of a regular file of `len` bytes.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED)
+            .then(|| NonNull::new(p.cast()))
+            .flatten()
+    }
+
+    /// This process's trace file path under the shim's naming.
+    fn path(pid: u32) -> String {
+        let mut b = [0u8; observer_common::segment::NAME_MAX];
+        let n = observer_common::segment::Name {
+            // SAFETY: getuid cannot fail.
+            uid: Some(unsafe { libc::getuid() }),
+            pid,
+            random: Some(0x5eed),
+            trace: true,
+        }
+        .write(&mut b);
+        format!(
+            "{}/{}",
+            observer_common::segment::DIR,
+            std::str::from_utf8(&b[..n]).unwrap()
+        )
+    }
 
     /// A trace file for this test process, as a shim would write it, with
     /// `rings` rings of 64 events; removed on drop.
@@ -338,6 +380,7 @@ mod tests {
     // One test, as every case uses this process's one trace file path.
     #[test]
     fn start_drain_drop_stop_and_refusals() {
+        let _g = crate::shm::guard_test_lock();
         let me = std::process::id();
         // No file: no recorder.
         let _ = std::fs::remove_file(path(me));
@@ -370,12 +413,12 @@ mod tests {
         assert_eq!(ring_owner(1), me, "a live thread keeps its ring");
 
         let mut got = Vec::new();
-        assert_eq!(r.drain(|tid, e| got.push((tid, e.t_ns))), 0);
+        assert_eq!(r.drain(|tid, e| got.push((tid, e.t_ns))).ok(), Some(0));
         for k in 0..70 {
             f.push(1, me, &ev(100 + k));
         }
         f.header().no_ring.fetch_add(5, Relaxed);
-        assert_eq!(r.drain(|tid, e| got.push((tid, e.t_ns))), 64);
+        assert_eq!(r.drain(|tid, e| got.push((tid, e.t_ns))).ok(), Some(64));
         assert_eq!(got.first(), Some(&(me, 100)));
         assert_eq!(got.last(), Some(&(me, 163)));
         assert_eq!(r.dropped(), (vec![(me, 6)], 5));
@@ -403,5 +446,20 @@ mod tests {
         assert!(ShimRecorder::open(me).is_none(), "writable by others");
         std::fs::set_permissions(&f.path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(ShimRecorder::open(me).is_some());
+
+        // Truncated under a recording: lost, said so, no SIGBUS.
+        let mut r = ShimRecorder::open(me).expect("valid again");
+        r.start();
+        assert_eq!(r.drain(|_, _| ()).ok(), Some(0));
+        File::options()
+            .write(true)
+            .open(&f.path)
+            .unwrap()
+            .set_len(t::HEADER_BYTES)
+            .unwrap();
+        assert!(r.drain(|_, _| ()).is_err(), "the rings are lost");
+        assert!(r.lost());
+        assert_eq!(r.dropped(), (Vec::new(), 0));
+        drop(r);
     }
 }

@@ -20,9 +20,9 @@ use observer_common::{
     generated::functions::SPEC_FINGERPRINT,
     maps::hist_slot,
     segment::{
-        CALLSITE_PROBE, CALLSITE_SLOTS, CallTiming, CallsiteSlot, FunctionCounters, Header, Layout,
-        MAGIC, MAX_PEER_SLOTS, PATH_PREFIX, PeerCounters, REQUEST_SLOTS, RankCounters, RequestSlot,
-        VERSION, callsite_hash, callsite_key,
+        CALLSITE_PROBE, CALLSITE_SLOTS, CallTiming, CallsiteSlot, DIR, FunctionCounters, Header,
+        Layout, MAGIC, MAX_PEER_SLOTS, NAME_MAX, NAME_PREFIX, Name, PeerCounters, REQUEST_SLOTS,
+        RankCounters, RequestSlot, VERSION, callsite_hash, callsite_key,
     },
 };
 
@@ -204,22 +204,66 @@ fn os(path: &str, what: &'static str) -> SegmentError {
 }
 
 /// Creates `path` as a new file of this process's, mode 0600, for reading
-/// and writing; returns its descriptor, or -1 with `errno` set.
+/// and writing; returns its descriptor, or -1 with `errno` set. A file
+/// already there is never removed: with a random name it can only be
+/// someone else's (or an astronomically unlikely collision), and the
+/// caller draws another name.
 pub(crate) fn create_own(path: &std::ffi::CStr) -> c_int {
     let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: NUL-terminated path.
-    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o600) };
-    if fd >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-        return fd;
+    unsafe { libc::open(path.as_ptr(), flags, 0o600) }
+}
+
+/// Names drawn before giving up on `EEXIST`.
+const NAME_TRIES: usize = 4;
+
+/// 64 random bits from `getrandom(2)`; `None` if it fails.
+fn random_u64() -> Option<u64> {
+    let mut v = 0u64;
+    // SAFETY: writes at most 8 bytes into `v`.
+    let n = unsafe { libc::getrandom((&raw mut v).cast(), 8, libc::GRND_NONBLOCK) };
+    (n == 8).then_some(v)
+}
+
+/// Creates the segment's file under a fresh name
+/// (`observer_common::segment::Name`: uid, pid, 64 random bits) that no
+/// other user can have taken in advance: returns its descriptor and path.
+fn create_segment_file() -> Result<(c_int, CString), SegmentError> {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let mut last = String::new();
+    for _ in 0..NAME_TRIES {
+        let Some(random) = random_u64() else {
+            return Err(os(
+                &format!("{DIR}/{NAME_PREFIX}{uid}.{}.*", std::process::id()),
+                "getrandom",
+            ));
+        };
+        let name = Name {
+            uid: Some(uid),
+            pid: std::process::id(),
+            random: Some(random),
+            trace: false,
+        };
+        let mut b = [0u8; NAME_MAX];
+        let n = name.write(&mut b);
+        let path = format!(
+            "{DIR}/{}",
+            core::str::from_utf8(&b[..n]).expect("ASCII name")
+        );
+        let cpath = CString::new(path.clone()).expect("no NUL in a name");
+        let fd = create_own(&cpath);
+        if fd >= 0 {
+            return Ok((fd, cpath));
+        }
+        let e = os(&path, "open");
+        if !matches!(&e, SegmentError::Create { source, .. } if source.raw_os_error() == Some(libc::EEXIST))
+        {
+            return Err(e);
+        }
+        last = path;
     }
-    // A file left by an earlier process with this pid that died before
-    // MPI_Finalize. /dev/shm is sticky, so only our own file can be
-    // unlinked; anyone else's makes the second open fail, as it should.
-    // SAFETY: NUL-terminated path.
-    unsafe {
-        libc::unlink(path.as_ptr());
-        libc::open(path.as_ptr(), flags, 0o600)
-    }
+    Err(os(&last, "open (every name drawn was taken)"))
 }
 
 /// Creates the segment with header flags `marks`, `ready` set at once or not.
@@ -253,12 +297,8 @@ fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
         callsite_slots,
     );
     let size = l.size;
-    let path = format!("{PATH_PREFIX}{}", std::process::id());
-    let cpath = CString::new(path.clone()).expect("no NUL in a number");
-    let fd = create_own(&cpath);
-    if fd < 0 {
-        return Err(os(&path, "open"));
-    }
+    let (fd, cpath) = create_segment_file()?;
+    let path = cpath.to_string_lossy().into_owned();
     let fail = |what| {
         let e = os(&path, what);
         // SAFETY: our descriptor and our file.
@@ -371,7 +411,7 @@ fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
     let mut rank: c_int = 0;
     // SAFETY: the library's PMPI_Comm_rank with an out-pointer.
     if unsafe { (s.abi.comm_rank)(s.abi.comm_world, &mut rank) } == 0 {
-        super::trace::create(rank.max(0) as u32, world_size);
+        super::trace::create(rank.max(0) as u32, world_size, &s.path);
     }
     Ok(s)
 }

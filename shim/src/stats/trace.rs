@@ -1,5 +1,5 @@
 //! Events for `mpi-observer record` (issue 13): the producer side of the
-//! rings in `/dev/shm/mpi-observer.<pid>.trace` (the layout and the ring
+//! rings in the segment's path plus `.trace` (the layout and the ring
 //! algorithm are in `observer_common::trace`).
 //!
 //! The file is created with the stats segment. While no recording is on,
@@ -24,7 +24,6 @@ use std::ffi::CString;
 pub(crate) use observer_common::trace::Kind;
 use observer_common::{
     FUNCTION_COUNT, FUNCTIONS,
-    segment::PATH_PREFIX,
     trace::{
         self as t, DEFAULT_RING_EVENTS, DEFAULT_RINGS, RANKS_PER_RECORD, RingHeader, TraceEvent,
         TraceHeader,
@@ -76,9 +75,10 @@ fn env_u32(name: &str, default: u32, range: core::ops::RangeInclusive<u32>) -> u
         .map_or(default, |v| v.clamp(*range.start(), *range.end()))
 }
 
-/// Creates the trace file next to the segment; on failure prints one line
-/// and leaves tracing off (the stats layer works as before).
-pub(crate) fn create(world_rank: u32, world_size: u32) {
+/// Creates the trace file next to the segment (its path `segment` plus
+/// `.trace`); on failure prints one line and leaves tracing off (the stats
+/// layer works as before).
+pub(crate) fn create(world_rank: u32, world_size: u32, segment: &std::ffi::CStr) {
     if tracer().is_some() {
         return;
     }
@@ -92,7 +92,7 @@ pub(crate) fn create(world_rank: u32, world_size: u32) {
             )
             .leading_zeros());
     let size = t::file_bytes(rings, events);
-    let path = format!("{PATH_PREFIX}{}{}", std::process::id(), t::PATH_SUFFIX);
+    let path = format!("{}{}", segment.to_string_lossy(), t::PATH_SUFFIX);
     let Ok(cpath) = CString::new(path.clone()) else {
         return;
     };
