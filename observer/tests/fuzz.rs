@@ -503,11 +503,15 @@ fn trace_image(body: &[u8]) -> Vec<u8> {
     b
 }
 
+/// The tests share this process's one trace path.
+static TRACE_PATH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Opens `bytes` as this process's trace file and records from it as
 /// `mpi-observer record` does; returns the events drained, or `None` when
 /// the reader refused the file.
 fn record_from(bytes: &[u8]) -> Option<u64> {
     use std::os::unix::fs::PermissionsExt as _;
+    let _one = TRACE_PATH.lock().unwrap_or_else(|e| e.into_inner());
     let pid = std::process::id();
     let path = trace_reader::path(pid);
     std::fs::write(&path, bytes).unwrap();
@@ -546,8 +550,7 @@ proptest! {
     #![proptest_config(config(512))]
 
     /// Mutated valid trace files: bounded drains, or refused; never a
-    /// panic or a read outside the mapping. One test function, because the
-    /// file is this process's single trace path.
+    /// panic or a read outside the mapping.
     #[test]
     fn trace_reader_mutated_and_random(
         body in prop::collection::vec(any::<u8>(), 3..256),
@@ -1138,4 +1141,23 @@ proptest! {
         let text = serde_json::to_vec(&d).unwrap();
         report_on(&text);
     }
+}
+
+/// Regression: a size slot whose sent and received counts sum past u64 was
+/// hidden (and overflowed with overflow checks on); the counts are the
+/// user's, so the row must show.
+#[test]
+fn report_shows_message_sizes_that_sum_past_u64() {
+    let mut d = report_seed();
+    for r in &mut d.ranks {
+        let s = r.stats.as_mut().unwrap();
+        s.sizes_sent = vec![0; HIST_SLOTS];
+        s.sizes_recv = vec![0; HIST_SLOTS];
+    }
+    let s = d.ranks[0].stats.as_mut().unwrap();
+    s.sizes_sent[7] = u64::MAX;
+    s.sizes_recv[7] = 1;
+    let reps = report::analyse(&[d], report::Limits::default());
+    let text = report::text::render(&reps);
+    assert!(text.contains(&u64::MAX.to_string()), "{text}");
 }
