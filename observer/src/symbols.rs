@@ -349,8 +349,17 @@ pub fn read_data_symbols(pid: u32, m: &MapEntry, prefix: &str) -> Result<DataSym
     let mut f = userfile::open_mapped(pid, m, max_file_size())?;
     let shown = f.shown.clone();
     let data = f.read_all()?;
-    let file = object::File::parse(&*data).map_err(|source| SymbolError::Parse {
-        path: shown,
+    parse_data_symbols(&data, &shown, prefix)
+}
+
+/// [`read_data_symbols`] of a file's bytes; `shown` names it in errors.
+pub fn parse_data_symbols(
+    data: &[u8],
+    shown: &str,
+    prefix: &str,
+) -> Result<DataSymbols, SymbolError> {
+    let file = object::File::parse(data).map_err(|source| SymbolError::Parse {
+        path: shown.to_string(),
         source,
     })?;
     let symbols = file

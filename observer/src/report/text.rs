@@ -153,7 +153,8 @@ fn one(out: &mut String, r: &Report) {
             .zip(&r.message_sizes.recv)
             .enumerate()
         {
-            if s + v > 0 {
+            // Not `s + v`: the counts are the user's, and may sum past u64.
+            if *s > 0 || *v > 0 {
                 let from = if i == 0 {
                     "0B".to_string()
                 } else {
