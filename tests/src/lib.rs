@@ -656,6 +656,13 @@ impl Daemon {
         d
     }
 
+    /// The pid of the process started: the daemon itself (a wrapper such
+    /// as `prlimit` or `setpriv` execs it), e.g. to read its memory in
+    /// `/proc/PID/status`.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the daemon runs").id()
+    }
+
     /// The lines the daemon printed on stderr so far.
     pub fn log(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()

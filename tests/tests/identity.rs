@@ -2,23 +2,21 @@
 //! and 7): a real daemon as root, a real honest job, and an unprivileged
 //! user's processes that claim the honest job's id and rank, or a job id of
 //! 131 kB. Every series must stay distinct, the honest figures exact under
-//! the honest uid, and the exposition small.
+//! the honest uid, and the exposition small. Harness: `e2e::attack`.
 
 use std::{
     collections::HashSet,
     os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
-    process::Command,
     time::Duration,
 };
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile, program, promtool_check,
-    require, signal, sum, wait_for,
+    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left,
+    attack::{ATTACKER, User},
+    compile, program, promtool_check, require, signal, sum, wait_for,
 };
 
-/// The unprivileged user the test creates (once) and runs the attacker as.
-const ATTACKER: &str = "mpiobs-attacker";
 /// The job id everyone claims.
 const JOBID: &str = "4242";
 /// Calls of each function per rank: honest job, attacker, same-uid claim.
@@ -28,36 +26,6 @@ const CLAIM_ITERS: u64 = 70;
 /// Bytes of the huge job id: one environment string stays under the
 /// kernel's 128 KiB limit on each.
 const HUGE_JOBID: usize = 131_000;
-
-/// The attacker's uid, creating the user if it does not exist yet. `None`
-/// (outside CI only) when it cannot be created.
-fn attacker_uid() -> Option<u32> {
-    let id = || {
-        Command::new("id")
-            .args(["-u", ATTACKER])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-    };
-    if let Some(uid) = id() {
-        return Some(uid);
-    }
-    let made = Command::new("useradd")
-        .args(["--system", "--no-create-home", ATTACKER])
-        .status();
-    match (made, id()) {
-        (_, Some(uid)) => Some(uid),
-        (r, None) => {
-            let why = format!("cannot create the user {ATTACKER} with useradd: {r:?}");
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("CI=true and {why}");
-            }
-            eprintln!("SKIPPED: {why}");
-            None
-        }
-    }
-}
 
 /// A directory under /tmp that the attacker can read and enter (the test's
 /// scratch directory under target/ may not be), removed at the end.
@@ -83,31 +51,13 @@ impl Drop for Shared {
 /// shell commands `env` (`export VAR=...`) in each rank, so that the
 /// launcher does not take a `SLURM_JOB_ID` as its own, and a huge value is
 /// made in the rank rather than passed through the launcher's arguments; as
-/// `user` (`None`: root).
-fn start(np: u32, exe: &Path, iters: u64, env: &str, user: Option<&Path>, go: PathBuf) -> Job {
+/// `user` (`None`: root; a user's HOME and TMPDIR are its own, writable,
+/// which an unprivileged Open MPI needs for its session directory).
+fn start(np: u32, exe: &Path, iters: u64, env: &str, user: Option<&User>, go: PathBuf) -> Job {
     let mpi = Mpi::OpenMpi;
     let mut c = match user {
         None => mpi.launcher(np),
-        Some(home) => {
-            // An unprivileged Open MPI needs a writable HOME and TMPDIR
-            // for its session directory.
-            let mut c = Command::new("setpriv");
-            c.args([
-                &format!("--reuid={ATTACKER}"),
-                &format!("--regid={ATTACKER}"),
-                "--clear-groups",
-                "--",
-                &mpi.mpirun(),
-                "--oversubscribe",
-                "-np",
-                &np.to_string(),
-            ])
-            .env("HOME", home)
-            .env("TMPDIR", home)
-            .env("OMPI_MCA_btl", "self,vader")
-            .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
-            c
-        }
+        Some(user) => user.launcher(mpi, np),
     };
     c.args(["sh", "-c", &format!("{env}; exec \"$0\" \"$@\"")])
         .arg(exe)
@@ -144,18 +94,15 @@ fn another_users_claim_of_a_job_and_rank_never_joins_its_series() {
         Need::Mpi(mpi),
         Need::Command("bpftool"),
         Need::Command("promtool"),
-        Need::Command("setpriv"),
     ]) {
         return;
     }
-    let Some(uid) = attacker_uid() else { return };
-    let uid = uid.to_string();
+    let user = User::ensure(ATTACKER);
+    let uid = user.uid.to_string();
 
     let bin = Shared::new("identity-bin", 0o755);
     let exe = bin.0.join("claim");
     compile(mpi, &program("identity/claim.c"), &exe, &[]);
-    let home = Shared::new("identity-home", 0o700);
-    std::os::unix::fs::chown(&home.0, Some(uid.parse().unwrap()), None).unwrap();
     let go = |n: &str| bin.0.join(format!("go-{n}"));
 
     let huge = "7".repeat(HUGE_JOBID);
@@ -172,7 +119,7 @@ fn another_users_claim_of_a_job_and_rank_never_joins_its_series() {
         &exe,
         ATTACKER_ITERS,
         &format!("export SLURM_JOB_ID={JOBID} OMPI_COMM_WORLD_RANK=0"),
-        Some(&home.0),
+        Some(&user),
         go("attacker"),
     );
     let huge_job = start(
@@ -180,7 +127,7 @@ fn another_users_claim_of_a_job_and_rank_never_joins_its_series() {
         &exe,
         1,
         &format!("export SLURM_JOB_ID=$(printf '%0{HUGE_JOBID}d' 0 | tr 0 7)"),
-        Some(&home.0),
+        Some(&user),
         go("huge"),
     );
     // The honest user's own second claim of rank 0 of the job.

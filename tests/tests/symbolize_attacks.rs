@@ -6,77 +6,21 @@
 //! stays up, every scrape answers within 2 s, its memory stays bounded, and
 //! what was refused is counted.
 //!
-//! The attacker helpers here are local (tests/src/attack.rs, the shared
-//! harness, is not on main yet).
+//! Harness: `e2e::attack`.
 
-use std::{
-    os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::{path::Path, time::Duration};
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, compile, program, require, scratch, shim, sum, target_dir,
-    wait_for,
+    Daemon, Job, Mpi, Need, Sample,
+    attack::{
+        ATTACKER, FakeMode, Fakes, User, assert_scrape_within, fake_binary, rank_labels,
+        swap_for_fifo, swap_for_sparse, swap_for_symlink,
+    },
+    compile, program, require, scratch, shim, sum, wait_for,
 };
 
-const ATTACKER: &str = "mpiobs-attacker";
-const LIBMPI: &str = "/usr/lib/x86_64-linux-gnu/libmpi.so.40";
-
-/// The attacker: created if missing (idempotent), with a fresh home.
-struct Attacker {
-    uid: u32,
-    gid: u32,
-    home: PathBuf,
-}
-
-fn id_of(flag: &str) -> Option<u32> {
-    let o = Command::new("id").args([flag, ATTACKER]).output().ok()?;
-    String::from_utf8_lossy(&o.stdout).trim().parse().ok()
-}
-
-impl Attacker {
-    fn ensure(tag: &str) -> Attacker {
-        if id_of("-u").is_none() {
-            let _ = Command::new("useradd")
-                .args(["--system", "--no-create-home", ATTACKER])
-                .status();
-        }
-        let uid = id_of("-u").expect("useradd mpiobs-attacker (run as root)");
-        let gid = id_of("-g").unwrap();
-        let home = target_dir()
-            .join("e2e")
-            .join(format!("attacker-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&home);
-        std::fs::create_dir_all(&home).unwrap();
-        let a = Attacker { uid, gid, home };
-        a.own(&a.home);
-        std::fs::set_permissions(&a.home, std::fs::Permissions::from_mode(0o700)).unwrap();
-        a
-    }
-
-    fn own(&self, p: &Path) {
-        std::os::unix::fs::lchown(p, Some(self.uid), Some(self.gid)).unwrap();
-    }
-
-    /// `cmd` as the attacker (setpriv-like: uid, gid, no groups).
-    fn apply<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
-        cmd.uid(self.uid)
-            .gid(self.gid)
-            .env("HOME", &self.home)
-            .env("TMPDIR", &self.home)
-            .env_remove("OMPI_ALLOW_RUN_AS_ROOT")
-            .env_remove("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
-            .current_dir(&self.home)
-    }
-}
-
-impl Drop for Attacker {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.home);
-    }
-}
+/// What the issue asks of a scrape under attack.
+const SCRAPE_LIMIT: Duration = Duration::from_secs(2);
 
 /// The daemon's peak and current resident memory, in bytes.
 fn rss(pid: u32) -> (u64, u64) {
@@ -91,44 +35,9 @@ fn rss(pid: u32) -> (u64, u64) {
     (kb("VmHWM:"), kb("VmRSS:"))
 }
 
-/// The daemon's pid, from its own self-metric-free view: the process
-/// listening on its port is its child, found by its command line.
-fn daemon_pid(d: &Daemon) -> u32 {
-    let port = d.addr.rsplit(':').next().unwrap().to_string();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                let c = String::from_utf8_lossy(&c);
-                c.contains("attach") && c.contains(&format!("127.0.0.1:{port}"))
-            })
-        })
-        .expect("the daemon's pid")
-}
-
-/// One scrape, timed: it must answer within 2 s.
-fn scrape_within_2s(d: &mut Daemon) -> Vec<Sample> {
-    let t = Instant::now();
-    let (_, s) = d.scrape();
-    assert!(
-        t.elapsed() < Duration::from_secs(2),
-        "a scrape took {:?}",
-        t.elapsed()
-    );
-    s
-}
-
-fn value(s: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
-    sum(s, name, labels)
-}
-
 /// The jobid label of a pid, from mpi_rank_info.
 fn jobid_of(s: &[Sample], pid: u32) -> Option<String> {
-    let p = pid.to_string();
-    s.iter()
-        .find(|x| x.name == "mpi_rank_info" && x.label("pid") == Some(&p))
-        .and_then(|x| x.label("jobid").map(str::to_string))
+    rank_labels(s, &[pid]).map(|mut l| l.remove(0).0)
 }
 
 /// Patches the `Elf64_Chdr.ch_size` of every compressed section of `exe`
@@ -163,7 +72,7 @@ fn a_compressed_section_claiming_a_terabyte_costs_one_counted_failure() {
     if !require(&[Need::Root, Need::Mpi(Mpi::OpenMpi), Need::Mpi(Mpi::Mpich)]) {
         return;
     }
-    let attacker = Attacker::ensure("chsize");
+    let attacker = User::ensure(ATTACKER);
     let dir = scratch("symbolize-attacks");
     // The honest job: root, Open MPI, probed with --callsites.
     let honest_exe = dir.join("two_sites-openmpi");
@@ -187,13 +96,12 @@ fn a_compressed_section_claiming_a_terabyte_costs_one_counted_failure() {
     );
     attacker.own(&evil);
     let shim = shim();
-    let mut evil_cmd = Mpi::Mpich.launcher(2);
+    let mut evil_cmd = attacker.launcher(Mpi::Mpich, 2);
     evil_cmd
         .args(["-genv", "LD_PRELOAD", shim.to_str().unwrap()])
         .args(["-genv", "MPI_TOOLS_ENTRY", "stats"])
         .arg(&evil)
         .args(["1000", "1000", "10"]);
-    attacker.apply(&mut evil_cmd);
     let evil_job = Job::spawn(evil_cmd, 2, attacker.home.join("go"));
     let mut honest_cmd = Mpi::OpenMpi.launcher(2);
     honest_cmd.arg(&honest_exe).args(["300", "700", "50"]);
@@ -205,8 +113,8 @@ fn a_compressed_section_claiming_a_terabyte_costs_one_counted_failure() {
     let mut args = honest.pid_args();
     args.extend(evil_job.pid_args());
     args.push("--callsites".into());
-    let mut d = Daemon::start(&args);
-    let dpid = daemon_pid(&d);
+    let d = Daemon::start(&args);
+    let dpid = d.pid();
     evil_job.go();
     let honest_pids = honest.pids();
     honest.finish("OK");
@@ -215,11 +123,11 @@ fn a_compressed_section_claiming_a_terabyte_costs_one_counted_failure() {
         "the symbolizer failure to be counted",
         Duration::from_secs(60),
         || {
-            let s = scrape_within_2s(&mut d);
+            let s = assert_scrape_within(&d.addr, SCRAPE_LIMIT);
             let failed = ["memory", "crash", "timeout", "cpu"]
                 .iter()
                 .map(|r| {
-                    value(
+                    sum(
                         &s,
                         "mpi_observer_symbolizer_failures_total",
                         &[("reason", r)],
@@ -230,7 +138,7 @@ fn a_compressed_section_claiming_a_terabyte_costs_one_counted_failure() {
         },
     );
     assert_eq!(
-        value(
+        sum(
             &s,
             "mpi_observer_symbolizer_failures_total",
             &[("reason", "memory")]
@@ -242,12 +150,12 @@ fn a_compressed_section_claiming_a_terabyte_costs_one_counted_failure() {
     // More scrapes: the file is not tried again, the daemon stays up.
     let mut last = Vec::new();
     for _ in 0..3 {
-        last = scrape_within_2s(&mut d);
+        last = assert_scrape_within(&d.addr, SCRAPE_LIMIT);
         std::thread::sleep(Duration::from_millis(300));
     }
     assert_eq!(
-        value(&last, "mpi_observer_symbolizer_failures_total", &[]),
-        value(&s, "mpi_observer_symbolizer_failures_total", &[]),
+        sum(&last, "mpi_observer_symbolizer_failures_total", &[]),
+        sum(&s, "mpi_observer_symbolizer_failures_total", &[]),
         "a poisoned file is tried once"
     );
     // The honest job: exact counts, exact names.
@@ -259,7 +167,7 @@ fn a_compressed_section_claiming_a_terabyte_costs_one_counted_failure() {
             ("function", "MPI_Allreduce"),
         ];
         assert_eq!(
-            value(&last, "mpi_calls_total", &l),
+            sum(&last, "mpi_calls_total", &l),
             1000.0,
             "honest rank {rank}"
         );
@@ -311,80 +219,6 @@ fn evil_job_pid(s: &[Sample], honest: &str) -> u32 {
         .expect("the attacker's ranks")
 }
 
-/// A process of the attacker's that maps `lib` (read, exec, offset 0) and
-/// sleeps; READY once mapped.
-fn mapper(attacker: &Attacker, lib: &Path, n: u32) -> Vec<Child> {
-    let src = attacker.home.join("mapper.c");
-    std::fs::write(
-        &src,
-        r#"#include <fcntl.h>
-#include <stdio.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    int fd = open(argv[1], O_RDONLY);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) return 1;
-    if (mmap(0, st.st_size, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0) == MAP_FAILED) return 2;
-    close(fd);
-    printf("READY\n");
-    fflush(stdout);
-    for (;;) pause();
-}
-"#,
-    )
-    .unwrap();
-    let bin = attacker.home.join("mapper");
-    let o = Command::new("cc")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    attacker.own(&bin);
-    (0..n)
-        .map(|_| {
-            let mut c = Command::new(&bin);
-            attacker.apply(&mut c).arg(lib).stdout(Stdio::piped());
-            let mut child = c.spawn().unwrap();
-            let mut out = child.stdout.take().unwrap();
-            let mut buf = [0u8; 6];
-            std::io::Read::read_exact(&mut out, &mut buf).unwrap();
-            assert_eq!(&buf, b"READY\n");
-            child
-        })
-        .collect()
-}
-
-fn kill_all(children: &mut [Child]) {
-    for c in children {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-}
-
-/// Kills the attacker's processes however the test ends.
-struct Reap(Vec<Child>);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        kill_all(&mut self.0);
-    }
-}
-
-/// A copy of Debian's libmpi.so.40 in a directory of the attacker's.
-fn libmpi_copy(attacker: &Attacker, sub: &str) -> PathBuf {
-    let dir = attacker.home.join(sub);
-    std::fs::create_dir_all(&dir).unwrap();
-    attacker.own(&dir);
-    let lib = dir.join("libmpi.so.40");
-    std::fs::copy(LIBMPI, &lib).unwrap();
-    attacker.own(&lib);
-    lib
-}
-
 /// Attack 2: the mapped library's path swapped, after the mapping, for a
 /// FIFO, a symlink to /dev/zero, or a sparse 1 GiB file. The daemon reads
 /// the file the process maps (never the path), answers every scrape within
@@ -394,39 +228,31 @@ fn a_swapped_library_path_never_blocks_or_bloats_the_daemon() {
     if !require(&[Need::Root, Need::Mpi(Mpi::OpenMpi)]) {
         return;
     }
-    let attacker = Attacker::ensure("swap");
-    let mut procs = Reap(Vec::new());
+    let attacker = User::ensure(ATTACKER);
+    let bin = fake_binary(&scratch("symbolize-attacks-swap"));
+    let mut procs = Vec::new();
     let mut pids = Vec::new();
     for (sub, swap) in [("fifo dir", 0), ("zero", 1), ("sparse", 2)] {
-        let lib = libmpi_copy(&attacker, sub);
-        let mut p = mapper(&attacker, &lib, 1);
-        std::fs::remove_file(&lib).unwrap();
+        let lib = attacker.libmpi_copy(sub);
+        let fake = Fakes::spawn(&attacker, &bin, FakeMode::Map, &lib, 1);
         match swap {
-            0 => {
-                let c = std::ffi::CString::new(lib.as_os_str().as_encoded_bytes()).unwrap();
-                // SAFETY: a NUL-terminated path.
-                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-            }
-            1 => std::os::unix::fs::symlink("/dev/zero", &lib).unwrap(),
-            _ => std::fs::File::create(&lib)
-                .unwrap()
-                .set_len(1 << 30)
-                .unwrap(),
+            0 => swap_for_fifo(&attacker, &lib),
+            1 => swap_for_symlink(&attacker, &lib, "/dev/zero"),
+            _ => swap_for_sparse(&attacker, &lib, 1 << 30),
         }
-        attacker.own(&lib);
-        pids.push(p[0].id());
-        procs.0.append(&mut p);
+        pids.extend(&fake.pids);
+        procs.push(fake);
     }
     let args: Vec<String> = ["--all".to_string()].into_iter().collect();
-    let mut d = Daemon::start(&args);
-    let dpid = daemon_pid(&d);
+    let d = Daemon::start(&args);
+    let dpid = d.pid();
     // Each is attached (its mapped file is the real library) or refused
     // with one line; either way every scrape is quick.
     let s = wait_for(
         "the three processes to be looked at",
         Duration::from_secs(30),
         || {
-            let s = scrape_within_2s(&mut d);
+            let s = assert_scrape_within(&d.addr, SCRAPE_LIMIT);
             let attached = pids.iter().filter(|p| jobid_of(&s, **p).is_some()).count();
             let log = d.log();
             let refused = pids
@@ -441,7 +267,7 @@ fn a_swapped_library_path_never_blocks_or_bloats_the_daemon() {
         },
     );
     for _ in 0..5 {
-        scrape_within_2s(&mut d);
+        assert_scrape_within(&d.addr, SCRAPE_LIMIT);
     }
     let (hwm, now) = rss(dpid);
     assert!(hwm < 300 << 20, "daemon peak RSS {hwm} (now {now})");
@@ -474,22 +300,20 @@ fn twenty_processes_of_one_library_parse_it_once() {
     if !require(&[Need::Root, Need::Mpi(Mpi::OpenMpi)]) {
         return;
     }
-    let attacker = Attacker::ensure("twenty");
-    let lib = libmpi_copy(&attacker, "lib");
-    let procs = Reap(mapper(&attacker, &lib, 20));
+    let attacker = User::ensure(ATTACKER);
+    let lib = attacker.libmpi_copy("lib");
+    let bin = fake_binary(&scratch("symbolize-attacks-twenty"));
+    let procs = Fakes::spawn(&attacker, &bin, FakeMode::Map, &lib, 20);
     let args: Vec<String> = procs
-        .0
+        .pids
         .iter()
-        .flat_map(|c| ["--pid".to_string(), c.id().to_string()])
+        .flat_map(|p| ["--pid".to_string(), p.to_string()])
         .collect();
-    let mut d = Daemon::start(&args);
-    let s = scrape_within_2s(&mut d);
-    assert_eq!(value(&s, "mpi_observer_library_parses_total", &[]), 1.0);
-    assert_eq!(
-        value(&s, "mpi_observer_library_cache_hits_total", &[]),
-        19.0
-    );
-    assert_eq!(value(&s, "mpi_observer_attached_processes", &[]), 20.0);
+    let d = Daemon::start(&args);
+    let s = assert_scrape_within(&d.addr, SCRAPE_LIMIT);
+    assert_eq!(sum(&s, "mpi_observer_library_parses_total", &[]), 1.0);
+    assert_eq!(sum(&s, "mpi_observer_library_cache_hits_total", &[]), 19.0);
+    assert_eq!(sum(&s, "mpi_observer_attached_processes", &[]), 20.0);
     drop(procs);
 }
 
@@ -500,7 +324,7 @@ fn thousands_of_call_sites_keep_the_name_cache_at_its_bound() {
     if !require(&[Need::Root, Need::Mpi(Mpi::OpenMpi)]) {
         return;
     }
-    let attacker = Attacker::ensure("sites");
+    let attacker = User::ensure(ATTACKER);
     // 4096 call sites of MPI_Comm_rank, called round after round.
     let mut src = String::from(
         "#include <mpi.h>\n#include <stdio.h>\n#include <unistd.h>\n\
@@ -526,24 +350,23 @@ fn thousands_of_call_sites_keep_the_name_cache_at_its_bound() {
     compile(Mpi::OpenMpi, &c, &exe, &["-g", "-O1"]);
     attacker.own(&exe);
     let shim = shim();
-    let mut cmd = Mpi::OpenMpi.launcher(1);
+    let mut cmd = attacker.launcher(Mpi::OpenMpi, 1);
     cmd.args(["-x", &format!("LD_PRELOAD={}", shim.display())])
         .args(["-x", "MPI_TOOLS_ENTRY=stats"])
         .arg(&exe);
-    attacker.apply(&mut cmd);
     let job = Job::spawn(cmd, 1, attacker.home.join("go"));
     let mut args = job.pid_args();
     args.extend(["--max-callsite-names".to_string(), "1000".to_string()]);
-    let mut d = Daemon::start(&args);
-    let dpid = daemon_pid(&d);
+    let d = Daemon::start(&args);
+    let dpid = d.pid();
     job.go();
     let mut rss_seen = Vec::new();
     let mut cached = 0.0;
     let mut evicted = 0.0;
     for _ in 0..12 {
-        let s = scrape_within_2s(&mut d);
-        cached = value(&s, "mpi_observer_callsite_names", &[]);
-        evicted = value(&s, "mpi_observer_callsite_name_evictions_total", &[]);
+        let s = assert_scrape_within(&d.addr, SCRAPE_LIMIT);
+        cached = sum(&s, "mpi_observer_callsite_names", &[]);
+        evicted = sum(&s, "mpi_observer_callsite_name_evictions_total", &[]);
         assert!(cached <= 1000.0, "the cache holds {cached} names");
         rss_seen.push(rss(dpid).1);
         std::thread::sleep(Duration::from_millis(250));
