@@ -308,3 +308,137 @@ fn attack12_short_jobs_are_each_found_and_exact() {
     );
     assert!(daemon.stop(signal::TERM).success());
 }
+
+/// Bytes of one statistics-map entry (README, "Kernel memory"), which
+/// `--map-memory` is divided by.
+const STATS_ENTRY_BYTES: u64 = 376;
+
+/// Attack 5: the kernel maps are shared by every user, so one user's
+/// processes must not fill them. The daemon runs `--all --callsites` with a
+/// statistics map of 128 entries; 64 fakes of the attacker, calling
+/// `MPI_Barrier` and `MPI_Send` of a stub libmpi from 64 sites each, would
+/// fill it alone (64 × 2 pairs) and leave the victim nothing. A user takes
+/// at most a quarter of the maps by default (statistics and call sites
+/// together; each process reserves its functions plus 1,024 sites), so the
+/// attacker's excess is refused and counted under `map_entries`, and the
+/// victim's 2-rank job, started while the attacker is at its budget, is
+/// attached and exact, with no update of the statistics map failing.
+#[test]
+fn attack5_shared_maps_cannot_be_filled_by_one_user() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Root, Need::Mpi(mpi), Need::Command("bpftool")]) {
+        return;
+    }
+    const ITERS: u64 = 100;
+    const FAKES: u32 = 64;
+    const STATS_ENTRIES: u64 = 128;
+    let dir = scratch("security-maps");
+    let attacker = User::ensure(ATTACKER);
+    let victim = User::ensure(VICTIM);
+    let bin = fake_binary(&dir);
+    // Read as Open MPI: every function it has is probed.
+    let stub = attacker.stub_libmpi("stub", true);
+    let mut daemon = Daemon::start(&[
+        "--all".into(),
+        "--callsites".into(),
+        "--map-memory".into(),
+        (STATS_ENTRIES * STATS_ENTRY_BYTES).to_string(),
+    ]);
+    let fakes = Fakes::spawn(&attacker, &bin, FakeMode::Call(64), &stub, FAKES);
+    // Each attached fake makes 64 probed calls a millisecond. The CPU a
+    // user burns is not the daemon's to bound; at the lowest priority the
+    // fakes leave the 2 cores here to the daemon and the victim.
+    for &pid in &fakes.pids {
+        // SAFETY: setpriority(2) on a pid, no memory passed.
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS as _, pid, 19) };
+        assert_eq!(rc, 0, "renice fake {pid}");
+    }
+    let all_refused = |s: &[e2e::Sample]| {
+        e2e::sum(
+            s,
+            "mpi_observer_refused_processes_total",
+            &[("uid", &attacker.uid.to_string())],
+        )
+    };
+    let s = wait_for(
+        "every fake of the attacker to be attached or refused",
+        Duration::from_secs(60),
+        || {
+            let s = assert_scrape_within(&daemon.addr, SCRAPE_LIMIT);
+            let attached = with_pids(&s, "mpi_rank_info", &fakes.pids).len() as f64;
+            (attached + all_refused(&s) >= f64::from(FAKES)).then_some(s)
+        },
+    );
+    let attached: Vec<u32> = with_pids(&s, "mpi_rank_info", &fakes.pids)
+        .iter()
+        .filter_map(|x| x.label("pid")?.parse().ok())
+        .collect();
+    eprintln!(
+        "the attacker got {} of {FAKES} fakes attached",
+        attached.len()
+    );
+    assert!(
+        !attached.is_empty(),
+        "the attacker's first fakes are probed"
+    );
+    let excess = f64::from(FAKES) - attached.len() as f64;
+    assert!(excess > 0.0, "{FAKES} fakes are past a quarter of the maps");
+    assert_eq!(
+        refused(&s, attacker.uid, "map_entries"),
+        excess,
+        "the attacker's excess is refused for its map entries"
+    );
+    assert_eq!(all_refused(&s), excess, "each refused once, for one budget");
+    // The attacker's pairs are in the statistics map before the victim
+    // starts: each attached fake's calls are counted.
+    let fake_labels = wait_attached(&mut daemon, &attached);
+    wait_for(
+        "every attached fake's calls to be counted",
+        Duration::from_secs(20),
+        || {
+            let s = assert_scrape_within(&daemon.addr, SCRAPE_LIMIT);
+            fake_labels
+                .iter()
+                .all(|(jobid, rank)| {
+                    e2e::sum(&s, "mpi_calls_total", &[("jobid", jobid), ("rank", rank)]) > 0.0
+                })
+                .then_some(())
+        },
+    );
+    let log = daemon.log();
+    let lines: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains(&format!("uid {} is at its budget", attacker.uid)))
+        .collect();
+    assert!(!lines.is_empty(), "a line says the attacker was refused");
+    assert!(lines[0].contains("--user-max-map-entries"), "{}", lines[0]);
+
+    let job = victim_job(mpi, &dir, &victim, ITERS);
+    let labels = wait_attached(&mut daemon, &job.pids());
+    job.go();
+    victim_finish_and_check(&mut daemon, job, &labels, ITERS, SCRAPE_LIMIT);
+    let s = assert_scrape_within(&daemon.addr, SCRAPE_LIMIT);
+    assert_eq!(
+        e2e::sum(
+            &s,
+            "mpi_observer_map_update_failures_total",
+            &[("map", "stats")]
+        ),
+        0.0,
+        "no call of anyone's was lost to a full statistics map"
+    );
+    assert_eq!(all_refused(&s), excess, "refusals counted once");
+    assert_eq!(
+        e2e::sum(
+            &s,
+            "mpi_observer_refused_processes_total",
+            &[("uid", &victim.uid.to_string())]
+        ),
+        0.0,
+        "the victim is never refused"
+    );
+    assert!(fakes.all_alive(), "the fakes must be untouched");
+    drop(fakes);
+    assert!(daemon.stop(signal::TERM).success());
+    assert_no_probes_left();
+}
