@@ -35,10 +35,12 @@ pub const SITE_COUNTS: &str = "MPI_SITE_COUNTS";
 /// Name of the ring buffer of traced calls ([`TraceCall`]).
 pub const TRACE: &str = "MPI_TRACE";
 
-/// Capacity of [`STATS`]: every (process, function) pair of a full node,
-/// 512 processes times 128 functions, whatever the CPU count. The daemon
-/// lowers it to fit `--map-memory` ([`stats_capacity_within`]).
-pub const STATS_CAPACITY: u32 = 65_536;
+/// Capacity of [`STATS`]: every (process, function) pair a full node may
+/// create, 768 processes times every default function a library has (about
+/// 340), whatever the CPU count: the daemon reserves a process's functions
+/// at attach (docs/security.md). 94 MiB preallocated; the daemon lowers it
+/// to fit `--map-memory` ([`stats_capacity_within`]).
+pub const STATS_CAPACITY: u32 = 262_144;
 /// Default kernel memory [`STATS`] may take: more than
 /// [`STATS_CAPACITY`] entries need, so by default the capacity is the cap.
 pub const STATS_MEMORY_BUDGET: u64 = 256 << 20;
@@ -72,12 +74,14 @@ pub const fn stats_capacity_within(budget: u64) -> u32 {
     }
 }
 
-/// Capacity of [`CALLSITES`]: 512 processes times 256 (function, site)
-/// pairs, 12 MiB ([`CALLSITES_ENTRY_BYTES`] each) on any number of CPUs.
+/// Capacity of [`CALLSITES`]: 512 processes times their 1,024 sites
+/// ([`ProcConfig::max_sites`], which the daemon reserves at attach), 48 MiB
+/// ([`CALLSITES_ENTRY_BYTES`] each) on any number of CPUs, only with
+/// `--callsites`.
 /// A call whose site finds the map full is still counted in [`STATS`], and
 /// in [`ErrorCounter::CallsiteUpdate`]; one whose process is at its
 /// [`ProcConfig::max_sites`] in its [`SiteCount::refused`].
-pub const CALLSITES_CAPACITY: u32 = 131_072;
+pub const CALLSITES_CAPACITY: u32 = 524_288;
 /// Kernel memory of one [`CALLSITES`] entry: 96 bytes.
 pub const CALLSITES_ENTRY_BYTES: u64 = hash_entry_bytes(
     core::mem::size_of::<SiteKey>(),

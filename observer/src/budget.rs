@@ -21,10 +21,13 @@ pub struct Budgets {
     pub processes: usize,
     /// Uprobes plus uretprobes on live processes.
     pub probes: usize,
-    /// Entries in the kernel's statistics and call-site maps, held from
-    /// the attach until the rank is forgotten (`--retain-exited` after it
-    /// exits).
+    /// Entries in the kernel's statistics map, held from the attach until
+    /// the rank is forgotten (`--retain-exited` after it exits).
     pub map_entries: usize,
+    /// Entries in the kernel's call-site map (`--callsites`), held the same
+    /// way. Each map has its own budget, so neither can be filled by
+    /// spending the other's share.
+    pub site_entries: usize,
 }
 
 impl Budgets {
@@ -36,7 +39,8 @@ impl Budgets {
         Budgets {
             processes,
             probes: processes * 1_000,
-            map_entries: processes * 1_500,
+            map_entries: processes * 400,
+            site_entries: processes * 1_024,
         }
     }
 }
@@ -90,8 +94,10 @@ pub struct Usage {
     pub processes: usize,
     /// Probes on live processes.
     pub probes: usize,
-    /// Map entries reserved (live and retained ranks).
+    /// Statistics entries reserved (live and retained ranks).
     pub map_entries: usize,
+    /// Call-site entries reserved (live and retained ranks).
+    pub site_entries: usize,
 }
 
 /// What a process about to be attached would add.
@@ -99,8 +105,10 @@ pub struct Usage {
 pub struct Cost {
     /// Probes it would get.
     pub probes: usize,
-    /// Map entries it could create.
+    /// Statistics entries it could create: one per function attached.
     pub map_entries: usize,
+    /// Call-site entries it could create: its cap.
+    pub site_entries: usize,
 }
 
 impl Budgets {
@@ -110,7 +118,9 @@ impl Budgets {
             Some(Budget::Processes)
         } else if used.probes + add.probes > self.probes {
             Some(Budget::Probes)
-        } else if used.map_entries + add.map_entries > self.map_entries {
+        } else if used.map_entries + add.map_entries > self.map_entries
+            || used.site_entries + add.site_entries > self.site_entries
+        {
             Some(Budget::MapEntries)
         } else {
             None
@@ -152,7 +162,10 @@ impl RefusalLog {
         let limit = match budget {
             Budget::Processes => format!("{} processes", budgets.processes),
             Budget::Probes => format!("{} probes", budgets.probes),
-            Budget::MapEntries => format!("{} map entries", budgets.map_entries),
+            Budget::MapEntries => format!(
+                "{} statistics and {} call-site map entries",
+                budgets.map_entries, budgets.site_entries
+            ),
             Budget::Capacity => "the node's map capacity".to_string(),
             Budget::Descriptors => "the daemon's open-file limit".to_string(),
         };
@@ -204,18 +217,19 @@ pub fn descriptors_left() -> bool {
     (open + DESCRIPTORS_PER_PROCESS + DESCRIPTORS_RESERVED) as u64 <= limit
 }
 
-/// Sums usage per uid.
+/// Sums usage per uid of (uid, live, probes, what it reserved).
 pub fn usage_by_uid<'a>(
-    items: impl Iterator<Item = (u32, bool, usize, usize)> + 'a,
+    items: impl Iterator<Item = (u32, bool, usize, Cost)> + 'a,
 ) -> BTreeMap<u32, Usage> {
     let mut out: BTreeMap<u32, Usage> = BTreeMap::new();
-    for (uid, live, probes, entries) in items {
+    for (uid, live, probes, reserved) in items {
         let u = out.entry(uid).or_default();
         if live {
             u.processes += 1;
             u.probes += probes;
         }
-        u.map_entries += entries;
+        u.map_entries += reserved.map_entries;
+        u.site_entries += reserved.site_entries;
     }
     out
 }
@@ -230,16 +244,19 @@ mod tests {
             processes: 2,
             probes: 100,
             map_entries: 50,
+            site_entries: 10,
         };
         let cost = Cost {
             probes: 40,
             map_entries: 20,
+            site_entries: 5,
         };
         assert_eq!(b.check(Usage::default(), cost), None);
         let used = Usage {
             processes: 1,
             probes: 40,
             map_entries: 20,
+            site_entries: 5,
         };
         assert_eq!(b.check(used, cost), None);
         let two = Usage {
@@ -254,17 +271,35 @@ mod tests {
             ..used
         };
         assert_eq!(b.check(entries, cost), Some(Budget::MapEntries));
+        let sites = Usage {
+            site_entries: 6,
+            ..used
+        };
+        assert_eq!(b.check(sites, cost), Some(Budget::MapEntries));
     }
 
     #[test]
     fn usage_counts_live_processes_and_every_reservation() {
-        let u = usage_by_uid([(7, true, 10, 5), (7, false, 0, 5), (8, true, 1, 1)].into_iter());
+        let c = |map_entries, site_entries| Cost {
+            probes: 0,
+            map_entries,
+            site_entries,
+        };
+        let u = usage_by_uid(
+            [
+                (7, true, 10, c(5, 2)),
+                (7, false, 0, c(5, 2)),
+                (8, true, 1, c(1, 0)),
+            ]
+            .into_iter(),
+        );
         assert_eq!(
             u[&7],
             Usage {
                 processes: 1,
                 probes: 10,
-                map_entries: 10
+                map_entries: 10,
+                site_entries: 4,
             }
         );
         assert_eq!(u[&8].processes, 1);

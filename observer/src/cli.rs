@@ -112,7 +112,7 @@ pub struct AttachArgs {
     pub no_bytes: bool,
     /// Kernel memory for the statistics map, shared by the CPUs: each
     /// (process, function) entry takes 376 bytes whatever the CPU count, at
-    /// most 65,536 entries (the default holds them all); this bounds how
+    /// most 262,144 entries (the default holds them all); this bounds how
     /// many fit (README: "Kernel memory"); calls of a pair that finds the
     /// map full go to mpi_observer_map_update_failures_total. A size in
     /// bytes, or with KiB, MiB or GiB.
@@ -167,8 +167,9 @@ pub struct AttachArgs {
     /// process of --user-max-processes.
     #[arg(long, value_name = "N")]
     pub user_max_probes: Option<usize>,
-    /// Per user: entries of the kernel's statistics and call-site maps at
-    /// most. Default: 1,500 per process of --user-max-processes.
+    /// Per user: entries of the kernel's statistics map at most (a process
+    /// reserves one per function it is attached with). Default: half the
+    /// map. The call-site map's per-user share is half of it.
     #[arg(long, value_name = "N")]
     pub user_max_map_entries: Option<usize>,
     /// The largest file (MPI library, executable, libc) read from a user's

@@ -163,15 +163,17 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         let mut st = state.lock().expect("not poisoned yet");
         st.callsite_budget.per_function = args.callsite_series;
         let mut d = st.budgets;
-        // A user may take a quarter of the maps: it takes four users at
-        // their budgets to fill them.
+        // A user may take half of each map: it takes two users at their
+        // budgets to fill one.
         if let Some(p) = &st.probes {
-            d.map_entries = d.map_entries.min(p.entry_capacity() / 4);
+            d.map_entries = d.map_entries.min(p.stats_capacity() as usize / 2);
+            d.site_entries = d.site_entries.min(p.callsites_capacity() as usize / 2);
         }
         st.budgets = crate::budget::Budgets {
             processes: args.user_max_processes.unwrap_or(d.processes),
             probes: args.user_max_probes.unwrap_or(d.probes),
             map_entries: args.user_max_map_entries.unwrap_or(d.map_entries),
+            site_entries: d.site_entries,
         };
     }
     for &pid in &args.pid {

@@ -183,7 +183,7 @@ pub struct Rank {
     /// Its real uid: whose budgets it counts against.
     pub uid: u32,
     /// Map entries reserved for it (see [`crate::budget`]).
-    pub map_entries: usize,
+    pub reserved: Cost,
     /// Rank, size, job and uid, from /proc (see [`identity`]).
     pub identity: Identity,
     /// The labels made of the identity, unlike every other rank's.
@@ -252,7 +252,7 @@ impl Rank {
             pid,
             ticks: 0,
             uid: 0,
-            map_entries: 0,
+            reserved: Cost::default(),
             labels: Labels::new(&identity),
             identity,
             library: "openmpi",
@@ -468,7 +468,8 @@ impl State {
         };
         Cost {
             probes: 2 * functions,
-            map_entries: functions + sites,
+            map_entries: functions,
+            site_entries: sites,
         }
     }
 
@@ -478,7 +479,7 @@ impl State {
         let usage = budget::usage_by_uid(
             self.ranks
                 .values()
-                .map(|r| (r.uid, r.exited_at.is_none(), r.probes(), r.map_entries)),
+                .map(|r| (r.uid, r.exited_at.is_none(), r.probes(), r.reserved)),
         );
         if let Some(b) = self
             .budgets
@@ -486,13 +487,15 @@ impl State {
         {
             return Some(b);
         }
-        let reserved: usize = usage.values().map(|u| u.map_entries).sum();
-        let capacity = self
-            .probes
-            .as_ref()
-            .map_or(usize::MAX, Probes::entry_capacity);
-        if reserved + cost.map_entries > capacity {
-            return Some(Budget::Capacity);
+        // Each map on its own: neither may be overcommitted.
+        if let Some(probes) = &self.probes {
+            let stats: usize = usage.values().map(|u| u.map_entries).sum();
+            let sites: usize = usage.values().map(|u| u.site_entries).sum();
+            if stats + cost.map_entries > probes.stats_capacity() as usize
+                || sites + cost.site_entries > probes.callsites_capacity() as usize
+            {
+                return Some(Budget::Capacity);
+            }
         }
         (!budget::descriptors_left()).then_some(Budget::Descriptors)
     }
@@ -549,7 +552,7 @@ impl State {
                 pid,
                 ticks: p.ticks,
                 uid: p.uid,
-                map_entries: cost.map_entries,
+                reserved: cost,
                 labels: self.distinct_labels(&p.identity, pid),
                 identity: p.identity,
                 library: p.lib.name,

@@ -315,14 +315,15 @@ const STATS_ENTRY_BYTES: u64 = 376;
 
 /// Attack 5: the kernel maps are shared by every user, so one user's
 /// processes must not fill them. The daemon runs `--all --callsites` with a
-/// statistics map of 128 entries; 64 fakes of the attacker, calling
-/// `MPI_Barrier` and `MPI_Send` of a stub libmpi from 64 sites each, would
-/// fill it alone (64 × 2 pairs) and leave the victim nothing. A user takes
-/// at most a quarter of the maps by default (statistics and call sites
-/// together; each process reserves its functions plus 1,024 sites), so the
-/// attacker's excess is refused and counted under `map_entries`, and the
-/// victim's 2-rank job, started while the attacker is at its budget, is
-/// attached and exact, with no update of the statistics map failing.
+/// statistics map of 1,536 entries. A process reserves one entry per
+/// function it is attached with (about 340 for a real libmpi, 2 for the
+/// stub), and a user may reserve half of each map. The attacker starts 6
+/// fakes mapping a copy of the real libmpi (reserving what a rank does) and
+/// 8 calling `MPI_Barrier` and `MPI_Send` of a stub libmpi from 64 sites
+/// each, so that entries are really made: past half the map, its
+/// processes are refused and counted under `map_entries`, and the victim's
+/// 2-rank job, started while the attacker is at its budget, is attached
+/// and exact, with no update of the statistics map failing.
 #[test]
 fn attack5_shared_maps_cannot_be_filled_by_one_user() {
     let mpi = Mpi::OpenMpi;
@@ -330,25 +331,31 @@ fn attack5_shared_maps_cannot_be_filled_by_one_user() {
         return;
     }
     const ITERS: u64 = 100;
-    const FAKES: u32 = 64;
-    const STATS_ENTRIES: u64 = 128;
+    const MAPPERS: u32 = 6;
+    const CALLERS: u32 = 8;
+    const FAKES: u32 = MAPPERS + CALLERS;
+    const STATS_ENTRIES: u64 = 1_536;
     let dir = scratch("security-maps");
     let attacker = User::ensure(ATTACKER);
     let victim = User::ensure(VICTIM);
     let bin = fake_binary(&dir);
     // Read as Open MPI: every function it has is probed.
     let stub = attacker.stub_libmpi("stub", true);
+    let lib = attacker.libmpi_copy("lib");
     let mut daemon = Daemon::start(&[
         "--all".into(),
         "--callsites".into(),
         "--map-memory".into(),
         (STATS_ENTRIES * STATS_ENTRY_BYTES).to_string(),
     ]);
-    let fakes = Fakes::spawn(&attacker, &bin, FakeMode::Call(64), &stub, FAKES);
-    // Each attached fake makes 64 probed calls a millisecond. The CPU a
+    let callers = Fakes::spawn(&attacker, &bin, FakeMode::Call(64), &stub, CALLERS);
+    let mappers = Fakes::spawn(&attacker, &bin, FakeMode::Map, &lib, MAPPERS);
+    let mut all = callers.pids.clone();
+    all.extend(&mappers.pids);
+    // Each attached caller makes 64 probed calls a millisecond. The CPU a
     // user burns is not the daemon's to bound; at the lowest priority the
     // fakes leave the 2 cores here to the daemon and the victim.
-    for &pid in &fakes.pids {
+    for &pid in &callers.pids {
         // SAFETY: setpriority(2) on a pid, no memory passed.
         let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS as _, pid, 19) };
         assert_eq!(rc, 0, "renice fake {pid}");
@@ -365,11 +372,11 @@ fn attack5_shared_maps_cannot_be_filled_by_one_user() {
         Duration::from_secs(60),
         || {
             let s = assert_scrape_within(&daemon.addr, SCRAPE_LIMIT);
-            let attached = with_pids(&s, "mpi_rank_info", &fakes.pids).len() as f64;
+            let attached = with_pids(&s, "mpi_rank_info", &all).len() as f64;
             (attached + all_refused(&s) >= f64::from(FAKES)).then_some(s)
         },
     );
-    let attached: Vec<u32> = with_pids(&s, "mpi_rank_info", &fakes.pids)
+    let attached: Vec<u32> = with_pids(&s, "mpi_rank_info", &all)
         .iter()
         .filter_map(|x| x.label("pid")?.parse().ok())
         .collect();
@@ -382,7 +389,7 @@ fn attack5_shared_maps_cannot_be_filled_by_one_user() {
         "the attacker's first fakes are probed"
     );
     let excess = f64::from(FAKES) - attached.len() as f64;
-    assert!(excess > 0.0, "{FAKES} fakes are past a quarter of the maps");
+    assert!(excess > 0.0, "{FAKES} fakes are past half the maps");
     assert_eq!(
         refused(&s, attacker.uid, "map_entries"),
         excess,
@@ -390,8 +397,14 @@ fn attack5_shared_maps_cannot_be_filled_by_one_user() {
     );
     assert_eq!(all_refused(&s), excess, "each refused once, for one budget");
     // The attacker's pairs are in the statistics map before the victim
-    // starts: each attached fake's calls are counted.
-    let fake_labels = wait_attached(&mut daemon, &attached);
+    // starts: each attached caller's calls are counted.
+    let attached_callers: Vec<u32> = attached
+        .iter()
+        .copied()
+        .filter(|p| callers.pids.contains(p))
+        .collect();
+    assert!(!attached_callers.is_empty(), "callers are attached first");
+    let fake_labels = wait_attached(&mut daemon, &attached_callers);
     wait_for(
         "every attached fake's calls to be counted",
         Duration::from_secs(20),
@@ -437,8 +450,11 @@ fn attack5_shared_maps_cannot_be_filled_by_one_user() {
         0.0,
         "the victim is never refused"
     );
-    assert!(fakes.all_alive(), "the fakes must be untouched");
-    drop(fakes);
+    assert!(
+        callers.all_alive() && mappers.all_alive(),
+        "the fakes must be untouched"
+    );
+    drop((callers, mappers));
     assert!(daemon.stop(signal::TERM).success());
     assert_no_probes_left();
 }
