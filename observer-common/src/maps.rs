@@ -411,9 +411,10 @@ mod tests {
     fn stats_capacity_is_bounded_by_memory() {
         assert_eq!(STATS_ENTRY_BYTES, 376);
         assert_eq!(CALLSITES_ENTRY_BYTES, 96);
-        // The default budget holds the full cap: 512 x 128 pairs, 23.5 MiB.
+        // The default budget holds the full cap: 768 processes x 340
+        // functions and more, 94 MiB.
         assert_eq!(stats_capacity_within(STATS_MEMORY_BUDGET), STATS_CAPACITY);
-        assert_eq!(u64::from(STATS_CAPACITY) * STATS_ENTRY_BYTES, 47 << 19);
+        assert_eq!(u64::from(STATS_CAPACITY) * STATS_ENTRY_BYTES, 47 << 21);
         // A tiny budget still makes a map; a large one is capped.
         assert_eq!(stats_capacity_within(1), 1);
         assert_eq!(stats_capacity_within(10 * STATS_ENTRY_BYTES), 10);

@@ -291,17 +291,6 @@ impl Probes {
         self.types_dropped
     }
 
-    /// Entries the statistics and call-site maps hold together: what the
-    /// daemon reserves a share of per process (crate::budget).
-    pub fn entry_capacity(&self) -> usize {
-        self.stats_capacity as usize
-            + if self.callsites {
-                self.callsites_capacity as usize
-            } else {
-                0
-            }
-    }
-
     /// Whether attached processes record their call sites (`attach
     /// --callsites`, [`Probes::load_within`]).
     pub fn callsites(&self) -> bool {
