@@ -383,12 +383,28 @@ pub fn mpi_library(pid: u32) -> Result<Option<MappedLib>, ProcError> {
 }
 
 /// Whether `pid` runs a statically linked executable: its program has no
-/// `PT_INTERP` (no dynamic loader). Unreadable counts as not static.
+/// `PT_INTERP` (no dynamic loader). Unreadable counts as not static. Only
+/// the file's first 64 KiB are read (the ELF header and program headers
+/// sit there), from the kernel's link to the executable, never blocking:
+/// the file is the user's.
 pub fn is_static(pid: u32) -> bool {
+    use std::{io::Read as _, os::unix::fs::OpenOptionsExt as _};
+
     use object::read::elf::{FileHeader as _, ProgramHeader as _};
-    let Ok(data) = std::fs::read(format!("/proc/{pid}/exe")) else {
+    let Ok(f) = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(format!("/proc/{pid}/exe"))
+    else {
         return false;
     };
+    if !f.metadata().is_ok_and(|m| m.file_type().is_file()) {
+        return false;
+    }
+    let mut data = Vec::new();
+    if f.take(64 << 10).read_to_end(&mut data).is_err() {
+        return false;
+    }
     let Ok(h) = object::elf::FileHeader64::<object::Endianness>::parse(&*data) else {
         return false;
     };

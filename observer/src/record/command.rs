@@ -529,7 +529,10 @@ fn attach_traced(p: &mut Probes, pid: u32) -> Result<crate::probes::Attachment, 
         .map_err(|e| probe_err(e.to_string()))?
         .ok_or(RecordError::NotMpi(pid))?;
     let host_path = map.host_path(pid);
-    let lib = symbols::read_library(&host_path).map_err(|e| probe_err(e.to_string()))?;
+    // A user's file: opened as mapped, within the size cap, never blocking.
+    let lib = symbols::LibraryCache::global()
+        .get_mapped(pid, &map)
+        .map_err(|e| probe_err(e.to_string()))?;
     let dt = datatypes::inspect(pid, &lib, &map);
     // Attached untraced: tracing starts for the whole rank at once
     // ([`trace_on`]) once every probe is in, so no function's calls are
