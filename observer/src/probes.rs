@@ -72,6 +72,15 @@ pub enum ProbeError {
     },
 }
 
+/// The keys a map iteration yields that `mine` accepts, collected first:
+/// a hash map's keys are not removed while it is being walked.
+fn of_pid<K>(
+    keys: impl Iterator<Item = Result<K, aya::maps::MapError>>,
+    mine: impl Fn(&K) -> bool,
+) -> Vec<K> {
+    keys.filter_map(Result::ok).filter(|k| mine(k)).collect()
+}
+
 /// Threads that close detached links. Closing a uprobe_multi link
 /// unregisters its uprobes, which waits for RCU grace periods (about 200 ms
 /// here) and takes the kernel's global `dup_mmap_sem`, which every `fork()`
@@ -653,71 +662,43 @@ impl Probes {
     /// given the same pid must not inherit that open call and see its first
     /// calls as nested).
     pub fn forget(&mut self, pid: u32) {
-        if let Some(Ok(mut stats)) = self
-            .ebpf
+        let ebpf = &mut self.ebpf;
+        if let Some(Ok(mut m)) = ebpf
             .map_mut(maps::STATS_PERCPU)
             .map(PerCpuHashMap::<&mut MapData, StatKey, CallStats>::try_from)
         {
-            let keys: Vec<StatKey> = stats
-                .keys()
-                .filter_map(Result::ok)
-                .filter(|k| k.tgid == pid)
-                .collect();
-            for k in keys {
-                let _ = stats.remove(&k);
-            }
+            let keys = of_pid(m.keys(), |k: &StatKey| k.tgid == pid);
+            keys.iter().for_each(|k| drop(m.remove(k)));
         }
-        if let Some(Ok(mut stats)) = self
-            .ebpf
+        if let Some(Ok(mut m)) = ebpf
             .map_mut(maps::STATS)
             .map(BpfHashMap::<&mut MapData, StatKey, CallStats>::try_from)
         {
-            let keys: Vec<StatKey> = stats
-                .keys()
-                .filter_map(Result::ok)
-                .filter(|k| k.tgid == pid)
-                .collect();
-            for k in keys {
-                let _ = stats.remove(&k);
-            }
+            let keys = of_pid(m.keys(), |k: &StatKey| k.tgid == pid);
+            keys.iter().for_each(|k| drop(m.remove(k)));
         }
-        if self.callsites
-            && let Some(Ok(mut sites)) = self
-                .ebpf
+        if self.callsites {
+            if let Some(Ok(mut m)) = ebpf
                 .map_mut(maps::CALLSITES)
                 .map(BpfHashMap::<&mut MapData, SiteKey, SiteStats>::try_from)
-        {
-            let keys: Vec<SiteKey> = sites
-                .keys()
-                .filter_map(Result::ok)
-                .filter(|k| k.tgid == pid)
-                .collect();
-            for k in keys {
-                let _ = sites.remove(&k);
+            {
+                let keys = of_pid(m.keys(), |k: &SiteKey| k.tgid == pid);
+                keys.iter().for_each(|k| drop(m.remove(k)));
             }
-        }
-        // With its sites gone, the process's count starts again.
-        if self.callsites
-            && let Some(Ok(mut counts)) = self
-                .ebpf
+            // With its sites gone, the process's count starts again.
+            if let Some(Ok(mut counts)) = ebpf
                 .map_mut(maps::SITE_COUNTS)
                 .map(BpfHashMap::<&mut MapData, u32, SiteCount>::try_from)
-        {
-            let _ = counts.remove(&pid);
+            {
+                let _ = counts.remove(&pid);
+            }
         }
-        if let Some(Ok(mut inflight)) = self
-            .ebpf
+        if let Some(Ok(mut m)) = ebpf
             .map_mut(maps::INFLIGHT)
             .map(BpfHashMap::<&mut MapData, u64, Inflight>::try_from)
         {
-            let keys: Vec<u64> = inflight
-                .keys()
-                .filter_map(Result::ok)
-                .filter(|k| (k >> 32) as u32 == pid)
-                .collect();
-            for k in keys {
-                let _ = inflight.remove(&k);
-            }
+            let keys = of_pid(m.keys(), |k: &u64| (k >> 32) as u32 == pid);
+            keys.iter().for_each(|k| drop(m.remove(k)));
         }
     }
 

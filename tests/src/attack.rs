@@ -43,8 +43,7 @@
 
 use std::{
     ffi::CString,
-    io::{BufRead as _, Read as _, Write as _},
-    net::TcpStream,
+    io::BufRead as _,
     os::unix::{
         fs::{PermissionsExt as _, chown},
         process::CommandExt as _,
@@ -54,7 +53,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{Daemon, Job, Mpi, Sample, compile, parse_metrics, program, sum, target_dir, wait_for};
+use crate::{
+    Daemon, Job, Mpi, Sample, compile, http_get_within, parse_metrics, program, sum, target_dir,
+    wait_for,
+};
 
 /// The attacker: an unprivileged user whose processes attack the daemon.
 pub const ATTACKER: &str = "mpiobs-attacker";
@@ -494,24 +496,7 @@ pub fn victim_finish_and_check(
 /// frozen daemon shows as a slow scrape.
 pub fn time_scrape(addr: &str) -> (Duration, std::io::Result<(u16, String)>) {
     let start = Instant::now();
-    let r = (|| {
-        let mut s = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(30))?;
-        s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf)?;
-        let buf = String::from_utf8_lossy(&buf).into_owned();
-        let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        Ok((code, body.to_string()))
-    })();
+    let r = http_get_within(addr, "/metrics", Duration::from_secs(30));
     (start.elapsed(), r)
 }
 

@@ -352,14 +352,24 @@ pub fn wait_with_timeout(mut child: Child, limit: Duration) -> Output {
 
 /// One HTTP GET over a plain TCP socket; returns (status code, body).
 pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    http_get_within(addr, path, Duration::from_secs(10))
+}
+
+/// [`http_get`] that gives up (an error, not a panic) after `limit` to
+/// connect and `limit` between reads.
+pub fn http_get_within(addr: &str, path: &str, limit: Duration) -> std::io::Result<(u16, String)> {
+    let to = addr
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let mut s = TcpStream::connect_timeout(&to, limit)?;
+    s.set_read_timeout(Some(limit))?;
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf)?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let buf = String::from_utf8_lossy(&buf);
     let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
     let code = head
         .split_whitespace()
