@@ -20,6 +20,7 @@ pub mod http_get;
 pub mod identity;
 pub mod inject;
 pub mod launcher;
+pub mod layout;
 pub mod metrics;
 pub mod multi;
 pub mod probes;
