@@ -59,6 +59,10 @@ pub enum Command {
     /// readers: full MPI events from ranks running the shim's `stats`
     /// layer, Enter/Leave of every MPI call from the others (probes).
     Record(RecordArgs),
+    /// Simulated nodes serving synthetic jobs on loopback addresses, for
+    /// the scale test and `cargo xtask bench scale` (internal).
+    #[command(name = "__simulate", hide = true)]
+    Simulate(crate::simulate::SimulateArgs),
     /// The call-site symbolizer process the daemon starts (internal).
     #[command(name = "__symbolizer", hide = true)]
     Symbolizer,

@@ -13,6 +13,7 @@ pub fn run(cli: cli::Cli) -> Result<(), Box<dyn std::error::Error>> {
         cli::Command::Report(args) => crate::report::command::run(&args)?,
         cli::Command::Top(args) => crate::top::run(&args)?,
         cli::Command::Record(args) => crate::record::command::run(&args)?,
+        cli::Command::Simulate(args) => crate::simulate::run(&args)?,
         cli::Command::Symbolizer => crate::symbolizer::serve(crate::symbolizer::CHILD_FD)?,
         cli::Command::ShimPath => println!("{}", launcher::shim_path()?.display()),
         cli::Command::Run { tools, cmd } => match launcher::run(tools.as_deref(), &cmd)? {},

@@ -436,7 +436,7 @@ fn start_injection(state: &Arc<Mutex<State>>, req: &crate::inject::Request, pid:
 /// the hard limit to the kernel's `fs.nr_open`): each probed process holds
 /// a few descriptors (its links, its segment), and at the default 1,024 a
 /// few hundred processes would leave none for reading /proc.
-fn raise_fd_limit() {
+pub(crate) fn raise_fd_limit() {
     let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
         .ok()
         .and_then(|s| s.trim().parse::<libc::rlim_t>().ok());

@@ -32,6 +32,7 @@ pub mod report;
 pub mod segment;
 pub mod server;
 pub mod shm;
+pub mod simulate;
 pub mod snapshot;
 pub mod summary;
 pub mod symbolizer;
