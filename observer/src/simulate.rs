@@ -80,6 +80,11 @@ pub struct SimulateArgs {
     /// --per-rank-detail`), for the before/after ratio.
     #[arg(long)]
     pub per_rank_detail: bool,
+    /// Measure instead of serving: one node of `--ranks-per-node` ranks,
+    /// collected and rendered this many times in-process; prints the
+    /// exposition's bytes and series and the median collection CPU time.
+    #[arg(long, value_name = "N")]
+    pub measure: Option<u32>,
     /// Threads collecting and rendering, for every node together.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -124,6 +129,80 @@ struct Sim {
     stuck_since_ns: Option<u64>,
 }
 
+/// Node `node`'s state: its ranks of the job of `size` ranks, with their
+/// figures as of a minute of counting, and how each advances.
+fn node_state(
+    args: &SimulateArgs,
+    ids: &[u16],
+    node: u32,
+    size: u32,
+    start_ns: u64,
+) -> (State, Vec<Sim>) {
+    let straggler = args.straggler % size;
+    let stuck = args.stuck_rank % size;
+    // Counting began a minute before the simulation: rates and fractions
+    // are there from the first scrape.
+    let started = SystemTime::now() - Duration::from_secs(60);
+    let nodes = args.nodes.max(1);
+    let mut state = State::new(
+        None,
+        ids.to_vec(),
+        true,
+        render_options(args.per_rank_detail),
+    );
+    // No symbolizer: every site is named up front. A small cache, as
+    // a thousand default-sized ones would reserve gigabytes.
+    state.names = Names::with_config(NamesConfig {
+        max_names: 16,
+        ..NamesConfig::default()
+    });
+    let mut node_sims = Vec::with_capacity(args.ranks_per_node as usize);
+    for local in 0..args.ranks_per_node {
+        let world = node * args.ranks_per_node + local;
+        let pid = PID_BASE + world;
+        let mut rank = Rank::synthetic(pid, world, &args.jobid);
+        rank.identity = Identity::new(
+            &args.jobid,
+            &world.to_string(),
+            &size.to_string(),
+            0,
+            JobidSource::Environment,
+        );
+        rank.labels = Labels::new(&rank.identity);
+        rank.started_at = started;
+        rank.attached_at = started;
+        for j in 0..SITE_FUNCTIONS.min(ids.len()) {
+            for s in 0..SITES_PER_FUNCTION {
+                rank.name_site(
+                    site_addr(j, s),
+                    &format!("solver_{j} at solver.c:{}", 100 + 10 * j as u64 + s),
+                );
+            }
+        }
+        let jitter = (mix(u64::from(world)) % 1000) as f64 / 1000.0;
+        let fraction = if world == straggler {
+            0.02
+        } else {
+            0.25 + 0.1 * jitter
+        };
+        let peers = (1..=PEERS / 2)
+            .map(|k| node * args.ranks_per_node + (local + k) % args.ranks_per_node)
+            .chain((1..=PEERS / 2).map(|k| ((node + k) % nodes) * args.ranks_per_node + local))
+            .filter(|&p| p != world)
+            .collect();
+        let sim = Sim {
+            fraction,
+            peers,
+            stuck_since_ns: (world == stuck)
+                .then(|| start_ns.saturating_sub(args.stuck_age * 1_000_000_000)),
+        };
+        rank.figures = Some(figures(&sim, ids, Duration::from_secs(60), start_ns, size));
+        state.ranks.insert(pid, rank);
+        node_sims.push(sim);
+    }
+    (state, node_sims)
+}
+
 /// A small deterministic hash, for per-rank jitter that is the same every run.
 fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -156,84 +235,21 @@ pub fn run(args: &SimulateArgs) -> Result<(), SimulateError> {
     let size = args.nodes * args.ranks_per_node;
     let straggler = args.straggler % size;
     let stuck = args.stuck_rank % size;
-    let ids: Vec<u16> = functions::select(None)
-        .unwrap_or_default()
-        .into_iter()
-        .take(FUNCTIONS)
-        .collect();
+    let ids = rank_functions();
+    if let Some(n) = args.measure {
+        measure(args, &ids, n);
+        return Ok(());
+    }
     let start_ns = segment::monotonic_ns();
-    // Counting began a minute before the simulation: rates and fractions
-    // are there from the first scrape.
-    let started = SystemTime::now() - Duration::from_secs(60);
     let t0 = Instant::now() - Duration::from_secs(60);
     let mut nodes = Vec::with_capacity(args.nodes as usize);
     let mut sims = Vec::with_capacity(args.nodes as usize);
     for node in 0..args.nodes {
-        let mut state = State::new(
-            None,
-            ids.clone(),
-            true,
-            render_options(args.per_rank_detail),
-        );
-        // No symbolizer: every site is named up front. A small cache, as
-        // a thousand default-sized ones would reserve gigabytes.
-        state.names = Names::with_config(NamesConfig {
-            max_names: 16,
-            ..NamesConfig::default()
-        });
-        let mut node_sims = Vec::with_capacity(args.ranks_per_node as usize);
-        for local in 0..args.ranks_per_node {
-            let world = node * args.ranks_per_node + local;
-            let pid = PID_BASE + world;
-            let mut rank = Rank::synthetic(pid, world, &args.jobid);
-            rank.identity = Identity::new(
-                &args.jobid,
-                &world.to_string(),
-                &size.to_string(),
-                0,
-                JobidSource::Environment,
-            );
-            rank.labels = Labels::new(&rank.identity);
-            rank.started_at = started;
-            rank.attached_at = started;
-            for j in 0..SITE_FUNCTIONS.min(ids.len()) {
-                for s in 0..SITES_PER_FUNCTION {
-                    rank.name_site(
-                        site_addr(j, s),
-                        &format!("solver_{j} at solver.c:{}", 100 + 10 * j as u64 + s),
-                    );
-                }
-            }
-            let jitter = (mix(u64::from(world)) % 1000) as f64 / 1000.0;
-            let fraction = if world == straggler {
-                0.02
-            } else {
-                0.25 + 0.1 * jitter
-            };
-            let peers = (1..=PEERS / 2)
-                .map(|k| node * args.ranks_per_node + (local + k) % args.ranks_per_node)
-                .chain(
-                    (1..=PEERS / 2)
-                        .map(|k| ((node + k) % args.nodes) * args.ranks_per_node + local),
-                )
-                .filter(|&p| p != world)
-                .collect();
-            let sim = Sim {
-                fraction,
-                peers,
-                stuck_since_ns: (world == stuck)
-                    .then(|| start_ns.saturating_sub(args.stuck_age * 1_000_000_000)),
-            };
-            rank.figures = Some(figures(&sim, &ids, Duration::from_secs(60), start_ns, size));
-            state.ranks.insert(pid, rank);
-            node_sims.push(sim);
-        }
+        let (state, node_sims) = node_state(args, &ids, node, size, start_ns);
         nodes.push(Arc::new(Mutex::new(state)));
         sims.push(node_sims);
     }
 
-    // One thread does the HTTP of every node; collections run on the
-    // blocking pool (the server puts them there), `--threads` at a time.
     let rt = tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(args.threads.max(1))
         .enable_all()
@@ -281,6 +297,88 @@ pub fn run(args: &SimulateArgs) -> Result<(), SimulateError> {
     });
     rt.block_on(std::future::pending::<()>());
     Ok(())
+}
+
+/// The functions a simulated rank calls: the ones applications call most,
+/// then other default ones, [`FUNCTIONS`] in all.
+fn rank_functions() -> Vec<u16> {
+    const COMMON: [&str; 16] = [
+        "MPI_Allreduce",
+        "MPI_Send",
+        "MPI_Recv",
+        "MPI_Isend",
+        "MPI_Irecv",
+        "MPI_Wait",
+        "MPI_Waitall",
+        "MPI_Bcast",
+        "MPI_Barrier",
+        "MPI_Reduce",
+        "MPI_Alltoall",
+        "MPI_Allgather",
+        "MPI_Sendrecv",
+        "MPI_Gather",
+        "MPI_Scatter",
+        "MPI_Test",
+    ];
+    let table = observer_common::FUNCTIONS;
+    let mut ids: Vec<u16> = COMMON
+        .iter()
+        .filter_map(|n| table.iter().position(|f| f.name == *n))
+        .map(|i| i as u16)
+        .collect();
+    for id in functions::select(None).unwrap_or_default() {
+        if ids.len() >= FUNCTIONS {
+            break;
+        }
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// `--measure N`: one node of `--ranks-per-node` ranks, collected and
+/// rendered `N` times in this thread; prints the exposition's size and
+/// series and the median CPU time of one collection, as `key=value` lines.
+fn measure(args: &SimulateArgs, ids: &[u16], n: u32) {
+    let size = args.ranks_per_node;
+    let start_ns = segment::monotonic_ns();
+    let mut state = node_state(args, ids, 0, size, start_ns).0;
+    let mut cpu = Vec::new();
+    let mut text = String::new();
+    for _ in 0..n.max(1) {
+        let c = thread_cpu();
+        text = state.scrape();
+        cpu.push(thread_cpu() - c);
+    }
+    cpu.sort();
+    let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    let with_rank = series.iter().filter(|l| l.contains(",rank=\"")).count();
+    let job = series
+        .iter()
+        .filter(|l| l.contains("jobid=\"") && !l.contains(",rank=\""))
+        .count();
+    println!("ranks={size}");
+    println!("functions={}", ids.len());
+    println!("exposition_bytes={}", text.len());
+    println!("series={}", series.len());
+    println!("series_with_rank={with_rank}");
+    println!("series_job_level={job}");
+    println!(
+        "collect_cpu_ms={:.3}",
+        cpu[cpu.len() / 2].as_secs_f64() * 1e3
+    );
 }
 
 fn site_addr(function: usize, site: u64) -> u64 {
