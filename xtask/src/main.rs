@@ -5,6 +5,7 @@ mod bench_inject;
 mod bench_kmaps;
 mod bench_observer;
 mod bench_record;
+mod bench_scale;
 mod bench_shim;
 mod bench_stats;
 mod codegen;
@@ -55,7 +56,9 @@ enum Cmd {
     /// layer), `inject` (`attach --inject`: latency, injection time),
     /// `callsites` (what recording call sites adds per call), `record`
     /// (what an OTF2 recording costs the job, and its drain rate), `kmaps`
-    /// (the statistics map shared by the CPUs against the per-CPU one).
+    /// (the statistics map shared by the CPUs against the per-CPU one),
+    /// `scale` (64 k simulated ranks through sharded vmagents into
+    /// VictoriaMetrics, with vmalert: series, samples/s, query times).
     Bench {
         /// Which benchmark to run.
         which: String,
@@ -177,9 +180,10 @@ fn main() -> Result<()> {
             "callsites" => bench_callsites::run(&root),
             "record" => bench_record::run(&root),
             "kmaps" => bench_kmaps::run(&root),
+            "scale" => bench_scale::run(&root),
             other => {
                 anyhow::bail!(
-                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps)"
+                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps, scale)"
                 )
             }
         },

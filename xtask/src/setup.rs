@@ -20,6 +20,9 @@ const PACKAGES: &[&str] = &[
     "bpftool",
     "bpftrace",
     "prometheus",
+    // victoria-metrics, vmagent and vmalert: the scale test's pipeline
+    // (tests/tests/scale.rs, `cargo xtask bench scale`).
+    "victoria-metrics",
     "iproute2",
     "procps",
     // systemd-analyze verifies the shipped unit (tests/tests/cluster.rs).
