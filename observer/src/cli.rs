@@ -282,7 +282,8 @@ fn ring_mib(s: &str) -> Result<u32, String> {
 /// Options of `top`.
 #[derive(Debug, Args)]
 pub struct TopArgs {
-    /// An observer's address (its --listen); its /metrics is read.
+    /// An observer's address (its --listen); its /metrics/ranks (every rank in
+    /// full) is read.
     #[arg(long, value_name = "URL", default_value = DEFAULT_LISTEN)]
     pub endpoint: String,
     /// A Prometheus server's base URL (as http://HOST:9090), to see every

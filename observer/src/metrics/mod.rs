@@ -462,8 +462,16 @@ pub fn render_ranks(
     opts: RenderOptions,
     jobids: Option<&[String]>,
 ) -> String {
-    exposition(snap, selfm, opts, Path::Ranks(jobids))
+    let mut out = String::from(RANKS_MARK);
+    out.push('\n');
+    out.push_str(&exposition(snap, selfm, opts, Path::Ranks(jobids)));
+    out
 }
+
+/// The first line of `/metrics/ranks`, a comment: how a reader (`top
+/// --endpoint`) knows an observer answered, with no self-metrics to tell.
+pub const RANKS_MARK: &str =
+    "# mpi-observer: the full per-rank series of this node (/metrics/ranks)";
 
 /// The MPI series of one exposition, held to the budget.
 fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: Path<'_>) -> String {
