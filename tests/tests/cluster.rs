@@ -787,9 +787,144 @@ fn dashboards_are_valid_grafana_json() {
         }
         walk(&d, &f.to_string());
     }
-    for v in ["jobid", "rank", "function"] {
+    for v in ["jobid", "function"] {
         assert!(vars_seen.contains(v), "no label_values variable {v}");
     }
+    // A job may have 64,000 ranks: the rank is typed, never listed.
+    assert!(!vars_seen.contains("rank"), "a rank variable lists ranks");
+    let rank_vars: Vec<String> = dashboard_files()
+        .iter()
+        .flat_map(|p| {
+            let d = read_json(p);
+            d["templating"]["list"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|v| v["name"] == "rank")
+                .map(|v| format!("{}: {}", p.display(), v["type"]))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(!rank_vars.is_empty(), "no rank variable");
+    for v in &rank_vars {
+        assert!(
+            v.ends_with("\"textbox\""),
+            "the rank variable is a text box: {v}"
+        );
+    }
+}
+
+/// The metric and recording-rule names an expression reads: identifiers
+/// that start with `mpi_` or contain a `:` (outside quoted strings).
+fn series_names(expr: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let b = expr.as_bytes();
+    let (mut i, mut quoted) = (0, false);
+    while i < b.len() {
+        let c = b[i];
+        if c == b'"' {
+            quoted = !quoted;
+            i += 1;
+        } else if !quoted && (c.is_ascii_alphabetic() || c == b'_') {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b':') {
+                i += 1;
+            }
+            let w = &expr[start..i];
+            if w.starts_with("mpi_") || w.contains(':') {
+                out.insert(w.to_string());
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The per-rank series every rank has by default (issue 22): at most 9.
+fn per_rank_minimal(name: &str) -> bool {
+    name.starts_with("mpi_rank_")
+        || name == "mpi_requests_outstanding"
+        || name == "mpi_request_oldest_age_seconds"
+}
+
+/// Families exported per job and node, or by the daemon about itself.
+fn job_level(name: &str) -> bool {
+    name.starts_with("mpi_job_") || name.starts_with("mpi_observer_")
+}
+
+/// The recording rules' names, from recording.rules.yml.
+fn recorded_names() -> BTreeSet<String> {
+    std::fs::read_to_string(dashboards_dir().join("prometheus/recording.rules.yml"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- record: "))
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+/// What each default panel may read, so that the dashboards work at 64 k
+/// ranks (issue 22): job-level series, recording rules and the per-job
+/// histogram anywhere; the per-rank minimal series only under top-k /
+/// bottom-k or an aggregation that drops `rank`, except in the rank
+/// dashboard; the per-rank detail families only in the rank dashboard, in
+/// panels whose description says where that detail comes from.
+#[test]
+fn dashboards_read_bounded_series() {
+    let rules = recorded_names();
+    assert!(rules.len() >= 10, "recording rules: {rules:?}");
+    let mut detail_panels = 0;
+    for path in dashboard_files() {
+        let d = read_json(&path);
+        let f = path.file_name().unwrap().to_string_lossy().into_owned();
+        let rank_dashboard = f == "mpi-rank.json";
+        for p in panels(&d) {
+            let title = p["title"].as_str().unwrap_or("");
+            let description = p["description"].as_str().unwrap_or("");
+            for t in p["targets"].as_array().into_iter().flatten() {
+                let expr = t["expr"].as_str().unwrap_or_default();
+                let bounded = expr.contains("topk(") || expr.contains("bottomk(") || {
+                    let head = expr.trim_start();
+                    ["sum", "count", "max", "min", "avg"].iter().any(|a| {
+                        head.starts_with(&format!("{a}(")) || head.starts_with(&format!("{a} by ("))
+                    }) && !expr.split("by (").skip(1).any(|g| {
+                        g.split(')')
+                            .next()
+                            .unwrap()
+                            .split(',')
+                            .any(|l| l.trim() == "rank")
+                    })
+                };
+                let per_rank_histogram =
+                    expr.contains("mpi_call_duration_seconds") && expr.contains("rank=");
+                for n in series_names(expr) {
+                    let place = format!("{f}: panel {title:?}: {n} in {expr}");
+                    if n.contains(':') {
+                        assert!(rules.contains(&n), "{place}: no such recording rule");
+                    } else if job_level(&n)
+                        || (n.starts_with("mpi_call_duration_seconds") && !per_rank_histogram)
+                    {
+                    } else if per_rank_minimal(&n) {
+                        assert!(
+                            rank_dashboard || bounded,
+                            "{place}: a per-rank series needs top-k, bottom-k or an aggregation over ranks"
+                        );
+                    } else {
+                        assert!(
+                            rank_dashboard,
+                            "{place}: per-rank detail outside the rank dashboard"
+                        );
+                        assert!(
+                            description.contains("Detail series"),
+                            "{place}: the description must say where the detail comes from"
+                        );
+                        detail_panels += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(detail_panels >= 5, "the rank dashboard drills into detail");
 }
 
 #[test]
