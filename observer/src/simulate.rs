@@ -30,6 +30,7 @@ use crate::{
     callsites::{Names, NamesConfig},
     functions,
     identity::{Identity, JobidSource},
+    layout::Layout,
     metrics::RenderOptions,
     registry::{Rank, State},
     segment::{self, Directed, Figures, LayerCalls, PeerTraffic, Requests, Timing},
@@ -144,18 +145,35 @@ fn node_state(
     // are there from the first scrape.
     let started = SystemTime::now() - Duration::from_secs(60);
     let nodes = args.nodes.max(1);
-    let mut state = State::new(
-        None,
-        ids.to_vec(),
-        true,
-        render_options(args.per_rank_detail),
-    );
+    // The job as Slurm would describe it to every rank: the daemons name
+    // each peer's node from it (node × node peer series).
+    let width = (nodes - 1).to_string().len();
+    let host = format!("sim{node:0width$}");
+    let env = [
+        (
+            "SLURM_STEP_NODELIST",
+            format!("sim[{:0width$}-{:0width$}]", 0, nodes - 1),
+        ),
+        (
+            "SLURM_STEP_TASKS_PER_NODE",
+            format!("{}(x{nodes})", args.ranks_per_node),
+        ),
+    ];
+    let get = |name: &str| {
+        env.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let mut render = render_options(args.per_rank_detail);
+    render.node = Some(Box::leak(host.clone().into_boxed_str()));
+    let mut state = State::new(None, ids.to_vec(), true, render);
     // No symbolizer: every site is named up front. A small cache, as
     // a thousand default-sized ones would reserve gigabytes.
     state.names = Names::with_config(NamesConfig {
         max_names: 16,
         ..NamesConfig::default()
     });
+    let layout = Layout::from_env(get, node * args.ranks_per_node, size, &host).map(Arc::new);
     let mut node_sims = Vec::with_capacity(args.ranks_per_node as usize);
     for local in 0..args.ranks_per_node {
         let world = node * args.ranks_per_node + local;
@@ -168,6 +186,7 @@ fn node_state(
             0,
             JobidSource::Environment,
         );
+        rank.identity.layout = layout.clone();
         rank.labels = Labels::new(&rank.identity);
         rank.started_at = started;
         rank.attached_at = started;
@@ -213,9 +232,10 @@ fn mix(x: u64) -> u64 {
 
 /// The render options of the simulated daemons.
 fn render_options(per_rank_detail: bool) -> RenderOptions {
-    // Until the bounded renderer lands, today's exposition is the only one.
-    let _ = per_rank_detail;
-    RenderOptions::default()
+    RenderOptions {
+        per_rank_detail,
+        ..RenderOptions::default()
+    }
 }
 
 /// Runs the simulation until killed.
