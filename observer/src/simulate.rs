@@ -234,6 +234,13 @@ fn mix(x: u64) -> u64 {
 fn render_options(per_rank_detail: bool) -> RenderOptions {
     RenderOptions {
         per_rank_detail,
+        // Today's exposition had no series budget: nothing dropped, so
+        // its cost is measured whole.
+        max_series: if per_rank_detail {
+            usize::MAX
+        } else {
+            RenderOptions::default().max_series
+        },
         ..RenderOptions::default()
     }
 }

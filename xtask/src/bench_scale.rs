@@ -32,7 +32,7 @@
 //! `MPI_OBSERVER_SCALE_BEFORE_NODES` (20), `MPI_OBSERVER_SCALE_SHARDS` (2),
 //! `MPI_OBSERVER_SCALE_REPS` (20 instant queries per panel),
 //! `MPI_OBSERVER_SCALE_BACKFILL` (share of the nodes given an hour of
-//! history, 0.02). Results go to docs/benchmarks-scale.md.
+//! history, 0.1). Results go to docs/benchmarks-scale.md.
 
 use std::{
     fmt::Write as _,
@@ -256,17 +256,24 @@ fn measure(
             Ok(r) => {
                 let of =
                     |r: &serde_json::Value| r["metric"]["rank"].as_str().unwrap_or("").to_string();
-                let vals: Vec<f64> = r.iter().map(value).collect();
-                let (lo, hi) = vals
-                    .iter()
-                    .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
                 let planted = r.iter().find(|x| of(x) == straggler.to_string()).map(value);
+                let (lo, hi) = r
+                    .iter()
+                    .map(value)
+                    .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
                 run.straggler_ok = planted.is_some_and(|v| v == lo || v == hi);
-                run.straggler_note = format!(
-                    "panel \"{}\": {} series, rank {straggler} = {planted:?} (min {lo}, max {hi})",
-                    panel.panel,
-                    r.len()
-                );
+                run.straggler_note = match planted {
+                    Some(v) => format!(
+                        "panel \"{}\": {} series, planted rank {straggler} = {v:.4} (min {lo:.4}, max {hi:.4})",
+                        panel.panel,
+                        r.len()
+                    ),
+                    None => format!(
+                        "panel \"{}\": {} series, planted rank {straggler} not among them",
+                        panel.panel,
+                        r.len()
+                    ),
+                };
             }
             Err(why) => run.straggler_note = format!("panel \"{}\": {why}", panel.panel),
         }
@@ -364,7 +371,7 @@ pub fn run(root: &Path) -> Result<()> {
     let before_nodes: u32 = knob("MPI_OBSERVER_SCALE_BEFORE_NODES", 20);
     let shards: u32 = knob("MPI_OBSERVER_SCALE_SHARDS", 2);
     let reps: usize = knob("MPI_OBSERVER_SCALE_REPS", 20);
-    let backfill: f64 = knob("MPI_OBSERVER_SCALE_BACKFILL", 0.02);
+    let backfill: f64 = knob("MPI_OBSERVER_SCALE_BACKFILL", 0.1);
     let scratch = e2e::target_dir().join("bench-scale");
 
     let after128 = at_128(&observer, false)?;
