@@ -8,7 +8,7 @@
 //! unknown-bytes series, map update failures and a segment error, another
 //! user's claim of a job and rank, a second claim of a rank by the same user
 //! (labels of its own), a job id verified by its cgroup and one cut to the
-//! label cap; it is rendered as the bounded `/metrics` (job-level series,
+//! label cap, and a job of four ranks, one exited; it is rendered as the bounded `/metrics` (job-level series,
 //! a few per rank, two detail ranks per job), with `--per-rank-detail`
 //! (every rank in full, histograms per rank off and on) and as
 //! `/metrics/ranks`. The default one must satisfy the series formula of
@@ -173,6 +173,16 @@ fn fixture(render: RenderOptions) -> Fixture {
     state.register(claim(501, 0, "4242", JobidSource::Cgroup));
     let long = format!("{}-and-more", "j".repeat(130));
     state.register(claim(502, 0, &long, JobidSource::Launcher));
+    // Job C: four ranks, more than --detail-ranks 2, one of them exited:
+    // two are detail ranks, the two others carry the minimal series only.
+    for (pid, r) in [(601, 0), (602, 1), (603, 2), (604, 3)] {
+        let mut c = rank(pid, r, "job-c", 1_700_000_450_000);
+        if pid == 603 {
+            c.exited_at = Some(std::time::Instant::now());
+            c.exited_wall = Some(at(1_700_000_480_000));
+        }
+        state.register(c);
+    }
 
     let mut map = BTreeMap::new();
     let mut s = stats(12, 1);
@@ -193,6 +203,12 @@ fn fixture(render: RenderOptions) -> Fixture {
     huge.hist[0] = u64::MAX;
     map.insert(401, BTreeMap::from([(send, huge)]));
     map.insert(402, BTreeMap::from([(send, huge)]));
+    for (pid, calls) in [(601, 10), (602, 40), (603, 20), (604, 30)] {
+        map.insert(
+            pid,
+            BTreeMap::from([(send, stats(calls, 8)), (barrier, stats(calls / 2, 9))]),
+        );
+    }
     // A process the registry does not know: never exported.
     map.insert(999, BTreeMap::from([(send, stats(99, 6))]));
 
