@@ -990,6 +990,470 @@ fn rules_pass_promtool() {
     );
 }
 
+/// The arguments of an `/etc/default` file's `ARGS="..."` line (none of
+/// ours has a space inside an argument).
+fn default_args(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ARGS=\""))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("{}: no ARGS=\"...\" line", path.display()));
+    line.split_whitespace().map(str::to_string).collect()
+}
+
+/// `s` with `from` replaced by `to`, which must occur.
+fn must_replace(s: &str, from: &str, to: &str) -> String {
+    assert!(
+        s.contains(from),
+        "{from:?} is no longer in the file: update this test"
+    );
+    s.replace(from, to)
+}
+
+/// Runs `cmd`, which must succeed within a minute.
+fn run_ok(what: &str, cmd: &mut Command) {
+    let o = run_with_timeout(cmd, Duration::from_secs(60));
+    assert!(
+        o.status.success(),
+        "{what}:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Waits for an HTTP 200 from `path` on `addr` while `p` runs.
+fn wait_http_ok(p: &mut Proc, addr: &str, path: &str) {
+    wait_for(
+        &format!("{} to answer {path}", p.name),
+        Duration::from_secs(60),
+        || {
+            p.assert_running();
+            http_get(addr, path).ok().filter(|(c, _)| *c == 200)
+        },
+    );
+}
+
+/// The scale-out configurations of dashboards/deploy/ (issue 22), run for
+/// real where the tool allows: four Prometheus shards and four vmagent
+/// cluster members scrape 40 (silent) node addresses and remote-write into
+/// a real VictoriaMetrics started with the documented flags; every node
+/// must be scraped by exactly one shard (both scrape jobs on the same one)
+/// and by exactly `replicationFactor` vmagent members. vmalert evaluates
+/// every project rule against that VictoriaMetrics without an error. The
+/// remote-write block is the same for every store; the units verify.
+#[test]
+fn deploy_configs_check() {
+    if !require(&[
+        Need::Command("promtool"),
+        Need::Command("prometheus"),
+        Need::Command("victoria-metrics"),
+        Need::Command("vmagent"),
+        Need::Command("vmalert"),
+        Need::Command("systemd-analyze"),
+    ]) {
+        return;
+    }
+    const SHARDS: usize = 4;
+    const NODES: usize = 40;
+    let deploy = dashboards_dir().join("deploy");
+    let rules_dir = dashboards_dir().join("prometheus");
+    let dir = scratch("cluster-deploy");
+    // Nothing listens on these: each scrape fails fast and still records
+    // `up`, which is all the partition needs.
+    let nodes: Vec<String> = (0..NODES)
+        .map(|i| format!("127.0.0.{}:1", 10 + i))
+        .collect();
+    let quoted: Vec<String> = nodes.iter().map(|n| format!("\"{n}\"")).collect();
+    std::fs::write(
+        dir.join("targets.json"),
+        format!("[{{\"targets\": [{}]}}]\n", quoted.join(", ")),
+    )
+    .unwrap();
+    let targets_glob = dir.join("*.json").display().to_string();
+
+    // VictoriaMetrics, as raw.default runs it (its storage path and port
+    // moved here; samples visible after 1 s instead of 30 s). The
+    // long-term store's flags exist too.
+    let vm_addr = format!("127.0.0.1:{}", free_port());
+    let mut vm_args: Vec<String> = default_args(&deploy.join("victoria-metrics/raw.default"))
+        .into_iter()
+        .filter(|a| !a.starts_with("-storageDataPath="))
+        .collect();
+    vm_args.extend([
+        format!("-storageDataPath={}", dir.join("vm").display()),
+        format!("-httpListenAddr={vm_addr}"),
+        "-search.latencyOffset=1s".into(),
+        "-loggerLevel=ERROR".into(),
+    ]);
+    let mut vm = Proc::spawn(
+        "victoria-metrics",
+        Command::new("victoria-metrics").args(&vm_args),
+        dir.join("vm.log"),
+    );
+    wait_http_ok(&mut vm, &vm_addr, "/health");
+    {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut args: Vec<String> =
+            default_args(&deploy.join("victoria-metrics/long-term.default"))
+                .into_iter()
+                .filter(|a| {
+                    !a.starts_with("-storageDataPath=") && !a.starts_with("-httpListenAddr=")
+                })
+                .collect();
+        args.extend([
+            format!("-storageDataPath={}", dir.join("vm-long").display()),
+            format!("-httpListenAddr={addr}"),
+        ]);
+        let mut long = Proc::spawn(
+            "victoria-metrics (long-term)",
+            Command::new("victoria-metrics").args(&args),
+            dir.join("vm-long.log"),
+        );
+        wait_http_ok(&mut long, &addr, "/health");
+    }
+    let store = Prom {
+        addr: vm_addr.clone(),
+    };
+
+    // The Prometheus shards: each config valid as a server and as an agent,
+    // then run (every second instead of every 15 s).
+    let shard_cfg = std::fs::read_to_string(deploy.join("prometheus/shard.yml")).unwrap();
+    let mut shards = Vec::new();
+    for i in 0..SHARDS {
+        let mut cfg = must_replace(&shard_cfg, "regex: \"0\"", &format!("regex: \"{i}\""));
+        cfg = must_replace(&cfg, "shard: \"0\"", &format!("shard: \"{i}\""));
+        cfg = must_replace(&cfg, "modulus: 4", &format!("modulus: {SHARDS}"));
+        cfg = must_replace(
+            &cfg,
+            "/etc/prometheus/targets/mpi-observer/*.json",
+            &targets_glob,
+        );
+        cfg = must_replace(
+            &cfg,
+            "http://victoria-metrics:8428/api/v1/write",
+            &format!("http://{vm_addr}/api/v1/write"),
+        );
+        let path = dir.join(format!("shard{i}.yml"));
+        std::fs::write(&path, &cfg).unwrap();
+        for agent in [false, true] {
+            let mut c = Command::new("promtool");
+            c.args(["check", "config"]);
+            if agent {
+                c.arg("--agent");
+            }
+            run_ok(&format!("promtool check config shard {i}"), c.arg(&path));
+        }
+        cfg = must_replace(&cfg, "scrape_interval: 15s", "scrape_interval: 1s");
+        cfg = must_replace(&cfg, "scrape_timeout: 10s", "scrape_timeout: 500ms");
+        cfg = must_replace(&cfg, "scrape_interval: 1m", "scrape_interval: 2s");
+        cfg = must_replace(&cfg, "scrape_timeout: 30s", "scrape_timeout: 1s");
+        cfg = cfg.replace("refresh_interval: 1m", "refresh_interval: 1s");
+        std::fs::write(&path, &cfg).unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let p = Proc::spawn(
+            &format!("prometheus shard {i}"),
+            Command::new("prometheus")
+                .arg(format!("--config.file={}", path.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join(format!("tsdb{i}")).display()
+                ))
+                .arg(format!("--web.listen-address={addr}"))
+                .arg("--log.level=error"),
+            dir.join(format!("shard{i}.log")),
+        );
+        shards.push((p, addr));
+    }
+    // Each node's two scrape jobs land in the store from exactly one shard.
+    let up = wait_for(
+        "every node's `up` from the shards in VictoriaMetrics",
+        Duration::from_secs(90),
+        || {
+            for (p, _) in &mut shards {
+                p.assert_running();
+            }
+            let r = store.query("up{shard!=\"\"}").ok()?;
+            (r.len() >= 2 * NODES).then_some(r)
+        },
+    );
+    let mut shard_of: BTreeMap<(String, String), String> = BTreeMap::new();
+    for s in &up {
+        let key = (s.labels["job"].clone(), s.labels["instance"].clone());
+        assert!(
+            shard_of
+                .insert(key.clone(), s.labels["shard"].clone())
+                .is_none(),
+            "{key:?} scraped by two shards: {up:?}"
+        );
+    }
+    assert_eq!(shard_of.len(), 2 * NODES, "{shard_of:?}");
+    for n in &nodes {
+        let host = n.split(':').next().unwrap().to_string();
+        let a = &shard_of[&("mpi-observer".to_string(), host.clone())];
+        let b = &shard_of[&("mpi-observer-ranks".to_string(), host.clone())];
+        assert_eq!(
+            a, b,
+            "{host}: /metrics and /metrics/ranks on different shards"
+        );
+    }
+    let used: BTreeSet<&String> = shard_of.values().collect();
+    assert_eq!(used.len(), SHARDS, "every shard takes nodes: {shard_of:?}");
+    // The detail scrape asks for the chosen jobs.
+    let t = Prom {
+        addr: shards[0].1.clone(),
+    }
+    .get_json("/api/v1/targets");
+    let urls: Vec<&str> = t["data"]["activeTargets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["scrapeUrl"].as_str())
+        .filter(|u| u.contains("/metrics/ranks"))
+        .collect();
+    assert!(
+        !urls.is_empty()
+            && urls
+                .iter()
+                .all(|u| u.ends_with("/metrics/ranks?jobid=12345&jobid=12346")),
+        "{urls:?}"
+    );
+    drop(shards);
+
+    // vmagent: the documented arguments pass its own check for every member;
+    // then the members run, writing to the store instead of the three
+    // cluster URLs.
+    let va_args = default_args(&deploy.join("vmagent/vmagent.default"));
+    let va_scrape = dir.join("vmagent-scrape.yml");
+    let scrape = std::fs::read_to_string(deploy.join("vmagent/scrape.yml")).unwrap();
+    let scrape = must_replace(
+        &scrape,
+        "/etc/vmagent/targets/mpi-observer/*.json",
+        &targets_glob,
+    );
+    std::fs::write(&va_scrape, &scrape).unwrap();
+    let local = |a: &String| -> String {
+        a.replace("/etc/vmagent/scrape.yml", &va_scrape.display().to_string())
+            .replace(
+                "/etc/vmagent/",
+                &format!("{}/", deploy.join("vmagent").display()),
+            )
+            .replace(
+                "/var/lib/vmagent",
+                &dir.join("vmagent-check").display().to_string(),
+            )
+    };
+    let flag = |name: &str| -> usize {
+        va_args
+            .iter()
+            .find_map(|a| a.strip_prefix(&format!("-{name}=")))
+            .unwrap_or_else(|| panic!("vmagent.default: no -{name}"))
+            .parse()
+            .unwrap()
+    };
+    let (members, replication) = (
+        flag("promscrape.cluster.membersCount"),
+        flag("promscrape.cluster.replicationFactor"),
+    );
+    assert!(replication > 1 && members > replication, "{va_args:?}");
+    for m in 0..members {
+        run_ok(
+            &format!("vmagent -dryRun, member {m}"),
+            Command::new("vmagent")
+                .arg("-dryRun")
+                .args(va_args.iter().map(local))
+                .arg(format!("-promscrape.cluster.memberNum={m}")),
+        );
+    }
+    let scrape = must_replace(&scrape, "scrape_interval: 15s", "scrape_interval: 1s");
+    let scrape = must_replace(&scrape, "scrape_timeout: 10s", "scrape_timeout: 500ms");
+    let scrape = must_replace(&scrape, "scrape_interval: 1m", "scrape_interval: 2s");
+    let scrape = must_replace(&scrape, "scrape_timeout: 30s", "scrape_timeout: 1s");
+    std::fs::write(&va_scrape, &scrape).unwrap();
+    let mut agents = Vec::new();
+    for m in 0..members {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let args: Vec<String> = va_args
+            .iter()
+            .filter(|a| {
+                !a.starts_with("-remoteWrite.url")
+                    && !a.starts_with("-remoteWrite.tmpDataPath")
+                    && !a.starts_with("-httpListenAddr")
+            })
+            .map(local)
+            .collect();
+        let p = Proc::spawn(
+            &format!("vmagent member {m}"),
+            Command::new("vmagent")
+                .args(&args)
+                .arg(format!("-promscrape.cluster.memberNum={m}"))
+                .arg(format!("-remoteWrite.url=http://{vm_addr}/api/v1/write"))
+                .arg(format!(
+                    "-remoteWrite.tmpDataPath={}",
+                    dir.join(format!("vmagent{m}")).display()
+                ))
+                .arg(format!("-httpListenAddr={addr}"))
+                .arg("-loggerLevel=ERROR"),
+            dir.join(format!("vmagent{m}.log")),
+        );
+        agents.push((p, addr));
+    }
+    // Every (job, node) is an active target of exactly `replication` members.
+    let mut scraped_by: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for (p, addr) in &mut agents {
+        wait_http_ok(p, addr, "/api/v1/targets");
+        let t = Prom { addr: addr.clone() }.get_json("/api/v1/targets");
+        for x in t["data"]["activeTargets"].as_array().unwrap() {
+            let key = (
+                x["labels"]["job"].as_str().unwrap().to_string(),
+                x["labels"]["instance"].as_str().unwrap().to_string(),
+            );
+            *scraped_by.entry(key).or_default() += 1;
+        }
+    }
+    assert_eq!(scraped_by.len(), 2 * NODES, "{scraped_by:?}");
+    assert!(
+        scraped_by.values().all(|&n| n == replication),
+        "each target scraped by {replication} members: {scraped_by:?}"
+    );
+    // Their writes arrive, deduplicated to one series per target.
+    wait_for(
+        "every node's `up` from the vmagent members",
+        Duration::from_secs(90),
+        || {
+            for (p, _) in &mut agents {
+                p.assert_running();
+            }
+            let r = store.query("up{shard=\"\"}").ok()?;
+            (r.len() == 2 * NODES).then_some(())
+        },
+    );
+    drop(agents);
+
+    // vmalert: the documented arguments pass its check (rules and templates
+    // validated as MetricsQL); then every rule evaluates against the store
+    // without an error.
+    let local_rules = |a: &String| {
+        a.replace(
+            "/etc/mpi-observer/rules/",
+            &format!("{}/", rules_dir.display()),
+        )
+    };
+    let vma_args = default_args(&deploy.join("vmalert/vmalert.default"));
+    run_ok(
+        "vmalert -dryRun",
+        Command::new("vmalert")
+            .arg("-dryRun")
+            .args(vma_args.iter().map(local_rules))
+            .arg("-loggerLevel=ERROR"),
+    );
+    let alert_addr = format!("127.0.0.1:{}", free_port());
+    let mut vmalert = Proc::spawn(
+        "vmalert",
+        Command::new("vmalert")
+            .args(
+                vma_args
+                    .iter()
+                    .filter(|a| a.starts_with("-rule="))
+                    .map(local_rules),
+            )
+            .arg(format!("-datasource.url=http://{vm_addr}"))
+            .arg(format!("-remoteWrite.url=http://{vm_addr}"))
+            // Nothing fires on this data; an unreachable notifier is never
+            // called.
+            .arg("-notifier.url=http://127.0.0.1:1")
+            .arg("-evaluationInterval=1s")
+            .arg(format!("-httpListenAddr={alert_addr}")),
+        dir.join("vmalert.log"),
+    );
+    let rules = recorded_names().len();
+    let errors = wait_for(
+        "vmalert to evaluate every rule twice",
+        Duration::from_secs(60),
+        || {
+            vmalert.assert_running();
+            let (_, body) = http_get(&alert_addr, "/metrics").ok()?;
+            let s = parse_metrics(&body);
+            let errs: Vec<_> = s
+                .iter()
+                .filter(|x| x.name.ends_with("_rules_error"))
+                .map(|x| (x.labels.clone(), x.value))
+                .collect();
+            (errs.len() > rules
+                && sum(&s, "vmalert_execution_total", &[]) >= 2.0 * errs.len() as f64)
+                .then_some((errs, sum(&s, "vmalert_execution_errors_total", &[])))
+        },
+    );
+    assert_eq!(
+        errors.1,
+        0.0,
+        "vmalert failed evaluations: see {}",
+        dir.join("vmalert.log").display()
+    );
+    assert!(
+        errors.0.iter().all(|(_, v)| *v == 0.0),
+        "rules in error under vmalert: {:?}",
+        errors.0
+    );
+    drop(vmalert);
+    vm.assert_running();
+
+    // One remote-write block for every store: only the URL (and Mimir's
+    // tenant header) differ.
+    let block = |text: &str| -> String {
+        let start = text.find("    queue_config:").expect("queue_config");
+        text[start..].to_string()
+    };
+    let want = block(&shard_cfg);
+    let mut stores = 0;
+    for e in std::fs::read_dir(deploy.join("remote-write")).unwrap() {
+        let path = e.unwrap().path();
+        run_ok(
+            &format!("promtool check config {}", path.display()),
+            Command::new("promtool")
+                .args(["check", "config"])
+                .arg(&path),
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            block(&text),
+            want,
+            "{}: not the shard's block",
+            path.display()
+        );
+        stores += 1;
+    }
+    assert_eq!(
+        stores, 4,
+        "VictoriaMetrics, its cluster, Mimir, Thanos Receive"
+    );
+
+    // The units.
+    std::fs::copy(
+        deploy.join("vmagent/vmagent@.service"),
+        dir.join("vmagent@0.service"),
+    )
+    .unwrap();
+    std::fs::copy(
+        deploy.join("vmalert/vmalert.service"),
+        dir.join("vmalert.service"),
+    )
+    .unwrap();
+    for unit in ["vmagent@0.service", "vmalert.service"] {
+        let o = run_with_timeout(
+            Command::new("systemd-analyze")
+                .arg("verify")
+                .arg(dir.join(unit)),
+            Duration::from_secs(60),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success() && !err.contains(unit),
+            "systemd-analyze verify {unit}:\n{err}"
+        );
+    }
+}
+
 /// The shim library, as `mpi-observer shim-path` names it.
 fn shim_path() -> String {
     let o = run_with_timeout(
