@@ -3,7 +3,10 @@
 //! scraping them with the project's rules, and one MPI job whose ranks are
 //! split across the nodes. Every PromQL expression of every dashboard in
 //! `dashboards/grafana/` must return data while the job runs, and the
-//! cluster-wide totals must be exact once it has ended.
+//! cluster-wide totals must be exact once it has ended. The daemons run the
+//! bounded `/metrics` of issue 22 (default flags, a node with fewer detail
+//! ranks than ranks), and a second scrape job reads `/metrics/ranks` for the
+//! main job: a rank without detail on `/metrics` is still drilled into.
 //!
 //! Also here: the rules and dashboards checked on their own (promtool,
 //! dashboard JSON structure), and the systemd unit's capability set proven
@@ -40,15 +43,25 @@ const SMALL_ITERS: u64 = 100;
 const OBSERVER_PORT: u16 = 9479;
 /// The scrape job name the alerts and the overview dashboard expect.
 const SCRAPE_JOB: &str = "mpi-observer";
+/// The scrape job of `/metrics/ranks`, as in dashboards/deploy/.
+const RANKS_JOB: &str = "mpi-observer-ranks";
+/// What the `/metrics/ranks` scrape job drops: the per-rank series `/metrics`
+/// already carries (dashboards/deploy/prometheus/shard.yml, where the test
+/// checks it is the same).
+const RANKS_DROP: &str = "mpi_rank_.*|mpi_requests_outstanding|mpi_request_oldest_age_seconds";
 
 /// Metric families that only observers with argument-level metrics (issue 4)
 /// export. Expressions that need them must be valid and may be empty while
 /// no daemon exports them; as soon as one does, they must return data.
-const OPTIONAL_FAMILIES: [&str; 4] = [
+const OPTIONAL_FAMILIES: [&str; 8] = [
     "mpi_peer_messages_total",
     "mpi_peer_bytes_total",
     "mpi_requests_outstanding",
     "mpi_request_oldest_age_seconds",
+    "mpi_job_peer_messages_total",
+    "mpi_job_peer_bytes_total",
+    "mpi_job_requests_outstanding",
+    "mpi_job_request_oldest_age_seconds",
 ];
 
 fn dashboards_dir() -> PathBuf {
@@ -311,6 +324,7 @@ unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
 const SIGKILL: i32 = 9;
+const SIGHUP: i32 = 1;
 
 fn pid_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
@@ -1119,6 +1133,14 @@ fn deploy_configs_check() {
     // The Prometheus shards: each config valid as a server and as an agent,
     // then run (every second instead of every 15 s).
     let shard_cfg = std::fs::read_to_string(deploy.join("prometheus/shard.yml")).unwrap();
+    // The cluster test's /metrics/ranks job drops what these drop.
+    for f in ["prometheus/shard.yml", "vmagent/scrape.yml"] {
+        let text = std::fs::read_to_string(deploy.join(f)).unwrap();
+        assert!(
+            text.contains(&format!("regex: '{RANKS_DROP}'")),
+            "{f}: the /metrics/ranks job must drop {RANKS_DROP}"
+        );
+    }
     let mut shards = Vec::new();
     for i in 0..SHARDS {
         let mut cfg = must_replace(&shard_cfg, "regex: \"0\"", &format!("regex: \"{i}\""));
@@ -1684,9 +1706,12 @@ fn dashboards_on_a_three_node_cluster() {
     // Dropped last (declared first): namespaces outlive what runs in them.
     let net = Net::create();
 
-    // One daemon per node, listening on the node's address. Nodes 0 and 2
-    // export per-rank histograms, node 1 the node-aggregated ones, so the
-    // job-level panels are checked over both layouts at once.
+    // One daemon per node, listening on the node's address, with the bounded
+    // /metrics of issue 22. Node 1 runs at default flags. Nodes 0 and 2 also
+    // export their full ranks' histograms, so the rank dashboard's heatmap
+    // has data and the job-level rules must not count them twice. Node 2
+    // keeps one detail rank per job (--detail-ranks 1) of its two: the other
+    // is drilled into through /metrics/ranks only.
     let mut daemons: Vec<(Proc, String)> = (0..NODES)
         .map(|i| {
             let addr = format!("{}:{OBSERVER_PORT}", net.node_addr(i));
@@ -1696,6 +1721,9 @@ fn dashboards_on_a_three_node_cluster() {
                 .args(["attach", "--all", "--same-netns", "--listen", &addr]);
             if i != 1 {
                 cmd.arg("--per-rank-histograms");
+            }
+            if i == NODES - 1 {
+                cmd.args(["--detail-ranks", "1"]);
             }
             let p = Proc::spawn(
                 &format!("daemon on node {i}"),
@@ -1731,17 +1759,34 @@ fn dashboards_on_a_three_node_cluster() {
         .iter()
         .map(|p| format!("  - {}\n", p.display()))
         .collect();
-    std::fs::write(
-        dir.join("prometheus.yml"),
-        format!(
+    // The second scrape job, /metrics/ranks for the jobs named, as
+    // dashboards/deploy/ configures it (slower, the duplicated per-rank
+    // series dropped); added once the main job's id is known.
+    let write_config = |detail_jobs: &[&str]| {
+        let mut cfg = format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
              rule_files:\n{}\
              scrape_configs:\n  - job_name: {SCRAPE_JOB}\n    file_sd_configs:\n      - files: ['{}']\n        refresh_interval: 1s\n",
             rules.concat(),
             dir.join("targets.json").display()
-        ),
-    )
-    .unwrap();
+        );
+        if !detail_jobs.is_empty() {
+            let ids: Vec<String> = detail_jobs
+                .iter()
+                .map(|j| format!("\"{}\"", j.replace('\\', "\\\\").replace('"', "\\\"")))
+                .collect();
+            cfg.push_str(&format!(
+                "  - job_name: {RANKS_JOB}\n    metrics_path: /metrics/ranks\n    params:\n      jobid: [{}]\n\
+                 \x20   scrape_interval: 2s\n    scrape_timeout: 1900ms\n\
+                 \x20   file_sd_configs:\n      - files: ['{}']\n        refresh_interval: 1s\n\
+                 \x20   metric_relabel_configs:\n      - source_labels: [__name__]\n        regex: '{RANKS_DROP}'\n        action: drop\n",
+                ids.join(", "),
+                dir.join("targets.json").display()
+            ));
+        }
+        std::fs::write(dir.join("prometheus.yml"), cfg).unwrap();
+    };
+    write_config(&[]);
     let prom_addr = format!("127.0.0.1:{}", free_port());
     let mut prometheus = Proc::spawn(
         "prometheus",
@@ -1916,6 +1961,18 @@ fn dashboards_on_a_three_node_cluster() {
     assert_ne!(jobid, small_jobid, "two jobs, two job ids");
     let sel = format!("jobid=\"{jobid}\"");
     let small_sel = format!("jobid=\"{small_jobid}\"");
+    // Full detail of the main job through /metrics/ranks: the config
+    // reloaded (SIGHUP), one target per node.
+    write_config(&[&jobid]);
+    // SAFETY: kill(2) with a pid of our own live child and a signal number;
+    // no memory is involved.
+    let hup = unsafe { kill(prometheus.pid() as i32, SIGHUP) };
+    assert_eq!(hup, 0, "SIGHUP to Prometheus");
+    prom.wait_value(
+        &format!("sum(up{{job=\"{RANKS_JOB}\"}})"),
+        NODES as f64,
+        Duration::from_secs(60),
+    );
     prom.wait_value(
         &format!("count(mpi_rank_info{{{sel}}})"),
         NP as f64,
@@ -1928,7 +1985,8 @@ fn dashboards_on_a_three_node_cluster() {
     std::fs::write(&small.go, b"go").unwrap();
     job.wait_lines("DONE", NP, Duration::from_secs(120));
     small.wait_lines("DONE", SMALL_NP, Duration::from_secs(60));
-    let total = |f: &str| format!("sum(mpi_calls_total{{{sel}, function=\"{f}\"}})");
+    // Job-level totals: the bounded exposition's per job and node series.
+    let total = |f: &str| format!("sum(mpi_job_calls_total{{{sel}, function=\"{f}\"}})");
     prom.wait_value(
         &total("MPI_Allreduce"),
         (ITERS * NP as u64) as f64,
@@ -1973,6 +2031,80 @@ fn dashboards_on_a_three_node_cluster() {
             .is_some_and(|age| age > 0.0),
         "the held receives age"
     );
+    prom.wait_value(
+        &format!("sum(mpi_job_requests_outstanding{{{sel}}})"),
+        NP as f64,
+        Duration::from_secs(60),
+    );
+
+    // The bounded exposition: every rank of nodes 0 and 1 is a detail rank
+    // (two ranks, --detail-ranks 2), one of each job's two on node 2. The
+    // other rank of node 2 has no per-function series on /metrics, yet the
+    // /metrics/ranks scrape job has all of them for the main job, and none
+    // for the small job, which it does not name.
+    let detail = |sel: &str| -> BTreeMap<String, String> {
+        prom.query(&format!("mpi_rank_detail{{job=\"{SCRAPE_JOB}\", {sel}}}"))
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.labels["rank"].clone(), s.labels["instance"].clone()))
+            .collect()
+    };
+    let main_detail = wait_for("the detail ranks", Duration::from_secs(30), || {
+        let d = detail(&sel);
+        (d.len() == NP - 1).then_some(d)
+    });
+    let hidden = node_of
+        .iter()
+        .find(|(r, _)| !main_detail.contains_key(&r.to_string()))
+        .map(|(r, n)| {
+            assert_eq!(
+                *n,
+                NODES - 1,
+                "only node 2 keeps fewer detail ranks: {main_detail:?}"
+            );
+            r.to_string()
+        })
+        .unwrap();
+    let small_detail = detail(&small_sel);
+    assert_eq!(small_detail.len(), 1, "{small_detail:?}");
+    let small_hidden = small
+        .ranks
+        .iter()
+        .map(|(r, _)| r.to_string())
+        .find(|r| !small_detail.contains_key(r))
+        .unwrap();
+    let small_rank = small_detail.keys().next().unwrap().clone();
+    let calls = |job: &str, sel: &str, rank: &str| {
+        prom.query(&format!(
+            "mpi_calls_total{{job=\"{job}\", {sel}, rank=\"{rank}\", function=\"MPI_Allreduce\"}}"
+        ))
+        .unwrap()
+    };
+    assert!(
+        calls(SCRAPE_JOB, &sel, &hidden).is_empty(),
+        "rank {hidden} is not a detail rank, yet /metrics has its per-function series"
+    );
+    prom.wait_value(
+        &format!(
+            "sum(mpi_calls_total{{job=\"{RANKS_JOB}\", {sel}, rank=\"{hidden}\", function=\"MPI_Allreduce\"}})"
+        ),
+        ITERS as f64,
+        Duration::from_secs(30),
+    );
+    for job in [SCRAPE_JOB, RANKS_JOB] {
+        assert!(
+            calls(job, &small_sel, &small_hidden).is_empty(),
+            "small job's rank {small_hidden}: no detail anywhere ({job})"
+        );
+    }
+    assert!(!calls(SCRAPE_JOB, &small_sel, &small_rank).is_empty());
+    // The /metrics/ranks job added no second copy of any per-rank series.
+    assert_eq!(
+        prom.value(&format!(
+            "count({{job=\"{RANKS_JOB}\", __name__=~\"{RANKS_DROP}\"}})"
+        )),
+        None
+    );
 
     // Every dashboard expression, with the variables set to a job, a rank on
     // a node with per-rank histograms and a collective: for the main job
@@ -1991,17 +2123,21 @@ fn dashboards_on_a_three_node_cluster() {
         .into_iter()
         .collect()
     };
+    // The main job's rank on node 0 is a detail rank of /metrics; its
+    // rank `hidden` on node 2 is drilled into through /metrics/ranks only.
     let rank = node_of
         .iter()
         .find(|(_, n)| **n == 0)
         .map(|(r, _)| r.to_string())
         .unwrap();
-    let lenient = check_dashboards_return_data(&prom, &vars(&jobid, rank));
-    assert_eq!(
-        lenient, 0,
-        "the main job has every family: every panel is strict"
-    );
-    let lenient = check_dashboards_return_data(&prom, &vars(&small_jobid, "1".into()));
+    for r in [rank, hidden.clone()] {
+        let lenient = check_dashboards_return_data(&prom, &vars(&jobid, r));
+        assert_eq!(
+            lenient, 0,
+            "the main job has every family: every panel is strict"
+        );
+    }
+    let lenient = check_dashboards_return_data(&prom, &vars(&small_jobid, small_rank));
     // Each of those was checked to need a family the small job lacks.
     assert!(
         lenient > 0,
@@ -2025,11 +2161,24 @@ fn dashboards_on_a_three_node_cluster() {
         "the rules files were loaded ({n_rules} rules)"
     );
     // The straggler picture is there: per-rank MPI time fractions of the
-    // whole run are sane.
+    // whole run, from the two per-rank series every rank has, are sane, and
+    // the distribution counts every rank.
     let fractions = prom
-        .query(&format!("jobid_rank:mpi_time_fraction:ratio{{{sel}}}"))
+        .query(&format!(
+            "mpi_rank_mpi_seconds_total{{{sel}}} / mpi_rank_wall_seconds_total{{{sel}}}"
+        ))
         .unwrap();
     assert_eq!(fractions.len(), NP);
+    prom.wait_value(
+        &format!("sum(mpi_job_rank_mpi_fraction_bucket{{{sel}, le=\"+Inf\"}})"),
+        NP as f64,
+        Duration::from_secs(10),
+    );
+    assert!(
+        prom.value(&format!("jobid:mpi_time_fraction:ratio{{{sel}}}"))
+            .is_some_and(|f| f > 0.0 && f <= 1.05),
+        "the job's MPI time fraction"
+    );
     for s in &fractions {
         assert!(
             s.value > 0.0 && s.value <= 1.05,
@@ -2067,22 +2216,46 @@ fn dashboards_on_a_three_node_cluster() {
     // Who talks to whom, exactly: each rank sends ITERS Isends of 64 bytes
     // and one 4-byte Send to its right neighbour, and receives the same from
     // its left; nothing else is point-to-point.
-    let peer = |m: &str, dir: &str| prom.value(&format!("sum({m}{{{sel}, direction=\"{dir}\"}})"));
+    // Node by node on /metrics; rank by rank from the /metrics/ranks job.
+    let ranks_sel = format!("job=\"{RANKS_JOB}\", {sel}");
     for dir in ["send", "recv"] {
-        assert_eq!(
-            peer("mpi_peer_messages_total", dir),
-            Some(((ITERS + 1) * np) as f64),
-            "{dir} messages"
-        );
-        assert_eq!(
-            peer("mpi_peer_bytes_total", dir),
-            Some(((64 * ITERS + 4) * np) as f64),
-            "{dir} bytes"
-        );
+        for (m, s) in [
+            ("mpi_job_peer_messages_total", &sel),
+            ("mpi_peer_messages_total", &ranks_sel),
+        ] {
+            prom.wait_value(
+                &format!("sum({m}{{{s}, direction=\"{dir}\"}})"),
+                ((ITERS + 1) * np) as f64,
+                Duration::from_secs(30),
+            );
+        }
+        for (m, s) in [
+            ("mpi_job_peer_bytes_total", &sel),
+            ("mpi_peer_bytes_total", &ranks_sel),
+        ] {
+            prom.wait_value(
+                &format!("sum({m}{{{s}, direction=\"{dir}\"}})"),
+                ((64 * ITERS + 4) * np) as f64,
+                Duration::from_secs(30),
+            );
+        }
     }
+    // The node label of the node x node series is the daemon's node name.
+    let cells_by_node = prom
+        .query(&format!("mpi_job_peer_bytes_total{{{sel}}}"))
+        .unwrap()
+        .len();
+    assert!(cells_by_node > 0);
+    assert_eq!(
+        prom.value(&format!(
+            "count(mpi_job_peer_bytes_total{{{sel}}} * on (instance, node) group_left () mpi_observer_node_info)"
+        )),
+        Some(cells_by_node as f64),
+        "mpi_observer_node_info joins every peer series' node"
+    );
     let cells: BTreeSet<(u64, u64)> = prom
         .query(&format!(
-            "mpi_peer_bytes_total{{{sel}, direction=\"send\"}} > 0"
+            "mpi_peer_bytes_total{{{ranks_sel}, direction=\"send\"}} > 0"
         ))
         .unwrap()
         .iter()
@@ -2098,14 +2271,14 @@ fn dashboards_on_a_three_node_cluster() {
     // The small job's totals are exact and its own.
     for (f, per_rank) in expected_calls(SMALL_ITERS) {
         prom.wait_value(
-            &format!("sum(mpi_calls_total{{{small_sel}, function=\"{f}\"}})"),
+            &format!("sum(mpi_job_calls_total{{{small_sel}, function=\"{f}\"}})"),
             (per_rank * SMALL_NP as u64) as f64,
             Duration::from_secs(60),
         );
     }
     let nodes = prom
         .query(&format!(
-            "sum by (instance) (mpi_calls_total{{{sel}, function=\"MPI_Barrier\"}})"
+            "sum by (instance) (mpi_job_calls_total{{{sel}, function=\"MPI_Barrier\"}})"
         ))
         .unwrap();
     assert_eq!(nodes.len(), NODES, "every node contributes: {nodes:?}");
@@ -2114,7 +2287,7 @@ fn dashboards_on_a_three_node_cluster() {
     }
     let bytes = |f: &str, dir: &str| {
         prom.value(&format!(
-            "sum(mpi_bytes_total{{{sel}, function=\"{f}\", direction=\"{dir}\"}})"
+            "sum(mpi_job_bytes_total{{{sel}, function=\"{f}\", direction=\"{dir}\"}})"
         ))
     };
     assert_eq!(bytes("MPI_Isend", "send"), Some((64 * ITERS * np) as f64));
@@ -2123,38 +2296,70 @@ fn dashboards_on_a_three_node_cluster() {
         Some((32 * ITERS * np) as f64)
     );
     assert_eq!(bytes("MPI_Bcast", "recv"), Some((32 * ITERS * np) as f64));
-    // The histogram sums up across nodes whether a node exports it per rank
-    // or aggregated.
+    // The per-job histogram (rank="") sums up across nodes, whether or not
+    // a node also exports its ranks' own; the recording rule agrees.
     for m in [
-        format!("sum(mpi_call_duration_seconds_count{{{sel}, function=\"MPI_Allreduce\"}})"),
         format!(
-            "sum(mpi_call_duration_seconds_bucket{{{sel}, function=\"MPI_Allreduce\", le=\"+Inf\"}})"
+            "sum(mpi_call_duration_seconds_count{{{sel}, rank=\"\", function=\"MPI_Allreduce\"}})"
+        ),
+        format!(
+            "sum(mpi_call_duration_seconds_bucket{{{sel}, rank=\"\", function=\"MPI_Allreduce\", le=\"+Inf\"}})"
         ),
     ] {
         assert_eq!(prom.value(&m), Some((ITERS * np) as f64), "{m}");
     }
-    // Prometheus holds exactly what the daemons serve.
-    let mut direct = 0.0;
+    // Per-rank histograms come from the nodes with --per-rank-histograms
+    // (0 and 2), for every rank of the job on /metrics/ranks.
+    assert_eq!(
+        prom.value(&format!(
+            "sum(mpi_call_duration_seconds_count{{{ranks_sel}, function=\"MPI_Allreduce\"}})"
+        )),
+        Some((ITERS * 2 * PER_NODE as u64) as f64)
+    );
+    // Rank by rank, the /metrics/ranks job holds every call.
+    for (f, per_rank) in expected_calls(ITERS) {
+        prom.wait_value(
+            &format!("sum(mpi_calls_total{{{ranks_sel}, function=\"{f}\"}})"),
+            (per_rank * np) as f64,
+            Duration::from_secs(30),
+        );
+    }
+    // Prometheus holds exactly what the daemons serve, on both paths.
+    let (mut direct, mut direct_ranks) = (0.0, 0.0);
     for (_, addr) in &daemons {
         let (_, body) = http_get(addr, "/metrics").unwrap();
         direct += sum(
+            &parse_metrics(&body),
+            "mpi_job_calls_total",
+            &[("jobid", &jobid)],
+        );
+        let (code, body) = http_get(
+            addr,
+            &format!("/metrics/ranks?jobid={}", url_encode(&jobid)),
+        )
+        .unwrap();
+        assert_eq!(code, 200, "{body}");
+        direct_ranks += sum(
             &parse_metrics(&body),
             "mpi_calls_total",
             &[("jobid", &jobid)],
         );
     }
     assert_eq!(
-        prom.value(&format!("sum(mpi_calls_total{{{sel}}})")),
+        prom.value(&format!("sum(mpi_job_calls_total{{{sel}}})")),
         Some(direct),
         "Prometheus's cluster-wide total equals the sum of the daemons' scrapes"
     );
-    // Exited ranks' observed time (the base of the lifetime MPI fraction)
-    // now ends at their exit, not at the evaluation time.
+    assert_eq!(direct_ranks, direct, "/metrics/ranks and /metrics agree");
+    assert_eq!(
+        prom.value(&format!("sum(mpi_calls_total{{{ranks_sel}}})")),
+        Some(direct_ranks)
+    );
+    // Exited ranks' wall seconds (the base of the lifetime MPI fraction)
+    // stop at their exit.
     prom.wait_value(
         &format!(
-            "max(abs(jobid_rank:mpi_observed_seconds{{{sel}}} - on (jobid, rank, instance) \
-             (max by (jobid, rank, instance) (mpi_rank_exit_time_seconds{{{sel}}}) \
-             - max by (jobid, rank, instance) (mpi_rank_attach_time_seconds{{{sel}}}))))"
+            "max(abs(mpi_rank_wall_seconds_total{{{sel}}} - mpi_rank_wall_seconds_total{{{sel}}} offset 3s))"
         ),
         0.0,
         Duration::from_secs(60),
