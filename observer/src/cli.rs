@@ -104,9 +104,23 @@ pub struct AttachArgs {
     /// Seconds an exited rank's final figures stay exported.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub retain_exited: u64,
-    /// Also export the latency histogram per rank (more series).
+    /// Also export the latency histogram per rank, for the ranks whose full
+    /// series are exported (more series).
     #[arg(long)]
     pub per_rank_histograms: bool,
+    /// Export the full per-rank series of every rank on /metrics, as before
+    /// the bounded exposition (docs/cardinality.md): for small clusters.
+    #[arg(long)]
+    pub per_rank_detail: bool,
+    /// Ranks per job and node whose full per-rank series /metrics carries:
+    /// half the most loaded (by MPI fraction), half the least; sticky.
+    #[arg(long, value_name = "K", default_value_t = crate::metrics::DEFAULT_DETAIL_RANKS, value_parser = parse_detail_ranks)]
+    pub detail_ranks: usize,
+    /// Series per exposition (/metrics, /metrics/ranks) at most, self-metrics
+    /// aside; those past it are dropped by priority and counted in
+    /// mpi_observer_series_dropped.
+    #[arg(long, value_name = "N", default_value_t = crate::metrics::DEFAULT_MAX_SERIES, value_parser = parse_max_series)]
+    pub max_series: usize,
     /// Do not decode data arguments (no mpi_bytes_total): cheaper probes.
     #[arg(long)]
     pub no_bytes: bool,
@@ -268,7 +282,8 @@ fn ring_mib(s: &str) -> Result<u32, String> {
 /// Options of `top`.
 #[derive(Debug, Args)]
 pub struct TopArgs {
-    /// An observer's address (its --listen); its /metrics is read.
+    /// An observer's address (its --listen); its /metrics/ranks (every rank in
+    /// full) is read.
     #[arg(long, value_name = "URL", default_value = DEFAULT_LISTEN)]
     pub endpoint: String,
     /// A Prometheus server's base URL (as http://HOST:9090), to see every
@@ -302,6 +317,34 @@ fn parse_size(s: &str) -> Result<u64, String> {
             format!(
                 "`{s}` is not a size: write bytes, or a number with KiB, MiB or GiB (e.g. 256MiB)"
             )
+        })
+}
+
+/// The most `--detail-ranks` accepts: beyond it, `--per-rank-detail`.
+const MAX_DETAIL_RANKS: usize = 1_000;
+/// The most `--max-series` accepts.
+const MAX_MAX_SERIES: usize = 100_000_000;
+
+fn parse_detail_ranks(s: &str) -> Result<usize, String> {
+    s.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|&n| n <= MAX_DETAIL_RANKS)
+        .ok_or_else(|| {
+            format!(
+                "`{s}` is not a number of detail ranks: give 0 to {MAX_DETAIL_RANKS} (0: none); for every rank use --per-rank-detail"
+            )
+        })
+}
+
+fn parse_max_series(s: &str) -> Result<usize, String> {
+    s.trim()
+        .replace('_', "")
+        .parse::<usize>()
+        .ok()
+        .filter(|&n| (1..=MAX_MAX_SERIES).contains(&n))
+        .ok_or_else(|| {
+            format!("`{s}` is not a series budget: give a number from 1 to {MAX_MAX_SERIES} (default 50000)")
         })
 }
 

@@ -141,6 +141,10 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     };
     let render = RenderOptions {
         per_rank_histograms: args.per_rank_histograms,
+        per_rank_detail: args.per_rank_detail,
+        detail_ranks: args.detail_ranks,
+        max_series: args.max_series,
+        node: None,
     };
     let state = Arc::new(Mutex::new(State::new(
         probes,

@@ -16,7 +16,7 @@ use crate::{
     callsites::{Budget as SiteBudget, Names, RankSites},
     datatypes,
     identity::{self, Identity, JobidSource, Label},
-    metrics::{self, RenderOptions, SelfMetrics},
+    metrics::{self, RenderOptions, SelfMetrics, detail::DetailPicker},
     probes::{Attachment, ProbeError, Probes},
     procfs::{self, ProcError},
     segment::{self, Figures, Segment, SegmentProblem},
@@ -371,6 +371,8 @@ pub struct State {
     pub bytes: bool,
     /// Exposition options.
     pub render: RenderOptions,
+    /// The detail ranks of `/metrics`, kept across its collections.
+    pub picker: DetailPicker,
     /// Call-site names, cached by file and offset for every rank.
     pub names: Names,
     /// Call sites with series of their own per (rank, function).
@@ -401,6 +403,7 @@ impl State {
             functions,
             bytes,
             render,
+            picker: DetailPicker::default(),
             names: Names::new(),
             callsite_budget: SiteBudget::default(),
             host: crate::report::hostname(),
@@ -881,7 +884,11 @@ impl State {
                 }
             })
             .collect();
-        Snapshot { ranks, health }
+        Snapshot {
+            ranks,
+            health,
+            taken: SystemTime::now(),
+        }
     }
 
     /// Reads the stats segments and the maps, now.
@@ -917,11 +924,22 @@ impl State {
         serde_json::to_vec(&self.report_data()).unwrap_or_default()
     }
 
-    /// One scrape's exposition text.
+    /// One scrape's exposition text (`/metrics`); the detail ranks are
+    /// updated with it.
     pub fn scrape(&mut self) -> String {
         let started = Instant::now();
         let snap = self.collect();
-        metrics::render(&snap, &self.selfm, self.render, || started.elapsed())
+        let detail = self.picker.update(&snap, self.render.detail_ranks);
+        metrics::render_metrics(&snap, &self.selfm, self.render, &detail, || {
+            started.elapsed()
+        })
+    }
+
+    /// The full per-rank series of the jobs named (`/metrics/ranks`; every
+    /// job with `None`).
+    pub fn scrape_ranks(&mut self, jobids: Option<&[String]>) -> String {
+        let snap = self.collect();
+        metrics::render_ranks(&snap, &self.selfm, self.render, jobids)
     }
 
     /// Whether any rank is still running.

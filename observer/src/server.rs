@@ -1,4 +1,6 @@
-//! The HTTP(S) server: `GET /metrics` and a landing page at `/`, on hyper
+//! The HTTP(S) server: `GET /metrics`, `GET /metrics/ranks` (the full
+//! per-rank series of chosen jobs, [`ranks_query`]), `GET /report.json` and
+//! a landing page at `/`, on hyper
 //! (HTTP/1.1) over the daemon's tokio runtime, optionally behind TLS and
 //! basic authentication from a `--web.config.file` ([`crate::web_config`]).
 //!
@@ -195,8 +197,9 @@ pub async fn serve(listener: TcpListener, state: Arc<Mutex<State>>, web: Option<
 
 const LANDING: &str = "<!doctype html><html><head><title>mpi-observer</title></head><body>\
 <h1>mpi-observer</h1><p>Per-rank MPI call statistics from eBPF probes on running MPI jobs.</p>\
-<p><a href=\"/metrics\">Metrics</a> &middot; <a href=\"/report.json\">Report data</a> \
-(for <code>mpi-observer report --url</code>)</p></body></html>\n";
+<p><a href=\"/metrics\">Metrics</a> (bounded: per job, a few series per rank) &middot; \
+<a href=\"/metrics/ranks\">Per-rank metrics</a> (every rank in full; <code>?jobid=J</code> for chosen jobs) &middot; \
+<a href=\"/report.json\">Report data</a> (for <code>mpi-observer report --url</code>)</p></body></html>\n";
 
 /// The answer to a plain HTTP request on the TLS port.
 const PLAIN_TO_TLS: &[u8] = b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
@@ -589,6 +592,16 @@ impl Server {
     async fn route(self: &Arc<Self>, req: &hyper::http::request::Parts) -> Response<Body> {
         match (&req.method, req.uri.path()) {
             (&Method::GET, "/metrics") => self.metrics(accepts_gzip(&req.headers)).await,
+            (&Method::GET, "/metrics/ranks") => match ranks_query(req.uri.query()) {
+                Ok(jobs) => self.ranks(jobs, accepts_gzip(&req.headers)).await,
+                Err(e) => {
+                    let mut r = Response::new(Body::new(format!("{e}\n")));
+                    *r.status_mut() = StatusCode::BAD_REQUEST;
+                    r.headers_mut()
+                        .insert(header::CONTENT_TYPE, HeaderValue::from_static(TEXT_TYPE));
+                    r
+                }
+            },
             (&Method::GET, "/report.json") => self.report().await,
             (&Method::GET, "/") => {
                 let mut r = Response::new(Body::new(LANDING));
@@ -667,6 +680,29 @@ impl Server {
         r
     }
 
+    /// `/metrics/ranks`: the full per-rank series of `jobs` (every job
+    /// with `None`), from a collection of its own on the blocking pool (its
+    /// text differs from /metrics', so it never joins that flight).
+    async fn ranks(self: &Arc<Self>, jobs: Option<Vec<String>>, gzip: bool) -> Response<Body> {
+        let me = self.clone();
+        let Ok(text) =
+            tokio::task::spawn_blocking(move || lock(&me.state).scrape_ranks(jobs.as_deref()))
+                .await
+        else {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
+        };
+        let plain = Bytes::from(text);
+        let zipped = if gzip { self::gzip(&plain) } else { None };
+        let mut r = Response::new(Body::new(zipped.clone().unwrap_or(plain)));
+        let h = r.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(METRICS_TYPE));
+        h.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+        if zipped.is_some() {
+            h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        r
+    }
+
     /// The ranks' report data (`mpi-observer report --url`), from a
     /// collection of its own on the blocking pool.
     async fn report(self: &Arc<Self>) -> Response<Body> {
@@ -735,9 +771,130 @@ impl Server {
     }
 }
 
+/// `jobid` parameters one `/metrics/ranks` request may name at most.
+pub const MAX_JOBIDS: usize = 64;
+
+/// Why a `/metrics/ranks` query was refused (400).
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum QueryError {
+    /// A parameter other than `jobid`.
+    #[error(
+        "unknown query parameter `{name}`: /metrics/ranks takes only jobid=JOB, repeated for several jobs"
+    )]
+    Unknown {
+        /// The parameter's name, cut to the label cap.
+        name: String,
+    },
+    /// More `jobid` parameters than [`MAX_JOBIDS`].
+    #[error(
+        "more than {MAX_JOBIDS} jobid parameters: split the request, or leave them out for every job"
+    )]
+    TooMany,
+    /// A value that is not percent-encoded UTF-8.
+    #[error("a jobid is not valid percent-encoded UTF-8: encode it as a URL query value")]
+    Encoding,
+    /// A value longer than any job id label.
+    #[error(
+        "a jobid is longer than {} bytes, the longest a jobid label can be",
+        crate::identity::LABEL_CAP
+    )]
+    TooLong,
+}
+
+/// Decodes one query component: `%XX` escapes and `+` for a space.
+fn percent_decode(s: &str) -> Result<String, QueryError> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = b.get(i + 1..i + 3).ok_or(QueryError::Encoding)?;
+                let hex = std::str::from_utf8(hex).map_err(|_| QueryError::Encoding)?;
+                out.push(u8::from_str_radix(hex, 16).map_err(|_| QueryError::Encoding)?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| QueryError::Encoding)
+}
+
+/// The jobs a `/metrics/ranks` query names: `None` without any `jobid`
+/// (every job). Hostile input: at most [`MAX_JOBIDS`] values, each at most
+/// the label cap once decoded; anything else is refused.
+pub fn ranks_query(query: Option<&str>) -> Result<Option<Vec<String>>, QueryError> {
+    let mut jobs = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if name != "jobid" {
+            let name = percent_decode(name).unwrap_or_else(|_| name.to_string());
+            return Err(QueryError::Unknown {
+                name: crate::identity::cut(&name, crate::identity::LABEL_CAP).to_string(),
+            });
+        }
+        if jobs.len() == MAX_JOBIDS {
+            return Err(QueryError::TooMany);
+        }
+        // Checked before decoding too, so a huge value costs nothing.
+        if value.len() > 3 * crate::identity::LABEL_CAP {
+            return Err(QueryError::TooLong);
+        }
+        let v = percent_decode(value)?;
+        if v.len() > crate::identity::LABEL_CAP {
+            return Err(QueryError::TooLong);
+        }
+        jobs.push(v);
+    }
+    Ok((!jobs.is_empty()).then_some(jobs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_queries() {
+        assert_eq!(ranks_query(None), Ok(None));
+        assert_eq!(ranks_query(Some("")), Ok(None));
+        assert_eq!(
+            ranks_query(Some("jobid=42&jobid=a%20b%22c&jobid=x+y")),
+            Ok(Some(vec!["42".into(), "a b\"c".into(), "x y".into()]))
+        );
+        assert_eq!(
+            ranks_query(Some("jobid=%E2%9C%93")),
+            Ok(Some(vec!["\u{2713}".into()]))
+        );
+        for bad in ["jobid=%", "jobid=%zz", "jobid=%ff", "jobid=%4"] {
+            assert_eq!(ranks_query(Some(bad)), Err(QueryError::Encoding), "{bad}");
+        }
+        assert!(matches!(
+            ranks_query(Some("jobid=1&rank=0")),
+            Err(QueryError::Unknown { name }) if name == "rank"
+        ));
+        let many = vec!["jobid=1"; MAX_JOBIDS + 1].join("&");
+        assert_eq!(ranks_query(Some(&many)), Err(QueryError::TooMany));
+        assert!(ranks_query(Some(&many[8..])).is_ok());
+        let long = format!("jobid={}", "j".repeat(129));
+        assert_eq!(ranks_query(Some(&long)), Err(QueryError::TooLong));
+        let huge = format!("jobid={}", "%41".repeat(100_000));
+        assert_eq!(ranks_query(Some(&huge)), Err(QueryError::TooLong));
+        // Every refusal is one line.
+        for e in [
+            QueryError::TooMany,
+            QueryError::Encoding,
+            QueryError::TooLong,
+        ] {
+            assert!(!e.to_string().contains('\n'));
+        }
+    }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

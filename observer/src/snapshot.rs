@@ -176,12 +176,24 @@ impl RankSnapshot {
 }
 
 /// Everything one scrape renders.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Snapshot {
     /// The observed ranks, by pid.
     pub ranks: Vec<RankSnapshot>,
     /// The daemon's own figures.
     pub health: Health,
+    /// When it was taken: the end of running ranks' wall time.
+    pub taken: SystemTime,
+}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        Snapshot {
+            ranks: Vec::new(),
+            health: Health::default(),
+            taken: std::time::UNIX_EPOCH,
+        }
+    }
 }
 
 #[cfg(test)]

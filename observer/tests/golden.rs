@@ -8,7 +8,11 @@
 //! unknown-bytes series, map update failures and a segment error, another
 //! user's claim of a job and rank, a second claim of a rank by the same user
 //! (labels of its own), a job id verified by its cgroup and one cut to the
-//! label cap; it is rendered with per-rank histograms off and on.
+//! label cap, and a job of four ranks, one exited; it is rendered as the bounded `/metrics` (job-level series,
+//! a few per rank, two detail ranks per job), with `--per-rank-detail`
+//! (every rank in full, histograms per rank off and on) and as
+//! `/metrics/ranks`. The default one must satisfy the series formula of
+//! docs/cardinality.md.
 //!
 //! `MPI_OBSERVER_BLESS=1 cargo test -p mpi-observer --test golden` rewrites
 //! the files; review the diff: every name, label and value is an interface.
@@ -76,10 +80,7 @@ type Fixture = (
     BTreeMap<u32, Vec<RawSite>>,
 );
 
-fn fixture(per_rank_histograms: bool) -> Fixture {
-    let render = RenderOptions {
-        per_rank_histograms,
-    };
+fn fixture(render: RenderOptions) -> Fixture {
     let mut state = State::new(None, Vec::new(), true, render);
     let (send, recv, allreduce, barrier) = (
         id("MPI_Send"),
@@ -172,6 +173,16 @@ fn fixture(per_rank_histograms: bool) -> Fixture {
     state.register(claim(501, 0, "4242", JobidSource::Cgroup));
     let long = format!("{}-and-more", "j".repeat(130));
     state.register(claim(502, 0, &long, JobidSource::Launcher));
+    // Job C: four ranks, more than --detail-ranks 2, one of them exited:
+    // two are detail ranks, the two others carry the minimal series only.
+    for (pid, r) in [(601, 0), (602, 1), (603, 2), (604, 3)] {
+        let mut c = rank(pid, r, "job-c", 1_700_000_450_000);
+        if pid == 603 {
+            c.exited_at = Some(std::time::Instant::now());
+            c.exited_wall = Some(at(1_700_000_480_000));
+        }
+        state.register(c);
+    }
 
     let mut map = BTreeMap::new();
     let mut s = stats(12, 1);
@@ -192,6 +203,12 @@ fn fixture(per_rank_histograms: bool) -> Fixture {
     huge.hist[0] = u64::MAX;
     map.insert(401, BTreeMap::from([(send, huge)]));
     map.insert(402, BTreeMap::from([(send, huge)]));
+    for (pid, calls) in [(601, 10), (602, 40), (603, 20), (604, 30)] {
+        map.insert(
+            pid,
+            BTreeMap::from([(send, stats(calls, 8)), (barrier, stats(calls / 2, 9))]),
+        );
+    }
     // A process the registry does not know: never exported.
     map.insert(999, BTreeMap::from([(send, stats(99, 6))]));
 
@@ -220,8 +237,39 @@ fn golden(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn render(per_rank_histograms: bool) -> String {
-    let (mut state, map, sites) = fixture(per_rank_histograms);
+/// How the fixture is rendered.
+#[derive(Clone, Copy)]
+enum Exposition {
+    /// `/metrics` with these flags.
+    Metrics {
+        per_rank_detail: bool,
+        per_rank_histograms: bool,
+    },
+    /// `/metrics/ranks`.
+    Ranks,
+}
+
+const DEFAULT: Exposition = Exposition::Metrics {
+    per_rank_detail: false,
+    per_rank_histograms: false,
+};
+
+fn render(how: Exposition) -> String {
+    let opts = match how {
+        Exposition::Metrics {
+            per_rank_detail,
+            per_rank_histograms,
+        } => RenderOptions {
+            per_rank_detail,
+            per_rank_histograms,
+            ..RenderOptions::default()
+        },
+        Exposition::Ranks => RenderOptions::default(),
+    };
+    let (mut state, map, sites) = fixture(RenderOptions {
+        node: Some("node-a"),
+        ..opts
+    });
     let health = Health {
         map_failures: MapFailures {
             stats: 3,
@@ -230,10 +278,17 @@ fn render(per_rank_histograms: bool) -> String {
         },
         scrapes_total: 0,
     };
-    let snap: Snapshot = state.snapshot(map, sites, health, NOW_NS);
-    metrics::render(&snap, &state.selfm, state.render, || {
-        Duration::from_millis(3)
-    })
+    let mut snap: Snapshot = state.snapshot(map, sites, health, NOW_NS);
+    snap.taken = at(1_700_000_500_000);
+    match how {
+        Exposition::Metrics { .. } => {
+            let detail = state.picker.update(&snap, state.render.detail_ranks);
+            metrics::render_metrics(&snap, &state.selfm, state.render, &detail, || {
+                Duration::from_millis(3)
+            })
+        }
+        Exposition::Ranks => metrics::render_ranks(&snap, &state.selfm, state.render, None),
+    }
 }
 
 fn check(name: &str, text: &str) {
@@ -270,10 +325,110 @@ fn check(name: &str, text: &str) {
 
 #[test]
 fn exposition_is_unchanged() {
-    check("exposition.prom", &render(false));
+    check("exposition.prom", &render(DEFAULT));
+}
+
+#[test]
+fn exposition_with_per_rank_detail_is_unchanged() {
+    check(
+        "exposition-per-rank-detail.prom",
+        &render(Exposition::Metrics {
+            per_rank_detail: true,
+            per_rank_histograms: false,
+        }),
+    );
 }
 
 #[test]
 fn exposition_with_per_rank_histograms_is_unchanged() {
-    check("exposition-per-rank-histograms.prom", &render(true));
+    check(
+        "exposition-per-rank-histograms.prom",
+        &render(Exposition::Metrics {
+            per_rank_detail: true,
+            per_rank_histograms: true,
+        }),
+    );
+}
+
+#[test]
+fn ranks_exposition_is_unchanged() {
+    check("exposition-ranks.prom", &render(Exposition::Ranks));
+}
+
+/// A sample's name and its label pairs (values unescaped enough to compare).
+fn parse(line: &str) -> (&str, Vec<(&str, &str)>) {
+    let (series, _) = line.rsplit_once(' ').expect("a sample has a value");
+    let Some((name, rest)) = series.split_once('{') else {
+        return (series, Vec::new());
+    };
+    let body = rest.strip_suffix('}').expect("closed label set");
+    let mut labels = Vec::new();
+    let mut rest = body;
+    while let Some((key, after)) = rest.split_once("=\"") {
+        // The value ends at the first quote not escaped.
+        let bytes = after.as_bytes();
+        let mut i = 0;
+        while bytes[i] != b'"' {
+            i += if bytes[i] == b'\\' { 2 } else { 1 };
+        }
+        labels.push((key, &after[..i]));
+        rest = after[i + 1..].trim_start_matches(',');
+    }
+    (name, labels)
+}
+
+/// The series formula of docs/cardinality.md on the default exposition:
+/// no label set combines `rank` with `function`, `peer`, `callsite` or `le`
+/// unless that rank is a detail rank (`mpi_rank_detail`), and every other
+/// rank costs at most 7 series, 9 with a stats segment.
+#[test]
+fn default_exposition_keeps_the_series_formula() {
+    let text = render(DEFAULT);
+    let samples: Vec<(&str, Vec<(&str, &str)>)> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(parse)
+        .collect();
+    let rank_of = |labels: &[(&str, &str)]| -> Option<(String, String, String)> {
+        let get = |k| {
+            labels
+                .iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| v.to_string())
+        };
+        Some((get("jobid")?, get("uid")?, get("rank")?))
+    };
+    let detail: std::collections::HashSet<_> = samples
+        .iter()
+        .filter(|(n, _)| *n == "mpi_rank_detail")
+        .filter_map(|(_, l)| rank_of(l))
+        .collect();
+    assert!(!detail.is_empty(), "{text}");
+    let mut per_rank: BTreeMap<(String, String, String), (usize, bool)> = BTreeMap::new();
+    for (name, labels) in &samples {
+        let Some(rank) = rank_of(labels) else {
+            continue;
+        };
+        let wide = labels
+            .iter()
+            .any(|(k, _)| ["function", "peer", "callsite", "le"].contains(k));
+        assert!(
+            !wide || detail.contains(&rank),
+            "{name} {labels:?} combines rank with a wide label, and {rank:?} is no detail rank"
+        );
+        let e = per_rank.entry(rank).or_default();
+        e.0 += 1;
+        e.1 |= *name == "mpi_requests_outstanding";
+    }
+    let mut seen = Vec::new();
+    for (rank, (n, stats)) in &per_rank {
+        if detail.contains(rank) {
+            continue;
+        }
+        let most = if *stats { 9 } else { 7 };
+        assert!(n <= &most, "{rank:?}: {n} series, at most {most}");
+        seen.push((n, stats));
+    }
+    assert!(!seen.is_empty(), "a rank beyond the detail ones");
+    println!("series of the ranks that are not detail ranks (count, stats segment): {seen:?}");
 }

@@ -606,15 +606,28 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts `mpi-observer attach ARGS --listen 127.0.0.1:<free port>` and
-    /// waits until /metrics answers.
+    /// Starts `mpi-observer attach --per-rank-detail ARGS --listen
+    /// 127.0.0.1:<free port>` and waits until /metrics answers. With
+    /// `--per-rank-detail`, /metrics has every rank's full series, which
+    /// the tests that check per-rank figures read; [`Daemon::start_bounded`]
+    /// starts one with the default, bounded /metrics.
     pub fn start(args: &[String]) -> Daemon {
         Daemon::start_wrapped(&[], args)
+    }
+
+    /// `mpi-observer attach ARGS` as a site runs it: the default, bounded
+    /// /metrics (per job and node, a few series per rank, detail ranks).
+    pub fn start_bounded(args: &[String]) -> Daemon {
+        Daemon::launch(&[], args, false)
     }
 
     /// [`Daemon::start`] through `wrapper` (a command and its arguments
     /// that end by executing the daemon, such as `prlimit --nofile=...`).
     pub fn start_wrapped(wrapper: &[&str], args: &[String]) -> Daemon {
+        Daemon::launch(wrapper, args, true)
+    }
+
+    fn launch(wrapper: &[&str], args: &[String], per_rank_detail: bool) -> Daemon {
         use std::io::BufRead as _;
         let addr = format!("127.0.0.1:{}", free_port());
         let mut cmd = match wrapper.split_first() {
@@ -625,8 +638,11 @@ impl Daemon {
             }
             None => Command::new(observer_bin()),
         };
+        cmd.arg("attach");
+        if per_rank_detail {
+            cmd.arg("--per-rank-detail");
+        }
         let mut child = cmd
-            .arg("attach")
             .args(args)
             .args(["--listen", &addr])
             .stdout(Stdio::null())

@@ -1,6 +1,8 @@
-//! Where `top` reads from: one observer's `/metrics` (the text exposition,
-//! parsed here) or a Prometheus server's instant-query API, over plain HTTP
-//! with the crate's small blocking client ([`crate::http_get`]).
+//! Where `top` reads from: one observer's `/metrics/ranks` (the text
+//! exposition of every rank in full, parsed here; its bounded `/metrics`
+//! has only the detail ranks' per-function series) or a Prometheus
+//! server's instant-query API, over plain HTTP with the crate's small
+//! blocking client ([`crate::http_get`]).
 //!
 //! Each reading is one GET for an observer, two instant queries for
 //! Prometheus: the current values, and their per-second rates as `irate`,
@@ -43,7 +45,7 @@ pub enum SourceError {
     },
     /// A 200 answer that is not an observer's exposition.
     #[error(
-        "{url} answers, but is not an mpi-observer's /metrics (no mpi_observer_ metrics); \
+        "{url} answers, but is not an mpi-observer's /metrics (no mpi_observer_ metrics, no /metrics/ranks); \
          give an observer's address (its --listen), or use --prometheus for a Prometheus server"
     )]
     NotObserver {
@@ -119,18 +121,19 @@ pub struct Reading {
 /// What `top` reads: one observer, or a Prometheus server.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Source {
-    /// An observer's `/metrics`.
+    /// An observer's `/metrics/ranks` (or another path given).
     Endpoint(Url),
     /// A Prometheus server's base URL.
     Prometheus(Url),
 }
 
 impl Source {
-    /// An observer at `url`; a URL without a path means its `/metrics`.
+    /// An observer at `url`; a URL without a path, or with `/metrics`,
+    /// means its `/metrics/ranks`: every rank's full series.
     pub fn endpoint(url: &str) -> Result<Source, SourceError> {
         let u = parse(url)?;
-        Ok(Source::Endpoint(if u.path == "/" {
-            u.with_path("/metrics")
+        Ok(Source::Endpoint(if u.path == "/" || u.path == "/metrics" {
+            u.with_path("/metrics/ranks")
         } else {
             u
         }))
@@ -161,10 +164,19 @@ impl Source {
     pub fn read(&self) -> Result<Reading, SourceError> {
         match self {
             Source::Endpoint(url) => {
-                let body = http_get::get(url, TIMEOUT)?;
+                let body = match http_get::get(url, TIMEOUT) {
+                    // No such path: not an observer (or one from before
+                    // /metrics/ranks).
+                    Err(FetchError::Status { status, .. }) if status.contains(" 404") => {
+                        return Err(SourceError::NotObserver { url: url.shown() });
+                    }
+                    r => r?,
+                };
                 let at = Instant::now();
                 let text = String::from_utf8_lossy(&body);
-                if !text.lines().any(|l| l.starts_with("mpi_observer_")) {
+                if !text.starts_with(crate::metrics::RANKS_MARK)
+                    && !text.lines().any(|l| l.starts_with("mpi_observer_"))
+                {
                     return Err(SourceError::NotObserver { url: url.shown() });
                 }
                 let instance = url.authority.clone();

@@ -1,0 +1,320 @@
+//! End-to-end tests of the bounded exposition (issue 22): a real 4-rank
+//! Open MPI job (tests/programs/mix.c) observed by a real daemon with its
+//! default flags, scraped over real HTTP.
+//!
+//! - The default `/metrics` keeps the series formula (docs/cardinality.md):
+//!   no series combines `rank` with `function`, `peer`, `callsite` or `le`
+//!   unless its rank is a detail rank, each other rank costs at most 7
+//!   series; the job-level sums equal the per-rank figures of
+//!   `/metrics/ranks`; the detail ranks are two and stay put.
+//! - A budget of a few series (`--max-series 30`) drops the rest, counts
+//!   them by family, and leaves the job unharmed.
+
+use std::{collections::BTreeSet, path::Path, time::Duration};
+
+use e2e::{
+    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile, http_get_within, parse_metrics,
+    program, promtool_check, require, scratch, signal, sum, url_encode, wait_for,
+};
+
+const NP: u32 = 4;
+const ITERS: u64 = 200;
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// tests/programs/mix.c on [`NP`] ranks, held at its go file.
+fn start_mix(dir: &Path) -> Job {
+    let mpi = Mpi::OpenMpi;
+    let exe = dir.join("mix-openmpi");
+    if !exe.exists() {
+        compile(mpi, &program("mix.c"), &exe, &[]);
+    }
+    let mut launcher = mpi.launcher(NP);
+    launcher.arg(&exe).arg(ITERS.to_string());
+    Job::spawn(launcher, NP, dir.join(format!("go-{}", std::process::id())))
+}
+
+fn get(d: &Daemon, path: &str) -> (u16, String) {
+    http_get_within(&d.addr, path, LIMIT).unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+/// The job id the ranks' `mpi_rank_info` gives.
+fn jobid(s: &[Sample], job: &Job) -> String {
+    let pid = job.ranks[0].1.to_string();
+    s.iter()
+        .find(|x| x.name == "mpi_rank_info" && x.label("pid") == Some(&pid))
+        .and_then(|x| x.label("jobid"))
+        .expect("rank info of rank 0")
+        .to_string()
+}
+
+/// The detail ranks (`mpi_rank_detail`) of the job, by rank label.
+fn detail(s: &[Sample], jobid: &str) -> BTreeSet<String> {
+    s.iter()
+        .filter(|x| x.name == "mpi_rank_detail" && x.label("jobid") == Some(jobid))
+        .map(|x| x.label("rank").unwrap().to_string())
+        .collect()
+}
+
+/// The series formula on one scrape of the default /metrics.
+fn assert_formula(s: &[Sample], jobid: &str) {
+    let detail = detail(s, jobid);
+    let mut per_rank = std::collections::BTreeMap::<String, usize>::new();
+    for x in s.iter().filter(|x| x.label("jobid") == Some(jobid)) {
+        let Some(rank) = x.label("rank") else {
+            continue;
+        };
+        let wide = ["function", "peer", "callsite", "le"]
+            .iter()
+            .any(|k| x.label(k).is_some());
+        assert!(
+            !wide || detail.contains(rank),
+            "{} {:?}: rank {rank} with a wide label, and no detail rank",
+            x.name,
+            x.labels
+        );
+        *per_rank.entry(rank.to_string()).or_default() += 1;
+    }
+    assert_eq!(per_rank.len(), NP as usize, "every rank has series");
+    for (rank, n) in per_rank.iter().filter(|(r, _)| !detail.contains(*r)) {
+        assert!(
+            *n <= 7,
+            "rank {rank}: {n} series, at most 7 (no stats layer)"
+        );
+    }
+}
+
+#[test]
+fn default_exposition_is_bounded_and_sums_the_ranks() {
+    if !require(&[
+        Need::Root,
+        Need::Mpi(Mpi::OpenMpi),
+        Need::Command("bpftool"),
+        Need::Command("promtool"),
+    ]) {
+        return;
+    }
+    let dir = scratch("exposition-default");
+    let job = start_mix(&dir);
+    let mut args = job.pid_args();
+    args.extend(["--detail-ranks".into(), "2".into()]);
+    let mut daemon = Daemon::start_bounded(&args);
+    let (_, s) = daemon.scrape();
+    let jobid = jobid(&s, &job);
+    let ranks: Vec<u32> = job.ranks.iter().map(|r| r.0).collect();
+    // Chosen at the first scrape, kept while the ranks run.
+    let chosen = detail(&s, &jobid);
+    assert_eq!(chosen.len(), 2, "two detail ranks: {chosen:?}");
+    for _ in 0..3 {
+        let (_, s) = daemon.scrape();
+        assert_eq!(detail(&s, &jobid), chosen, "the detail ranks stay");
+        assert_formula(&s, &jobid);
+    }
+    job.go();
+    job.finish("OK ");
+    let (body, s) = wait_for("the exits to be noticed", LIMIT, || {
+        let (b, s) = daemon.scrape();
+        (sum(&s, "mpi_rank_up", &[("jobid", &jobid)]) == 0.0
+            && sum(
+                &s,
+                "mpi_job_ranks",
+                &[("jobid", &jobid), ("state", "exited")],
+            ) == f64::from(NP))
+        .then_some((b, s))
+    });
+    promtool_check(&body);
+    assert_formula(&s, &jobid);
+    let after = detail(&s, &jobid);
+    assert_eq!(after.len(), 2, "still two detail ranks: {after:?}");
+    let (_, again) = daemon.scrape();
+    assert_eq!(detail(&again, &jobid), after, "the detail ranks stay");
+    let mpi_series = s
+        .iter()
+        .filter(|x| !x.name.starts_with("mpi_observer_"))
+        .count();
+    assert!(
+        sum(
+            &s,
+            "mpi_observer_exposition_series",
+            &[("path", "/metrics")]
+        ) >= mpi_series as f64,
+        "the exposition's series are counted"
+    );
+    assert_eq!(
+        sum(
+            &s,
+            "mpi_observer_series_dropped_total",
+            &[("path", "/metrics")]
+        ),
+        0.0,
+        "nothing dropped at the default budget"
+    );
+
+    // Every rank in full, for this job only.
+    let (code, ranks_body) = get(
+        &daemon,
+        &format!("/metrics/ranks?jobid={}", url_encode(&jobid)),
+    );
+    assert_eq!(code, 200, "{ranks_body}");
+    promtool_check(&ranks_body);
+    let r = parse_metrics(&ranks_body);
+    assert!(
+        r.iter().all(|x| !x.name.starts_with("mpi_observer_")),
+        "no self-metrics"
+    );
+    assert!(
+        r.iter().all(|x| x.label("jobid") == Some(jobid.as_str())),
+        "this job only"
+    );
+    assert_eq!(
+        r.iter().filter(|x| x.name == "mpi_rank_info").count(),
+        NP as usize
+    );
+    // The job-level series are the sums of the ranks' figures.
+    let functions: BTreeSet<&str> = r
+        .iter()
+        .filter(|x| x.name == "mpi_calls_total")
+        .filter_map(|x| x.label("function"))
+        .collect();
+    assert!(functions.contains("MPI_Allreduce"), "{functions:?}");
+    for f in &functions {
+        let ranks = sum(&r, "mpi_calls_total", &[("jobid", &jobid), ("function", f)]);
+        let job_level = sum(
+            &s,
+            "mpi_job_calls_total",
+            &[("jobid", &jobid), ("function", f)],
+        );
+        assert_eq!(
+            job_level, ranks,
+            "{f}: mpi_job_calls_total = the ranks' sum"
+        );
+    }
+    assert_eq!(
+        sum(
+            &s,
+            "mpi_job_calls_total",
+            &[("jobid", &jobid), ("function", "MPI_Allreduce")]
+        ),
+        (ITERS * u64::from(NP)) as f64
+    );
+    for rank in &ranks {
+        let rank = rank.to_string();
+        let want = sum(
+            &r,
+            "mpi_call_seconds_total",
+            &[("jobid", &jobid), ("rank", &rank)],
+        );
+        let have = sum(
+            &s,
+            "mpi_rank_mpi_seconds_total",
+            &[("jobid", &jobid), ("rank", &rank)],
+        );
+        assert!(want > 0.0, "rank {rank} spent time in MPI");
+        assert!(
+            (have - want).abs() <= 1e-9 * want.max(1.0),
+            "rank {rank}: mpi_rank_mpi_seconds_total {have} = its call seconds {want}"
+        );
+        let wall = sum(
+            &s,
+            "mpi_rank_wall_seconds_total",
+            &[("jobid", &jobid), ("rank", &rank)],
+        );
+        assert!(wall >= have, "rank {rank}: wall {wall} >= MPI {have}");
+    }
+    // Another job's name gives nothing; a bad query one clear line.
+    let (code, none) = get(&daemon, "/metrics/ranks?jobid=no-such-job");
+    assert_eq!(code, 200);
+    assert!(parse_metrics(&none).is_empty(), "{none}");
+    let (code, bad) = get(&daemon, "/metrics/ranks?rank=0");
+    assert_eq!(code, 400);
+    assert_eq!(bad.trim_end().lines().count(), 1, "{bad}");
+    assert!(bad.contains("unknown query parameter `rank`"), "{bad}");
+    let status = daemon.stop(signal::TERM);
+    assert!(status.success(), "daemon exit: {status}");
+    assert_no_probes_left();
+}
+
+#[test]
+fn a_small_budget_drops_and_counts_and_the_job_is_unharmed() {
+    if !require(&[
+        Need::Root,
+        Need::Mpi(Mpi::OpenMpi),
+        Need::Command("bpftool"),
+    ]) {
+        return;
+    }
+    let dir = scratch("exposition-budget");
+    let job = start_mix(&dir);
+    let mut args = job.pid_args();
+    args.extend(["--max-series".into(), "30".into()]);
+    let started = std::time::Instant::now();
+    let mut daemon = Daemon::start_bounded(&args);
+    let (_, s) = daemon.scrape();
+    let jobid = jobid(&s, &job);
+    job.go();
+    // Its own checks of every result pass, and it exits normally.
+    job.finish("OK ");
+    let s = wait_for("the exits to be noticed", LIMIT, || {
+        let (_, s) = daemon.scrape();
+        (sum(&s, "mpi_rank_up", &[("jobid", &jobid)]) == 0.0
+            && s.iter().any(|x| x.name == "mpi_rank_exit_time_seconds"))
+        .then_some(s)
+    });
+    let mpi_series = s
+        .iter()
+        .filter(|x| !x.name.starts_with("mpi_observer_"))
+        .count();
+    assert!(
+        mpi_series <= 30,
+        "{mpi_series} MPI series over a budget of 30"
+    );
+    // Every rank's minimal series first.
+    assert_eq!(
+        s.iter()
+            .filter(|x| x.name == "mpi_rank_wall_seconds_total")
+            .count(),
+        NP as usize
+    );
+    assert_eq!(
+        sum(
+            &s,
+            "mpi_observer_exposition_series",
+            &[("path", "/metrics")]
+        ),
+        mpi_series as f64
+    );
+    assert!(
+        sum(
+            &s,
+            "mpi_observer_series_dropped_total",
+            &[("path", "/metrics")]
+        ) > 0.0
+    );
+    let dropped: BTreeSet<&str> = s
+        .iter()
+        .filter(|x| {
+            x.name == "mpi_observer_series_dropped"
+                && x.label("path") == Some("/metrics")
+                && x.value > 0.0
+        })
+        .filter_map(|x| x.label("metric"))
+        .collect();
+    for family in [
+        "mpi_job_calls_total",
+        "mpi_call_duration_seconds",
+        "mpi_calls_total",
+    ] {
+        assert!(dropped.contains(family), "{family} in {dropped:?}");
+    }
+    let (status, log) = daemon.stop_and_log(signal::TERM);
+    assert!(status.success(), "daemon exit: {status}");
+    let lines = log
+        .iter()
+        .filter(|l| l.contains("/metrics is over --max-series 30"))
+        .count();
+    let most = 1 + started.elapsed().as_secs() as usize / 60;
+    assert!(
+        (1..=most).contains(&lines),
+        "{lines} lines, one a minute at most: {log:?}"
+    );
+    assert_no_probes_left();
+}
