@@ -3,7 +3,10 @@
 //! scraping them with the project's rules, and one MPI job whose ranks are
 //! split across the nodes. Every PromQL expression of every dashboard in
 //! `dashboards/grafana/` must return data while the job runs, and the
-//! cluster-wide totals must be exact once it has ended.
+//! cluster-wide totals must be exact once it has ended. The daemons run the
+//! bounded `/metrics` of issue 22 (default flags, a node with fewer detail
+//! ranks than ranks), and a second scrape job reads `/metrics/ranks` for the
+//! main job: a rank without detail on `/metrics` is still drilled into.
 //!
 //! Also here: the rules and dashboards checked on their own (promtool,
 //! dashboard JSON structure), and the systemd unit's capability set proven
@@ -40,15 +43,25 @@ const SMALL_ITERS: u64 = 100;
 const OBSERVER_PORT: u16 = 9479;
 /// The scrape job name the alerts and the overview dashboard expect.
 const SCRAPE_JOB: &str = "mpi-observer";
+/// The scrape job of `/metrics/ranks`, as in dashboards/deploy/.
+const RANKS_JOB: &str = "mpi-observer-ranks";
+/// What the `/metrics/ranks` scrape job drops: the per-rank series `/metrics`
+/// already carries (dashboards/deploy/prometheus/shard.yml, where the test
+/// checks it is the same).
+const RANKS_DROP: &str = "mpi_rank_.*|mpi_requests_outstanding|mpi_request_oldest_age_seconds";
 
 /// Metric families that only observers with argument-level metrics (issue 4)
 /// export. Expressions that need them must be valid and may be empty while
 /// no daemon exports them; as soon as one does, they must return data.
-const OPTIONAL_FAMILIES: [&str; 4] = [
+const OPTIONAL_FAMILIES: [&str; 8] = [
     "mpi_peer_messages_total",
     "mpi_peer_bytes_total",
     "mpi_requests_outstanding",
     "mpi_request_oldest_age_seconds",
+    "mpi_job_peer_messages_total",
+    "mpi_job_peer_bytes_total",
+    "mpi_job_requests_outstanding",
+    "mpi_job_request_oldest_age_seconds",
 ];
 
 fn dashboards_dir() -> PathBuf {
@@ -311,6 +324,7 @@ unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
 const SIGKILL: i32 = 9;
+const SIGHUP: i32 = 1;
 
 fn pid_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
@@ -990,6 +1004,478 @@ fn rules_pass_promtool() {
     );
 }
 
+/// The arguments of an `/etc/default` file's `ARGS="..."` line (none of
+/// ours has a space inside an argument).
+fn default_args(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ARGS=\""))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("{}: no ARGS=\"...\" line", path.display()));
+    line.split_whitespace().map(str::to_string).collect()
+}
+
+/// `s` with `from` replaced by `to`, which must occur.
+fn must_replace(s: &str, from: &str, to: &str) -> String {
+    assert!(
+        s.contains(from),
+        "{from:?} is no longer in the file: update this test"
+    );
+    s.replace(from, to)
+}
+
+/// Runs `cmd`, which must succeed within a minute.
+fn run_ok(what: &str, cmd: &mut Command) {
+    let o = run_with_timeout(cmd, Duration::from_secs(60));
+    assert!(
+        o.status.success(),
+        "{what}:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Waits for an HTTP 200 from `path` on `addr` while `p` runs.
+fn wait_http_ok(p: &mut Proc, addr: &str, path: &str) {
+    wait_for(
+        &format!("{} to answer {path}", p.name),
+        Duration::from_secs(60),
+        || {
+            p.assert_running();
+            http_get(addr, path).ok().filter(|(c, _)| *c == 200)
+        },
+    );
+}
+
+/// The scale-out configurations of dashboards/deploy/ (issue 22), run for
+/// real where the tool allows: four Prometheus shards and four vmagent
+/// cluster members scrape 40 (silent) node addresses and remote-write into
+/// a real VictoriaMetrics started with the documented flags; every node
+/// must be scraped by exactly one shard (both scrape jobs on the same one)
+/// and by exactly `replicationFactor` vmagent members. vmalert evaluates
+/// every project rule against that VictoriaMetrics without an error. The
+/// remote-write block is the same for every store; the units verify.
+#[test]
+fn deploy_configs_check() {
+    if !require(&[
+        Need::Command("promtool"),
+        Need::Command("prometheus"),
+        Need::Command("victoria-metrics"),
+        Need::Command("vmagent"),
+        Need::Command("vmalert"),
+        Need::Command("systemd-analyze"),
+    ]) {
+        return;
+    }
+    const SHARDS: usize = 4;
+    const NODES: usize = 40;
+    let deploy = dashboards_dir().join("deploy");
+    let rules_dir = dashboards_dir().join("prometheus");
+    let dir = scratch("cluster-deploy");
+    // Nothing listens on these: each scrape fails fast and still records
+    // `up`, which is all the partition needs.
+    let nodes: Vec<String> = (0..NODES)
+        .map(|i| format!("127.0.0.{}:1", 10 + i))
+        .collect();
+    let quoted: Vec<String> = nodes.iter().map(|n| format!("\"{n}\"")).collect();
+    std::fs::write(
+        dir.join("targets.json"),
+        format!("[{{\"targets\": [{}]}}]\n", quoted.join(", ")),
+    )
+    .unwrap();
+    let targets_glob = dir.join("*.json").display().to_string();
+
+    // VictoriaMetrics, as raw.default runs it (its storage path and port
+    // moved here; samples visible after 1 s instead of 30 s). The
+    // long-term store's flags exist too.
+    let vm_addr = format!("127.0.0.1:{}", free_port());
+    let mut vm_args: Vec<String> = default_args(&deploy.join("victoria-metrics/raw.default"))
+        .into_iter()
+        .filter(|a| !a.starts_with("-storageDataPath="))
+        .collect();
+    vm_args.extend([
+        format!("-storageDataPath={}", dir.join("vm").display()),
+        format!("-httpListenAddr={vm_addr}"),
+        "-search.latencyOffset=1s".into(),
+        "-loggerLevel=ERROR".into(),
+    ]);
+    let mut vm = Proc::spawn(
+        "victoria-metrics",
+        Command::new("victoria-metrics").args(&vm_args),
+        dir.join("vm.log"),
+    );
+    wait_http_ok(&mut vm, &vm_addr, "/health");
+    {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut args: Vec<String> =
+            default_args(&deploy.join("victoria-metrics/long-term.default"))
+                .into_iter()
+                .filter(|a| {
+                    !a.starts_with("-storageDataPath=") && !a.starts_with("-httpListenAddr=")
+                })
+                .collect();
+        args.extend([
+            format!("-storageDataPath={}", dir.join("vm-long").display()),
+            format!("-httpListenAddr={addr}"),
+        ]);
+        let mut long = Proc::spawn(
+            "victoria-metrics (long-term)",
+            Command::new("victoria-metrics").args(&args),
+            dir.join("vm-long.log"),
+        );
+        wait_http_ok(&mut long, &addr, "/health");
+    }
+    let store = Prom {
+        addr: vm_addr.clone(),
+    };
+
+    // The Prometheus shards: each config valid as a server and as an agent,
+    // then run (every second instead of every 15 s).
+    let shard_cfg = std::fs::read_to_string(deploy.join("prometheus/shard.yml")).unwrap();
+    // The cluster test's /metrics/ranks job drops what these drop.
+    for f in ["prometheus/shard.yml", "vmagent/scrape.yml"] {
+        let text = std::fs::read_to_string(deploy.join(f)).unwrap();
+        assert!(
+            text.contains(&format!("regex: '{RANKS_DROP}'")),
+            "{f}: the /metrics/ranks job must drop {RANKS_DROP}"
+        );
+    }
+    let mut shards = Vec::new();
+    for i in 0..SHARDS {
+        let mut cfg = must_replace(&shard_cfg, "regex: \"0\"", &format!("regex: \"{i}\""));
+        cfg = must_replace(&cfg, "shard: \"0\"", &format!("shard: \"{i}\""));
+        cfg = must_replace(&cfg, "modulus: 4", &format!("modulus: {SHARDS}"));
+        cfg = must_replace(
+            &cfg,
+            "/etc/prometheus/targets/mpi-observer/*.json",
+            &targets_glob,
+        );
+        cfg = must_replace(
+            &cfg,
+            "http://victoria-metrics:8428/api/v1/write",
+            &format!("http://{vm_addr}/api/v1/write"),
+        );
+        let path = dir.join(format!("shard{i}.yml"));
+        std::fs::write(&path, &cfg).unwrap();
+        for agent in [false, true] {
+            let mut c = Command::new("promtool");
+            c.args(["check", "config"]);
+            if agent {
+                c.arg("--agent");
+            }
+            run_ok(&format!("promtool check config shard {i}"), c.arg(&path));
+        }
+        cfg = must_replace(&cfg, "scrape_interval: 15s", "scrape_interval: 1s");
+        cfg = must_replace(&cfg, "scrape_timeout: 10s", "scrape_timeout: 500ms");
+        cfg = must_replace(&cfg, "scrape_interval: 1m", "scrape_interval: 2s");
+        cfg = must_replace(&cfg, "scrape_timeout: 30s", "scrape_timeout: 1s");
+        cfg = cfg.replace("refresh_interval: 1m", "refresh_interval: 1s");
+        std::fs::write(&path, &cfg).unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let p = Proc::spawn(
+            &format!("prometheus shard {i}"),
+            Command::new("prometheus")
+                .arg(format!("--config.file={}", path.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join(format!("tsdb{i}")).display()
+                ))
+                .arg(format!("--web.listen-address={addr}"))
+                .arg("--log.level=error"),
+            dir.join(format!("shard{i}.log")),
+        );
+        shards.push((p, addr));
+    }
+    // Each node's two scrape jobs land in the store from exactly one shard.
+    let up = wait_for(
+        "every node's `up` from the shards in VictoriaMetrics",
+        Duration::from_secs(90),
+        || {
+            for (p, _) in &mut shards {
+                p.assert_running();
+            }
+            let r = store.query("up{shard!=\"\"}").ok()?;
+            (r.len() >= 2 * NODES).then_some(r)
+        },
+    );
+    let mut shard_of: BTreeMap<(String, String), String> = BTreeMap::new();
+    for s in &up {
+        let key = (s.labels["job"].clone(), s.labels["instance"].clone());
+        assert!(
+            shard_of
+                .insert(key.clone(), s.labels["shard"].clone())
+                .is_none(),
+            "{key:?} scraped by two shards: {up:?}"
+        );
+    }
+    assert_eq!(shard_of.len(), 2 * NODES, "{shard_of:?}");
+    for n in &nodes {
+        let host = n.split(':').next().unwrap().to_string();
+        let a = &shard_of[&("mpi-observer".to_string(), host.clone())];
+        let b = &shard_of[&("mpi-observer-ranks".to_string(), host.clone())];
+        assert_eq!(
+            a, b,
+            "{host}: /metrics and /metrics/ranks on different shards"
+        );
+    }
+    let used: BTreeSet<&String> = shard_of.values().collect();
+    assert_eq!(used.len(), SHARDS, "every shard takes nodes: {shard_of:?}");
+    // The detail scrape asks for the chosen jobs.
+    let t = Prom {
+        addr: shards[0].1.clone(),
+    }
+    .get_json("/api/v1/targets");
+    let urls: Vec<&str> = t["data"]["activeTargets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["scrapeUrl"].as_str())
+        .filter(|u| u.contains("/metrics/ranks"))
+        .collect();
+    assert!(
+        !urls.is_empty()
+            && urls
+                .iter()
+                .all(|u| u.ends_with("/metrics/ranks?jobid=12345&jobid=12346")),
+        "{urls:?}"
+    );
+    drop(shards);
+
+    // vmagent: the documented arguments pass its own check for every member;
+    // then the members run, writing to the store instead of the three
+    // cluster URLs.
+    let va_args = default_args(&deploy.join("vmagent/vmagent.default"));
+    let va_scrape = dir.join("vmagent-scrape.yml");
+    let scrape = std::fs::read_to_string(deploy.join("vmagent/scrape.yml")).unwrap();
+    let scrape = must_replace(
+        &scrape,
+        "/etc/vmagent/targets/mpi-observer/*.json",
+        &targets_glob,
+    );
+    std::fs::write(&va_scrape, &scrape).unwrap();
+    let local = |a: &String| -> String {
+        a.replace("/etc/vmagent/scrape.yml", &va_scrape.display().to_string())
+            .replace(
+                "/etc/vmagent/",
+                &format!("{}/", deploy.join("vmagent").display()),
+            )
+            .replace(
+                "/var/lib/vmagent",
+                &dir.join("vmagent-check").display().to_string(),
+            )
+    };
+    let flag = |name: &str| -> usize {
+        va_args
+            .iter()
+            .find_map(|a| a.strip_prefix(&format!("-{name}=")))
+            .unwrap_or_else(|| panic!("vmagent.default: no -{name}"))
+            .parse()
+            .unwrap()
+    };
+    let (members, replication) = (
+        flag("promscrape.cluster.membersCount"),
+        flag("promscrape.cluster.replicationFactor"),
+    );
+    assert!(replication > 1 && members > replication, "{va_args:?}");
+    for m in 0..members {
+        run_ok(
+            &format!("vmagent -dryRun, member {m}"),
+            Command::new("vmagent")
+                .arg("-dryRun")
+                .args(va_args.iter().map(local))
+                .arg(format!("-promscrape.cluster.memberNum={m}")),
+        );
+    }
+    let scrape = must_replace(&scrape, "scrape_interval: 15s", "scrape_interval: 1s");
+    let scrape = must_replace(&scrape, "scrape_timeout: 10s", "scrape_timeout: 500ms");
+    let scrape = must_replace(&scrape, "scrape_interval: 1m", "scrape_interval: 2s");
+    let scrape = must_replace(&scrape, "scrape_timeout: 30s", "scrape_timeout: 1s");
+    std::fs::write(&va_scrape, &scrape).unwrap();
+    let mut agents = Vec::new();
+    for m in 0..members {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let args: Vec<String> = va_args
+            .iter()
+            .filter(|a| {
+                !a.starts_with("-remoteWrite.url")
+                    && !a.starts_with("-remoteWrite.tmpDataPath")
+                    && !a.starts_with("-httpListenAddr")
+            })
+            .map(local)
+            .collect();
+        let p = Proc::spawn(
+            &format!("vmagent member {m}"),
+            Command::new("vmagent")
+                .args(&args)
+                .arg(format!("-promscrape.cluster.memberNum={m}"))
+                .arg(format!("-remoteWrite.url=http://{vm_addr}/api/v1/write"))
+                .arg(format!(
+                    "-remoteWrite.tmpDataPath={}",
+                    dir.join(format!("vmagent{m}")).display()
+                ))
+                .arg(format!("-httpListenAddr={addr}"))
+                .arg("-loggerLevel=ERROR"),
+            dir.join(format!("vmagent{m}.log")),
+        );
+        agents.push((p, addr));
+    }
+    // Every (job, node) is an active target of exactly `replication` members.
+    let mut scraped_by: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for (p, addr) in &mut agents {
+        wait_http_ok(p, addr, "/api/v1/targets");
+        let t = Prom { addr: addr.clone() }.get_json("/api/v1/targets");
+        for x in t["data"]["activeTargets"].as_array().unwrap() {
+            let key = (
+                x["labels"]["job"].as_str().unwrap().to_string(),
+                x["labels"]["instance"].as_str().unwrap().to_string(),
+            );
+            *scraped_by.entry(key).or_default() += 1;
+        }
+    }
+    assert_eq!(scraped_by.len(), 2 * NODES, "{scraped_by:?}");
+    assert!(
+        scraped_by.values().all(|&n| n == replication),
+        "each target scraped by {replication} members: {scraped_by:?}"
+    );
+    // Their writes arrive, deduplicated to one series per target.
+    wait_for(
+        "every node's `up` from the vmagent members",
+        Duration::from_secs(90),
+        || {
+            for (p, _) in &mut agents {
+                p.assert_running();
+            }
+            let r = store.query("up{shard=\"\"}").ok()?;
+            (r.len() == 2 * NODES).then_some(())
+        },
+    );
+    drop(agents);
+
+    // vmalert: the documented arguments pass its check (rules and templates
+    // validated as MetricsQL); then every rule evaluates against the store
+    // without an error.
+    let local_rules = |a: &String| {
+        a.replace(
+            "/etc/mpi-observer/rules/",
+            &format!("{}/", rules_dir.display()),
+        )
+    };
+    let vma_args = default_args(&deploy.join("vmalert/vmalert.default"));
+    run_ok(
+        "vmalert -dryRun",
+        Command::new("vmalert")
+            .arg("-dryRun")
+            .args(vma_args.iter().map(local_rules))
+            .arg("-loggerLevel=ERROR"),
+    );
+    let alert_addr = format!("127.0.0.1:{}", free_port());
+    let mut vmalert = Proc::spawn(
+        "vmalert",
+        Command::new("vmalert")
+            .args(
+                vma_args
+                    .iter()
+                    .filter(|a| a.starts_with("-rule="))
+                    .map(local_rules),
+            )
+            .arg(format!("-datasource.url=http://{vm_addr}"))
+            .arg(format!("-remoteWrite.url=http://{vm_addr}"))
+            // Nothing fires on this data; an unreachable notifier is never
+            // called.
+            .arg("-notifier.url=http://127.0.0.1:1")
+            .arg("-evaluationInterval=1s")
+            .arg(format!("-httpListenAddr={alert_addr}")),
+        dir.join("vmalert.log"),
+    );
+    let rules = recorded_names().len();
+    let errors = wait_for(
+        "vmalert to evaluate every rule twice",
+        Duration::from_secs(60),
+        || {
+            vmalert.assert_running();
+            let (_, body) = http_get(&alert_addr, "/metrics").ok()?;
+            let s = parse_metrics(&body);
+            let errs: Vec<_> = s
+                .iter()
+                .filter(|x| x.name.ends_with("_rules_error"))
+                .map(|x| (x.labels.clone(), x.value))
+                .collect();
+            (errs.len() > rules
+                && sum(&s, "vmalert_execution_total", &[]) >= 2.0 * errs.len() as f64)
+                .then_some((errs, sum(&s, "vmalert_execution_errors_total", &[])))
+        },
+    );
+    assert_eq!(
+        errors.1,
+        0.0,
+        "vmalert failed evaluations: see {}",
+        dir.join("vmalert.log").display()
+    );
+    assert!(
+        errors.0.iter().all(|(_, v)| *v == 0.0),
+        "rules in error under vmalert: {:?}",
+        errors.0
+    );
+    drop(vmalert);
+    vm.assert_running();
+
+    // One remote-write block for every store: only the URL (and Mimir's
+    // tenant header) differ.
+    let block = |text: &str| -> String {
+        let start = text.find("    queue_config:").expect("queue_config");
+        text[start..].to_string()
+    };
+    let want = block(&shard_cfg);
+    let mut stores = 0;
+    for e in std::fs::read_dir(deploy.join("remote-write")).unwrap() {
+        let path = e.unwrap().path();
+        run_ok(
+            &format!("promtool check config {}", path.display()),
+            Command::new("promtool")
+                .args(["check", "config"])
+                .arg(&path),
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            block(&text),
+            want,
+            "{}: not the shard's block",
+            path.display()
+        );
+        stores += 1;
+    }
+    assert_eq!(
+        stores, 4,
+        "VictoriaMetrics, its cluster, Mimir, Thanos Receive"
+    );
+
+    // The units.
+    std::fs::copy(
+        deploy.join("vmagent/vmagent@.service"),
+        dir.join("vmagent@0.service"),
+    )
+    .unwrap();
+    std::fs::copy(
+        deploy.join("vmalert/vmalert.service"),
+        dir.join("vmalert.service"),
+    )
+    .unwrap();
+    for unit in ["vmagent@0.service", "vmalert.service"] {
+        let o = run_with_timeout(
+            Command::new("systemd-analyze")
+                .arg("verify")
+                .arg(dir.join(unit)),
+            Duration::from_secs(60),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success() && !err.contains(unit),
+            "systemd-analyze verify {unit}:\n{err}"
+        );
+    }
+}
+
 /// The shim library, as `mpi-observer shim-path` names it.
 fn shim_path() -> String {
     let o = run_with_timeout(
@@ -1220,9 +1706,12 @@ fn dashboards_on_a_three_node_cluster() {
     // Dropped last (declared first): namespaces outlive what runs in them.
     let net = Net::create();
 
-    // One daemon per node, listening on the node's address. Nodes 0 and 2
-    // export per-rank histograms, node 1 the node-aggregated ones, so the
-    // job-level panels are checked over both layouts at once.
+    // One daemon per node, listening on the node's address, with the bounded
+    // /metrics of issue 22. Node 1 runs at default flags. Nodes 0 and 2 also
+    // export their full ranks' histograms, so the rank dashboard's heatmap
+    // has data and the job-level rules must not count them twice. Node 2
+    // keeps one detail rank per job (--detail-ranks 1) of its two: the other
+    // is drilled into through /metrics/ranks only.
     let mut daemons: Vec<(Proc, String)> = (0..NODES)
         .map(|i| {
             let addr = format!("{}:{OBSERVER_PORT}", net.node_addr(i));
@@ -1232,6 +1721,9 @@ fn dashboards_on_a_three_node_cluster() {
                 .args(["attach", "--all", "--same-netns", "--listen", &addr]);
             if i != 1 {
                 cmd.arg("--per-rank-histograms");
+            }
+            if i == NODES - 1 {
+                cmd.args(["--detail-ranks", "1"]);
             }
             let p = Proc::spawn(
                 &format!("daemon on node {i}"),
@@ -1267,17 +1759,34 @@ fn dashboards_on_a_three_node_cluster() {
         .iter()
         .map(|p| format!("  - {}\n", p.display()))
         .collect();
-    std::fs::write(
-        dir.join("prometheus.yml"),
-        format!(
+    // The second scrape job, /metrics/ranks for the jobs named, as
+    // dashboards/deploy/ configures it (slower, the duplicated per-rank
+    // series dropped); added once the main job's id is known.
+    let write_config = |detail_jobs: &[&str]| {
+        let mut cfg = format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
              rule_files:\n{}\
              scrape_configs:\n  - job_name: {SCRAPE_JOB}\n    file_sd_configs:\n      - files: ['{}']\n        refresh_interval: 1s\n",
             rules.concat(),
             dir.join("targets.json").display()
-        ),
-    )
-    .unwrap();
+        );
+        if !detail_jobs.is_empty() {
+            let ids: Vec<String> = detail_jobs
+                .iter()
+                .map(|j| format!("\"{}\"", j.replace('\\', "\\\\").replace('"', "\\\"")))
+                .collect();
+            cfg.push_str(&format!(
+                "  - job_name: {RANKS_JOB}\n    metrics_path: /metrics/ranks\n    params:\n      jobid: [{}]\n\
+                 \x20   scrape_interval: 2s\n    scrape_timeout: 1900ms\n\
+                 \x20   file_sd_configs:\n      - files: ['{}']\n        refresh_interval: 1s\n\
+                 \x20   metric_relabel_configs:\n      - source_labels: [__name__]\n        regex: '{RANKS_DROP}'\n        action: drop\n",
+                ids.join(", "),
+                dir.join("targets.json").display()
+            ));
+        }
+        std::fs::write(dir.join("prometheus.yml"), cfg).unwrap();
+    };
+    write_config(&[]);
     let prom_addr = format!("127.0.0.1:{}", free_port());
     let mut prometheus = Proc::spawn(
         "prometheus",
@@ -1452,6 +1961,18 @@ fn dashboards_on_a_three_node_cluster() {
     assert_ne!(jobid, small_jobid, "two jobs, two job ids");
     let sel = format!("jobid=\"{jobid}\"");
     let small_sel = format!("jobid=\"{small_jobid}\"");
+    // Full detail of the main job through /metrics/ranks: the config
+    // reloaded (SIGHUP), one target per node.
+    write_config(&[&jobid]);
+    // SAFETY: kill(2) with a pid of our own live child and a signal number;
+    // no memory is involved.
+    let hup = unsafe { kill(prometheus.pid() as i32, SIGHUP) };
+    assert_eq!(hup, 0, "SIGHUP to Prometheus");
+    prom.wait_value(
+        &format!("sum(up{{job=\"{RANKS_JOB}\"}})"),
+        NODES as f64,
+        Duration::from_secs(60),
+    );
     prom.wait_value(
         &format!("count(mpi_rank_info{{{sel}}})"),
         NP as f64,
@@ -1464,7 +1985,8 @@ fn dashboards_on_a_three_node_cluster() {
     std::fs::write(&small.go, b"go").unwrap();
     job.wait_lines("DONE", NP, Duration::from_secs(120));
     small.wait_lines("DONE", SMALL_NP, Duration::from_secs(60));
-    let total = |f: &str| format!("sum(mpi_calls_total{{{sel}, function=\"{f}\"}})");
+    // Job-level totals: the bounded exposition's per job and node series.
+    let total = |f: &str| format!("sum(mpi_job_calls_total{{{sel}, function=\"{f}\"}})");
     prom.wait_value(
         &total("MPI_Allreduce"),
         (ITERS * NP as u64) as f64,
@@ -1509,6 +2031,80 @@ fn dashboards_on_a_three_node_cluster() {
             .is_some_and(|age| age > 0.0),
         "the held receives age"
     );
+    prom.wait_value(
+        &format!("sum(mpi_job_requests_outstanding{{{sel}}})"),
+        NP as f64,
+        Duration::from_secs(60),
+    );
+
+    // The bounded exposition: every rank of nodes 0 and 1 is a detail rank
+    // (two ranks, --detail-ranks 2), one of each job's two on node 2. The
+    // other rank of node 2 has no per-function series on /metrics, yet the
+    // /metrics/ranks scrape job has all of them for the main job, and none
+    // for the small job, which it does not name.
+    let detail = |sel: &str| -> BTreeMap<String, String> {
+        prom.query(&format!("mpi_rank_detail{{job=\"{SCRAPE_JOB}\", {sel}}}"))
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.labels["rank"].clone(), s.labels["instance"].clone()))
+            .collect()
+    };
+    let main_detail = wait_for("the detail ranks", Duration::from_secs(30), || {
+        let d = detail(&sel);
+        (d.len() == NP - 1).then_some(d)
+    });
+    let hidden = node_of
+        .iter()
+        .find(|(r, _)| !main_detail.contains_key(&r.to_string()))
+        .map(|(r, n)| {
+            assert_eq!(
+                *n,
+                NODES - 1,
+                "only node 2 keeps fewer detail ranks: {main_detail:?}"
+            );
+            r.to_string()
+        })
+        .unwrap();
+    let small_detail = detail(&small_sel);
+    assert_eq!(small_detail.len(), 1, "{small_detail:?}");
+    let small_hidden = small
+        .ranks
+        .iter()
+        .map(|(r, _)| r.to_string())
+        .find(|r| !small_detail.contains_key(r))
+        .unwrap();
+    let small_rank = small_detail.keys().next().unwrap().clone();
+    let calls = |job: &str, sel: &str, rank: &str| {
+        prom.query(&format!(
+            "mpi_calls_total{{job=\"{job}\", {sel}, rank=\"{rank}\", function=\"MPI_Allreduce\"}}"
+        ))
+        .unwrap()
+    };
+    assert!(
+        calls(SCRAPE_JOB, &sel, &hidden).is_empty(),
+        "rank {hidden} is not a detail rank, yet /metrics has its per-function series"
+    );
+    prom.wait_value(
+        &format!(
+            "sum(mpi_calls_total{{job=\"{RANKS_JOB}\", {sel}, rank=\"{hidden}\", function=\"MPI_Allreduce\"}})"
+        ),
+        ITERS as f64,
+        Duration::from_secs(30),
+    );
+    for job in [SCRAPE_JOB, RANKS_JOB] {
+        assert!(
+            calls(job, &small_sel, &small_hidden).is_empty(),
+            "small job's rank {small_hidden}: no detail anywhere ({job})"
+        );
+    }
+    assert!(!calls(SCRAPE_JOB, &small_sel, &small_rank).is_empty());
+    // The /metrics/ranks job added no second copy of any per-rank series.
+    assert_eq!(
+        prom.value(&format!(
+            "count({{job=\"{RANKS_JOB}\", __name__=~\"{RANKS_DROP}\"}})"
+        )),
+        None
+    );
 
     // Every dashboard expression, with the variables set to a job, a rank on
     // a node with per-rank histograms and a collective: for the main job
@@ -1527,17 +2123,21 @@ fn dashboards_on_a_three_node_cluster() {
         .into_iter()
         .collect()
     };
+    // The main job's rank on node 0 is a detail rank of /metrics; its
+    // rank `hidden` on node 2 is drilled into through /metrics/ranks only.
     let rank = node_of
         .iter()
         .find(|(_, n)| **n == 0)
         .map(|(r, _)| r.to_string())
         .unwrap();
-    let lenient = check_dashboards_return_data(&prom, &vars(&jobid, rank));
-    assert_eq!(
-        lenient, 0,
-        "the main job has every family: every panel is strict"
-    );
-    let lenient = check_dashboards_return_data(&prom, &vars(&small_jobid, "1".into()));
+    for r in [rank, hidden.clone()] {
+        let lenient = check_dashboards_return_data(&prom, &vars(&jobid, r));
+        assert_eq!(
+            lenient, 0,
+            "the main job has every family: every panel is strict"
+        );
+    }
+    let lenient = check_dashboards_return_data(&prom, &vars(&small_jobid, small_rank));
     // Each of those was checked to need a family the small job lacks.
     assert!(
         lenient > 0,
@@ -1561,11 +2161,24 @@ fn dashboards_on_a_three_node_cluster() {
         "the rules files were loaded ({n_rules} rules)"
     );
     // The straggler picture is there: per-rank MPI time fractions of the
-    // whole run are sane.
+    // whole run, from the two per-rank series every rank has, are sane, and
+    // the distribution counts every rank.
     let fractions = prom
-        .query(&format!("jobid_rank:mpi_time_fraction:ratio{{{sel}}}"))
+        .query(&format!(
+            "mpi_rank_mpi_seconds_total{{{sel}}} / mpi_rank_wall_seconds_total{{{sel}}}"
+        ))
         .unwrap();
     assert_eq!(fractions.len(), NP);
+    prom.wait_value(
+        &format!("sum(mpi_job_rank_mpi_fraction_bucket{{{sel}, le=\"+Inf\"}})"),
+        NP as f64,
+        Duration::from_secs(10),
+    );
+    assert!(
+        prom.value(&format!("jobid:mpi_time_fraction:ratio{{{sel}}}"))
+            .is_some_and(|f| f > 0.0 && f <= 1.05),
+        "the job's MPI time fraction"
+    );
     for s in &fractions {
         assert!(
             s.value > 0.0 && s.value <= 1.05,
@@ -1603,22 +2216,46 @@ fn dashboards_on_a_three_node_cluster() {
     // Who talks to whom, exactly: each rank sends ITERS Isends of 64 bytes
     // and one 4-byte Send to its right neighbour, and receives the same from
     // its left; nothing else is point-to-point.
-    let peer = |m: &str, dir: &str| prom.value(&format!("sum({m}{{{sel}, direction=\"{dir}\"}})"));
+    // Node by node on /metrics; rank by rank from the /metrics/ranks job.
+    let ranks_sel = format!("job=\"{RANKS_JOB}\", {sel}");
     for dir in ["send", "recv"] {
-        assert_eq!(
-            peer("mpi_peer_messages_total", dir),
-            Some(((ITERS + 1) * np) as f64),
-            "{dir} messages"
-        );
-        assert_eq!(
-            peer("mpi_peer_bytes_total", dir),
-            Some(((64 * ITERS + 4) * np) as f64),
-            "{dir} bytes"
-        );
+        for (m, s) in [
+            ("mpi_job_peer_messages_total", &sel),
+            ("mpi_peer_messages_total", &ranks_sel),
+        ] {
+            prom.wait_value(
+                &format!("sum({m}{{{s}, direction=\"{dir}\"}})"),
+                ((ITERS + 1) * np) as f64,
+                Duration::from_secs(30),
+            );
+        }
+        for (m, s) in [
+            ("mpi_job_peer_bytes_total", &sel),
+            ("mpi_peer_bytes_total", &ranks_sel),
+        ] {
+            prom.wait_value(
+                &format!("sum({m}{{{s}, direction=\"{dir}\"}})"),
+                ((64 * ITERS + 4) * np) as f64,
+                Duration::from_secs(30),
+            );
+        }
     }
+    // The node label of the node x node series is the daemon's node name.
+    let cells_by_node = prom
+        .query(&format!("mpi_job_peer_bytes_total{{{sel}}}"))
+        .unwrap()
+        .len();
+    assert!(cells_by_node > 0);
+    assert_eq!(
+        prom.value(&format!(
+            "count(mpi_job_peer_bytes_total{{{sel}}} * on (instance, node) group_left () mpi_observer_node_info)"
+        )),
+        Some(cells_by_node as f64),
+        "mpi_observer_node_info joins every peer series' node"
+    );
     let cells: BTreeSet<(u64, u64)> = prom
         .query(&format!(
-            "mpi_peer_bytes_total{{{sel}, direction=\"send\"}} > 0"
+            "mpi_peer_bytes_total{{{ranks_sel}, direction=\"send\"}} > 0"
         ))
         .unwrap()
         .iter()
@@ -1634,14 +2271,14 @@ fn dashboards_on_a_three_node_cluster() {
     // The small job's totals are exact and its own.
     for (f, per_rank) in expected_calls(SMALL_ITERS) {
         prom.wait_value(
-            &format!("sum(mpi_calls_total{{{small_sel}, function=\"{f}\"}})"),
+            &format!("sum(mpi_job_calls_total{{{small_sel}, function=\"{f}\"}})"),
             (per_rank * SMALL_NP as u64) as f64,
             Duration::from_secs(60),
         );
     }
     let nodes = prom
         .query(&format!(
-            "sum by (instance) (mpi_calls_total{{{sel}, function=\"MPI_Barrier\"}})"
+            "sum by (instance) (mpi_job_calls_total{{{sel}, function=\"MPI_Barrier\"}})"
         ))
         .unwrap();
     assert_eq!(nodes.len(), NODES, "every node contributes: {nodes:?}");
@@ -1650,7 +2287,7 @@ fn dashboards_on_a_three_node_cluster() {
     }
     let bytes = |f: &str, dir: &str| {
         prom.value(&format!(
-            "sum(mpi_bytes_total{{{sel}, function=\"{f}\", direction=\"{dir}\"}})"
+            "sum(mpi_job_bytes_total{{{sel}, function=\"{f}\", direction=\"{dir}\"}})"
         ))
     };
     assert_eq!(bytes("MPI_Isend", "send"), Some((64 * ITERS * np) as f64));
@@ -1659,38 +2296,70 @@ fn dashboards_on_a_three_node_cluster() {
         Some((32 * ITERS * np) as f64)
     );
     assert_eq!(bytes("MPI_Bcast", "recv"), Some((32 * ITERS * np) as f64));
-    // The histogram sums up across nodes whether a node exports it per rank
-    // or aggregated.
+    // The per-job histogram (rank="") sums up across nodes, whether or not
+    // a node also exports its ranks' own; the recording rule agrees.
     for m in [
-        format!("sum(mpi_call_duration_seconds_count{{{sel}, function=\"MPI_Allreduce\"}})"),
         format!(
-            "sum(mpi_call_duration_seconds_bucket{{{sel}, function=\"MPI_Allreduce\", le=\"+Inf\"}})"
+            "sum(mpi_call_duration_seconds_count{{{sel}, rank=\"\", function=\"MPI_Allreduce\"}})"
+        ),
+        format!(
+            "sum(mpi_call_duration_seconds_bucket{{{sel}, rank=\"\", function=\"MPI_Allreduce\", le=\"+Inf\"}})"
         ),
     ] {
         assert_eq!(prom.value(&m), Some((ITERS * np) as f64), "{m}");
     }
-    // Prometheus holds exactly what the daemons serve.
-    let mut direct = 0.0;
+    // Per-rank histograms come from the nodes with --per-rank-histograms
+    // (0 and 2), for every rank of the job on /metrics/ranks.
+    assert_eq!(
+        prom.value(&format!(
+            "sum(mpi_call_duration_seconds_count{{{ranks_sel}, function=\"MPI_Allreduce\"}})"
+        )),
+        Some((ITERS * 2 * PER_NODE as u64) as f64)
+    );
+    // Rank by rank, the /metrics/ranks job holds every call.
+    for (f, per_rank) in expected_calls(ITERS) {
+        prom.wait_value(
+            &format!("sum(mpi_calls_total{{{ranks_sel}, function=\"{f}\"}})"),
+            (per_rank * np) as f64,
+            Duration::from_secs(30),
+        );
+    }
+    // Prometheus holds exactly what the daemons serve, on both paths.
+    let (mut direct, mut direct_ranks) = (0.0, 0.0);
     for (_, addr) in &daemons {
         let (_, body) = http_get(addr, "/metrics").unwrap();
         direct += sum(
+            &parse_metrics(&body),
+            "mpi_job_calls_total",
+            &[("jobid", &jobid)],
+        );
+        let (code, body) = http_get(
+            addr,
+            &format!("/metrics/ranks?jobid={}", url_encode(&jobid)),
+        )
+        .unwrap();
+        assert_eq!(code, 200, "{body}");
+        direct_ranks += sum(
             &parse_metrics(&body),
             "mpi_calls_total",
             &[("jobid", &jobid)],
         );
     }
     assert_eq!(
-        prom.value(&format!("sum(mpi_calls_total{{{sel}}})")),
+        prom.value(&format!("sum(mpi_job_calls_total{{{sel}}})")),
         Some(direct),
         "Prometheus's cluster-wide total equals the sum of the daemons' scrapes"
     );
-    // Exited ranks' observed time (the base of the lifetime MPI fraction)
-    // now ends at their exit, not at the evaluation time.
+    assert_eq!(direct_ranks, direct, "/metrics/ranks and /metrics agree");
+    assert_eq!(
+        prom.value(&format!("sum(mpi_calls_total{{{ranks_sel}}})")),
+        Some(direct_ranks)
+    );
+    // Exited ranks' wall seconds (the base of the lifetime MPI fraction)
+    // stop at their exit.
     prom.wait_value(
         &format!(
-            "max(abs(jobid_rank:mpi_observed_seconds{{{sel}}} - on (jobid, rank, instance) \
-             (max by (jobid, rank, instance) (mpi_rank_exit_time_seconds{{{sel}}}) \
-             - max by (jobid, rank, instance) (mpi_rank_attach_time_seconds{{{sel}}}))))"
+            "max(abs(mpi_rank_wall_seconds_total{{{sel}}} - mpi_rank_wall_seconds_total{{{sel}}} offset 3s))"
         ),
         0.0,
         Duration::from_secs(60),
