@@ -86,6 +86,10 @@ pub struct SimulateArgs {
     /// exposition's bytes and series and the median collection CPU time.
     #[arg(long, value_name = "N")]
     pub measure: Option<u32>,
+    /// Per-rank latency histograms for the ranks with full series (`attach
+    /// --per-rank-histograms`).
+    #[arg(long)]
+    pub per_rank_histograms: bool,
     /// Threads collecting and rendering, for every node together.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -165,6 +169,7 @@ fn node_state(
             .map(|(_, v)| v.as_str())
     };
     let mut render = render_options(args.per_rank_detail);
+    render.per_rank_histograms = args.per_rank_histograms;
     render.node = Some(Box::leak(host.clone().into_boxed_str()));
     let mut state = State::new(None, ids.to_vec(), true, render);
     // No symbolizer: every site is named up front. A small cache, as

@@ -48,6 +48,8 @@ pub struct Config {
     pub eval_interval: Duration,
     /// Today's exposition (`--per-rank-detail`) instead of the default.
     pub per_rank_detail: bool,
+    /// Per-rank latency histograms for the ranks with full series.
+    pub per_rank_histograms: bool,
     /// Node 0's loopback address; node `i` is this + `i`.
     pub base_addr: String,
     /// The planted straggler's world rank.
@@ -78,6 +80,7 @@ impl Config {
             scrape_interval: interval,
             eval_interval: interval,
             per_rank_detail: false,
+            per_rank_histograms: false,
             base_addr: "127.1.0.0".into(),
             // Rank 12,345 of a 64 k-rank job, and a rank on another node.
             straggler: 12_345 % size,
@@ -104,10 +107,32 @@ pub struct Proc {
     log: PathBuf,
 }
 
+/// Makes `cmd`'s process die with the thread that starts it: a benchmark
+/// or test killed midway leaves no simulator or database running on a
+/// shared machine.
+fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+    unsafe {
+        cmd.pre_exec(|| {
+            if prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+unsafe extern "C" {
+    fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
+}
+const PR_SET_PDEATHSIG: i32 = 1;
+const SIGKILL: u64 = 9;
+
 impl Proc {
     fn spawn(name: &str, cmd: &mut Command, dir: &Path) -> Proc {
         let log = dir.join(format!("{name}.log"));
-        let child = cmd
+        let child = die_with_parent(cmd)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
@@ -309,8 +334,11 @@ impl Pipeline {
         if config.per_rank_detail {
             cmd.arg("--per-rank-detail");
         }
+        if config.per_rank_histograms {
+            cmd.arg("--per-rank-histograms");
+        }
         let log = dir.join("simulate.log");
-        let mut child = cmd
+        let mut child = die_with_parent(&mut cmd)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()

@@ -32,7 +32,10 @@ fn scale_reduced() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(100);
-    let config = Config::new(nodes, 64, 2, Duration::from_secs(3), &scratch("scale"));
+    let mut config = Config::new(nodes, 64, 2, Duration::from_secs(3), &scratch("scale"));
+    // The rank drill-down's latency heatmap needs them (as on the live
+    // cluster test); they cost only the detail ranks.
+    config.per_rank_histograms = true;
     let (jobid, straggler, stuck) = (config.jobid.clone(), config.straggler, config.stuck_rank);
     let ranks = f64::from(nodes * 64);
     let mut p = Pipeline::start(config);
