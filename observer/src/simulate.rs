@@ -436,8 +436,8 @@ fn figures(sim: &Sim, ids: &[u16], wall: Duration, now_ns: u64, size: u32) -> Fi
         let time_ns = (mpi_ns * w / weights) as u64;
         let bytes = calls * 4096;
         let mut hist = [0u64; HIST_SLOTS];
-        if calls > 0 {
-            let slot = hist_slot(time_ns / calls);
+        if let Some(mean) = time_ns.checked_div(calls) {
+            let slot = hist_slot(mean);
             hist[slot] = calls - calls / 4;
             hist[(slot + 1).min(HIST_SLOTS - 1)] += calls / 4;
         }
