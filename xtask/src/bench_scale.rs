@@ -32,7 +32,9 @@
 //! `MPI_OBSERVER_SCALE_BEFORE_NODES` (20), `MPI_OBSERVER_SCALE_SHARDS` (2),
 //! `MPI_OBSERVER_SCALE_REPS` (20 instant queries per panel),
 //! `MPI_OBSERVER_SCALE_BACKFILL` (share of the nodes given an hour of
-//! history, 0.1). Results go to docs/benchmarks-scale.md.
+//! history, 0.1), `MPI_OBSERVER_SCALE_RANGE_REPS` (3 one-hour range
+//! queries per panel; 0 skips the backfill and the ranges). Results go to
+//! docs/benchmarks-scale.md.
 
 use std::{
     fmt::Write as _,
@@ -53,8 +55,6 @@ use crate::{
 const INTERVAL: Duration = Duration::from_secs(15);
 /// The window ingestion is measured over.
 const WINDOW: Duration = Duration::from_secs(90);
-/// Range queries per panel expression.
-const RANGE_REPS: usize = 3;
 
 fn knob<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -81,6 +81,8 @@ struct Run {
     instant_errors: Vec<String>,
     instant_over_1s: usize,
     panels: usize,
+    /// (panel, instant p95 s, range p95 s) for every expression.
+    per_panel: Vec<(String, f64, f64)>,
     range_p95_max: f64,
     range_worst: String,
     range_errors: usize,
@@ -222,6 +224,9 @@ fn measure(
             times.push(t.elapsed().as_secs_f64());
         }
         let p95 = percentile(&mut times, 95.0);
+        println!("instant p95 {p95:.3} s: {} / {}", e.dashboard, e.panel);
+        run.per_panel
+            .push((format!("{} / {}", e.dashboard, e.panel), p95, f64::NAN));
         if p95 > 1.0 {
             run.instant_over_1s += 1;
         }
@@ -282,6 +287,10 @@ fn measure(
     run.rule_groups = rule_groups(&p.alert_addr);
 
     // An hour of history for a share of the nodes, then 1 h ranges.
+    if range_reps == 0 {
+        p.assert_running();
+        return Ok(run);
+    }
     run.backfill_nodes = ((f64::from(nodes) * backfill).ceil() as usize).clamp(1, nodes as usize);
     let t = Instant::now();
     run.backfilled = p.backfill(run.backfill_nodes, Duration::from_secs(3600));
@@ -291,10 +300,10 @@ fn measure(
         "backfilled {} samples for {} nodes in {:.0} s",
         run.backfilled, run.backfill_nodes, run.backfill_s
     );
-    for e in &exprs {
+    for (i, e) in exprs.iter().enumerate() {
         let q = substitute(&e.raw, &vars);
         let mut times = Vec::new();
-        for _ in 0..RANGE_REPS {
+        for _ in 0..range_reps {
             let t = Instant::now();
             if p.query_range(&q, Duration::from_secs(3600), INTERVAL)
                 .is_err()
@@ -304,6 +313,8 @@ fn measure(
             times.push(t.elapsed().as_secs_f64());
         }
         let p95 = percentile(&mut times, 95.0);
+        println!("range p95 {p95:.3} s: {} / {}", e.dashboard, e.panel);
+        run.per_panel[i].2 = p95;
         if p95 > run.range_p95_max {
             run.range_p95_max = p95;
             run.range_worst = format!("{} / {}", e.dashboard, e.panel);
@@ -372,6 +383,7 @@ pub fn run(root: &Path) -> Result<()> {
     let shards: u32 = knob("MPI_OBSERVER_SCALE_SHARDS", 2);
     let reps: usize = knob("MPI_OBSERVER_SCALE_REPS", 20);
     let backfill: f64 = knob("MPI_OBSERVER_SCALE_BACKFILL", 0.1);
+    let range_reps: usize = knob("MPI_OBSERVER_SCALE_RANGE_REPS", 3);
     let scratch = e2e::target_dir().join("bench-scale");
 
     let after128 = at_128(&observer, false)?;
@@ -384,6 +396,7 @@ pub fn run(root: &Path) -> Result<()> {
         false,
         reps,
         backfill,
+        range_reps,
     )?;
     let dir = scratch.join("before");
     let _ = std::fs::remove_dir_all(&dir);
@@ -393,6 +406,7 @@ pub fn run(root: &Path) -> Result<()> {
         true,
         reps.min(5),
         backfill,
+        range_reps,
     )?;
 
     let mut r = String::new();
@@ -409,7 +423,7 @@ pub fn run(root: &Path) -> Result<()> {
          40 functions, 26 peers, call sites, stats segment), {shards} `vmagent`s in cluster mode scraping every 15 s, \
          remote write into single-node VictoriaMetrics, vmalert evaluating dashboards/prometheus/*.rules.yml every 15 s. \
          Instant queries: every `expr` of dashboards/grafana/*.json, variables set to the planted job and rank, \
-         {reps} runs each ({} for before), `nocache=1`. One-hour ranges: step 15 s, {RANGE_REPS} runs each, after one hour of \
+         {reps} runs each ({} for before), `nocache=1`. One-hour ranges: step 15 s, {range_reps} runs each, after one hour of \
          history was backfilled for a share of the nodes (`/api/v1/import/prometheus`, each node's exposition replayed \
          every 15 s with counters scaled linearly); the rest of the nodes have only the live minutes.\n",
         reps.min(5)
@@ -564,6 +578,21 @@ pub fn run(root: &Path) -> Result<()> {
         "Straggler: after: {}. Before: {}.\n",
         after.straggler_note, before.straggler_note
     )?;
+    writeln!(
+        r,
+        "p95 per panel expression, seconds (instant / one-hour range; NaN: not run):\n\n| panel | after, instant | after, range | before, instant | before, range |\n|---|---|---|---|---|"
+    )?;
+    for (i, (panel, inst, range)) in after.per_panel.iter().enumerate() {
+        let (bi, br) = before
+            .per_panel
+            .get(i)
+            .map_or((f64::NAN, f64::NAN), |b| (b.1, b.2));
+        writeln!(
+            r,
+            "| {panel} | {inst:.3} | {range:.3} | {bi:.3} | {br:.3} |"
+        )?;
+    }
+    writeln!(r)?;
     for run in [&after, &before] {
         if !run.instant_errors.is_empty() {
             writeln!(r, "Panels with errors or no data ({}):\n", run.label)?;
