@@ -139,6 +139,7 @@ fn measure(
     detail: bool,
     reps: usize,
     backfill: f64,
+    range_reps: usize,
 ) -> Result<Run> {
     config.per_rank_detail = detail;
     config.eval_interval = INTERVAL;
