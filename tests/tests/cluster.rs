@@ -732,6 +732,7 @@ fn dashboards_are_valid_grafana_json() {
         // the datasource variable.
         let mut ids = BTreeSet::new();
         let mut targets = 0;
+        let mut cells: BTreeMap<(u64, u64), &str> = BTreeMap::new();
         for p in panels(&d) {
             let title = p["title"].as_str().unwrap_or("");
             assert!(p["type"].is_string(), "{f}: panel {title}: no type");
@@ -745,6 +746,15 @@ fn dashboards_are_valid_grafana_json() {
                 x + w <= 24 && g["h"].as_u64().unwrap() > 0,
                 "{f}: {title}: gridPos"
             );
+            // No two panels on the same grid cell.
+            let (y, h) = (g["y"].as_u64().unwrap(), g["h"].as_u64().unwrap());
+            for cx in x..x + w {
+                for cy in y..y + h {
+                    if let Some(other) = cells.insert((cx, cy), title) {
+                        panic!("{f}: panels {other:?} and {title:?} overlap at ({cx}, {cy})");
+                    }
+                }
+            }
             if p["type"] == "row" {
                 continue;
             }
