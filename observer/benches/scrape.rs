@@ -3,8 +3,9 @@
 //! Loads the real eBPF object (needs root, like the daemon), fills the
 //! `MPI_STATS` map with 256 ranks × 60 functions of synthetic figures
 //! (calls, time, bytes, a spread-out histogram), registers 256 synthetic ranks, then times
-//! [`State::scrape`] (wall and thread CPU time) and a real HTTP scrape
-//! through the daemon's server.
+//! [`State::scrape`] (wall and thread CPU time: the default, bounded
+//! exposition, then every rank in full with per-rank histograms) and a real
+//! HTTP scrape through the daemon's server.
 //! Prints `key=value` lines that `cargo xtask bench observer` reads.
 
 use std::{
@@ -165,7 +166,10 @@ fn main() -> Result<()> {
     }
     let read_cpu_ms = median_ms(cpu);
 
+    // Every rank in full with its histograms: the costliest exposition
+    // (before issue 22's bounded default, --per-rank-histograms alone).
     state.render.per_rank_histograms = true;
+    state.render.per_rank_detail = true;
     let mut times = Vec::new();
     let mut cpu = Vec::new();
     let mut series_per_rank = 0;
@@ -179,6 +183,7 @@ fn main() -> Result<()> {
     let scrape_per_rank_ms = median_ms(times);
     let scrape_per_rank_cpu_ms = median_ms(cpu);
     state.render.per_rank_histograms = false;
+    state.render.per_rank_detail = false;
 
     // The same through the daemon's HTTP server, on its own runtime thread.
     let state = Arc::new(Mutex::new(state));

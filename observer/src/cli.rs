@@ -360,7 +360,7 @@ pub fn parse_from(args: impl IntoIterator<Item = OsString>) -> Cli {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{Command, parse_detail_ranks, parse_from, parse_max_series, parse_size};
 
     #[test]
     fn sizes() {
@@ -371,5 +371,28 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("lots").is_err());
         assert!(parse_size("99999999999GiB").is_err());
+    }
+
+    #[test]
+    fn exposition_flags() {
+        assert_eq!(parse_detail_ranks("0"), Ok(0));
+        assert_eq!(parse_detail_ranks("4"), Ok(4));
+        for bad in ["-1", "x", "1001", ""] {
+            let e = parse_detail_ranks(bad).unwrap_err();
+            assert!(e.contains("--per-rank-detail") && !e.contains('\n'), "{e}");
+        }
+        assert_eq!(parse_max_series("50_000"), Ok(50_000));
+        for bad in ["0", "-5", "1e6", "100000001"] {
+            assert!(parse_max_series(bad).is_err(), "{bad}");
+        }
+        let Command::Attach(a) =
+            parse_from(["mpi-observer", "attach", "--all"].map(Into::into)).command
+        else {
+            panic!("attach");
+        };
+        assert_eq!(
+            (a.per_rank_detail, a.detail_ranks, a.max_series),
+            (false, 2, 50_000)
+        );
     }
 }

@@ -143,6 +143,9 @@ pub struct Identity {
     pub truncated: Vec<Label>,
     /// The environment was longer than [`ENVIRON_CAP`] and read in part.
     pub environ_cut: bool,
+    /// Where the job's ranks run, when the launcher said so in a way that
+    /// fits this rank ([`crate::layout`]).
+    pub layout: Option<std::sync::Arc<crate::layout::Layout>>,
 }
 
 impl Identity {
@@ -165,6 +168,7 @@ impl Identity {
             uid,
             truncated,
             environ_cut: false,
+            layout: None,
         }
     }
 }
@@ -212,8 +216,18 @@ pub fn identity(pid: u32) -> Result<Identity, ProcError> {
     };
     let rank = get(RANK_VARS).unwrap_or(Cow::Borrowed("unknown"));
     let size = get(SIZE_VARS).unwrap_or(Cow::Borrowed("unknown"));
+    let layout = match (rank.parse::<u32>(), size.parse::<u32>()) {
+        (Ok(r), Ok(s)) => crate::layout::Layout::from_env(
+            |name| env_var(&env, name.as_bytes()).and_then(|v| std::str::from_utf8(v).ok()),
+            r,
+            s,
+            crate::layout::this_node(),
+        ),
+        _ => None,
+    };
     let mut id = Identity::new(&jobid, &rank, &size, uid, source);
     id.environ_cut = environ_cut;
+    id.layout = layout.map(std::sync::Arc::new);
     Ok(id)
 }
 

@@ -262,6 +262,9 @@ struct Server {
     conns: Mutex<Conns>,
     web: Option<Mutex<Web>>,
     bcrypt: Arc<Semaphore>,
+    /// `/metrics/ranks` collections run one at a time, so the blocking pool
+    /// never grows with its clients.
+    ranks: Arc<Semaphore>,
     auth_cache: Mutex<HashMap<[u8; 32], bool>>,
 }
 
@@ -407,6 +410,7 @@ impl Server {
                 })
             }),
             bcrypt: Arc::new(Semaphore::new(1)),
+            ranks: Arc::new(Semaphore::new(1)),
             auth_cache: Mutex::new(HashMap::new()),
         }
     }
@@ -684,10 +688,15 @@ impl Server {
     /// with `None`), from a collection of its own on the blocking pool (its
     /// text differs from /metrics', so it never joins that flight).
     async fn ranks(self: &Arc<Self>, jobs: Option<Vec<String>>, gzip: bool) -> Response<Body> {
+        let Ok(permit) = self.ranks.clone().acquire_owned().await else {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
+        };
         let me = self.clone();
-        let Ok(text) =
-            tokio::task::spawn_blocking(move || lock(&me.state).scrape_ranks(jobs.as_deref()))
-                .await
+        let Ok(text) = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            lock(&me.state).scrape_ranks(jobs.as_deref())
+        })
+        .await
         else {
             return text(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
         };

@@ -9,26 +9,35 @@
 //!   `/metrics/ranks`; the detail ranks are two and stay put.
 //! - A budget of a few series (`--max-series 30`) drops the rest, counts
 //!   them by family, and leaves the job unharmed.
+//! - Under the shim's `stats` layer, peer traffic is node × node: the
+//!   job's four ranks on this node talk to this node, named as
+//!   `mpi_observer_node_info` names it, and a rank still costs at most 9.
 
 use std::{collections::BTreeSet, path::Path, time::Duration};
 
 use e2e::{
     Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile, http_get_within, parse_metrics,
-    program, promtool_check, require, scratch, signal, sum, url_encode, wait_for,
+    program, promtool_check, require, scratch, shim, shim_launcher, signal, sum, url_encode,
+    wait_for,
 };
 
 const NP: u32 = 4;
 const ITERS: u64 = 200;
 const LIMIT: Duration = Duration::from_secs(10);
 
-/// tests/programs/mix.c on [`NP`] ranks, held at its go file.
-fn start_mix(dir: &Path) -> Job {
+/// tests/programs/mix.c on [`NP`] ranks, held at its go file; with the
+/// shim and its `stats` layer in every rank if `stats`.
+fn start_mix(dir: &Path, stats: bool) -> Job {
     let mpi = Mpi::OpenMpi;
     let exe = dir.join("mix-openmpi");
     if !exe.exists() {
         compile(mpi, &program("mix.c"), &exe, &[]);
     }
-    let mut launcher = mpi.launcher(NP);
+    let mut launcher = if stats {
+        shim_launcher(mpi, NP, "stats")
+    } else {
+        mpi.launcher(NP)
+    };
     launcher.arg(&exe).arg(ITERS.to_string());
     Job::spawn(launcher, NP, dir.join(format!("go-{}", std::process::id())))
 }
@@ -55,8 +64,9 @@ fn detail(s: &[Sample], jobid: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The series formula on one scrape of the default /metrics.
-fn assert_formula(s: &[Sample], jobid: &str) {
+/// The series formula on one scrape of the default /metrics: at most
+/// `most` series per rank beyond the detail ranks.
+fn assert_formula(s: &[Sample], jobid: &str, most: usize) {
     let detail = detail(s, jobid);
     let mut per_rank = std::collections::BTreeMap::<String, usize>::new();
     for x in s.iter().filter(|x| x.label("jobid") == Some(jobid)) {
@@ -76,10 +86,7 @@ fn assert_formula(s: &[Sample], jobid: &str) {
     }
     assert_eq!(per_rank.len(), NP as usize, "every rank has series");
     for (rank, n) in per_rank.iter().filter(|(r, _)| !detail.contains(*r)) {
-        assert!(
-            *n <= 7,
-            "rank {rank}: {n} series, at most 7 (no stats layer)"
-        );
+        assert!(*n <= most, "rank {rank}: {n} series, at most {most}");
     }
 }
 
@@ -94,7 +101,7 @@ fn default_exposition_is_bounded_and_sums_the_ranks() {
         return;
     }
     let dir = scratch("exposition-default");
-    let job = start_mix(&dir);
+    let job = start_mix(&dir, false);
     let mut args = job.pid_args();
     args.extend(["--detail-ranks".into(), "2".into()]);
     let mut daemon = Daemon::start_bounded(&args);
@@ -107,7 +114,7 @@ fn default_exposition_is_bounded_and_sums_the_ranks() {
     for _ in 0..3 {
         let (_, s) = daemon.scrape();
         assert_eq!(detail(&s, &jobid), chosen, "the detail ranks stay");
-        assert_formula(&s, &jobid);
+        assert_formula(&s, &jobid, 7);
     }
     job.go();
     job.finish("OK ");
@@ -122,7 +129,7 @@ fn default_exposition_is_bounded_and_sums_the_ranks() {
         .then_some((b, s))
     });
     promtool_check(&body);
-    assert_formula(&s, &jobid);
+    assert_formula(&s, &jobid, 7);
     let after = detail(&s, &jobid);
     assert_eq!(after.len(), 2, "still two detail ranks: {after:?}");
     let (_, again) = daemon.scrape();
@@ -243,7 +250,7 @@ fn a_small_budget_drops_and_counts_and_the_job_is_unharmed() {
         return;
     }
     let dir = scratch("exposition-budget");
-    let job = start_mix(&dir);
+    let job = start_mix(&dir, false);
     let mut args = job.pid_args();
     args.extend(["--max-series".into(), "30".into()]);
     let started = std::time::Instant::now();
@@ -316,5 +323,90 @@ fn a_small_budget_drops_and_counts_and_the_job_is_unharmed() {
         (1..=most).contains(&lines),
         "{lines} lines, one a minute at most: {log:?}"
     );
+    assert_no_probes_left();
+}
+
+#[test]
+fn peer_traffic_is_node_by_node_under_the_stats_layer() {
+    if !require(&[
+        Need::Root,
+        Need::Mpi(Mpi::OpenMpi),
+        Need::Command("bpftool"),
+        Need::Command("promtool"),
+    ]) {
+        return;
+    }
+    assert!(shim().exists(), "the shim is built");
+    let dir = scratch("exposition-stats");
+    let job = start_mix(&dir, true);
+    let mut daemon = Daemon::start_bounded(&job.pid_args());
+    let (_, s) = daemon.scrape();
+    let jobid = jobid(&s, &job);
+    job.go();
+    job.finish("OK ");
+    let (body, s) = wait_for("the exits to be noticed", LIMIT, || {
+        let (b, s) = daemon.scrape();
+        (sum(&s, "mpi_rank_up", &[("jobid", &jobid)]) == 0.0
+            && sum(
+                &s,
+                "mpi_job_ranks",
+                &[("jobid", &jobid), ("state", "exited")],
+            ) == f64::from(NP))
+        .then_some((b, s))
+    });
+    promtool_check(&body);
+    assert_formula(&s, &jobid, 9);
+    let node = s
+        .iter()
+        .find(|x| x.name == "mpi_observer_node_info")
+        .and_then(|x| x.label("node"))
+        .expect("mpi_observer_node_info")
+        .to_string();
+    let peers: Vec<&Sample> = s
+        .iter()
+        .filter(|x| x.name == "mpi_job_peer_messages_total" && x.label("jobid") == Some(&jobid))
+        .collect();
+    assert!(!peers.is_empty(), "node x node peer series");
+    for p in &peers {
+        assert_eq!(p.label("node"), Some(node.as_str()), "{:?}", p.labels);
+        assert_eq!(
+            p.label("peer_node"),
+            Some(node.as_str()),
+            "every peer rank of the job is on this node: {:?}",
+            p.labels
+        );
+    }
+    // The node's sums equal the ranks' per-peer figures of /metrics/ranks.
+    let (code, ranks_body) = get(&daemon, "/metrics/ranks");
+    assert_eq!(code, 200);
+    let r = parse_metrics(&ranks_body);
+    for d in ["send", "recv"] {
+        let ranks = sum(
+            &r,
+            "mpi_peer_messages_total",
+            &[("jobid", &jobid), ("direction", d)],
+        );
+        let node_level = sum(
+            &s,
+            "mpi_job_peer_messages_total",
+            &[("jobid", &jobid), ("direction", d)],
+        );
+        assert!(ranks > 0.0, "{d}: messages counted");
+        assert_eq!(node_level, ranks, "{d}: node x node = the ranks' sum");
+    }
+    // Request health per rank and per job.
+    assert_eq!(
+        s.iter()
+            .filter(|x| x.name == "mpi_requests_outstanding" && x.label("jobid") == Some(&jobid))
+            .count(),
+        NP as usize
+    );
+    assert_eq!(
+        sum(&s, "mpi_job_requests_outstanding", &[("jobid", &jobid)]),
+        0.0,
+        "every request completed"
+    );
+    let status = daemon.stop(signal::TERM);
+    assert!(status.success(), "daemon exit: {status}");
     assert_no_probes_left();
 }

@@ -452,7 +452,13 @@ fn prometheus_scrapes_over_https_with_basic_auth() {
             vec![("Authorization", "Bearer abc".to_string())],
         ),
     ] {
-        for path in ["/metrics", "/", "/nope"] {
+        for path in [
+            "/metrics",
+            "/metrics/ranks",
+            "/metrics/ranks?jobid=1",
+            "/",
+            "/nope",
+        ] {
             let r = get_tls(&client, &daemon.addr, path, &headers).unwrap();
             assert_eq!(r.status, 401, "{what} on {path}: {}", r.text());
             assert!(
@@ -468,6 +474,10 @@ fn prometheus_scrapes_over_https_with_basic_auth() {
     let r = get_tls(&client, &daemon.addr, "/", &ok).unwrap();
     assert_eq!(r.status, 200);
     assert!(r.text().contains("<a href=\"/metrics\">"));
+    // /metrics/ranks behind the same authentication.
+    let r = get_tls(&client, &daemon.addr, "/metrics/ranks", &ok).unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().starts_with("# mpi-observer:"), "{}", r.text());
     assert_eq!(
         get_tls(&client, &daemon.addr, "/nope", &ok).unwrap().status,
         404

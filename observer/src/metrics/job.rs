@@ -303,17 +303,29 @@ fn segments(fams: &mut Vec<Family>, ranks: &[RankSnapshot], node: &str) {
         for (c, (_, _, value)) in j.counters.iter_mut().zip(SEGMENT_COUNTERS) {
             *c = c.saturating_add(value(f));
         }
+        // The layout names nodes its own way (Slurm's short names, or
+        // `#k` for uniform blocks): the rank's own node is this one.
+        let own = r
+            .identity
+            .rank
+            .parse::<u32>()
+            .ok()
+            .and_then(|me| crate::layout::node_of(&r.identity, me));
         for (peer, t) in &f.peers {
-            let peer_node = crate::layout::node_of(&r.identity, *peer).unwrap_or_else(|| {
-                let local = here
-                    .get(job)
-                    .is_some_and(|h| h.contains(peer.to_string().as_str()));
-                if local {
-                    node.to_string()
-                } else {
-                    "remote".into()
+            let peer_node = match crate::layout::node_of(&r.identity, *peer) {
+                Some(p) if Some(&p) == own.as_ref() => node.to_string(),
+                Some(p) => p,
+                None => {
+                    let local = here
+                        .get(job)
+                        .is_some_and(|h| h.contains(peer.to_string().as_str()));
+                    if local {
+                        node.to_string()
+                    } else {
+                        "remote".into()
+                    }
                 }
-            });
+            };
             let p = j.peers.entry(peer_node).or_default();
             add(&mut p.0, t.messages);
             add(&mut p.1, t.bytes);

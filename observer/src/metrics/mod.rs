@@ -488,7 +488,7 @@ fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: P
         Path::Ranks(Some(jobs)) => snap
             .ranks
             .iter()
-            .filter(|r| jobs.iter().any(|j| *j == r.identity.jobid))
+            .filter(|r| jobs.contains(&r.identity.jobid))
             .collect(),
     };
     let full: Vec<&RankSnapshot> = match &path {

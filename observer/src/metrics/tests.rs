@@ -548,3 +548,44 @@ fn ranks_path_has_the_named_jobs_in_full_and_no_self_metrics() {
         assert!(detail.contains(&format!("{l}\n")), "{l}");
     }
 }
+
+#[test]
+fn peer_nodes_come_from_the_launchers_layout() {
+    // Open MPI's uniform blocks of 2: ranks 0 and 1 here, 2 and 3 on the
+    // layout's node `#1`; rank 0 sends to 1 and to 3.
+    let env = [
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
+    ];
+    let layout = crate::layout::Layout::from_env(
+        |k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| *v),
+        0,
+        4,
+        "n1",
+    )
+    .expect("a layout");
+    let mut id = Identity::new("lay", "0", "4", 0, JobidSource::Environment);
+    id.layout = Some(Arc::new(layout));
+    let mut r = rank(2, id, 7);
+    let seg = r.segment.as_mut().unwrap();
+    let t = seg.figures.peers.remove(&1).unwrap();
+    seg.figures.peers.insert(1, t);
+    seg.figures.peers.insert(3, t);
+    let snap = Snapshot {
+        ranks: vec![r],
+        health: Health::default(),
+        taken: UNIX_EPOCH,
+    };
+    let opts = RenderOptions {
+        node: Some("n1"),
+        ..Default::default()
+    };
+    let out = render(&snap, &SelfMetrics::new(), opts, || Duration::ZERO);
+    for want in [
+        "mpi_job_peer_messages_total{jobid=\"lay\",uid=\"0\",node=\"n1\",peer_node=\"n1\",direction=\"send\"} 7\n",
+        "mpi_job_peer_messages_total{jobid=\"lay\",uid=\"0\",node=\"n1\",peer_node=\"#1\",direction=\"send\"} 7\n",
+    ] {
+        assert!(out.contains(want), "{want} in {out}");
+    }
+    assert!(!out.contains("peer_node=\"remote\""), "{out}");
+}

@@ -25,17 +25,28 @@ pub const BYTES: &str = "mpi_bytes_total";
 pub const LAYER_BYTES: &str = "mpi_layer_bytes_total";
 /// Point-to-point bytes per peer and direction (`stats` layer).
 pub const PEER_BYTES: &str = "mpi_peer_bytes_total";
+/// Seconds inside completed calls, all functions: every rank has it on the
+/// bounded /metrics, where per-function series are the detail ranks' only.
+pub const RANK_MPI_SECONDS: &str = "mpi_rank_mpi_seconds_total";
 /// Requests started and not completed (`stats` layer).
 pub const OUTSTANDING: &str = "mpi_requests_outstanding";
 /// Age of the oldest outstanding request (`stats` layer).
 pub const OLDEST_AGE: &str = "mpi_request_oldest_age_seconds";
 
 /// The counters whose rates `top` shows.
-pub const COUNTERS: [&str; 5] = [CALLS, SECONDS, BYTES, LAYER_BYTES, PEER_BYTES];
+pub const COUNTERS: [&str; 6] = [
+    CALLS,
+    SECONDS,
+    BYTES,
+    LAYER_BYTES,
+    PEER_BYTES,
+    RANK_MPI_SECONDS,
+];
 /// Every series `top` reads.
-pub const METRICS: [&str; 9] = [
+pub const METRICS: [&str; 10] = [
     RANK_INFO,
     RANK_UP,
+    RANK_MPI_SECONDS,
     CALLS,
     SECONDS,
     BYTES,
@@ -111,11 +122,17 @@ pub struct Rank {
     pub peers_sent: BTreeMap<String, Counter>,
     /// Outstanding requests and the oldest one's age (`stats` layer).
     pub requests: Option<(f64, f64)>,
+    /// Seconds in MPI, all functions: what a rank without per-function
+    /// series (not a detail rank, through Prometheus) is shown by.
+    pub mpi_seconds: Counter,
 }
 
 impl Rank {
     /// Its MPI time per second: the fraction of wall time in MPI calls.
     pub fn mpi_fraction(&self) -> f64 {
+        if self.functions.is_empty() {
+            return self.mpi_seconds.rate;
+        }
         self.functions.values().map(|f| f.seconds.rate).sum()
     }
 
@@ -217,6 +234,7 @@ impl Frame {
                 PEER_BYTES if s.label("direction") == Some("send") => {
                     r.peers_sent.entry(l("peer")).or_default().total += s.value;
                 }
+                RANK_MPI_SECONDS => r.mpi_seconds.total += s.value,
                 OUTSTANDING => r.requests.get_or_insert((0.0, 0.0)).0 = s.value,
                 OLDEST_AGE => r.requests.get_or_insert((0.0, 0.0)).1 = s.value,
                 _ => {}
@@ -260,6 +278,7 @@ impl Frame {
             for (n, c) in &mut r.layer_bytes {
                 rate(c, p.layer_bytes.get(n));
             }
+            rate(&mut r.mpi_seconds, Some(&p.mpi_seconds));
             for (n, c) in &mut r.peers_sent {
                 rate(c, p.peers_sent.get(n));
             }
@@ -287,6 +306,7 @@ impl Frame {
                 SECONDS => f.map(|f| &mut f.seconds),
                 BYTES => f.map(|f| &mut f.bytes),
                 LAYER_BYTES => r.layer_bytes.get_mut(func),
+                RANK_MPI_SECONDS => Some(&mut r.mpi_seconds),
                 PEER_BYTES if s.label("direction") == Some("send") => {
                     r.peers_sent.get_mut(s.label("peer").unwrap_or_default())
                 }
@@ -688,6 +708,31 @@ mod tests {
         assert!(!f0.rated);
         let t1 = t0 + Duration::from_secs(2);
         Frame::new(&reading(t1, &scrape(300, 2.6, 300, 1.4)), Some(&f0))
+    }
+
+    /// Through Prometheus a rank that is not a detail rank has no
+    /// per-function series: its MPI % comes from its MPI seconds.
+    #[test]
+    fn a_rank_without_function_series_shows_its_mpi_seconds() {
+        let text = "mpi_rank_info{jobid=\"j\",rank=\"5\",pid=\"105\",size=\"8\",library=\"openmpi\",version=\"4.1.4\"} 1\n\
+                    mpi_rank_up{jobid=\"j\",rank=\"5\"} 1\n\
+                    mpi_rank_mpi_seconds_total{jobid=\"j\",rank=\"5\"} 12\n";
+        let mut r = reading(Instant::now(), text);
+        let label = |k: &str, v: &str| (k.to_string(), v.to_string());
+        r.rates = Some(vec![Sample {
+            name: RANK_MPI_SECONDS.into(),
+            labels: vec![
+                label("jobid", "j"),
+                label("rank", "5"),
+                label("instance", "n1:9479"),
+            ],
+            value: 0.25,
+        }]);
+        let f = Frame::new(&r, None);
+        let r5 = &f.ranks[&RankKey::new("j", "5")];
+        assert!(r5.functions.is_empty());
+        assert_eq!(r5.mpi_seconds.total, 12.0);
+        assert_eq!(r5.mpi_fraction(), 0.25);
     }
 
     #[test]
