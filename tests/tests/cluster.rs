@@ -732,6 +732,7 @@ fn dashboards_are_valid_grafana_json() {
         // the datasource variable.
         let mut ids = BTreeSet::new();
         let mut targets = 0;
+        let mut cells: BTreeMap<(u64, u64), &str> = BTreeMap::new();
         for p in panels(&d) {
             let title = p["title"].as_str().unwrap_or("");
             assert!(p["type"].is_string(), "{f}: panel {title}: no type");
@@ -745,6 +746,15 @@ fn dashboards_are_valid_grafana_json() {
                 x + w <= 24 && g["h"].as_u64().unwrap() > 0,
                 "{f}: {title}: gridPos"
             );
+            // No two panels on the same grid cell.
+            let (y, h) = (g["y"].as_u64().unwrap(), g["h"].as_u64().unwrap());
+            for cx in x..x + w {
+                for cy in y..y + h {
+                    if let Some(other) = cells.insert((cx, cy), title) {
+                        panic!("{f}: panels {other:?} and {title:?} overlap at ({cx}, {cy})");
+                    }
+                }
+            }
             if p["type"] == "row" {
                 continue;
             }
@@ -1715,16 +1725,22 @@ fn dashboards_on_a_three_node_cluster() {
     let mut daemons: Vec<(Proc, String)> = (0..NODES)
         .map(|i| {
             let addr = format!("{}:{OBSERVER_PORT}", net.node_addr(i));
-            let mut cmd = Command::new("ip");
-            cmd.args(["netns", "exec", &net.namespaces[i]])
-                .arg(observer_bin())
-                .args(["attach", "--all", "--same-netns", "--listen", &addr]);
+            // In a UTS namespace named as the node, like the node's ranks
+            // (RSH_AGENT): the daemon's node name is in `node`/`peer_node`.
+            let mut daemon = format!(
+                "{} attach --all --same-netns --listen {addr}",
+                observer_bin().display()
+            );
             if i != 1 {
-                cmd.arg("--per-rank-histograms");
+                daemon.push_str(" --per-rank-histograms");
             }
             if i == NODES - 1 {
-                cmd.args(["--detail-ranks", "1"]);
+                daemon.push_str(" --detail-ranks 1");
             }
+            let ns = &net.namespaces[i];
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", ns, "unshare", "--uts", "sh", "-c"])
+                .arg(format!("hostname '{ns}' && exec {daemon}"));
             let p = Proc::spawn(
                 &format!("daemon on node {i}"),
                 &mut cmd,
@@ -2240,7 +2256,71 @@ fn dashboards_on_a_three_node_cluster() {
             );
         }
     }
+    // Node by node: each node's ranks send their ring traffic to ranks of
+    // their own node (named by the daemon) and of the next node (named by
+    // the launcher's layout, or "remote" when it cannot say).
+    let per_rank = (64 * ITERS + 4) as f64;
+    let (mut same, mut off) = ([0.0; NODES], [0.0; NODES]);
+    for r in 0..NP as u32 {
+        let (a, b) = (node_of[&r], node_of[&((r + 1) % NP as u32)]);
+        if a == b {
+            same[a] += per_rank;
+        } else {
+            off[a] += per_rank;
+        }
+    }
+    let matrix = prom
+        .query(&format!(
+            "sum by (node, peer_node) (mpi_job_peer_bytes_total{{{sel}, direction=\"send\"}})"
+        ))
+        .unwrap();
+    for (i, me) in net.namespaces.iter().enumerate() {
+        let row: BTreeMap<&str, f64> = matrix
+            .iter()
+            .filter(|c| c.labels["node"] == *me)
+            .map(|c| (c.labels["peer_node"].as_str(), c.value))
+            .collect();
+        assert_eq!(
+            row.get(me.as_str()).copied().unwrap_or(0.0),
+            same[i],
+            "{me} to itself: {matrix:?}"
+        );
+        assert_eq!(
+            row.iter()
+                .filter(|(p, _)| **p != me)
+                .map(|(_, v)| v)
+                .sum::<f64>(),
+            off[i],
+            "{me} to other nodes: {matrix:?}"
+        );
+        // `#k`: the job's k-th node, where Open MPI's layout says no more.
+        let block = |p: &str| {
+            p.strip_prefix('#')
+                .is_some_and(|k| k.parse::<usize>().is_ok_and(|k| k <= NODES))
+        };
+        assert!(
+            row.keys()
+                .all(|p| *p == "remote" || block(p) || net.namespaces.iter().any(|n| n == p)),
+            "peer nodes are nodes, #k or \"remote\": {matrix:?}"
+        );
+    }
+    eprintln!(
+        "node x node send bytes: {:?}",
+        matrix
+            .iter()
+            .map(|c| (&c.labels["node"], &c.labels["peer_node"], c.value))
+            .collect::<Vec<_>>()
+    );
     // The node label of the node x node series is the daemon's node name.
+    let names: BTreeMap<String, String> = prom
+        .query("mpi_observer_node_info")
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.labels["instance"].clone(), s.labels["node"].clone()))
+        .collect();
+    for (i, (_, addr)) in daemons.iter().enumerate() {
+        assert_eq!(names.get(addr), Some(&net.namespaces[i]), "{names:?}");
+    }
     let cells_by_node = prom
         .query(&format!("mpi_job_peer_bytes_total{{{sel}}}"))
         .unwrap()
