@@ -29,7 +29,12 @@ pub fn version() -> String {
     Command::new("victoria-metrics")
         .arg("-version")
         .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .map(|o| {
+            // It prints its version on stderr.
+            let mut v = String::from_utf8_lossy(&o.stdout).into_owned();
+            v.push_str(&String::from_utf8_lossy(&o.stderr));
+            v.trim().to_string()
+        })
         .unwrap_or_default()
 }
 

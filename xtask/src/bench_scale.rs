@@ -72,6 +72,7 @@ struct Run {
     node_series: usize,
     node_bytes: usize,
     rank_series_per_rank: f64,
+    detail_series_per_node: usize,
     job_series_per_node: usize,
     samples_per_s: f64,
     ingest_cpu: f64,
@@ -167,8 +168,41 @@ fn measure(
     let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
     run.node_bytes = text.len();
     run.node_series = lines.len();
-    let with_rank = lines.iter().filter(|l| l.contains(",rank=\"")).count();
-    run.rank_series_per_rank = with_rank as f64 / f64::from(rpn);
+    // Per rank: the series with a `rank` label, less the detail ranks'
+    // full series (counted per job and node, with the job-level ones).
+    let rank_of = |l: &str| {
+        l.split(",rank=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .map(str::to_string)
+    };
+    // With --per-rank-detail every rank has its full series: none apart.
+    let detail_ranks: std::collections::HashSet<String> = lines
+        .iter()
+        .filter(|l| !detail && l.starts_with("mpi_rank_detail{"))
+        .filter_map(|l| rank_of(l))
+        .collect();
+    let minimal = |l: &&&str| {
+        [
+            "mpi_rank_",
+            "mpi_requests_outstanding{",
+            "mpi_request_oldest_age_seconds{",
+        ]
+        .iter()
+        .any(|p| l.starts_with(p))
+            && !l.starts_with("mpi_rank_detail{")
+    };
+    let with_rank: Vec<&&str> = lines.iter().filter(|l| l.contains(",rank=\"")).collect();
+    let of_detail = with_rank
+        .iter()
+        .filter(|l| {
+            !detail_ranks.is_empty()
+                && !minimal(l)
+                && rank_of(l).is_some_and(|r| detail_ranks.contains(&r))
+        })
+        .count();
+    run.rank_series_per_rank = (with_rank.len() - of_detail) as f64 / f64::from(rpn);
+    run.detail_series_per_node = of_detail;
     run.job_series_per_node = lines
         .iter()
         .filter(|l| l.contains("jobid=\"") && !l.contains(",rank=\""))
@@ -447,10 +481,15 @@ pub fn run(root: &Path) -> Result<()> {
     )?;
     writeln!(
         r,
-        "| series per rank (one node's exposition: with `rank` / ranks) | {:.1} | {:.1} | | {:.1}x | ≤ 8; ≤ 12 with stats |",
+        "| series per rank (one node's exposition: with `rank`, less the detail ranks' full series, / ranks) | {:.1} | {:.1} | | {:.1}x | ≤ 8; ≤ 12 with stats |",
         after.rank_series_per_rank,
         before.rank_series_per_rank,
         before.rank_series_per_rank / after.rank_series_per_rank
+    )?;
+    writeln!(
+        r,
+        "| detail ranks' full series per node | {} | {} | | | |",
+        after.detail_series_per_node, before.detail_series_per_node
     )?;
     writeln!(
         r,
