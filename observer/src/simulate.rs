@@ -256,7 +256,8 @@ pub fn run(args: &SimulateArgs) -> Result<(), SimulateError> {
         return Err(SimulateError::Empty);
     }
     let base = u32::from(args.base_addr);
-    if base >> 24 != 127 || (base + args.nodes - 1) >> 24 != 127 {
+    let last = base.checked_add(args.nodes - 1);
+    if base >> 24 != 127 || last.is_none_or(|l| l >> 24 != 127) {
         return Err(SimulateError::Addresses {
             nodes: args.nodes,
             base: args.base_addr,
