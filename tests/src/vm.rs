@@ -24,17 +24,13 @@ use crate::{free_port, observer_bin, url_encode, wait_for, workspace_root};
 /// The commands the pipeline runs, all from Debian's `victoria-metrics`.
 pub const COMMANDS: [&str; 3] = ["victoria-metrics", "vmagent", "vmalert"];
 
-/// `victoria-metrics -version`'s answer, for reports.
+/// The installed `victoria-metrics` package's version, for reports (the
+/// Debian build's `-version` prints nothing).
 pub fn version() -> String {
-    Command::new("victoria-metrics")
-        .arg("-version")
+    Command::new("dpkg-query")
+        .args(["-W", "-f", "${Version}", "victoria-metrics"])
         .output()
-        .map(|o| {
-            // It prints its version on stderr.
-            let mut v = String::from_utf8_lossy(&o.stdout).into_owned();
-            v.push_str(&String::from_utf8_lossy(&o.stderr));
-            v.trim().to_string()
-        })
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default()
 }
 
