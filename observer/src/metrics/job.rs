@@ -10,11 +10,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use observer_common::{FUNCTIONS, functions::Direction, maps::CallStats};
+use observer_common::{FUNCTIONS, maps::CallStats};
 
 use super::{
     budget::{Family, Tier},
-    detail, directions, has_direction, histogram,
+    detail, directions, histogram,
     rank::{Labelled, SEGMENT_COUNTERS, rank_sites},
 };
 use crate::{
@@ -105,46 +105,9 @@ fn calls(fams: &mut Vec<Family>, labelled: &[Labelled<'_>]) {
         "counter",
         "Completed calls of this node's ranks of the job whose byte figure could not be known exactly (as mpi_bytes_unknown_calls_total); absent while zero.",
     );
+    let mut fs = [&mut calls, &mut seconds, &mut bytes, &mut unknown];
     for ((job, id), st) in &sums {
-        let name = FUNCTIONS[*id as usize].name;
-        calls.line(
-            T,
-            format_args!(
-                "mpi_job_calls_total{{{job},function=\"{name}\"}} {}",
-                st.calls
-            ),
-        );
-        seconds.line(
-            T,
-            format_args!(
-                "mpi_job_call_seconds_total{{{job},function=\"{name}\"}} {}",
-                st.time_ns as f64 / 1e9
-            ),
-        );
-        for d in [Direction::Send, Direction::Recv] {
-            if has_direction(*id, d) {
-                bytes.line(
-                    T,
-                    format_args!(
-                        "mpi_job_bytes_total{{{job},function=\"{name}\",direction=\"{}\"}} {}",
-                        d.as_str(),
-                        st.bytes[d as usize]
-                    ),
-                );
-            }
-        }
-        for d in [Direction::Send, Direction::Recv] {
-            if st.bytes_unknown[d as usize] > 0 {
-                unknown.line(
-                    T,
-                    format_args!(
-                        "mpi_job_bytes_unknown_calls_total{{{job},function=\"{name}\",direction=\"{}\"}} {}",
-                        d.as_str(),
-                        st.bytes_unknown[d as usize]
-                    ),
-                );
-            }
-        }
+        super::rank::call_lines(&mut fs, "mpi_job_", job, T, *id, st);
     }
     fams.extend([calls, seconds, bytes, unknown]);
 }

@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, time::SystemTime};
 
-use observer_common::{FUNCTIONS, functions::Direction};
+use observer_common::{FUNCTIONS, functions::Direction, maps::CallStats};
 
 use super::{
     budget::{Family, Tier},
@@ -42,50 +42,68 @@ pub fn calls(fams: &mut Vec<Family>, ranks: &[Labelled<'_>]) {
         "counter",
         "Completed calls whose byte figure could not be known exactly (derived or unreadable datatype, count arrays) and so is not in mpi_bytes_total; absent while zero.",
     );
+    let mut fs = [&mut calls, &mut seconds, &mut bytes, &mut unknown];
     for (r, s) in ranks {
-        let l = &r.labels.rank;
         for (id, st) in s.iter() {
-            let name = FUNCTIONS[*id as usize].name;
-            calls.line(
-                Tier::Detail,
-                format_args!("mpi_calls_total{{{l},function=\"{name}\"}} {}", st.calls),
-            );
-            seconds.line(
-                Tier::Detail,
-                format_args!(
-                    "mpi_call_seconds_total{{{l},function=\"{name}\"}} {}",
-                    st.time_ns as f64 / 1e9
-                ),
-            );
-            for d in [Direction::Send, Direction::Recv] {
-                if has_direction(*id, d) {
-                    bytes.line(
-                        Tier::Detail,
-                        format_args!(
-                            "mpi_bytes_total{{{l},function=\"{name}\",direction=\"{}\"}} {}",
-                            d.as_str(),
-                            st.bytes[d as usize]
-                        ),
-                    );
-                }
-            }
-            for d in [Direction::Send, Direction::Recv] {
-                // Only where it happened: most calls never have an unknown
-                // figure, and this halves the byte series of a typical rank.
-                if st.bytes_unknown[d as usize] > 0 {
-                    unknown.line(
-                        Tier::Detail,
-                        format_args!(
-                            "mpi_bytes_unknown_calls_total{{{l},function=\"{name}\",direction=\"{}\"}} {}",
-                            d.as_str(),
-                            st.bytes_unknown[d as usize]
-                        ),
-                    );
-                }
-            }
+            call_lines(&mut fs, "mpi_", &r.labels.rank, Tier::Detail, *id, st);
         }
     }
     fams.extend([calls, seconds, bytes, unknown]);
+}
+
+/// The four call families' lines (calls, seconds, bytes, unknown bytes) of
+/// function `id` with figures `st` under `labels`, for names starting with
+/// `prefix`: `mpi_` for a rank's series, `mpi_job_` for a job's sums.
+pub fn call_lines(
+    fams: &mut [&mut Family; 4],
+    prefix: &str,
+    labels: &str,
+    tier: Tier,
+    id: u16,
+    st: &CallStats,
+) {
+    let name = FUNCTIONS[id as usize].name;
+    let [calls, seconds, bytes, unknown] = fams;
+    calls.line(
+        tier,
+        format_args!(
+            "{prefix}calls_total{{{labels},function=\"{name}\"}} {}",
+            st.calls
+        ),
+    );
+    seconds.line(
+        tier,
+        format_args!(
+            "{prefix}call_seconds_total{{{labels},function=\"{name}\"}} {}",
+            st.time_ns as f64 / 1e9
+        ),
+    );
+    for d in [Direction::Send, Direction::Recv] {
+        if has_direction(id, d) {
+            bytes.line(
+                tier,
+                format_args!(
+                    "{prefix}bytes_total{{{labels},function=\"{name}\",direction=\"{}\"}} {}",
+                    d.as_str(),
+                    st.bytes[d as usize]
+                ),
+            );
+        }
+    }
+    for d in [Direction::Send, Direction::Recv] {
+        // Only where it happened: most calls never have an unknown figure,
+        // and this halves the byte series of a typical rank.
+        if st.bytes_unknown[d as usize] > 0 {
+            unknown.line(
+                tier,
+                format_args!(
+                    "{prefix}bytes_unknown_calls_total{{{labels},function=\"{name}\",direction=\"{}\"}} {}",
+                    d.as_str(),
+                    st.bytes_unknown[d as usize]
+                ),
+            );
+        }
+    }
 }
 
 /// One call site series' figures: calls and nanoseconds.
