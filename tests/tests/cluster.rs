@@ -45,15 +45,17 @@ const OBSERVER_PORT: u16 = 9479;
 const SCRAPE_JOB: &str = "mpi-observer";
 /// The scrape job of `/metrics/ranks`, as in dashboards/deploy/.
 const RANKS_JOB: &str = "mpi-observer-ranks";
-/// What the `/metrics/ranks` scrape job drops: the per-rank series `/metrics`
-/// already carries (dashboards/deploy/prometheus/shard.yml, where the test
-/// checks it is the same).
-const RANKS_DROP: &str = "mpi_rank_.*|mpi_requests_outstanding|mpi_request_oldest_age_seconds";
+/// What the `/metrics/ranks` scrape job drops: the four series `/metrics`
+/// carries for every rank (dashboards/deploy/prometheus/shard.yml, where the
+/// test checks it is the same). The time and request gauges are kept: on
+/// `/metrics` only detail ranks have them.
+const RANKS_DROP: &str =
+    "mpi_rank_info|mpi_rank_up|mpi_rank_mpi_seconds_total|mpi_rank_wall_seconds_total";
 
 /// Metric families that only observers with argument-level metrics (issue 4)
 /// export. Expressions that need them must be valid and may be empty while
 /// no daemon exports them; as soon as one does, they must return data.
-const OPTIONAL_FAMILIES: [&str; 8] = [
+const OPTIONAL_FAMILIES: [&str; 9] = [
     "mpi_peer_messages_total",
     "mpi_peer_bytes_total",
     "mpi_requests_outstanding",
@@ -62,6 +64,7 @@ const OPTIONAL_FAMILIES: [&str; 8] = [
     "mpi_job_peer_bytes_total",
     "mpi_job_requests_outstanding",
     "mpi_job_request_oldest_age_seconds",
+    "mpi_job_request_oldest_rank",
 ];
 
 fn dashboards_dir() -> PathBuf {
@@ -97,6 +100,34 @@ fn rules_files() -> Vec<PathBuf> {
     v.sort();
     assert!(v.len() >= 2, "recording rules and alerts: {v:?}");
     v
+}
+
+/// Copies of the rules files in `dir`, each group that sets its own
+/// `interval: 1m` set to 1 s instead, like the tests' scrape intervals, so
+/// a test needs no minute to see every rule evaluated.
+fn fast_rules(dir: &Path) -> Vec<PathBuf> {
+    let dir = dir.join("rules");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut own_interval = 0;
+    let out = rules_files()
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            own_interval += text.matches("    interval: 1m\n").count();
+            let to = dir.join(p.file_name().unwrap());
+            std::fs::write(
+                &to,
+                text.replace("    interval: 1m\n", "    interval: 1s\n"),
+            )
+            .unwrap();
+            to
+        })
+        .collect();
+    assert!(
+        own_interval > 0,
+        "no rule group sets `interval: 1m` (the latency group): update this test"
+    );
+    out
 }
 
 fn read_json(p: &Path) -> Value {
@@ -838,15 +869,18 @@ fn dashboards_are_valid_grafana_json() {
     }
 }
 
-/// The metric and recording-rule names an expression reads: identifiers
-/// that start with `mpi_` or contain a `:` (outside quoted strings).
-fn series_names(expr: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let b = expr.as_bytes();
+/// The metric and recording-rule names a text reads, each with the label
+/// selector written right after it (`None` when there is none):
+/// identifiers that start with `mpi_` or contain a `:`. With `quotes`,
+/// text inside double quotes is skipped (PromQL strings); rules files are
+/// scanned whole, their comments left out.
+fn series_refs(text: &str, quotes: bool) -> Vec<(String, Option<String>)> {
+    let mut out = Vec::new();
+    let b = text.as_bytes();
     let (mut i, mut quoted) = (0, false);
     while i < b.len() {
         let c = b[i];
-        if c == b'"' {
+        if quotes && c == b'"' {
             quoted = !quoted;
             i += 1;
         } else if !quoted && (c.is_ascii_alphabetic() || c == b'_') {
@@ -854,9 +888,14 @@ fn series_names(expr: &str) -> BTreeSet<String> {
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b':') {
                 i += 1;
             }
-            let w = &expr[start..i];
+            let w = &text[start..i];
             if w.starts_with("mpi_") || w.contains(':') {
-                out.insert(w.to_string());
+                let sel = text[i..]
+                    .trim_start()
+                    .strip_prefix('{')
+                    .and_then(|s| s.split_once('}'))
+                    .map(|(s, _)| s.to_string());
+                out.push((w.to_string(), sel));
             }
         } else {
             i += 1;
@@ -865,16 +904,24 @@ fn series_names(expr: &str) -> BTreeSet<String> {
     out
 }
 
-/// The per-rank series every rank has by default (issue 22): at most 9.
-fn per_rank_minimal(name: &str) -> bool {
-    name.starts_with("mpi_rank_")
-        || name == "mpi_requests_outstanding"
-        || name == "mpi_request_oldest_age_seconds"
-}
+/// The four series `/metrics` has for every rank (issue 22): at 64 k ranks,
+/// 64 k series per family.
+const EVERY_RANK: [&str; 4] = [
+    "mpi_rank_info",
+    "mpi_rank_up",
+    "mpi_rank_mpi_seconds_total",
+    "mpi_rank_wall_seconds_total",
+];
 
-/// Families exported per job and node, or by the daemon about itself.
-fn job_level(name: &str) -> bool {
-    name.starts_with("mpi_job_") || name.starts_with("mpi_observer_")
+/// Families exported per job and node, or by the daemon about itself; the
+/// detail-rank marks (a few per job and node); the per-job latency
+/// histogram (`rank=""`). What any panel or rule may read whole.
+fn bounded_family(name: &str, selector: Option<&str>) -> bool {
+    name.starts_with("mpi_job_")
+        || name.starts_with("mpi_observer_")
+        || name == "mpi_rank_detail"
+        || (name.starts_with("mpi_call_duration_seconds")
+            && selector.is_some_and(|s| s.contains("rank=\"\"")))
 }
 
 /// The recording rules' names, from recording.rules.yml.
@@ -887,57 +934,44 @@ fn recorded_names() -> BTreeSet<String> {
         .collect()
 }
 
-/// What each default panel may read, so that the dashboards work at 64 k
-/// ranks (issue 22): job-level series, recording rules and the per-job
-/// histogram anywhere; the per-rank minimal series only under top-k /
-/// bottom-k or an aggregation that drops `rank`, except in the rank
-/// dashboard; the per-rank detail families only in the rank dashboard, in
-/// panels whose description says where that detail comes from.
+/// What each panel and rule may read, so that they work at 64 k ranks on
+/// 1,000 nodes (issue 22): job-level series, recording rules, the
+/// detail-rank marks and the per-job histogram anywhere, each at most
+/// nodes x functions series; a per-rank family (one series per rank, even
+/// the four every rank has) only with the rank dashboard's single-rank
+/// selector `rank="$rank"`, in every place it is selected; the per-rank
+/// detail families only in panels whose description says where that
+/// detail comes from. No rule or alert reads a per-rank family at all.
 #[test]
 fn dashboards_read_bounded_series() {
     let rules = recorded_names();
     assert!(rules.len() >= 10, "recording rules: {rules:?}");
     let mut detail_panels = 0;
+    let mut one_rank = 0;
     for path in dashboard_files() {
         let d = read_json(&path);
         let f = path.file_name().unwrap().to_string_lossy().into_owned();
-        let rank_dashboard = f == "mpi-rank.json";
         for p in panels(&d) {
             let title = p["title"].as_str().unwrap_or("");
             let description = p["description"].as_str().unwrap_or("");
             for t in p["targets"].as_array().into_iter().flatten() {
                 let expr = t["expr"].as_str().unwrap_or_default();
-                let bounded = expr.contains("topk(") || expr.contains("bottomk(") || {
-                    let head = expr.trim_start();
-                    ["sum", "count", "max", "min", "avg"].iter().any(|a| {
-                        head.starts_with(&format!("{a}(")) || head.starts_with(&format!("{a} by ("))
-                    }) && !expr.split("by (").skip(1).any(|g| {
-                        g.split(')')
-                            .next()
-                            .unwrap()
-                            .split(',')
-                            .any(|l| l.trim() == "rank")
-                    })
-                };
-                let per_rank_histogram =
-                    expr.contains("mpi_call_duration_seconds") && expr.contains("rank=");
-                for n in series_names(expr) {
+                for (n, sel) in series_refs(expr, true) {
                     let place = format!("{f}: panel {title:?}: {n} in {expr}");
                     if n.contains(':') {
                         assert!(rules.contains(&n), "{place}: no such recording rule");
-                    } else if job_level(&n)
-                        || (n.starts_with("mpi_call_duration_seconds") && !per_rank_histogram)
-                    {
-                    } else if per_rank_minimal(&n) {
-                        assert!(
-                            rank_dashboard || bounded,
-                            "{place}: a per-rank series needs top-k, bottom-k or an aggregation over ranks"
-                        );
-                    } else {
-                        assert!(
-                            rank_dashboard,
-                            "{place}: per-rank detail outside the rank dashboard"
-                        );
+                        continue;
+                    }
+                    if bounded_family(&n, sel.as_deref()) {
+                        continue;
+                    }
+                    assert!(
+                        sel.as_deref().is_some_and(|s| s.contains("rank=\"$rank\"")),
+                        "{place}: a per-rank series read without the single-rank selector rank=\"$rank\" \
+                         (64 k series at 64 k ranks)"
+                    );
+                    one_rank += 1;
+                    if !EVERY_RANK.contains(&n.as_str()) {
                         assert!(
                             description.contains("Detail series"),
                             "{place}: the description must say where the detail comes from"
@@ -948,7 +982,28 @@ fn dashboards_read_bounded_series() {
             }
         }
     }
+    assert!(one_rank >= 10, "the rank dashboard reads its rank");
     assert!(detail_panels >= 5, "the rank dashboard drills into detail");
+    // The rules and alerts (annotation templates included) read job-level
+    // series only.
+    for path in rules_files() {
+        let text: String = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let refs = series_refs(&text, false);
+        assert!(!refs.is_empty(), "{}: reads nothing", path.display());
+        for (n, sel) in refs {
+            assert!(
+                n.contains(':') || bounded_family(&n, sel.as_deref()),
+                "{}: {n}{{{}}} is a per-rank series: a rule over it reads every rank",
+                path.display(),
+                sel.unwrap_or_default()
+            );
+        }
+    }
 }
 
 #[test]
@@ -1379,6 +1434,9 @@ fn deploy_configs_check() {
             .args(vma_args.iter().map(local_rules))
             .arg("-loggerLevel=ERROR"),
     );
+    // It runs the same rules with the latency group's minute cut to a
+    // second, so every group evaluates twice within the wait below.
+    let fast_dir = fast_rules(&dir)[0].parent().unwrap().to_path_buf();
     let alert_addr = format!("127.0.0.1:{}", free_port());
     let mut vmalert = Proc::spawn(
         "vmalert",
@@ -1387,7 +1445,12 @@ fn deploy_configs_check() {
                 vma_args
                     .iter()
                     .filter(|a| a.starts_with("-rule="))
-                    .map(local_rules),
+                    .map(|a| {
+                        a.replace(
+                            "/etc/mpi-observer/rules/",
+                            &format!("{}/", fast_dir.display()),
+                        )
+                    }),
             )
             .arg(format!("-datasource.url=http://{vm_addr}"))
             .arg(format!("-remoteWrite.url=http://{vm_addr}"))
@@ -1771,7 +1834,7 @@ fn dashboards_on_a_three_node_cluster() {
         ),
     )
     .unwrap();
-    let rules: Vec<String> = rules_files()
+    let rules: Vec<String> = fast_rules(&dir)
         .iter()
         .map(|p| format!("  - {}\n", p.display()))
         .collect();
@@ -1977,6 +2040,9 @@ fn dashboards_on_a_three_node_cluster() {
     assert_ne!(jobid, small_jobid, "two jobs, two job ids");
     let sel = format!("jobid=\"{jobid}\"");
     let small_sel = format!("jobid=\"{small_jobid}\"");
+    // The main job through the /metrics/ranks scrape job: every rank's
+    // full series.
+    let ranks_sel = format!("job=\"{RANKS_JOB}\", {sel}");
     // Full detail of the main job through /metrics/ranks: the config
     // reloaded (SIGHUP), one target per node.
     write_config(&[&jobid]);
@@ -2036,15 +2102,19 @@ fn dashboards_on_a_three_node_cluster() {
     );
 
     // The stats layer's figures for the main job, while it holds: every
-    // rank has its one held receive outstanding.
+    // rank has its one held receive outstanding. Rank by rank from the
+    // /metrics/ranks job (on /metrics only detail ranks have them, checked
+    // below); node by node, with the rank holding each node's oldest.
     prom.wait_value(
-        &format!("sum(mpi_requests_outstanding{{{sel}}})"),
+        &format!("sum(mpi_requests_outstanding{{{ranks_sel}}})"),
         NP as f64,
         Duration::from_secs(60),
     );
     assert!(
-        prom.value(&format!("min(mpi_request_oldest_age_seconds{{{sel}}})"))
-            .is_some_and(|age| age > 0.0),
+        prom.value(&format!(
+            "min(mpi_request_oldest_age_seconds{{{ranks_sel}}})"
+        ))
+        .is_some_and(|age| age > 0.0),
         "the held receives age"
     );
     prom.wait_value(
@@ -2052,6 +2122,61 @@ fn dashboards_on_a_three_node_cluster() {
         NP as f64,
         Duration::from_secs(60),
     );
+    // The node of each observer target, and the world ranks each gauge of
+    // `family` (one series per job and node, the rank as its value) names:
+    // each must be a rank of the job on that very node.
+    let node_of_instance: BTreeMap<&str, usize> = daemons
+        .iter()
+        .enumerate()
+        .map(|(i, (_, addr))| (addr.as_str(), i))
+        .collect();
+    let ranks_named = |family: &str| -> BTreeMap<usize, u32> {
+        let r = prom.query(&format!("{family}{{{sel}}}")).unwrap();
+        assert_eq!(r.len(), NODES, "{family}: one series per node: {r:?}");
+        r.iter()
+            .map(|s| {
+                let node = node_of_instance[s.labels["instance"].as_str()];
+                assert!(
+                    s.value.fract() == 0.0 && s.value >= 0.0,
+                    "{family}: not a world rank: {s:?}"
+                );
+                let rank = s.value as u32;
+                assert_eq!(
+                    node_of.get(&rank),
+                    Some(&node),
+                    "{family}: rank {rank} does not run on node {node}: {s:?}"
+                );
+                (node, rank)
+            })
+            .collect()
+    };
+    let oldest = wait_for(
+        "each node's mpi_job_request_oldest_rank",
+        Duration::from_secs(30),
+        || {
+            let n = prom
+                .query(&format!("mpi_job_request_oldest_rank{{{sel}}}"))
+                .unwrap()
+                .len();
+            (n == NODES).then(|| ranks_named("mpi_job_request_oldest_rank"))
+        },
+    );
+    // The rank named holds its node's oldest request: its own oldest age
+    // (from the /metrics/ranks job) is the largest of its node's ranks'.
+    let age = |rank: u32| {
+        prom.value(&format!(
+            "max(mpi_request_oldest_age_seconds{{{ranks_sel}, rank=\"{rank}\"}})"
+        ))
+        .unwrap_or_else(|| panic!("rank {rank}: no mpi_request_oldest_age_seconds"))
+    };
+    for (node, rank) in &oldest {
+        for (other, _) in node_of.iter().filter(|(_, n)| *n == node) {
+            assert!(
+                age(*rank) + 2.0 >= age(*other),
+                "node {node}: rank {rank} named as holding the oldest request, rank {other}'s is older"
+            );
+        }
+    }
 
     // The bounded exposition: every rank of nodes 0 and 1 is a detail rank
     // (two ranks, --detail-ranks 2), one of each job's two on node 2. The
@@ -2069,6 +2194,31 @@ fn dashboards_on_a_three_node_cluster() {
         let d = detail(&sel);
         (d.len() == NP - 1).then_some(d)
     });
+    // The time and request gauges are on /metrics for the detail ranks
+    // only; every rank has them on /metrics/ranks.
+    for family in [
+        "mpi_rank_start_time_seconds",
+        "mpi_rank_attach_time_seconds",
+        "mpi_requests_outstanding",
+        "mpi_request_oldest_age_seconds",
+    ] {
+        let on_metrics: BTreeSet<String> = prom
+            .query(&format!("{family}{{job=\"{SCRAPE_JOB}\", {sel}}}"))
+            .unwrap()
+            .into_iter()
+            .map(|s| s.labels["rank"].clone())
+            .collect();
+        assert_eq!(
+            on_metrics,
+            main_detail.keys().cloned().collect::<BTreeSet<_>>(),
+            "{family} on /metrics: the detail ranks' only"
+        );
+        assert_eq!(
+            prom.value(&format!("count({family}{{{ranks_sel}}})")),
+            Some(NP as f64),
+            "{family} of every rank on /metrics/ranks"
+        );
+    }
     let hidden = node_of
         .iter()
         .find(|(r, _)| !main_detail.contains_key(&r.to_string()))
@@ -2201,6 +2351,60 @@ fn dashboards_on_a_three_node_cluster() {
             "MPI time fraction out of range: {s:?}"
         );
     }
+    // Each node's extremes, which the dashboards and rules read instead of
+    // every rank's series, name their rank (the value is the world rank):
+    // over the lifetime, the node's rank with the highest and the lowest
+    // fraction (to within what a scrape between the two queries moves).
+    let fraction_of: BTreeMap<u32, f64> = fractions
+        .iter()
+        .map(|s| (s.labels["rank"].parse().unwrap(), s.value))
+        .collect();
+    for (family, highest) in [
+        ("mpi_job_rank_mpi_fraction_max_rank", true),
+        ("mpi_job_rank_mpi_fraction_min_rank", false),
+    ] {
+        for (node, rank) in ranks_named(family) {
+            for (other, _) in node_of.iter().filter(|(_, n)| **n == node) {
+                let (a, b) = (fraction_of[&rank], fraction_of[other]);
+                assert!(
+                    if highest {
+                        a + 0.01 >= b
+                    } else {
+                        a <= b + 0.01
+                    },
+                    "{family}: node {node} names rank {rank} ({a}), rank {other} has {b}"
+                );
+            }
+        }
+    }
+    // Over the last minute, from the daemons' own samples: one series per
+    // node, the highest at least the lowest, each naming a rank of the node.
+    wait_for(
+        "each node's fractions over the last minute",
+        Duration::from_secs(30),
+        || {
+            let hi = prom
+                .query(&format!("mpi_job_rank_mpi_fraction_1m_max{{{sel}}}"))
+                .unwrap();
+            let lo = prom
+                .query(&format!("mpi_job_rank_mpi_fraction_1m_min{{{sel}}}"))
+                .unwrap();
+            (hi.len() == NODES && lo.len() == NODES).then_some(())
+        },
+    );
+    assert_eq!(
+        prom.value(&format!(
+            "count(mpi_job_rank_mpi_fraction_1m_max{{{sel}}} >= on (instance, jobid, uid) mpi_job_rank_mpi_fraction_1m_min{{{sel}}} >= 0 <= 1.05)"
+        )),
+        Some(NODES as f64),
+        "per node, the highest fraction over the last minute is at least the lowest, and in [0, 1.05]"
+    );
+    for family in [
+        "mpi_job_rank_mpi_fraction_1m_max_rank",
+        "mpi_job_rank_mpi_fraction_1m_min_rank",
+    ] {
+        ranks_named(family);
+    }
     eprintln!(
         "MPI time fraction per rank: {:?}",
         fractions
@@ -2217,7 +2421,7 @@ fn dashboards_on_a_three_node_cluster() {
     job.finish();
     small.finish();
     prom.wait_value(
-        &format!("count(mpi_rank_exit_time_seconds{{{sel}}})"),
+        &format!("count(mpi_rank_exit_time_seconds{{{ranks_sel}}})"),
         NP as f64,
         Duration::from_secs(30),
     );
@@ -2233,7 +2437,6 @@ fn dashboards_on_a_three_node_cluster() {
     // and one 4-byte Send to its right neighbour, and receives the same from
     // its left; nothing else is point-to-point.
     // Node by node on /metrics; rank by rank from the /metrics/ranks job.
-    let ranks_sel = format!("job=\"{RANKS_JOB}\", {sel}");
     for dir in ["send", "recv"] {
         for (m, s) in [
             ("mpi_job_peer_messages_total", &sel),
