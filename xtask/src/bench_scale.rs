@@ -182,15 +182,17 @@ fn measure(
         .filter(|l| !detail && l.starts_with("mpi_rank_detail{"))
         .filter_map(|l| rank_of(l))
         .collect();
+    // Every rank's own series (info, up, MPI and wall seconds): the rest of
+    // a detail rank's are its full series.
     let minimal = |l: &&&str| {
         [
-            "mpi_rank_",
-            "mpi_requests_outstanding{",
-            "mpi_request_oldest_age_seconds{",
+            "mpi_rank_info{",
+            "mpi_rank_up{",
+            "mpi_rank_mpi_seconds_total{",
+            "mpi_rank_wall_seconds_total{",
         ]
         .iter()
         .any(|p| l.starts_with(p))
-            && !l.starts_with("mpi_rank_detail{")
     };
     let with_rank: Vec<&&str> = lines.iter().filter(|l| l.contains(",rank=\"")).collect();
     let of_detail = with_rank
