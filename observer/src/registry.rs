@@ -16,7 +16,7 @@ use crate::{
     callsites::{Budget as SiteBudget, Names, RankSites},
     datatypes,
     identity::{self, Identity, JobidSource, Label},
-    metrics::{self, RenderOptions, SelfMetrics, detail::DetailPicker},
+    metrics::{self, RenderOptions, SelfMetrics, detail::DetailPicker, window::FractionWindow},
     probes::{Attachment, ProbeError, Probes},
     procfs::{self, ProcError},
     segment::{self, Figures, Segment, SegmentProblem},
@@ -373,6 +373,8 @@ pub struct State {
     pub render: RenderOptions,
     /// The detail ranks of `/metrics`, kept across its collections.
     pub picker: DetailPicker,
+    /// The ranks' samples behind their fractions over the last minute.
+    pub window: FractionWindow,
     /// Call-site names, cached by file and offset for every rank.
     pub names: Names,
     /// Call sites with series of their own per (rank, function).
@@ -404,6 +406,7 @@ impl State {
             bytes,
             render,
             picker: DetailPicker::default(),
+            window: FractionWindow::default(),
             names: Names::new(),
             callsite_budget: SiteBudget::default(),
             host: crate::report::hostname(),
@@ -924,13 +927,14 @@ impl State {
         serde_json::to_vec(&self.report_data()).unwrap_or_default()
     }
 
-    /// One scrape's exposition text (`/metrics`); the detail ranks are
-    /// updated with it.
+    /// One scrape's exposition text (`/metrics`); the detail ranks and
+    /// the window's samples are updated with it.
     pub fn scrape(&mut self) -> String {
         let started = Instant::now();
         let snap = self.collect();
         let detail = self.picker.update(&snap, self.render.detail_ranks);
-        metrics::render_metrics(&snap, &self.selfm, self.render, &detail, || {
+        let recent = self.window.update(&snap);
+        metrics::render_metrics(&snap, &self.selfm, self.render, &detail, &recent, || {
             started.elapsed()
         })
     }

@@ -283,7 +283,13 @@ fn render(how: Exposition) -> String {
     match how {
         Exposition::Metrics { .. } => {
             let detail = state.picker.update(&snap, state.render.detail_ranks);
-            metrics::render_metrics(&snap, &state.selfm, state.render, &detail, || {
+            // The same figures 30 s earlier: the last minute's fractions
+            // are all 0.
+            let mut earlier = snap.clone();
+            earlier.taken = at(1_700_000_470_000);
+            state.window.update(&earlier);
+            let recent = state.window.update(&snap);
+            metrics::render_metrics(&snap, &state.selfm, state.render, &detail, &recent, || {
                 Duration::from_millis(3)
             })
         }

@@ -16,6 +16,7 @@ use super::{
     budget::{Family, Tier},
     detail, directions, histogram,
     rank::{Labelled, SEGMENT_COUNTERS, rank_sites},
+    window::Recent,
 };
 use crate::{
     segment::Directed,
@@ -69,10 +70,11 @@ pub fn families(
     labelled: &[Labelled<'_>],
     node: &str,
     now: SystemTime,
+    recent: &Recent,
 ) {
     calls(fams, labelled);
     callsites(fams, labelled);
-    distribution(fams, ranks, now);
+    distribution(fams, ranks, now, recent);
     segments(fams, ranks, node);
 }
 
@@ -153,12 +155,47 @@ fn callsites(fams: &mut Vec<Family>, labelled: &[Labelled<'_>]) {
 }
 
 /// `mpi_job_ranks` and the distribution of the ranks' MPI fractions.
-fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime) {
+/// The extremes of one job's fractions on this node: (fraction, world
+/// rank) of the highest and the lowest. Ties go to the rank seen first.
+#[derive(Clone, Copy, Default)]
+struct Extremes(Option<((f64, f64), (f64, f64))>);
+
+impl Extremes {
+    fn add(&mut self, fraction: f64, rank: f64) {
+        let e = self.0.get_or_insert(((fraction, rank), (fraction, rank)));
+        if fraction > e.0.0 {
+            e.0 = (fraction, rank);
+        }
+        if fraction < e.1.0 {
+            e.1 = (fraction, rank);
+        }
+    }
+
+    /// The gauges `{name}_max`, `{name}_max_rank`, `{name}_min`,
+    /// `{name}_min_rank` of one job, into `fams` in that order.
+    fn lines(&self, fams: &mut [Family; 4], name: &str, job: &str) {
+        let Some(((hi, hi_rank), (lo, lo_rank))) = self.0 else {
+            return;
+        };
+        for (f, (suffix, v)) in fams.iter_mut().zip([
+            ("max", hi),
+            ("max_rank", hi_rank),
+            ("min", lo),
+            ("min_rank", lo_rank),
+        ]) {
+            f.line(T, format_args!("{name}_{suffix}{{{job}}} {v}"));
+        }
+    }
+}
+
+fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime, recent: &Recent) {
     #[derive(Default)]
     struct Job {
         running: u64,
         exited: u64,
         fractions: Vec<f64>,
+        lifetime: Extremes,
+        minute: Extremes,
     }
     let mut jobs: BTreeMap<&str, Job> = BTreeMap::new();
     for r in ranks {
@@ -168,7 +205,12 @@ fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime)
         } else {
             j.exited += 1;
         }
-        j.fractions.push(detail::mpi_fraction(r, now));
+        let f = detail::mpi_fraction(r, now);
+        j.fractions.push(f);
+        j.lifetime.add(f, world_rank(r));
+        if let Some(&m) = recent.get(&r.pid) {
+            j.minute.add(m, world_rank(r));
+        }
     }
     let mut count = Family::always(
         "mpi_job_ranks",
@@ -183,16 +225,50 @@ fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime)
         "histogram",
         "This node's ranks of the job by MPI fraction (mpi_rank_mpi_seconds_total / mpi_rank_wall_seconds_total): _bucket counts those at most le (cumulative), _count the ranks, _sum their fractions. A distribution over ranks now, not over time: use it without rate().",
     );
-    let mut min = Family::always(
-        "mpi_job_rank_mpi_fraction_min",
-        "gauge",
-        "The lowest MPI fraction among this node's ranks of the job.",
-    );
-    let mut max = Family::always(
-        "mpi_job_rank_mpi_fraction_max",
-        "gauge",
-        "The highest MPI fraction among this node's ranks of the job.",
-    );
+    let mut lifetime = [
+        Family::always(
+            "mpi_job_rank_mpi_fraction_max",
+            "gauge",
+            "The highest MPI fraction among this node's ranks of the job.",
+        ),
+        Family::always(
+            "mpi_job_rank_mpi_fraction_max_rank",
+            "gauge",
+            "World rank (as the value: no series per rank) of the rank with mpi_job_rank_mpi_fraction_max; NaN for a rank with no numeric world rank.",
+        ),
+        Family::always(
+            "mpi_job_rank_mpi_fraction_min",
+            "gauge",
+            "The lowest MPI fraction among this node's ranks of the job.",
+        ),
+        Family::always(
+            "mpi_job_rank_mpi_fraction_min_rank",
+            "gauge",
+            "World rank (as the value) of the rank with mpi_job_rank_mpi_fraction_min.",
+        ),
+    ];
+    let mut minute = [
+        Family::new(
+            "mpi_job_rank_mpi_fraction_1m_max",
+            "gauge",
+            "The highest MPI fraction over the last minute among this node's running ranks of the job (from the daemon's own samples; absent until it has 10 s of history).",
+        ),
+        Family::new(
+            "mpi_job_rank_mpi_fraction_1m_max_rank",
+            "gauge",
+            "World rank (as the value) of the rank with mpi_job_rank_mpi_fraction_1m_max.",
+        ),
+        Family::new(
+            "mpi_job_rank_mpi_fraction_1m_min",
+            "gauge",
+            "The lowest MPI fraction over the last minute among this node's running ranks of the job.",
+        ),
+        Family::new(
+            "mpi_job_rank_mpi_fraction_1m_min_rank",
+            "gauge",
+            "World rank (as the value) of the rank with mpi_job_rank_mpi_fraction_1m_min.",
+        ),
+    ];
     for (job, j) in &jobs {
         for (state, n) in [("running", j.running), ("exited", j.exited)] {
             count.line(
@@ -216,22 +292,14 @@ fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime)
                 "mpi_job_rank_mpi_fraction_bucket{{{job},le=\"+Inf\"}} {n}\nmpi_job_rank_mpi_fraction_sum{{{job}}} {sum}\nmpi_job_rank_mpi_fraction_count{{{job}}} {n}"
             );
         });
-        let lo = j.fractions.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = j
-            .fractions
-            .iter()
-            .copied()
-            .fold(f64::NEG_INFINITY, f64::max);
-        min.line(
-            T,
-            format_args!("mpi_job_rank_mpi_fraction_min{{{job}}} {lo}"),
-        );
-        max.line(
-            T,
-            format_args!("mpi_job_rank_mpi_fraction_max{{{job}}} {hi}"),
-        );
+        j.lifetime
+            .lines(&mut lifetime, "mpi_job_rank_mpi_fraction", job);
+        j.minute
+            .lines(&mut minute, "mpi_job_rank_mpi_fraction_1m", job);
     }
-    fams.extend([count, buckets, min, max]);
+    let [max, max_rank, min, min_rank] = lifetime;
+    fams.extend([count, buckets, min, min_rank, max, max_rank]);
+    fams.extend(minute);
 }
 
 /// The stats layer's figures per job and node; peer traffic node × node.
@@ -244,7 +312,8 @@ fn segments(fams: &mut Vec<Family>, ranks: &[RankSnapshot], node: &str) {
         inactive: u64,
         counters: [u64; 7],
         peers: BTreeMap<String, (Directed, Directed)>,
-        layer: BTreeMap<u16, (u64, Directed)>,
+        /// The world rank holding the oldest outstanding request.
+        oldest_rank: Option<f64>,
     }
     // The world ranks of each job found on this node.
     let mut here: HashMap<&str, HashSet<&str>> = HashMap::new();
@@ -260,6 +329,10 @@ fn segments(fams: &mut Vec<Family>, ranks: &[RankSnapshot], node: &str) {
         let job = r.labels.job.as_str();
         let j = jobs.entry(job).or_default();
         j.outstanding = j.outstanding.saturating_add(f.outstanding);
+        // Ties go to the rank seen first.
+        if f.outstanding > 0 && (j.oldest_rank.is_none() || s.oldest_request_age > j.oldest) {
+            j.oldest_rank = Some(world_rank(r));
+        }
         j.oldest = j.oldest.max(s.oldest_request_age);
         j.active = j.active.saturating_add(f.persistent_active);
         j.inactive = j.inactive.saturating_add(f.persistent_inactive);
@@ -292,11 +365,6 @@ fn segments(fams: &mut Vec<Family>, ranks: &[RankSnapshot], node: &str) {
             let p = j.peers.entry(peer_node).or_default();
             add(&mut p.0, t.messages);
             add(&mut p.1, t.bytes);
-        }
-        for (id, c) in &f.functions {
-            let l = j.layer.entry(*id).or_default();
-            l.0 = l.0.saturating_add(c.calls);
-            add(&mut l.1, c.bytes);
         }
     }
     if jobs.is_empty() {
@@ -354,15 +422,10 @@ fn segments(fams: &mut Vec<Family>, ranks: &[RankSnapshot], node: &str) {
         .zip(SEGMENT_COUNTERS)
         .map(|(name, (_, help, _))| Family::always(name, "counter", help))
         .collect();
-    let mut layer_calls = Family::always(
-        "mpi_job_layer_calls_total",
-        "counter",
-        "Calls seen by the shim's stats layer in this node's ranks of the job, per function.",
-    );
-    let mut layer_bytes = Family::always(
-        "mpi_job_layer_bytes_total",
-        "counter",
-        "Bytes per function and direction by the stats layer's definition, summed over this node's ranks of the job.",
+    let mut oldest_rank = Family::new(
+        "mpi_job_request_oldest_rank",
+        "gauge",
+        "World rank (as the value) of the rank holding mpi_job_request_oldest_age_seconds's request; absent while none is outstanding, NaN for a rank with no numeric world rank.",
     );
     for (job, j) in &jobs {
         outstanding.line(
@@ -376,6 +439,12 @@ fn segments(fams: &mut Vec<Family>, ranks: &[RankSnapshot], node: &str) {
                 j.oldest.as_nanos() as f64 / 1e9
             ),
         );
+        if let Some(rank) = j.oldest_rank {
+            oldest_rank.line(
+                T,
+                format_args!("mpi_job_request_oldest_rank{{{job}}} {rank}"),
+            );
+        }
         for (state, n) in [("active", j.active), ("inactive", j.inactive)] {
             persistent.line(
                 T,
@@ -389,28 +458,20 @@ fn segments(fams: &mut Vec<Family>, ranks: &[RankSnapshot], node: &str) {
         {
             f.line(T, format_args!("{name}{{{job}}} {n}"));
         }
-        for (id, (n, _)) in &j.layer {
-            layer_calls.line(
-                T,
-                format_args!(
-                    "mpi_job_layer_calls_total{{{job},function=\"{}\"}} {n}",
-                    FUNCTIONS[*id as usize].name
-                ),
-            );
-        }
-        for (id, (_, b)) in &j.layer {
-            for (dir, n) in directions(*b) {
-                layer_bytes.line(
-                    T,
-                    format_args!(
-                        "mpi_job_layer_bytes_total{{{job},function=\"{}\",direction=\"{dir}\"}} {n}",
-                        FUNCTIONS[*id as usize].name
-                    ),
-                );
-            }
-        }
     }
-    fams.extend([messages, bytes, outstanding, oldest, persistent]);
+    fams.extend([
+        messages,
+        bytes,
+        outstanding,
+        oldest,
+        oldest_rank,
+        persistent,
+    ]);
     fams.extend(counters);
-    fams.extend([layer_calls, layer_bytes]);
+}
+
+/// A rank's world rank as a gauge value: NaN when its rank label is not a
+/// number (a rank with no launcher's rank).
+fn world_rank(r: &RankSnapshot) -> f64 {
+    r.identity.rank.parse::<u32>().map_or(f64::NAN, f64::from)
 }

@@ -14,6 +14,7 @@ pub mod budget;
 pub mod detail;
 mod job;
 mod rank;
+pub mod window;
 
 use std::{
     fmt::Write as _,
@@ -33,6 +34,7 @@ use self::{
     budget::{BudgetStats, Family},
     detail::{Detail, DetailPicker},
     rank::Labelled,
+    window::Recent,
 };
 use crate::{
     identity::{self, Identity, Label},
@@ -403,8 +405,9 @@ impl RenderOptions {
 
 /// Which exposition to render.
 enum Path<'a> {
-    /// The bounded `/metrics`, with these detail ranks.
-    Metrics(&'a Detail),
+    /// The bounded `/metrics`, with these detail ranks and the ranks'
+    /// fractions over the last minute.
+    Metrics(&'a Detail, &'a Recent),
     /// `/metrics/ranks`: full per-rank series of these jobs (`None`: all).
     Ranks(Option<&'a [String]>),
 }
@@ -412,7 +415,7 @@ enum Path<'a> {
 impl Path<'_> {
     fn as_str(&self) -> &'static str {
         match self {
-            Path::Metrics(_) => budget::PATHS[0],
+            Path::Metrics(..) => budget::PATHS[0],
             Path::Ranks(_) => budget::PATHS[1],
         }
     }
@@ -421,8 +424,9 @@ impl Path<'_> {
 /// Renders the bounded `/metrics` exposition: the MPI metrics of the ranks
 /// in `snap`, then the self-metrics, with `elapsed` (asked for once the MPI
 /// metrics are rendered) as the scrape's duration. The detail ranks are
-/// chosen from `snap` alone; the daemon keeps its choice across scrapes
-/// with [`render_metrics`] instead.
+/// chosen from `snap` alone, and with no history there are no fractions
+/// over the last minute; the daemon keeps both across scrapes with
+/// [`render_metrics`] instead.
 pub fn render(
     snap: &Snapshot,
     selfm: &SelfMetrics,
@@ -430,19 +434,21 @@ pub fn render(
     elapsed: impl FnOnce() -> Duration,
 ) -> String {
     let detail = DetailPicker::default().update(snap, opts.detail_ranks);
-    render_metrics(snap, selfm, opts, &detail, elapsed)
+    render_metrics(snap, selfm, opts, &detail, &Recent::new(), elapsed)
 }
 
-/// [`render`] with the detail ranks chosen by a [`DetailPicker`] kept
-/// across collections.
+/// [`render`] with the detail ranks chosen by a [`DetailPicker`] and the
+/// fractions over the last minute of a [`window::FractionWindow`], both
+/// kept across collections.
 pub fn render_metrics(
     snap: &Snapshot,
     selfm: &SelfMetrics,
     opts: RenderOptions,
     detail: &Detail,
+    recent: &Recent,
     elapsed: impl FnOnce() -> Duration,
 ) -> String {
-    let mut out = exposition(snap, selfm, opts, Path::Metrics(detail));
+    let mut out = exposition(snap, selfm, opts, Path::Metrics(detail, recent));
     selfm.render(&mut out, snap.health, elapsed());
     let _ = writeln!(
         out,
@@ -484,20 +490,27 @@ fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: P
         None => snap,
     };
     let ranks: Vec<&RankSnapshot> = match &path {
-        Path::Metrics(_) | Path::Ranks(None) => snap.ranks.iter().collect(),
+        Path::Metrics(..) | Path::Ranks(None) => snap.ranks.iter().collect(),
         Path::Ranks(Some(jobs)) => snap
             .ranks
             .iter()
             .filter(|r| jobs.contains(&r.identity.jobid))
             .collect(),
     };
-    let full: Vec<&RankSnapshot> = match &path {
-        Path::Metrics(detail) if !opts.per_rank_detail => ranks
-            .iter()
-            .copied()
-            .filter(|r| detail.contains_key(&r.pid))
-            .collect(),
-        _ => ranks.clone(),
+    // The ranks with full per-rank series, and of those, the ones with
+    // their call sites, peers and layer counts too: on the bounded
+    // `/metrics` the detail ranks have only their per-function figures
+    // (rank × peer and rank × call site are for `/metrics/ranks`).
+    let (full, wide): (Vec<&RankSnapshot>, Vec<&RankSnapshot>) = match &path {
+        Path::Metrics(detail, _) if !opts.per_rank_detail => (
+            ranks
+                .iter()
+                .copied()
+                .filter(|r| detail.contains_key(&r.pid))
+                .collect(),
+            Vec::new(),
+        ),
+        _ => (ranks.clone(), ranks.clone()),
     };
     fn labelled<'a>(rs: &[&'a RankSnapshot]) -> Vec<Labelled<'a>> {
         rs.iter()
@@ -507,7 +520,7 @@ fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: P
     let full_labelled: Vec<Labelled<'_>> = labelled(&full);
     let mut fams: Vec<Family> = Vec::with_capacity(64);
     rank::calls(&mut fams, &full_labelled);
-    rank::callsites(&mut fams, &full_labelled);
+    rank::callsites(&mut fams, &labelled(&wide));
     let mut hist = Family::always(
         "mpi_call_duration_seconds",
         "histogram",
@@ -516,13 +529,13 @@ fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: P
     if opts.per_rank_histograms {
         rank::histograms(&mut hist, &full_labelled);
     }
-    if let Path::Metrics(_) = path {
+    if let Path::Metrics(..) = path {
         job::histograms(&mut hist, &labelled(&ranks));
     }
     fams.push(hist);
-    rank::minimal(&mut fams, &ranks, snap.taken);
-    rank::segments(&mut fams, &ranks, &full);
-    if let Path::Metrics(detail) = path {
+    rank::minimal(&mut fams, &ranks, &full, snap.taken);
+    rank::segments(&mut fams, &full, &wide);
+    if let Path::Metrics(detail, recent) = path {
         rank::marks(&mut fams, &ranks, detail);
         job::families(
             &mut fams,
@@ -530,6 +543,7 @@ fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: P
             &labelled(&ranks),
             opts.node(),
             snap.taken,
+            recent,
         );
     }
     let mut out = String::with_capacity(64 * 1024 + fams.len() * 256);

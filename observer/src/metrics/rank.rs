@@ -191,9 +191,16 @@ pub fn histograms(hist: &mut Family, ranks: &[Labelled<'_>]) {
     }
 }
 
-/// The series every rank has: info, up, its times, and its MPI and wall
-/// seconds.
-pub fn minimal(fams: &mut Vec<Family>, ranks: &[&RankSnapshot], now: SystemTime) {
+/// The series every rank of `ranks` has (info, up, its MPI and wall
+/// seconds), and the times of the ranks of `full` (its start, attach and
+/// exit), which are full per-rank series: the wall seconds give the time
+/// observed, and `mpi_rank_up` the exit.
+pub fn minimal(
+    fams: &mut Vec<Family>,
+    ranks: &[&RankSnapshot],
+    full: &[&RankSnapshot],
+    now: SystemTime,
+) {
     let t = Tier::RankMinimal;
     let mut info = Family::always(
         "mpi_rank_info",
@@ -247,20 +254,6 @@ pub fn minimal(fams: &mut Vec<Family>, ranks: &[&RankSnapshot], now: SystemTime)
             t,
             format_args!("mpi_rank_up{{{l}}} {}", u8::from(r.running())),
         );
-        start.line(
-            t,
-            format_args!("mpi_rank_start_time_seconds{{{l}}} {}", unix(r.started)),
-        );
-        attach.line(
-            t,
-            format_args!("mpi_rank_attach_time_seconds{{{l}}} {}", unix(r.attached)),
-        );
-        if let Some(e) = r.exited {
-            exit.line(
-                t,
-                format_args!("mpi_rank_exit_time_seconds{{{l}}} {}", unix(e)),
-            );
-        }
         mpi.line(
             t,
             format_args!(
@@ -276,24 +269,42 @@ pub fn minimal(fams: &mut Vec<Family>, ranks: &[&RankSnapshot], now: SystemTime)
             ),
         );
     }
+    for r in full {
+        let l = &r.labels.rank;
+        start.line(
+            Tier::Detail,
+            format_args!("mpi_rank_start_time_seconds{{{l}}} {}", unix(r.started)),
+        );
+        attach.line(
+            Tier::Detail,
+            format_args!("mpi_rank_attach_time_seconds{{{l}}} {}", unix(r.attached)),
+        );
+        if let Some(e) = r.exited {
+            exit.line(
+                Tier::Detail,
+                format_args!("mpi_rank_exit_time_seconds{{{l}}} {}", unix(e)),
+            );
+        }
+    }
     fams.extend([info, up, start, attach, exit, mpi, wall]);
 }
 
-/// The shim's argument-level figures, from each rank's stats segment:
-/// outstanding requests and the oldest one's age for every rank of
-/// `minimal` (they are minimal series), the rest for the ranks of `full`.
-pub fn segments(fams: &mut Vec<Family>, minimal: &[&RankSnapshot], full: &[&RankSnapshot]) {
+/// The shim's argument-level figures, from each rank's stats segment: the
+/// request gauges for the ranks of `full`, and per peer, the request
+/// counters and the layer's own counts for those of `wide` (rank × peer:
+/// only on request).
+pub fn segments(fams: &mut Vec<Family>, full: &[&RankSnapshot], wide: &[&RankSnapshot]) {
     fn seg<'a>(ranks: &[&'a RankSnapshot]) -> Vec<(&'a RankSnapshot, &'a Figures)> {
         ranks
             .iter()
             .filter_map(|r| r.segment.as_ref().map(|s| (*r, &s.figures)))
             .collect()
     }
-    let (min, with) = (seg(minimal), seg(full));
-    if min.is_empty() && with.is_empty() {
+    let (req, with) = (seg(full), seg(wide));
+    if req.is_empty() && with.is_empty() {
         return;
     }
-    let (d, m) = (Tier::Detail, Tier::RankMinimal);
+    let d = Tier::Detail;
     let fam = |name, kind, help| Family::always(name, kind, help);
     let mut messages = fam(
         "mpi_peer_messages_total",
@@ -339,15 +350,15 @@ pub fn segments(fams: &mut Vec<Family>, minimal: &[&RankSnapshot], full: &[&Rank
         "gauge",
         "Age of the oldest outstanding request; 0 when none, and for exited ranks.",
     );
-    for r in minimal {
+    for r in full {
         if let Some(s) = &r.segment {
             let l = &r.labels.rank;
             outstanding.line(
-                m,
+                d,
                 format_args!("mpi_requests_outstanding{{{l}}} {}", s.figures.outstanding),
             );
             oldest.line(
-                m,
+                d,
                 format_args!(
                     "mpi_request_oldest_age_seconds{{{l}}} {}",
                     s.oldest_request_age.as_nanos() as f64 / 1e9
@@ -360,7 +371,7 @@ pub fn segments(fams: &mut Vec<Family>, minimal: &[&RankSnapshot], full: &[&Rank
         "gauge",
         "Persistent requests by state: active (started, not completed) or inactive.",
     );
-    for (r, f) in &with {
+    for (r, f) in &req {
         let l = &r.labels.rank;
         persistent.line(
             d,
@@ -377,7 +388,17 @@ pub fn segments(fams: &mut Vec<Family>, minimal: &[&RankSnapshot], full: &[&Rank
             ),
         );
     }
-    fams.extend([messages, bytes, outstanding, oldest, persistent]);
+    // Families of none of these ranks are left out whole: on the bounded
+    // `/metrics` no rank has its peers, counters and layer counts.
+    if !with.is_empty() {
+        fams.extend([messages, bytes]);
+    }
+    if !req.is_empty() {
+        fams.extend([outstanding, oldest, persistent]);
+    }
+    if with.is_empty() {
+        return;
+    }
     for (name, help, value) in SEGMENT_COUNTERS {
         let mut c = fam(name, "counter", help);
         for (r, f) in &with {

@@ -315,6 +315,19 @@ fn samples(out: &str) -> Vec<(String, String, f64)> {
         .collect()
 }
 
+/// A running rank of job "w", its rank its pid, counted since `since`,
+/// with `mpi_ns` in MPI calls.
+pub(super) fn rank_at(pid: u32, since: SystemTime, mpi_ns: u64) -> RankSnapshot {
+    let id = Identity::new("w", &pid.to_string(), "64", 0, JobidSource::Environment);
+    let mut r = rank(pid, id, 1);
+    (r.exited, r.counted_since, r.started, r.attached) = (None, since, since, since);
+    let mut st = CallStats::ZERO;
+    st.calls = 1;
+    st.time_ns = mpi_ns;
+    r.calls = Some([(0, st)].into());
+    r
+}
+
 /// A job of `n` ranks on this node, rank i with figures i + 1, each
 /// sending to the next world rank (rank n-1 to a rank elsewhere).
 fn job_of(n: u32, segments: bool) -> Snapshot {
@@ -346,7 +359,8 @@ fn default_series_per_rank_are_a_small_constant() {
         node: Some("n1"),
         ..Default::default()
     };
-    for (segments, most) in [(false, 7), (true, 9)] {
+    // Info, up, MPI and wall seconds; the stats layer adds none per rank.
+    for (segments, most) in [(false, 4), (true, 4)] {
         let count = |n| {
             let out = render(&job_of(n, segments), &SelfMetrics::new(), opts, || {
                 Duration::ZERO
@@ -588,4 +602,65 @@ fn peer_nodes_come_from_the_launchers_layout() {
         assert!(out.contains(want), "{want} in {out}");
     }
     assert!(!out.contains("peer_node=\"remote\""), "{out}");
+}
+
+#[test]
+fn the_extreme_ranks_are_values_of_job_gauges_lifetime_and_last_minute() {
+    let opts = RenderOptions {
+        node: Some("n1"),
+        ..Default::default()
+    };
+    let t0 = UNIX_EPOCH + Duration::from_secs(1_000);
+    // Rank i spends i % 7 tenths of its time in MPI over its lifetime; over
+    // the last 30 s rank 5 drops to nothing and rank 2 spends it all.
+    let at = |secs: u64, last: bool| Snapshot {
+        ranks: (0..20u32)
+            .map(|i| {
+                let life = u64::from(i % 7) * secs * 100_000_000;
+                let mpi = match (last, i) {
+                    (true, 5) => u64::from(i % 7) * 100 * 100_000_000,
+                    (true, 2) => u64::from(i % 7) * 100 * 100_000_000 + 30_000_000_000,
+                    _ => life,
+                };
+                rank_at(100 + i, t0, mpi)
+            })
+            .collect(),
+        health: Health::default(),
+        taken: t0 + Duration::from_secs(secs),
+    };
+    let mut w = window::FractionWindow::default();
+    let mut picker = DetailPicker::default();
+    let mut out = String::new();
+    for (secs, last) in [(100, false), (130, true)] {
+        let snap = at(secs, last);
+        let detail = picker.update(&snap, opts.detail_ranks);
+        let recent = w.update(&snap);
+        out = render_metrics(&snap, &SelfMetrics::new(), opts, &detail, &recent, || {
+            Duration::ZERO
+        });
+    }
+    let one = |name: &str| -> f64 {
+        let s: Vec<_> = samples(&out)
+            .into_iter()
+            .filter(|(n, _, _)| n == name)
+            .collect();
+        assert_eq!(s.len(), 1, "{name}: {s:?}");
+        assert_eq!(s[0].1, "jobid=\"w\",uid=\"0\"");
+        s[0].2
+    };
+    // Lifetime: the first rank seen with the highest (6) and lowest (0).
+    assert_eq!(one("mpi_job_rank_mpi_fraction_max_rank"), 106.0);
+    assert_eq!(one("mpi_job_rank_mpi_fraction_min_rank"), 100.0);
+    // Last 30 s: rank 2 all in MPI, rank 5 none (ranks 0, 7 and 14 are
+    // at 0 too: the first seen wins).
+    assert_eq!(one("mpi_job_rank_mpi_fraction_1m_max"), 1.0);
+    assert_eq!(one("mpi_job_rank_mpi_fraction_1m_max_rank"), 102.0);
+    assert_eq!(one("mpi_job_rank_mpi_fraction_1m_min"), 0.0);
+    assert_eq!(one("mpi_job_rank_mpi_fraction_1m_min_rank"), 100.0);
+    // Without history (a stateless render) the last-minute gauges are
+    // absent, not zero.
+    let once = render(&at(100, false), &SelfMetrics::new(), opts, || {
+        Duration::ZERO
+    });
+    assert!(!once.contains("\nmpi_job_rank_mpi_fraction_1m_max{"));
 }
