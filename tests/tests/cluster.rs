@@ -1747,16 +1747,26 @@ fn least_privilege_capabilities_suffice() {
             (64 * iters) as f64
         );
     }
+    // Peer traffic: node by node on /metrics, rank by rank on /metrics/ranks
+    // (the bounded /metrics has no rank x peer series, issue 22).
+    let (code, body) = http_get(
+        &addr,
+        &format!("/metrics/ranks?jobid={}", url_encode(&jobid)),
+    )
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let by_rank = parse_metrics(&body);
     for dir in ["send", "recv"] {
-        assert_eq!(
-            sum(
-                &s,
-                "mpi_peer_bytes_total",
-                &[("jobid", &jobid), ("direction", dir)]
-            ),
-            (2 * (64 * iters + 4)) as f64,
-            "{dir} peer bytes from the stats segments, read unprivileged"
-        );
+        for (series, name) in [
+            (&s, "mpi_job_peer_bytes_total"),
+            (&by_rank, "mpi_peer_bytes_total"),
+        ] {
+            assert_eq!(
+                sum(series, name, &[("jobid", &jobid), ("direction", dir)]),
+                (2 * (64 * iters + 4)) as f64,
+                "{dir} {name} from the stats segments, read unprivileged"
+            );
+        }
     }
     assert_eq!(sum(&s, "mpi_observer_attach_failures_total", &[]), 0.0);
 }
