@@ -272,6 +272,20 @@ fn blackhole() -> String {
     addr
 }
 
+/// `-search.maxUniqueTimeseries` as dashboards/deploy/victoria-metrics/
+/// raw.default sets it for the store the scrapers write to (none if that
+/// file does not set it), so the pipeline is the documented deployment.
+fn deployed_search_limit() -> Option<String> {
+    let f = workspace_root().join("dashboards/deploy/victoria-metrics/raw.default");
+    let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    text.lines()
+        .filter(|l| l.starts_with("ARGS="))
+        .flat_map(|l| l.split_whitespace())
+        .map(|w| w.trim_start_matches("ARGS=").trim_matches('"'))
+        .find(|w| w.starts_with("-search.maxUniqueTimeseries="))
+        .map(str::to_string)
+}
+
 /// The rule files vmalert evaluates: every `dashboards/prometheus/*.rules.yml`.
 pub fn rule_files() -> Vec<PathBuf> {
     let dir = workspace_root().join("dashboards/prometheus");
@@ -368,6 +382,9 @@ impl Pipeline {
                 // Samples are visible to queries this soon after they
                 // arrive (default 30 s: longer than a test's scrapes).
                 .arg("-search.latencyOffset=2s")
+                // The deployment's query limit: at 64 k ranks the latency
+                // rule selects more series than the default allows.
+                .args(deployed_search_limit())
                 .arg("-loggerLevel=WARN"),
             dir,
         );
