@@ -689,10 +689,18 @@ pub struct PanelExpr {
     pub panel: String,
     /// The expression as written.
     pub raw: String,
+    /// The panel says it reads rank × peer series, which only a
+    /// `/metrics/ranks` scrape job (or `--per-rank-detail`) brings: no data
+    /// from the bounded `/metrics` alone is what it documents.
+    pub ranks_only: bool,
 }
 
 /// Every `expr` of every panel (rows' nested panels included) in
 /// dashboards/grafana/*.json.
+/// What a panel's description says when it needs a `/metrics/ranks` scrape
+/// job ([`PanelExpr::ranks_only`]).
+pub const RANKS_ONLY: &str = "from /metrics/ranks only";
+
 pub fn dashboard_exprs() -> Vec<PanelExpr> {
     let dir = workspace_root().join("dashboards/grafana");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -710,12 +718,16 @@ pub fn dashboard_exprs() -> Vec<PanelExpr> {
         fn walk(panels: &Value, dashboard: &str, out: &mut Vec<PanelExpr>) {
             for p in panels.as_array().into_iter().flatten() {
                 let title = p["title"].as_str().unwrap_or("").to_string();
+                let ranks_only = p["description"]
+                    .as_str()
+                    .is_some_and(|d| d.contains(RANKS_ONLY));
                 for t in p["targets"].as_array().into_iter().flatten() {
                     if let Some(e) = t["expr"].as_str().filter(|e| !e.trim().is_empty()) {
                         out.push(PanelExpr {
                             dashboard: dashboard.into(),
                             panel: title.clone(),
                             raw: e.into(),
+                            ranks_only,
                         });
                     }
                 }
