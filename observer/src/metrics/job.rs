@@ -194,6 +194,7 @@ fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime,
         running: u64,
         exited: u64,
         fractions: Vec<f64>,
+        mpi_ns: u64,
         lifetime: Extremes,
         minute: Extremes,
     }
@@ -207,6 +208,7 @@ fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime,
         }
         let f = detail::mpi_fraction(r, now);
         j.fractions.push(f);
+        j.mpi_ns = j.mpi_ns.saturating_add(detail::mpi_ns(r));
         j.lifetime.add(f, world_rank(r));
         if let Some(&m) = recent.get(&r.pid) {
             j.minute.add(m, world_rank(r));
@@ -216,6 +218,11 @@ fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime,
         "mpi_job_ranks",
         "gauge",
         "This node's observed ranks of the job, by state: running, or exited (kept for --retain-exited).",
+    );
+    let mut mpi = Family::always(
+        "mpi_job_mpi_seconds_total",
+        "counter",
+        "Time this node's ranks of the job spent inside completed MPI calls, all functions: the sum of their mpi_rank_mpi_seconds_total (one series per job and node for the job's MPI time).",
     );
     // TYPE histogram rather than gauge: promtool (and other linters) refuse
     // `_bucket` and `le` on anything else. It is a distribution over ranks
@@ -276,6 +283,13 @@ fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime,
                 format_args!("mpi_job_ranks{{{job},state=\"{state}\"}} {n}"),
             );
         }
+        mpi.line(
+            T,
+            format_args!(
+                "mpi_job_mpi_seconds_total{{{job}}} {}",
+                j.mpi_ns as f64 / 1e9
+            ),
+        );
         buckets.group(T, |out| {
             for le in FRACTION_BOUNDS {
                 let bound: f64 = le.parse().unwrap_or(f64::INFINITY);
@@ -298,7 +312,7 @@ fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime,
             .lines(&mut minute, "mpi_job_rank_mpi_fraction_1m", job);
     }
     let [max, max_rank, min, min_rank] = lifetime;
-    fams.extend([count, buckets, min, min_rank, max, max_rank]);
+    fams.extend([count, mpi, buckets, min, min_rank, max, max_rank]);
     fams.extend(minute);
 }
 
