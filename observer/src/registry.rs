@@ -16,7 +16,10 @@ use crate::{
     callsites::{Budget as SiteBudget, Names, RankSites},
     datatypes,
     identity::{self, Identity, JobidSource, Label},
-    metrics::{self, RenderOptions, SelfMetrics, detail::DetailPicker, window::FractionWindow},
+    metrics::{
+        self, Carried, RenderOptions, SelfMetrics, departed::DepartedJobs, detail::DetailPicker,
+        window::FractionWindow,
+    },
     probes::{Attachment, ProbeError, Probes},
     procfs::{self, ProcError},
     segment::{self, Figures, Segment, SegmentProblem},
@@ -375,6 +378,11 @@ pub struct State {
     pub picker: DetailPicker,
     /// The ranks' samples behind their fractions over the last minute.
     pub window: FractionWindow,
+    /// The job sums of ranks forgotten while others of their job remain.
+    pub departed: DepartedJobs,
+    /// The final figures of exited ranks, as the first collection after
+    /// their exit saw them: folded into `departed` when they are forgotten.
+    exited_figures: std::collections::HashMap<u32, RankSnapshot>,
     /// Call-site names, cached by file and offset for every rank.
     pub names: Names,
     /// Call sites with series of their own per (rank, function).
@@ -407,6 +415,8 @@ impl State {
             render,
             picker: DetailPicker::default(),
             window: FractionWindow::default(),
+            departed: DepartedJobs::default(),
+            exited_figures: Default::default(),
             names: Names::new(),
             callsite_budget: SiteBudget::default(),
             host: crate::report::hostname(),
@@ -697,6 +707,10 @@ impl State {
 
     /// Forgets ranks that exited longer than `retain` ago, and the
     /// configuration of processes whose probes are all gone.
+    ///
+    /// A forgotten rank's final figures are folded into its job's
+    /// [`DepartedJobs`] while other ranks of the job remain, so the job's
+    /// counters never fall.
     pub fn expire(&mut self, retain: Duration) {
         let expired: Vec<u32> = self
             .ranks
@@ -704,9 +718,36 @@ impl State {
             .filter(|r| r.exited_at.is_some_and(|t| t.elapsed() >= retain))
             .map(|r| r.pid)
             .collect();
+        if expired.is_empty() {
+            return self.expire_rest();
+        }
+        if expired.iter().any(|p| !self.exited_figures.contains_key(p)) {
+            // Exited and expired between two collections: read them now.
+            self.collect();
+        }
+        let node = self.render.node();
+        for pid in &expired {
+            if let Some(r) = self.exited_figures.remove(pid) {
+                let held = |rank: &str| {
+                    self.ranks
+                        .values()
+                        .any(|h| h.labels.job == r.labels.job && h.identity.rank == rank)
+                };
+                self.departed.fold(&r, held, node);
+            }
+        }
         for pid in expired {
             self.forget(pid);
         }
+        let ranks = &self.ranks;
+        self.departed
+            .retain(|job| ranks.values().any(|r| r.labels.job == job));
+        self.expire_rest();
+    }
+
+    /// The rest of [`State::expire`]: refusals of processes gone, and the
+    /// probes' own leftovers.
+    fn expire_rest(&mut self) {
         self.refused
             .retain(|(pid, ticks), _| procfs::liveness(*pid, *ticks) != procfs::Liveness::Exited);
         if let Some(p) = self.probes.as_mut() {
@@ -750,6 +791,7 @@ impl State {
 
     /// Drops a rank and its statistics.
     pub fn forget(&mut self, pid: u32) {
+        self.exited_figures.remove(&pid);
         self.detach(pid);
         if let Some(seg) = self.ranks.remove(&pid).and_then(|r| r.segment) {
             // A rank killed by a signal never unlinked its segment.
@@ -913,7 +955,13 @@ impl State {
             map_failures,
             scrapes_total: crate::server::scrapes_total(),
         };
-        self.snapshot(calls, sites, health, segment::monotonic_ns())
+        let snap = self.snapshot(calls, sites, health, segment::monotonic_ns());
+        for r in snap.ranks.iter().filter(|r| r.exited.is_some()) {
+            self.exited_figures
+                .entry(r.pid)
+                .or_insert_with(|| r.clone());
+        }
+        snap
     }
 
     /// The ranks' report data now (`/report.json`, `attach --report-file`).
@@ -934,7 +982,12 @@ impl State {
         let snap = self.collect();
         let detail = self.picker.update(&snap, self.render.detail_ranks);
         let recent = self.window.update(&snap);
-        metrics::render_metrics(&snap, &self.selfm, self.render, &detail, &recent, || {
+        let carried = Carried {
+            detail: &detail,
+            recent: &recent,
+            departed: &self.departed,
+        };
+        metrics::render_metrics(&snap, &self.selfm, self.render, carried, || {
             started.elapsed()
         })
     }

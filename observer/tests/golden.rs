@@ -289,7 +289,12 @@ fn render(how: Exposition) -> String {
             earlier.taken = at(1_700_000_470_000);
             state.window.update(&earlier);
             let recent = state.window.update(&snap);
-            metrics::render_metrics(&snap, &state.selfm, state.render, &detail, &recent, || {
+            let carried = metrics::Carried {
+                detail: &detail,
+                recent: &recent,
+                departed: &state.departed,
+            };
+            metrics::render_metrics(&snap, &state.selfm, state.render, carried, || {
                 Duration::from_millis(3)
             })
         }

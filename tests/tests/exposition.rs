@@ -4,14 +4,16 @@
 //!
 //! - The default `/metrics` keeps the series formula (docs/cardinality.md):
 //!   no series combines `rank` with `function`, `peer`, `callsite` or `le`
-//!   unless its rank is a detail rank, each other rank costs at most 7
+//!   unless its rank is a detail rank, each other rank costs at most 4
 //!   series; the job-level sums equal the per-rank figures of
 //!   `/metrics/ranks`; the detail ranks are two and stay put.
 //! - A budget of a few series (`--max-series 30`) drops the rest, counts
 //!   them by family, and leaves the job unharmed.
 //! - Under the shim's `stats` layer, peer traffic is node × node: the
 //!   job's four ranks on this node talk to this node, named as
-//!   `mpi_observer_node_info` names it, and a rank still costs at most 9.
+//!   `mpi_observer_node_info` names it, and a rank still costs at most 4.
+//! - Two runs under one job id (two steps of one Slurm job): when the first
+//!   run's exited ranks are forgotten, no job counter falls.
 
 use std::{collections::BTreeSet, path::Path, time::Duration};
 
@@ -28,6 +30,12 @@ const LIMIT: Duration = Duration::from_secs(10);
 /// tests/programs/mix.c on [`NP`] ranks, held at its go file; with the
 /// shim and its `stats` layer in every rank if `stats`.
 fn start_mix(dir: &Path, stats: bool) -> Job {
+    start_mix_as(dir, stats, None, "go")
+}
+
+/// [`start_mix`] with `SLURM_JOB_ID` set to `jobid` (when given), held at
+/// the go file named `go`.
+fn start_mix_as(dir: &Path, stats: bool, jobid: Option<&str>, go: &str) -> Job {
     let mpi = Mpi::OpenMpi;
     let exe = dir.join("mix-openmpi");
     if !exe.exists() {
@@ -38,8 +46,15 @@ fn start_mix(dir: &Path, stats: bool) -> Job {
     } else {
         mpi.launcher(NP)
     };
+    if let Some(id) = jobid {
+        launcher.env("SLURM_JOB_ID", id);
+    }
     launcher.arg(&exe).arg(ITERS.to_string());
-    Job::spawn(launcher, NP, dir.join(format!("go-{}", std::process::id())))
+    Job::spawn(
+        launcher,
+        NP,
+        dir.join(format!("{go}-{}", std::process::id())),
+    )
 }
 
 fn get(d: &Daemon, path: &str) -> (u16, String) {
@@ -435,6 +450,82 @@ fn peer_traffic_is_node_by_node_under_the_stats_layer() {
         0.0,
         "every request completed"
     );
+    let status = daemon.stop(signal::TERM);
+    assert!(status.success(), "daemon exit: {status}");
+    assert_no_probes_left();
+}
+
+#[test]
+fn no_job_counter_falls_when_exited_ranks_are_forgotten() {
+    if !require(&[
+        Need::Root,
+        Need::Mpi(Mpi::OpenMpi),
+        Need::Command("bpftool"),
+        Need::Command("promtool"),
+    ]) {
+        return;
+    }
+    assert!(shim().exists(), "the shim is built");
+    let dir = scratch("exposition-departed");
+    // Two runs of one job on this node, as two steps of a Slurm job: the
+    // first ends, the second runs on.
+    let id = format!("77{}", std::process::id());
+    let mut daemon = Daemon::start_bounded(&["--all".into(), "--retain-exited".into(), "6".into()]);
+    let first = start_mix_as(&dir, true, Some(&id), "go-first");
+    let running = |d: &mut Daemon, n: u32| {
+        wait_for("the ranks to be attached", LIMIT, || {
+            let (_, s) = d.scrape();
+            (sum(&s, "mpi_job_ranks", &[("jobid", &id), ("state", "running")]) == f64::from(n))
+                .then_some(())
+        })
+    };
+    running(&mut daemon, NP);
+    first.go();
+    first.finish("OK ");
+    let second = start_mix_as(&dir, true, Some(&id), "go-second");
+    running(&mut daemon, NP);
+    let job = [("jobid", id.as_str())];
+    let counters = |s: &[Sample]| -> std::collections::BTreeMap<String, f64> {
+        s.iter()
+            .filter(|x| {
+                x.label("jobid") == Some(&id)
+                    && x.label("rank").is_none()
+                    && (x.name.starts_with("mpi_job_") && x.name.ends_with("_total")
+                        || x.name.starts_with("mpi_call_duration_seconds"))
+            })
+            .map(|x| (format!("{}{:?}", x.name, x.labels), x.value))
+            .collect()
+    };
+    // Both runs held: the first's ranks exited, the second's running.
+    let (_, held) = wait_for("both runs to be held", LIMIT, || {
+        let (b, s) = daemon.scrape();
+        (sum(&s, "mpi_job_ranks", &[("jobid", &id), ("state", "exited")]) == f64::from(NP)
+            && sum(&s, "mpi_job_ranks", &[("jobid", &id), ("state", "running")]) == f64::from(NP))
+        .then_some((b, s))
+    });
+    let before = counters(&held);
+    assert!(sum(&held, "mpi_job_calls_total", &job) > 0.0);
+    assert!(sum(&held, "mpi_job_peer_messages_total", &job) > 0.0);
+    // The first run's ranks are forgotten after --retain-exited.
+    let (body, gone) = wait_for("the first run to be forgotten", 3 * LIMIT, || {
+        let (b, s) = daemon.scrape();
+        (sum(&s, "mpi_job_ranks", &[("jobid", &id), ("state", "exited")]) == 0.0).then_some((b, s))
+    });
+    promtool_check(&body);
+    let after = counters(&gone);
+    for (series, v) in &before {
+        let now = after.get(series).copied().unwrap_or(f64::NAN);
+        assert!(now >= *v, "{series} fell from {v} to {now}");
+    }
+    // The forgotten ranks' own series are gone.
+    assert_eq!(
+        gone.iter()
+            .filter(|x| x.name == "mpi_rank_up" && x.label("jobid") == Some(&id))
+            .count(),
+        NP as usize
+    );
+    second.go();
+    second.finish("OK ");
     let status = daemon.stop(signal::TERM);
     assert!(status.success(), "daemon exit: {status}");
     assert_no_probes_left();

@@ -14,6 +14,7 @@ use observer_common::{FUNCTIONS, maps::CallStats};
 
 use super::{
     budget::{Family, Tier},
+    departed::DepartedJobs,
     detail, directions, histogram,
     rank::{Labelled, SEGMENT_COUNTERS, rank_sites},
     window::Recent,
@@ -42,16 +43,8 @@ const JOB_SEGMENT_COUNTERS: [&str; 7] = [
 const T: Tier = Tier::Job;
 
 /// The per-job latency histograms (unchanged from before issue 22).
-pub fn histograms(hist: &mut Family, ranks: &[Labelled<'_>]) {
-    let mut per_job: BTreeMap<(&str, u16), CallStats> = BTreeMap::new();
-    for (r, s) in ranks {
-        for (id, st) in s.iter() {
-            per_job
-                .entry((r.labels.job.as_str(), *id))
-                .or_insert(CallStats::ZERO)
-                .add(st);
-        }
-    }
+pub fn histograms(hist: &mut Family, ranks: &[Labelled<'_>], departed: &DepartedJobs) {
+    let per_job = call_sums(ranks, departed);
     for ((job, id), st) in &per_job {
         hist.group(T, |out| histogram(out, job, *id, st));
     }
@@ -71,14 +64,20 @@ pub fn families(
     node: &str,
     now: SystemTime,
     recent: &Recent,
+    departed: &DepartedJobs,
 ) {
-    calls(fams, labelled);
-    callsites(fams, labelled);
-    distribution(fams, ranks, now, recent);
-    segments(fams, ranks, node);
+    calls(fams, labelled, departed);
+    callsites(fams, labelled, departed);
+    distribution(fams, ranks, now, recent, departed);
+    segments(fams, ranks, node, departed);
 }
 
-fn calls(fams: &mut Vec<Family>, labelled: &[Labelled<'_>]) {
+/// Per (job, function): the ranks' statistics summed, with the job's
+/// departed ranks'.
+fn call_sums<'a>(
+    labelled: &[Labelled<'a>],
+    departed: &'a DepartedJobs,
+) -> BTreeMap<(&'a str, u16), CallStats> {
     let mut sums: BTreeMap<(&str, u16), CallStats> = BTreeMap::new();
     for (r, s) in labelled {
         for (id, st) in s.iter() {
@@ -87,6 +86,16 @@ fn calls(fams: &mut Vec<Family>, labelled: &[Labelled<'_>]) {
                 .add(st);
         }
     }
+    for (job, d) in departed.iter() {
+        for (id, st) in &d.calls {
+            sums.entry((job, *id)).or_insert(CallStats::ZERO).add(st);
+        }
+    }
+    sums
+}
+
+fn calls(fams: &mut Vec<Family>, labelled: &[Labelled<'_>], departed: &DepartedJobs) {
+    let sums = call_sums(labelled, departed);
     let mut calls = Family::always(
         "mpi_job_calls_total",
         "counter",
@@ -114,7 +123,7 @@ fn calls(fams: &mut Vec<Family>, labelled: &[Labelled<'_>]) {
     fams.extend([calls, seconds, bytes, unknown]);
 }
 
-fn callsites(fams: &mut Vec<Family>, labelled: &[Labelled<'_>]) {
+fn callsites(fams: &mut Vec<Family>, labelled: &[Labelled<'_>], departed: &DepartedJobs) {
     // Per rank by today's rule (its named sites, then `other`), then summed
     // by site name.
     let mut sums: BTreeMap<(&str, u16, &str), (u64, u64)> = BTreeMap::new();
@@ -123,6 +132,13 @@ fn callsites(fams: &mut Vec<Family>, labelled: &[Labelled<'_>]) {
             let s = sums.entry((r.labels.job.as_str(), id, site)).or_default();
             s.0 = s.0.saturating_add(n);
             s.1 = s.1.saturating_add(ns);
+        }
+    }
+    for (job, d) in departed.iter() {
+        for ((id, site), (n, ns)) in &d.sites {
+            let s = sums.entry((job, *id, site.as_str())).or_default();
+            s.0 = s.0.saturating_add(*n);
+            s.1 = s.1.saturating_add(*ns);
         }
     }
     let mut calls = Family::new(
@@ -188,7 +204,13 @@ impl Extremes {
     }
 }
 
-fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime, recent: &Recent) {
+fn distribution(
+    fams: &mut Vec<Family>,
+    ranks: &[RankSnapshot],
+    now: SystemTime,
+    recent: &Recent,
+    departed: &DepartedJobs,
+) {
     #[derive(Default)]
     struct Job {
         running: u64,
@@ -283,11 +305,12 @@ fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime,
                 format_args!("mpi_job_ranks{{{job},state=\"{state}\"}} {n}"),
             );
         }
+        let gone = departed.get(job).map_or(0, |d| d.mpi_ns);
         mpi.line(
             T,
             format_args!(
                 "mpi_job_mpi_seconds_total{{{job}}} {}",
-                j.mpi_ns as f64 / 1e9
+                j.mpi_ns.saturating_add(gone) as f64 / 1e9
             ),
         );
         buckets.group(T, |out| {
@@ -317,7 +340,32 @@ fn distribution(fams: &mut Vec<Family>, ranks: &[RankSnapshot], now: SystemTime,
 }
 
 /// The stats layer's figures per job and node; peer traffic node × node.
-fn segments(fams: &mut Vec<Family>, ranks: &[RankSnapshot], node: &str) {
+/// The node of `peer`, a world rank `r` exchanged messages with, as the
+/// job's peer series name it: the launcher's layout says, with the rank's
+/// own node this one (the layout names nodes its own way: Slurm's short
+/// names, or `#k` for uniform blocks); without a layout, this node for a
+/// rank of the job observed here (`local`), else `remote`.
+pub(super) fn peer_node(
+    r: &RankSnapshot,
+    peer: u32,
+    local: &impl Fn(&str) -> bool,
+    node: &str,
+) -> String {
+    let own = r
+        .identity
+        .rank
+        .parse::<u32>()
+        .ok()
+        .and_then(|me| crate::layout::node_of(&r.identity, me));
+    match crate::layout::node_of(&r.identity, peer) {
+        Some(p) if Some(&p) == own.as_ref() => node.to_string(),
+        Some(p) => p,
+        None if local(&peer.to_string()) => node.to_string(),
+        None => "remote".into(),
+    }
+}
+
+fn segments(fams: &mut Vec<Family>, ranks: &[RankSnapshot], node: &str, departed: &DepartedJobs) {
     #[derive(Default)]
     struct Job {
         outstanding: u64,
@@ -353,32 +401,26 @@ fn segments(fams: &mut Vec<Family>, ranks: &[RankSnapshot], node: &str) {
         for (c, (_, _, value)) in j.counters.iter_mut().zip(SEGMENT_COUNTERS) {
             *c = c.saturating_add(value(f));
         }
-        // The layout names nodes its own way (Slurm's short names, or
-        // `#k` for uniform blocks): the rank's own node is this one.
-        let own = r
-            .identity
-            .rank
-            .parse::<u32>()
-            .ok()
-            .and_then(|me| crate::layout::node_of(&r.identity, me));
+        let local = |p: &str| {
+            here.get(job).is_some_and(|h| h.contains(p))
+                || departed.get(job).is_some_and(|d| d.world_ranks.contains(p))
+        };
         for (peer, t) in &f.peers {
-            let peer_node = match crate::layout::node_of(&r.identity, *peer) {
-                Some(p) if Some(&p) == own.as_ref() => node.to_string(),
-                Some(p) => p,
-                None => {
-                    let local = here
-                        .get(job)
-                        .is_some_and(|h| h.contains(peer.to_string().as_str()));
-                    if local {
-                        node.to_string()
-                    } else {
-                        "remote".into()
-                    }
-                }
-            };
+            let peer_node = peer_node(r, *peer, &local, node);
             let p = j.peers.entry(peer_node).or_default();
             add(&mut p.0, t.messages);
             add(&mut p.1, t.bytes);
+        }
+    }
+    for (job, d) in departed.iter().filter(|(_, d)| d.segments) {
+        let j = jobs.entry(job).or_default();
+        for (c, n) in j.counters.iter_mut().zip(d.counters) {
+            *c = c.saturating_add(n);
+        }
+        for (peer_node, (m, b)) in &d.peers {
+            let p = j.peers.entry(peer_node.clone()).or_default();
+            add(&mut p.0, *m);
+            add(&mut p.1, *b);
         }
     }
     if jobs.is_empty() {

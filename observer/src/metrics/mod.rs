@@ -11,6 +11,7 @@
 //! jobs). Both are held to `--max-series` by [`budget`].
 
 pub mod budget;
+pub mod departed;
 pub mod detail;
 mod job;
 mod rank;
@@ -32,6 +33,7 @@ use prometheus::{
 
 use self::{
     budget::{BudgetStats, Family},
+    departed::DepartedJobs,
     detail::{Detail, DetailPicker},
     rank::Labelled,
     window::Recent,
@@ -403,11 +405,24 @@ impl RenderOptions {
     }
 }
 
+/// What the bounded `/metrics` carries from one collection to the next
+/// (kept by [`crate::registry::State`]): the detail ranks, the ranks'
+/// fractions over the last minute, and the figures of ranks forgotten
+/// while others of their job remain.
+#[derive(Clone, Copy, Debug)]
+pub struct Carried<'a> {
+    /// The detail ranks of this collection.
+    pub detail: &'a Detail,
+    /// The running ranks' MPI fractions over the last minute.
+    pub recent: &'a Recent,
+    /// The job sums of ranks no longer held.
+    pub departed: &'a DepartedJobs,
+}
+
 /// Which exposition to render.
 enum Path<'a> {
-    /// The bounded `/metrics`, with these detail ranks and the ranks'
-    /// fractions over the last minute.
-    Metrics(&'a Detail, &'a Recent),
+    /// The bounded `/metrics`, with what it carries across collections.
+    Metrics(Carried<'a>),
     /// `/metrics/ranks`: full per-rank series of these jobs (`None`: all).
     Ranks(Option<&'a [String]>),
 }
@@ -434,21 +449,25 @@ pub fn render(
     elapsed: impl FnOnce() -> Duration,
 ) -> String {
     let detail = DetailPicker::default().update(snap, opts.detail_ranks);
-    render_metrics(snap, selfm, opts, &detail, &Recent::new(), elapsed)
+    let carried = Carried {
+        detail: &detail,
+        recent: &Recent::new(),
+        departed: &DepartedJobs::default(),
+    };
+    render_metrics(snap, selfm, opts, carried, elapsed)
 }
 
-/// [`render`] with the detail ranks chosen by a [`DetailPicker`] and the
-/// fractions over the last minute of a [`window::FractionWindow`], both
-/// kept across collections.
+/// [`render`] with what the daemon keeps across collections: the detail
+/// ranks chosen by a [`DetailPicker`], the fractions over the last minute
+/// of a [`window::FractionWindow`], and the [`DepartedJobs`].
 pub fn render_metrics(
     snap: &Snapshot,
     selfm: &SelfMetrics,
     opts: RenderOptions,
-    detail: &Detail,
-    recent: &Recent,
+    carried: Carried<'_>,
     elapsed: impl FnOnce() -> Duration,
 ) -> String {
-    let mut out = exposition(snap, selfm, opts, Path::Metrics(detail, recent));
+    let mut out = exposition(snap, selfm, opts, Path::Metrics(carried));
     selfm.render(&mut out, snap.health, elapsed());
     let _ = writeln!(
         out,
@@ -502,11 +521,11 @@ fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: P
     // `/metrics` the detail ranks have only their per-function figures
     // (rank × peer and rank × call site are for `/metrics/ranks`).
     let (full, wide): (Vec<&RankSnapshot>, Vec<&RankSnapshot>) = match &path {
-        Path::Metrics(detail, _) if !opts.per_rank_detail => (
+        Path::Metrics(c) if !opts.per_rank_detail => (
             ranks
                 .iter()
                 .copied()
-                .filter(|r| detail.contains_key(&r.pid))
+                .filter(|r| c.detail.contains_key(&r.pid))
                 .collect(),
             Vec::new(),
         ),
@@ -529,21 +548,22 @@ fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: P
     if opts.per_rank_histograms {
         rank::histograms(&mut hist, &full_labelled);
     }
-    if let Path::Metrics(..) = path {
-        job::histograms(&mut hist, &labelled(&ranks));
+    if let Path::Metrics(c) = path {
+        job::histograms(&mut hist, &labelled(&ranks), c.departed);
     }
     fams.push(hist);
     rank::minimal(&mut fams, &ranks, &full, snap.taken);
     rank::segments(&mut fams, &full, &wide);
-    if let Path::Metrics(detail, recent) = path {
-        rank::marks(&mut fams, &ranks, detail);
+    if let Path::Metrics(c) = path {
+        rank::marks(&mut fams, &ranks, c.detail);
         job::families(
             &mut fams,
             &snap.ranks,
             &labelled(&ranks),
             opts.node(),
             snap.taken,
-            recent,
+            c.recent,
+            c.departed,
         );
     }
     let mut out = String::with_capacity(64 * 1024 + fams.len() * 256);

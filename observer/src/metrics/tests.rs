@@ -635,9 +635,12 @@ fn the_extreme_ranks_are_values_of_job_gauges_lifetime_and_last_minute() {
         let snap = at(secs, last);
         let detail = picker.update(&snap, opts.detail_ranks);
         let recent = w.update(&snap);
-        out = render_metrics(&snap, &SelfMetrics::new(), opts, &detail, &recent, || {
-            Duration::ZERO
-        });
+        let carried = Carried {
+            detail: &detail,
+            recent: &recent,
+            departed: &departed::DepartedJobs::default(),
+        };
+        out = render_metrics(&snap, &SelfMetrics::new(), opts, carried, || Duration::ZERO);
     }
     let one = |name: &str| -> f64 {
         let s: Vec<_> = samples(&out)
@@ -663,4 +666,68 @@ fn the_extreme_ranks_are_values_of_job_gauges_lifetime_and_last_minute() {
         Duration::ZERO
     });
     assert!(!once.contains("\nmpi_job_rank_mpi_fraction_1m_max{"));
+}
+
+#[test]
+fn a_forgotten_ranks_figures_stay_in_its_jobs_counters() {
+    let opts = RenderOptions {
+        node: Some("n1"),
+        ..Default::default()
+    };
+    // Four ranks, each sending to the next world rank: rank 2 to rank 3,
+    // which is on this node, rank 3 to rank 4, which is not.
+    let all = job_of(4, true);
+    let counters = |out: &str| -> Vec<(String, String, f64)> {
+        samples(out)
+            .into_iter()
+            .filter(|(n, l, _)| {
+                !l.contains("rank=\"")
+                    && (n.starts_with("mpi_job_") && n.ends_with("_total")
+                        || n.starts_with("mpi_call_duration_seconds"))
+            })
+            .collect()
+    };
+    let before = counters(&render(&all, &SelfMetrics::new(), opts, || Duration::ZERO));
+    assert!(
+        before
+            .iter()
+            .any(|(n, _, _)| n == "mpi_job_peer_bytes_total")
+    );
+    // Rank 3 exited and is forgotten: its final figures are folded in.
+    let mut departed = departed::DepartedJobs::default();
+    let (held, gone) = (&all.ranks[..3], &all.ranks[3]);
+    departed.fold(
+        gone,
+        |p| all.ranks.iter().any(|r| r.identity.rank == p),
+        "n1",
+    );
+    let after_snap = Snapshot {
+        ranks: held.to_vec(),
+        ..all.clone()
+    };
+    let detail = DetailPicker::default().update(&after_snap, opts.detail_ranks);
+    let carried = Carried {
+        detail: &detail,
+        recent: &Recent::new(),
+        departed: &departed,
+    };
+    let after = counters(&render_metrics(
+        &after_snap,
+        &SelfMetrics::new(),
+        opts,
+        carried,
+        || Duration::ZERO,
+    ));
+    assert_eq!(
+        after, before,
+        "no job counter falls when a rank is forgotten"
+    );
+    // Without the fold they would: the test can fail.
+    let dropped = counters(&render(&after_snap, &SelfMetrics::new(), opts, || {
+        Duration::ZERO
+    }));
+    assert_ne!(dropped, before);
+    // Once no rank of the job is held, its departed ranks go too.
+    departed.retain(|_| false);
+    assert!(departed.iter().next().is_none());
 }
