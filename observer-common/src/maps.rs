@@ -391,15 +391,30 @@ pub const fn hist_slot(ns: u64) -> usize {
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
-    // SAFETY: all of these are repr(C), Copy, and made of integers with
-    // explicit padding, so any bit pattern is valid.
+    // aya reads and writes these as raw bytes of the maps' values and keys.
+    // SAFETY: repr(C), Copy, integers with explicit padding: any bit
+    // pattern is a valid StatKey.
     unsafe impl aya::Pod for StatKey {}
+    // SAFETY: repr(C), Copy, integers with explicit padding: any bit
+    // pattern is a valid CallStats.
     unsafe impl aya::Pod for CallStats {}
+    // SAFETY: repr(C), Copy, integers with explicit padding: any bit
+    // pattern is a valid Inflight.
     unsafe impl aya::Pod for Inflight {}
+    // SAFETY: repr(C), Copy, integers with explicit padding: any bit
+    // pattern is a valid ProcConfig.
     unsafe impl aya::Pod for ProcConfig {}
+    // SAFETY: repr(C), Copy, integers with explicit padding: any bit
+    // pattern is a valid TypeKey.
     unsafe impl aya::Pod for TypeKey {}
+    // SAFETY: repr(C), Copy, integers with explicit padding: any bit
+    // pattern is a valid SiteKey.
     unsafe impl aya::Pod for SiteKey {}
+    // SAFETY: repr(C), Copy, integers with explicit padding: any bit
+    // pattern is a valid SiteStats.
     unsafe impl aya::Pod for SiteStats {}
+    // SAFETY: repr(C), Copy, integers with explicit padding: any bit
+    // pattern is a valid SiteCount.
     unsafe impl aya::Pod for SiteCount {}
 }
 

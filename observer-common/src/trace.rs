@@ -339,9 +339,12 @@ mod tests {
         for round in 0..3u64 {
             for t in 0..5 {
                 // The fifth does not fit.
+                // SAFETY: `p` is the ring's 4 records; this thread is its
+                // only producer.
                 let ok = unsafe { push(&h, p, 4, &ev(round * 10 + t)) };
                 assert_eq!(ok, t < 4);
             }
+            // SAFETY: the same 4 records; this thread is the only consumer.
             unsafe { drain(&h, p, 4, |e| got.push(e.t_ns)) };
         }
         assert_eq!(
@@ -361,6 +364,8 @@ mod tests {
         let prod = std::thread::spawn(move || {
             let mut t = 0;
             while t < n {
+                // SAFETY: `p` is the ring's 64 records, alive until the
+                // join below; this thread is the only producer.
                 if unsafe { push(h, p as *mut TraceEvent, 64, &ev(t)) } {
                     t += 1;
                 }
@@ -368,6 +373,7 @@ mod tests {
         });
         let mut next = 0u64;
         while next < n {
+            // SAFETY: the same 64 records; this thread is the only consumer.
             unsafe {
                 drain(h, p as *const TraceEvent, 64, |e| {
                     assert_eq!(e.t_ns, next, "every record once, in order");

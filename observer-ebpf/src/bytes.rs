@@ -16,6 +16,9 @@ const MPICH_IN_PLACE: u64 = u64::MAX;
 
 #[inline(always)]
 pub fn account(ctx: &ProbeContext, cookie: u64, tgid: u32, e: &mut Inflight) {
+    // SAFETY: a PROCS value (a preallocated map), whose memory the kernel
+    // keeps for the program's run; the daemon removes a process's entry
+    // only after every probe link of that process is closed.
     let Some(cfg) = (unsafe { PROCS.get(&tgid) }) else {
         return;
     };

@@ -43,6 +43,8 @@ pub fn mpi_return(ctx: RetProbeContext) -> u32 {
 
 fn bump(counter: ErrorCounter) {
     if let Some(p) = ERRORS.get_ptr_mut(counter as u32) {
+        // SAFETY: this CPU's slot of a per-CPU array, valid for the program's
+        // run; only programs on this CPU write it, and they do not nest.
         unsafe { *p += 1 };
     }
 }
@@ -50,11 +52,16 @@ fn bump(counter: ErrorCounter) {
 /// Common entry: `with_bytes` decodes the call's data arguments too.
 #[inline(always)]
 pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
+    // SAFETY: the context pointer the kernel passed this program, which is
+    // what the helper expects.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let func = cookie::function(cookie) as u16;
     let id = bpf_get_current_pid_tgid();
     if let Some(e) = INFLIGHT.get_ptr_mut(&id) {
         // Nested inside another probed call: remember it, count nothing.
+        // SAFETY: an INFLIGHT value (preallocated), valid for the program's
+        // run; its key is this thread's pid_tgid, so only this thread's
+        // probes, which run one at a time, use it.
         let e = unsafe { &mut *e };
         let d = e.depth as usize;
         if d < STACK_DEPTH {
@@ -82,6 +89,10 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
         return;
     };
     {
+        // SAFETY: a PROCS value, valid for the program's run and kept until
+        // the process's probe links are closed. The one write,
+        // `inject_signal = 0`, may race with another thread's same write,
+        // which only means both stop (the daemon expects that).
         let cfg = unsafe { &mut *cfg };
         if cfg.handed_over != 0 {
             // The injected shim counts every call from now on: finish the
@@ -99,7 +110,11 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
         if cfg.skip_hi != 0 || cfg.inject_signal != 0 || cfg.callsites != 0 {
             // At the entry, before the first instruction, rsp points at the
             // return address: the caller's code.
+            // SAFETY: `regs` is the kernel's pt_regs for this probe hit, read
+            // at a constant offset as the verifier requires.
             let rsp = unsafe { core::ptr::read_volatile(&(*ctx.regs).rsp) };
+            // SAFETY: the helper checks the user address itself and fails
+            // rather than faults on a bad one; any u64 is a valid value.
             let from = unsafe { bpf_probe_read_user(rsp as *const u64) }.unwrap_or(0);
             if cfg.callsites != 0 {
                 // 0 if the read failed: the call then has no site.
@@ -123,6 +138,8 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
                 // at its entry. One thread is enough; the daemon sends any
                 // other that raced here on its way.
                 cfg.inject_signal = 0;
+                // SAFETY: signals the current thread with the number the
+                // daemon configured; no memory is involved.
                 unsafe { bpf_send_signal_thread(sig) };
             }
         }
@@ -134,6 +151,7 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
         bytes::account(ctx, cookie, (id >> 32) as u32, &mut e);
     }
     // Read the clock last so argument decoding is not charged to the call.
+    // SAFETY: reads the monotonic clock; no arguments, no memory.
     e.start_ns = unsafe { bpf_ktime_get_ns() };
     if INFLIGHT.insert(&id, &e, 0).is_err() {
         bump(ErrorCounter::InflightUpdate);
@@ -142,7 +160,10 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
 
 #[inline(always)]
 fn leave(ctx: &RetProbeContext) {
+    // SAFETY: reads the monotonic clock; no arguments, no memory.
     let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: the context pointer the kernel passed this program, which is
+    // what the helper expects.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let func = cookie::function(cookie) as u16;
     let id = bpf_get_current_pid_tgid();
@@ -150,6 +171,8 @@ fn leave(ctx: &RetProbeContext) {
         // The call began before we attached: it is not ours to time.
         return;
     };
+    // SAFETY: an INFLIGHT value, valid for the program's run and used only
+    // by this thread's probes (its key is this thread's pid_tgid).
     let e = unsafe { &mut *e };
     let d = e.depth as usize;
     if d == 0 {
@@ -231,6 +254,8 @@ unsafe fn add(p: *mut u64, v: u64) {
 #[inline(always)]
 fn record_site(key: SiteKey, ns: u64) {
     if let Some(s) = CALLSITES.get_ptr_mut(&key) {
+        // SAFETY: a CALLSITES value, valid for the program's run; its fields
+        // are 8-aligned u64s: add's contract.
         unsafe {
             add(&raw mut (*s).calls, 1);
             add(&raw mut (*s).time_ns, ns);
@@ -242,12 +267,17 @@ fn record_site(key: SiteKey, ns: u64) {
         bump(ErrorCounter::CallsiteUpdate);
         return;
     };
+    // SAFETY: a PROCS value (a preallocated map), whose memory the kernel
+    // keeps for the program's run; the daemon removes a process's entry
+    // only after every probe link of that process is closed.
     let max = unsafe { PROCS.get(&key.tgid) }.map_or(0, |c| c.max_sites);
     // SAFETY: a map value, alive for the program's run; another CPU may add
     // to it meanwhile, hence the volatile read (the overshoot this allows
     // is bounded by the CPUs, see SiteCount::sites).
     let sites = unsafe { core::ptr::read_volatile(&raw const (*count).sites) };
     if sites >= u64::from(max) {
+        // SAFETY: a SITE_COUNTS value, valid for the program's run; an
+        // 8-aligned u64 field: add's contract.
         unsafe { add(&raw mut (*count).refused, 1) };
         return;
     }
@@ -260,11 +290,13 @@ fn record_site(key: SiteKey, ns: u64) {
         .insert(&key, &first, u64::from(BPF_NOEXIST))
         .is_ok()
     {
+        // SAFETY: as above, add's contract.
         unsafe { add(&raw mut (*count).sites, 1) };
         return;
     }
     // Another CPU created it meanwhile, or the map is full.
     match CALLSITES.get_ptr_mut(&key) {
+        // SAFETY: a CALLSITES value, as at the top: add's contract.
         Some(s) => unsafe {
             add(&raw mut (*s).calls, 1);
             add(&raw mut (*s).time_ns, ns);
@@ -289,6 +321,8 @@ fn record(key: StatKey, ns: u64, done: &Inflight) {
         None => {
             // The template lives in a map: too large for the BPF stack.
             let Some(zero) = ZERO.get_ptr(0) else { return };
+            // SAFETY: ZERO's one entry, alive as long as the map and never
+            // written.
             let _ = STATS.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
             let Some(s) = STATS.get_ptr_mut(&key) else {
                 bump(ErrorCounter::StatsUpdate);
@@ -322,6 +356,8 @@ fn record_percpu(key: StatKey, ns: u64, done: &Inflight) {
         Some(s) => s,
         None => {
             let Some(zero) = ZERO.get_ptr(0) else { return };
+            // SAFETY: ZERO's one entry, alive as long as the map and never
+            // written.
             let _ = STATS_PERCPU.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
             let Some(s) = STATS_PERCPU.get_ptr_mut(&key) else {
                 bump(ErrorCounter::StatsUpdate);
@@ -330,6 +366,9 @@ fn record_percpu(key: StatKey, ns: u64, done: &Inflight) {
             s
         }
     };
+    // SAFETY: this CPU's copy of a per-CPU map value, valid for the
+    // program's run; only programs on this CPU write it, and they do not
+    // nest.
     let s = unsafe { &mut *s };
     s.calls += 1;
     s.time_ns += ns;

@@ -33,6 +33,8 @@ pub fn size(tgid: u32, cfg: &ProcConfig, handle: u64) -> Option<u64> {
                 pad: 0,
                 addr: handle,
             };
+            // SAFETY: an OMPI_TYPES value (a preallocated map), whose memory
+            // the kernel keeps for the program's run; copied out at once.
             if let Some(s) = unsafe { OMPI_TYPES.get(&key) } {
                 return Some(*s);
             }
@@ -42,10 +44,14 @@ pub fn size(tgid: u32, cfg: &ProcConfig, handle: u64) -> Option<u64> {
             if cfg.ompi_dt_size_offset == 0 || handle < 4096 {
                 return None;
             }
+            // SAFETY: the handle is the rank's to choose, but the helper
+            // checks the user address and fails rather than faults on a bad
+            // one; any u64 is a valid value.
             let class: u64 = unsafe { bpf_probe_read_user(handle as *const u64) }.ok()?;
             if class != cfg.ompi_dt_class {
                 return None;
             }
+            // SAFETY: as above: a checked read of user memory.
             unsafe { bpf_probe_read_user((handle + cfg.ompi_dt_size_offset) as *const u64) }.ok()
         }
         _ => None,

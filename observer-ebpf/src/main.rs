@@ -5,6 +5,12 @@
 #![no_main]
 // The BPF target's inline assembly, for the atomic add of calls::add.
 #![feature(asm_experimental_arch)]
+#![expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "aya's map calls take keys and values by address; given them by value, \
+              rustc copies them to the BPF stack first: 23 more instructions in \
+              mpi_return and 271 over the three entry probes, measured"
+)]
 
 mod args;
 mod bytes;

@@ -151,6 +151,8 @@ fn pcontrol(level: c_int, pmpi: u32) -> c_int {
         depth::set(at);
         // SAFETY: `f` is some layer's MPI_Pcontrol, variadic after `level`.
         let pc: unsafe extern "C" fn(c_int, ...) -> c_int = unsafe { core::mem::transmute(f) };
+        // SAFETY: `pc` has MPI_Pcontrol's C signature; `level` is its one
+        // fixed argument, and no variadic one is passed.
         let rc = unsafe { pc(level) };
         let (next, below) = table::target(row, at + 1);
         // Past the bottom the table answers the bottom itself.

@@ -177,6 +177,7 @@ macro_rules! dispatch {
                 // SAFETY: the same call again, now that the slot is filled.
                 unsafe { $self::<ROW, PMPI, R>($($a),*) }
             }
+            // SAFETY: the words this call was made with, passed on unchanged.
             return unsafe { cold::<ROW, PMPI, R>($($a),*) };
         }
         // The application's level (see crate::timing): depth 0 and no
@@ -198,11 +199,15 @@ macro_rules! dispatch {
         // Enter and Leave for `mpi-observer record`: one load while no
         // recording is on.
         let traced = t0 != 0 && $crate::stats::trace::enter(ROW);
+        // SAFETY: this thread's depth variable.
         unsafe { slot.write(level) };
         // SAFETY: `f` is the address of this procedure (or Fortran symbol) in
         // some layer, which takes these words and returns this type.
         let f: unsafe extern "C" fn($(word!($a)),*) -> R = unsafe { core::mem::transmute(f) };
+        // SAFETY: the words this call was made with, passed on unchanged
+        // (see above: all of the INTEGER class).
         let r = unsafe { f($($a),*) };
+        // SAFETY: this thread's depth variable.
         unsafe { $crate::depth::slot_again().write(depth) };
         if traced {
             $crate::stats::trace::leave(ROW);

@@ -210,6 +210,7 @@ fn on_path(cmd: &str) -> bool {
 pub fn require(needs: &[Need]) -> bool {
     for need in needs {
         let missing = match need {
+            // SAFETY: geteuid(2) takes nothing and cannot fail.
             Need::Root => (unsafe { geteuid() } != 0).then(|| "root (euid 0)".to_string()),
             Need::Mpi(m) => (!m.present()).then(|| format!("{m:?} ({})", m.mpicc())),
             Need::Command(c) => (!on_path(c)).then(|| c.to_string()),

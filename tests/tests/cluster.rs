@@ -346,6 +346,8 @@ fn delete_namespace(ns: &str) {
         .split_whitespace()
         .filter_map(|p| p.parse::<i32>().ok())
     {
+        // SAFETY: kill(2) on a pid in the test's own namespace; no memory
+        // is involved.
         unsafe { kill(pid, SIGKILL) };
     }
     let _ = ip(&["netns", "delete", ns]);

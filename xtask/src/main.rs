@@ -45,8 +45,8 @@ enum Cmd {
         #[arg(long, default_value_t = 20)]
         seconds: u32,
     },
-    /// Everything CI runs: setup, generated-code check, fmt, clippy, unit
-    /// and end-to-end tests.
+    /// Everything CI runs: setup, generated-code check, fmt, clippy (the
+    /// eBPF crate for the BPF target too), unit and end-to-end tests.
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
@@ -116,6 +116,7 @@ fn test(filter: Option<String>) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    clippy_bpf()?;
     build()?;
     setup::run_cmd(cargo().args([
         "test",
@@ -136,6 +137,57 @@ fn test(filter: Option<String>) -> Result<()> {
     // The tests share two cores, BPF and mpirun: one at a time.
     e2e.args(["--test-threads=1"]);
     setup::run_cmd(&mut e2e)
+}
+
+/// Clippy on the eBPF programs, for the BPF target they run on (the host
+/// clippy above skips observer-ebpf: it is not a default member, and does
+/// not build for the host). As aya's xtask lints its eBPF crates: nightly,
+/// `-Z build-std=core`, warnings denied. The toolchain is observer/build.rs's
+/// choice: nightly when installed, otherwise stable with RUSTC_BOOTSTRAP=1;
+/// and the `bpf_target_arch` cfg is the host's, as aya-build sets it, so
+/// the code that ships is the code linted.
+fn clippy_bpf() -> Result<()> {
+    let toolchain = if setup::have_nightly() {
+        "nightly"
+    } else {
+        "stable"
+    };
+    let mut c = Command::new("rustup");
+    c.current_dir(workspace_root())
+        .args(["run", toolchain, "cargo", "clippy", "--release"])
+        .args(["--package", "observer-ebpf", "--target", bpf_target()])
+        .args(["-Z", "build-std=core", "--", "-D", "warnings"])
+        // aya-build's flag; riscv64 variants are plain riscv64 there too.
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            format!("--cfg=bpf_target_arch=\"{}\"", bpf_target_arch()),
+        )
+        // Set by the cargo running xtask; they would pick its toolchain.
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CARGO");
+    if toolchain == "stable" {
+        c.env("RUSTC_BOOTSTRAP", "1");
+    }
+    setup::run_cmd(&mut c)
+}
+
+/// The BPF target aya-build builds for: the host's byte order.
+fn bpf_target() -> &'static str {
+    if cfg!(target_endian = "big") {
+        "bpfeb-unknown-none"
+    } else {
+        "bpfel-unknown-none"
+    }
+}
+
+/// The `bpf_target_arch` aya-build gives the eBPF crate: the host's
+/// architecture (the probes read its registers).
+fn bpf_target_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        a if a.starts_with("riscv64") => "riscv64",
+        a => a,
+    }
 }
 
 fn fuzz(cases: u32, seed: Option<u64>, filter: Option<String>) -> Result<()> {

@@ -266,11 +266,11 @@ fn alltoallw<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
             return 0;
         }
         (0..c.size.max(0))
-            // SAFETY: the caller's arrays of `size` counts and datatypes.
             .map(|i| {
-                b(s, at::<L>(counts, i), unsafe {
-                    s.abi.handle_at(types, i as usize)
-                })
+                let n = at::<L>(counts, i);
+                // SAFETY: the caller's array of `size` datatypes.
+                let t = unsafe { s.abi.handle_at(types, i as usize) };
+                b(s, n, t)
             })
             .sum()
     };

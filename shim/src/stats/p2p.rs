@@ -23,10 +23,12 @@ use super::{
 macro_rules! next {
     ($row:expr; $($a:ident),*) => {{
         let f = crate::generated::c::PMPI_SELF[$row].0;
-        // SAFETY: PMPI_SELF[row] is the shim's PMPI_X for this row, which
-        // takes this many words and returns an int.
         let f: unsafe extern "C" fn($(next!(@word $a)),*) -> core::ffi::c_int =
+            // SAFETY: PMPI_SELF[row] is the shim's PMPI_X for this row,
+            // which takes this many words and returns an int.
             unsafe { core::mem::transmute(f) };
+        // SAFETY: the words of the call this layer wraps (or a status of the
+        // layer's own, alive across the call), one per parameter of `f`.
         unsafe { f($($a),*) }
     }};
     (@word $a:ident) => { usize };
