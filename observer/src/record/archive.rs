@@ -1127,8 +1127,8 @@ impl Archive {
             sys::OTF2_CHUNK_SIZE_DEFINITIONS_DEFAULT,
             sys::OTF2_CHUNK_SIZE_MAX,
         );
-        // SAFETY (this block and the ones below): a is the open archive; the
-        // writers are used only between their get and close.
+        // SAFETY: a is the open archive; the writers are used only between
+        // their get and close (and so in the blocks below).
         unsafe {
             ok(
                 "OTF2_Archive_CloseEvtFiles",

@@ -461,8 +461,9 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
 
 /// CPU time this process used so far, user and system.
 fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct it is given.
+    // SAFETY: rusage is plain integers, for which all zeros is valid.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only the rusage it is given, which lives here.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
         return 0.0;
     }
