@@ -4,13 +4,13 @@
 //! prerequisite skips the test with a message; with `CI=true` it fails it,
 //! because a CI run that skipped its real tests proves nothing.
 
+pub mod http;
 pub mod shm;
 pub mod vm;
 
 use std::{
     collections::BTreeMap,
-    io::{Read as _, Write as _},
-    net::TcpStream,
+    io::Write as _,
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
@@ -179,6 +179,49 @@ impl Mpi {
             _ => Path::new(&self.mpicc()).is_file() && Path::new(&self.mpirun()).is_file(),
         }
     }
+}
+
+/// One `#[test]` per MPI stack for a case written once, in a module named
+/// after the case, so a failure names the stack:
+///
+/// ```text
+/// e2e::per_mpi!(exact_counts => exact_counts: openmpi, mpich);
+/// e2e::per_mpi!(inject_handover_loop => handover_loop(50): openmpi);
+/// ```
+///
+/// gives the tests `exact_counts::openmpi` and `exact_counts::mpich`,
+/// calling `exact_counts(Mpi::OpenMpi)` and `exact_counts(Mpi::Mpich)`,
+/// and `inject_handover_loop::openmpi` calling
+/// `handover_loop(Mpi::OpenMpi, 50)`. The stacks are named as in
+/// [`Mpi::name`]: `openmpi`, `mpich`, `openmpi5`, `mpich5`, `mpich5_abi`.
+/// The function sees the stack first and calls [`require`] itself.
+#[macro_export]
+macro_rules! per_mpi {
+    (@stack openmpi) => { $crate::Mpi::OpenMpi };
+    (@stack mpich) => { $crate::Mpi::Mpich };
+    (@stack openmpi5) => { $crate::Mpi::OpenMpi5 };
+    (@stack mpich5) => { $crate::Mpi::Mpich5 };
+    (@stack mpich5_abi) => { $crate::Mpi::Mpich5Abi };
+    // One call; the arguments come as one token tree, so they can be used
+    // inside the repetition over the stacks.
+    (@call $run:ident $mpi:ident ( $($arg:expr),* $(,)? )) => {
+        $run($crate::per_mpi!(@stack $mpi) $(, $arg)*)
+    };
+    ($(#[$attr:meta])* $case:ident => $run:ident : $($mpi:ident),+ $(,)?) => {
+        $crate::per_mpi!($(#[$attr])* $case => $run() : $($mpi),+);
+    };
+    ($(#[$attr:meta])* $case:ident => $run:ident $args:tt : $($mpi:ident),+ $(,)?) => {
+        $(#[$attr])*
+        mod $case {
+            use super::*;
+            $(
+                #[test]
+                fn $mpi() {
+                    $crate::per_mpi!(@call $run $mpi $args);
+                }
+            )+
+        }
+    };
 }
 
 /// Where `cargo xtask setup` installs the MPI stacks from PyPI.
@@ -352,7 +395,8 @@ pub fn wait_with_timeout(mut child: Child, limit: Duration) -> Output {
     }
 }
 
-/// One HTTP GET over a plain TCP socket; returns (status code, body).
+/// One HTTP GET with the suite's client ([`http`]); returns (status code,
+/// body).
 pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
     http_get_within(addr, path, Duration::from_secs(10))
 }
@@ -360,25 +404,8 @@ pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
 /// [`http_get`] that gives up (an error, not a panic) after `limit` to
 /// connect and `limit` between reads.
 pub fn http_get_within(addr: &str, path: &str, limit: Duration) -> std::io::Result<(u16, String)> {
-    let to = addr
-        .parse()
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let mut s = TcpStream::connect_timeout(&to, limit)?;
-    s.set_read_timeout(Some(limit))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf)?;
-    let buf = String::from_utf8_lossy(&buf);
-    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    Ok((code, body.to_string()))
+    let r = http::send(addr, &http::Request::get(path), limit)?;
+    Ok((r.status, r.text()))
 }
 
 /// Polls `f` every 100 ms until it returns `Some`, or panics with `what`.
@@ -463,23 +490,41 @@ pub fn sum(samples: &[Sample], name: &str, want: &[(&str, &str)]) -> f64 {
 
 /// A running MPI job whose ranks each printed `READY <rank> <pid>` and now
 /// wait for their go file (the launcher's last argument), so probes can go
-/// in before the phase a test counts.
+/// in before the phase a test counts. The suite's one job launcher: every
+/// test's MPI job runs through it.
 pub struct Job {
     child: Option<Child>,
     /// (rank, pid), sorted by rank.
     pub ranks: Vec<(u32, u32)>,
     go: PathBuf,
+    /// The second file of a program that holds twice ([`Job::spawn_held`]).
+    stop: Option<PathBuf>,
     lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl Job {
     /// Spawns `launcher` (mpirun with the program and its arguments) with
     /// `go` appended, and waits until `np` ranks printed READY.
-    pub fn spawn(mut launcher: Command, np: u32, go: PathBuf) -> Job {
+    pub fn spawn(launcher: Command, np: u32, go: PathBuf) -> Job {
+        Job::launch(launcher, np, go, None)
+    }
+
+    /// [`Job::spawn`] for a program that holds twice: `go` and then `stop`
+    /// are appended; `go` starts its counted phase, `stop` lets it end
+    /// (after the test read its figures). [`Job::finish`] writes both.
+    pub fn spawn_held(launcher: Command, np: u32, go: PathBuf, stop: PathBuf) -> Job {
+        Job::launch(launcher, np, go, Some(stop))
+    }
+
+    fn launch(mut launcher: Command, np: u32, go: PathBuf, stop: Option<PathBuf>) -> Job {
         use std::io::BufRead as _;
         let _ = std::fs::remove_file(&go);
+        launcher.arg(&go);
+        if let Some(stop) = &stop {
+            let _ = std::fs::remove_file(stop);
+            launcher.arg(stop);
+        }
         let mut child = launcher
-            .arg(&go)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -534,6 +579,7 @@ impl Job {
             child: Some(child),
             ranks,
             go,
+            stop,
             lines: rx,
         }
     }
@@ -541,6 +587,25 @@ impl Job {
     /// Lets the ranks start their counted phase.
     pub fn go(&self) {
         std::fs::write(&self.go, b"go").unwrap();
+    }
+
+    /// Waits for `n` lines starting with `word` and a space, among what the
+    /// job prints from now on; panics after `limit`.
+    pub fn wait_lines(&mut self, word: &str, n: usize, limit: Duration) -> Vec<String> {
+        let start = Instant::now();
+        let mut got = Vec::new();
+        while got.len() < n {
+            let left = limit.saturating_sub(start.elapsed());
+            match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
+                Ok(l) if l.starts_with(&format!("{word} ")) => got.push(l),
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "the job printed {} of {n} {word} lines within {limit:?}",
+                    got.len()
+                ),
+            }
+        }
+        got
     }
 
     /// The ranks' pids, by rank.
@@ -566,6 +631,9 @@ impl Job {
     /// with `done` (its own check of its results).
     pub fn finish(mut self, done: &str) {
         self.go();
+        if let Some(stop) = &self.stop {
+            std::fs::write(stop, b"stop").unwrap();
+        }
         let out = wait_with_timeout(self.child.take().unwrap(), Duration::from_secs(120));
         assert!(out.status.success(), "the MPI job failed: {}", out.status);
         let mut n = 0;
@@ -582,6 +650,9 @@ impl Drop for Job {
         if let Some(mut c) = self.child.take() {
             // A failed test: let the ranks go, then make sure they are gone.
             let _ = std::fs::write(&self.go, b"go");
+            if let Some(stop) = &self.stop {
+                let _ = std::fs::write(stop, b"stop");
+            }
             let start = Instant::now();
             while start.elapsed() < Duration::from_secs(20) {
                 if c.try_wait().ok().flatten().is_some() {
@@ -593,6 +664,73 @@ impl Drop for Job {
             let _ = c.wait();
         }
         let _ = std::fs::remove_file(&self.go);
+        if let Some(stop) = &self.stop {
+            let _ = std::fs::remove_file(stop);
+        }
+    }
+}
+
+/// A child process that is not an MPI job or the daemon (Prometheus,
+/// VictoriaMetrics, a simulator...): killed and reaped when dropped, its
+/// stderr in a log file that a failure message quotes.
+pub struct Proc {
+    /// Its name, for messages.
+    pub name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `cmd` with stdout discarded and stderr to `log`.
+    pub fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Proc {
+        let f = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name} ({cmd:?}): {e}"));
+        Proc::adopt(name, child, log)
+    }
+
+    /// Takes charge of a child started otherwise (e.g. with its stdout
+    /// read), whose stderr goes to `log`.
+    pub fn adopt(name: &str, child: Child, log: PathBuf) -> Proc {
+        Proc {
+            name: name.to_string(),
+            child,
+            log,
+        }
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Panics with the end of its log if it exited.
+    pub fn assert_running(&mut self) {
+        if let Some(st) = self.child.try_wait().expect("try_wait") {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: String = log
+                .chars()
+                .rev()
+                .take(8000)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            panic!(
+                "{} exited early ({st}); the end of its log:\n{tail}",
+                self.name
+            );
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -1,4 +1,4 @@
-//! The scale pipeline (issue 22), shared by `tests/tests/scale.rs` and
+//! The scale pipeline (issue 22), shared by `tests/tests/e2e/scale.rs` and
 //! `cargo xtask bench scale`: `mpi-observer __simulate` (many simulated
 //! nodes, each the real HTTP server on its own loopback address), scraped by
 //! `vmagent`s in cluster mode (each scrapes its share of the nodes),
@@ -11,15 +11,16 @@
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::{TcpListener, TcpStream},
+    net::TcpListener,
     path::{Path, PathBuf},
-    process::{Child, ChildStdout, Command, Stdio},
+    process::{ChildStdout, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
 
-use crate::{free_port, observer_bin, url_encode, wait_for, workspace_root};
+pub use crate::{Proc, http::get_json};
+use crate::{free_port, http::Request, observer_bin, url_encode, wait_for, workspace_root};
 
 /// The commands the pipeline runs, all from Debian's `victoria-metrics`.
 pub const COMMANDS: [&str; 3] = ["victoria-metrics", "vmagent", "vmalert"];
@@ -104,14 +105,6 @@ impl Config {
     }
 }
 
-/// A child process, killed when dropped; its output in a log file.
-pub struct Proc {
-    /// Its name, for messages.
-    pub name: String,
-    child: Child,
-    log: PathBuf,
-}
-
 /// Makes `cmd`'s process die with the thread that starts it: a benchmark
 /// or test killed midway leaves no simulator or database running on a
 /// shared machine.
@@ -134,52 +127,16 @@ unsafe extern "C" {
 const PR_SET_PDEATHSIG: i32 = 1;
 const SIGKILL: u64 = 9;
 
+/// [`Proc::spawn`] dying with the thread that starts it, its log
+/// `dir/NAME.log`.
+fn spawn(name: &str, cmd: &mut Command, dir: &Path) -> Proc {
+    Proc::spawn(name, die_with_parent(cmd), dir.join(format!("{name}.log")))
+}
+
 impl Proc {
-    fn spawn(name: &str, cmd: &mut Command, dir: &Path) -> Proc {
-        let log = dir.join(format!("{name}.log"));
-        let child = die_with_parent(cmd)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {name}: {e}"));
-        Proc {
-            name: name.into(),
-            child,
-            log,
-        }
-    }
-
-    /// Its pid.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Panics with the end of its log if it exited.
-    pub fn assert_running(&mut self) {
-        if let Some(st) = self.child.try_wait().expect("try_wait") {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: String = log
-                .chars()
-                .rev()
-                .take(3000)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            panic!("{} exited ({st}): {tail}", self.name);
-        }
-    }
-
     /// Its CPU time so far (user + system), from `/proc/PID/stat`.
     pub fn cpu(&self) -> Duration {
         proc_cpu(self.pid())
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -206,8 +163,8 @@ unsafe extern "C" {
 /// `_SC_CLK_TCK` on Linux.
 const SC_CLK_TCK: i32 = 2;
 
-/// One HTTP/1.0 request (no chunked answers to decode); returns (status,
-/// body). `limit` bounds the connect and each read.
+/// One HTTP/1.0 request with the suite's client ([`crate::http`]);
+/// returns (status, body). `limit` bounds the connect and each read.
 pub fn http(
     addr: &str,
     method: &str,
@@ -215,49 +172,15 @@ pub fn http(
     body: &[u8],
     limit: Duration,
 ) -> std::io::Result<(u16, Vec<u8>)> {
-    let to = addr
-        .parse()
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let mut s = TcpStream::connect_timeout(&to, limit)?;
-    s.set_read_timeout(Some(limit))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )?;
-    s.write_all(body)?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf)?;
-    let split = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(buf.len(), |p| p + 4);
-    let head = String::from_utf8_lossy(&buf[..split]);
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    Ok((code, buf[split..].to_vec()))
-}
-
-/// A GET answering JSON, or why not.
-pub fn get_json(addr: &str, path: &str, limit: Duration) -> Result<Value, String> {
-    let (code, body) =
-        http(addr, "GET", path, b"", limit).map_err(|e| format!("GET {path}: {e}"))?;
-    let v: Value = serde_json::from_slice(&body).map_err(|e| {
-        format!(
-            "GET {path}: {code}, not JSON ({e}): {}",
-            String::from_utf8_lossy(&body[..body.len().min(300)])
-        )
-    })?;
-    if code != 200 || v["status"] != "success" {
-        return Err(format!(
-            "GET {path}: {code} {}",
-            String::from_utf8_lossy(&body[..body.len().min(500)])
-        ));
-    }
-    Ok(v)
+    let req = Request {
+        method,
+        path,
+        headers: &[],
+        body,
+        http10: true,
+    };
+    let r = crate::http::send(addr, &req, limit)?;
+    Ok((r.status, r.body))
 }
 
 /// Answers every request with 200: the alert receiver vmalert must be given
@@ -365,16 +288,12 @@ impl Pipeline {
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         let _ = out.read_line(&mut line);
-        let mut sim = Proc {
-            name: "simulate".into(),
-            child,
-            log,
-        };
+        let mut sim = Proc::adopt("simulate", child, log);
         sim.assert_running();
         assert!(line.starts_with("simulate:"), "simulator said {line:?}");
 
         let vm_addr = format!("127.0.0.1:{}", free_port());
-        let vm = Proc::spawn(
+        let vm = spawn(
             "victoria-metrics",
             Command::new("victoria-metrics")
                 .arg(format!(
@@ -415,7 +334,7 @@ impl Pipeline {
         let (mut agents, mut agent_addrs) = (Vec::new(), Vec::new());
         for i in 0..config.shards {
             let addr = format!("127.0.0.1:{}", free_port());
-            let agent = Proc::spawn(
+            let agent = spawn(
                 &format!("vmagent-{i}"),
                 Command::new("vmagent")
                     .arg(format!("-promscrape.config={}", scrape.display()))
@@ -462,7 +381,7 @@ impl Pipeline {
             ))
             .arg(format!("-httpListenAddr={alert_addr}"))
             .arg("-loggerLevel=WARN");
-        let mut alert = Proc::spawn("vmalert", &mut cmd, dir);
+        let mut alert = spawn("vmalert", &mut cmd, dir);
         wait_for("vmalert to answer", Duration::from_secs(60), || {
             alert.assert_running();
             http(&alert_addr, "GET", "/health", b"", Duration::from_secs(2))

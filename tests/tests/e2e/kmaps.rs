@@ -80,15 +80,7 @@ fn threads_are_exact(mpi: Mpi) {
     assert_no_probes_left();
 }
 
-#[test]
-fn threads_calling_at_once_are_counted_exactly_open_mpi() {
-    threads_are_exact(Mpi::OpenMpi);
-}
-
-#[test]
-fn threads_calling_at_once_are_counted_exactly_mpich() {
-    threads_are_exact(Mpi::Mpich);
-}
+e2e::per_mpi!(threads_calling_at_once_are_counted_exactly => threads_are_exact: openmpi, mpich);
 
 /// A program with `SITES` distinct MPI_Barrier call sites (one `case` each,
 /// built at -O0 so none is merged with another), visited in order

@@ -27,8 +27,10 @@ use std::{
 
 use base64::Engine as _;
 use e2e::{
-    Need, free_port, http_get, observer_bin, parse_metrics, promtool_check, require,
-    run_with_timeout, scratch, wait_for, workspace_root,
+    Need, free_port,
+    http::{self, Request, Response},
+    http_get, observer_bin, parse_metrics, promtool_check, require, run_with_timeout, scratch,
+    wait_for, workspace_root,
 };
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject as _};
 
@@ -36,71 +38,6 @@ const USER: &str = "prometheus";
 const PASSWORD: &str = "s3cret-scrape";
 
 // ------------------------------------------------------------ HTTP clients
-
-/// A parsed HTTP response.
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-fn parse_response(raw: &[u8]) -> std::io::Result<Resp> {
-    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| bad("no end of head"))?;
-    let head = String::from_utf8_lossy(&raw[..end]);
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| bad("no status"))?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let mut body = raw[end + 4..].to_vec();
-    if let Some(n) = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse::<usize>().ok())
-    {
-        if body.len() < n {
-            return Err(bad("body shorter than Content-Length"));
-        }
-        body.truncate(n);
-    }
-    Ok(Resp {
-        status,
-        headers,
-        body,
-    })
-}
-
-fn request(path: &str, host: &str, headers: &[(&str, String)]) -> Vec<u8> {
-    let mut r = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        r.push_str(&format!("{k}: {v}\r\n"));
-    }
-    r.push_str("\r\n");
-    r.into_bytes()
-}
 
 fn basic(user: &str, password: &str) -> (&'static str, String) {
     (
@@ -112,14 +49,19 @@ fn basic(user: &str, password: &str) -> (&'static str, String) {
     )
 }
 
+/// How long a request may take to connect, and between reads.
+const LIMIT: Duration = Duration::from_secs(10);
+
 /// GET over plain TCP with extra headers.
-fn get(addr: &str, path: &str, headers: &[(&str, String)]) -> std::io::Result<Resp> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(&request(path, addr, headers))?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    parse_response(&raw)
+fn get(addr: &str, path: &str, headers: &[(&str, String)]) -> std::io::Result<Response> {
+    http::send(
+        addr,
+        &Request {
+            headers,
+            ..Request::get(path)
+        },
+        LIMIT,
+    )
 }
 
 /// A TLS client that trusts only the test CA.
@@ -168,33 +110,30 @@ fn get_tls(
     addr: &str,
     path: &str,
     headers: &[(&str, String)],
-) -> std::io::Result<Resp> {
-    let tcp = TcpStream::connect(addr)?;
-    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+) -> std::io::Result<Response> {
+    let tcp = TcpStream::connect_timeout(&addr.parse().unwrap(), LIMIT)?;
+    tcp.set_read_timeout(Some(LIMIT))?;
     let ip: std::net::IpAddr = addr.parse::<SocketAddr>().unwrap().ip();
     let conn = rustls::ClientConnection::new(client.clone(), ServerName::IpAddress(ip.into()))
         .map_err(std::io::Error::other)?;
     let mut tls = rustls::StreamOwned::new(conn, tcp);
-    tls.write_all(&request(path, addr, headers))?;
-    let mut raw = Vec::new();
-    match tls.read_to_end(&mut raw) {
-        Ok(_) => {}
-        // A peer that closes without close_notify: the response is whole
-        // if it parses with its Content-Length.
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-        Err(e) => return Err(e),
-    }
-    parse_response(&raw)
+    http::exchange(
+        &mut tls,
+        addr,
+        &Request {
+            headers,
+            ..Request::get(path)
+        },
+    )
 }
 
 /// GET over HTTP/1.0 (never chunked), for Prometheus's API.
 fn get10(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(15)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let r = parse_response(&raw)?;
+    let req = Request {
+        http10: true,
+        ..Request::get(path)
+    };
+    let r = http::send(addr, &req, Duration::from_secs(15))?;
     Ok((r.status, r.text()))
 }
 
@@ -811,14 +750,11 @@ fn gzip_when_asked_and_promtool_clean() {
         http_get(&daemon.addr, "/nope").unwrap(),
         (404, "not found\n".to_string())
     );
-    let mut s = TcpStream::connect(&daemon.addr).unwrap();
-    s.write_all(
-        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let r = parse_response(&raw).unwrap();
+    let post = Request {
+        method: "POST",
+        ..Request::get("/metrics")
+    };
+    let r = http::send(&daemon.addr, &post, LIMIT).unwrap();
     assert_eq!((r.status, r.text().as_str()), (405, "only GET\n"));
 }
 

@@ -142,6 +142,9 @@ enum Via {
 /// order at Init and Finalize, that B's MPI_Barrier reaches B's own wrapper
 /// and not A's, Pcontrol reaching both, and the app's results.
 fn order_and_resolution(mpi: Mpi, via: Via) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
     let name = match via {
         Via::Env => "order",
         Via::Mca => "order-mca",
@@ -269,45 +272,9 @@ fn order_and_resolution(mpi: Mpi, via: Via) {
     }
 }
 
-#[test]
-fn shim_order_and_resolution_openmpi_env() {
-    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
-        return;
-    }
-    order_and_resolution(Mpi::OpenMpi, Via::Env);
-}
-
-#[test]
-fn shim_order_and_resolution_openmpi_mca() {
-    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
-        return;
-    }
-    order_and_resolution(Mpi::OpenMpi, Via::Mca);
-}
-
-#[test]
-fn shim_order_and_resolution_mpich() {
-    if !require(&[Need::Mpi(Mpi::Mpich)]) {
-        return;
-    }
-    order_and_resolution(Mpi::Mpich, Via::Env);
-}
-
-#[test]
-fn shim_launcher_run_openmpi() {
-    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
-        return;
-    }
-    order_and_resolution(Mpi::OpenMpi, Via::Run);
-}
-
-#[test]
-fn shim_launcher_run_mpich() {
-    if !require(&[Need::Mpi(Mpi::Mpich)]) {
-        return;
-    }
-    order_and_resolution(Mpi::Mpich, Via::Run);
-}
+e2e::per_mpi!(shim_order_and_resolution_env => order_and_resolution(Via::Env): openmpi, mpich);
+e2e::per_mpi!(shim_order_and_resolution_mca => order_and_resolution(Via::Mca): openmpi);
+e2e::per_mpi!(shim_launcher_run => order_and_resolution(Via::Run): openmpi, mpich);
 
 /// `use mpi` and `use mpi_f08`: a C tool wrapping MPI_Send/MPI_Recv sees the
 /// Fortran calls with `fort` on top (the default, or listed first) and not
@@ -373,6 +340,9 @@ fn shim_fortran_mpich() {
 /// Four threads under MPI_THREAD_MULTIPLE, two stacked tools: every count
 /// exact in both, which a shared (not per-thread) depth would break.
 fn threads(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
     let kit = Kit::new(mpi, "threads");
     let (a, b) = (kit.tool("A", false), kit.tool("B", false));
     let prog = kit.program("threads.c", &["-pthread"]);
@@ -397,26 +367,15 @@ fn threads(mpi: Mpi) {
     }
 }
 
-#[test]
-fn shim_threads_openmpi() {
-    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
-        return;
-    }
-    threads(Mpi::OpenMpi);
-}
-
-#[test]
-fn shim_threads_mpich() {
-    if !require(&[Need::Mpi(Mpi::Mpich)]) {
-        return;
-    }
-    threads(Mpi::Mpich);
-}
+e2e::per_mpi!(shim_threads => threads: openmpi, mpich);
 
 /// A list that cannot be honoured: every rank exits non-zero within seconds
 /// with one line naming the entry and the loader's reason, and no tool ran
 /// (tool A is listed before the bad entry).
 fn bad_list(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
     let kit = Kit::new(mpi, "bad");
     let a = kit.tool("A", false);
     let app = kit.program("app.c", &[]);
@@ -464,26 +423,15 @@ fn bad_list(mpi: Mpi) {
     }
 }
 
-#[test]
-fn shim_bad_list_openmpi() {
-    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
-        return;
-    }
-    bad_list(Mpi::OpenMpi);
-}
-
-#[test]
-fn shim_bad_list_mpich() {
-    if !require(&[Need::Mpi(Mpi::Mpich)]) {
-        return;
-    }
-    bad_list(Mpi::Mpich);
-}
+e2e::per_mpi!(shim_bad_list => bad_list: openmpi, mpich);
 
 /// A procedure that no level defines (an MPI 5.0 one, absent from both
 /// libraries), reached through a tool's reference (the application cannot
 /// see it at all), ends every rank with one line naming it, not a crash.
 fn missing_function(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
     let kit = Kit::new(mpi, "missing");
     let tool = kit.dir.join("libmissing.so");
     compile(
@@ -517,21 +465,7 @@ fn missing_function(mpi: Mpi) {
     }
 }
 
-#[test]
-fn shim_missing_function_openmpi() {
-    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
-        return;
-    }
-    missing_function(Mpi::OpenMpi);
-}
-
-#[test]
-fn shim_missing_function_mpich() {
-    if !require(&[Need::Mpi(Mpi::Mpich)]) {
-        return;
-    }
-    missing_function(Mpi::Mpich);
-}
+e2e::per_mpi!(shim_missing_function => missing_function: openmpi, mpich);
 
 /// An empty list is a pure pass-through: correct results, nothing printed.
 #[test]

@@ -89,30 +89,7 @@ fn same_function_set(mpi: Mpi) {
     assert_eq!(bind_now, bare, "the library's probes, LD_BIND_NOW=1");
 }
 
-#[test]
-fn same_function_set_open_mpi() {
-    same_function_set(Mpi::OpenMpi);
-}
-
-#[test]
-fn same_function_set_mpich() {
-    same_function_set(Mpi::Mpich);
-}
-
-#[test]
-fn same_function_set_open_mpi5_wheel() {
-    same_function_set(Mpi::OpenMpi5);
-}
-
-#[test]
-fn same_function_set_mpich5_wheel() {
-    same_function_set(Mpi::Mpich5);
-}
-
-#[test]
-fn same_function_set_mpich5_wheel_standard_abi() {
-    same_function_set(Mpi::Mpich5Abi);
-}
+e2e::per_mpi!(same_function_set => same_function_set: openmpi, mpich, openmpi5, mpich5, mpich5_abi);
 
 /// A program without MPI loads, as Python loads a module (`RTLD_NOW`), a
 /// plugin that links the MPI library: the library arrives inside that
@@ -170,27 +147,4 @@ fn plugin_calls_are_layered(mpi: Mpi) {
     );
 }
 
-#[test]
-fn plugin_calls_are_layered_open_mpi() {
-    plugin_calls_are_layered(Mpi::OpenMpi);
-}
-
-#[test]
-fn plugin_calls_are_layered_mpich() {
-    plugin_calls_are_layered(Mpi::Mpich);
-}
-
-#[test]
-fn plugin_calls_are_layered_open_mpi5_wheel() {
-    plugin_calls_are_layered(Mpi::OpenMpi5);
-}
-
-#[test]
-fn plugin_calls_are_layered_mpich5_wheel() {
-    plugin_calls_are_layered(Mpi::Mpich5);
-}
-
-#[test]
-fn plugin_calls_are_layered_mpich5_wheel_standard_abi() {
-    plugin_calls_are_layered(Mpi::Mpich5Abi);
-}
+e2e::per_mpi!(plugin_calls_are_layered => plugin_calls_are_layered: openmpi, mpich, openmpi5, mpich5, mpich5_abi);

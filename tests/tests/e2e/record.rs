@@ -275,25 +275,7 @@ fn shim_ranks_give_full_events(mpi: Mpi) {
     assert_eq!(n("ENTER"), n("LEAVE"), "{p:?}");
 }
 
-#[test]
-fn shim_ranks_give_full_events_open_mpi() {
-    shim_ranks_give_full_events(Mpi::OpenMpi);
-}
-
-#[test]
-fn shim_ranks_give_full_events_mpich() {
-    shim_ranks_give_full_events(Mpi::Mpich);
-}
-
-#[test]
-fn shim_ranks_give_full_events_open_mpi5() {
-    shim_ranks_give_full_events(Mpi::OpenMpi5);
-}
-
-#[test]
-fn shim_ranks_give_full_events_mpich5_standard_abi() {
-    shim_ranks_give_full_events(Mpi::Mpich5Abi);
-}
+e2e::per_mpi!(shim_ranks_give_full_events => shim_ranks_give_full_events: openmpi, mpich, openmpi5, mpich5_abi);
 
 #[test]
 fn a_small_ring_drops_and_says_so() {
@@ -539,15 +521,7 @@ fn matched_receives_are_recorded(mpi: Mpi) {
     assert_eq!(r["dropped"], serde_json::json!({}), "{r}");
 }
 
-#[test]
-fn matched_receives_are_recorded_open_mpi() {
-    matched_receives_are_recorded(Mpi::OpenMpi);
-}
-
-#[test]
-fn matched_receives_are_recorded_mpich() {
-    matched_receives_are_recorded(Mpi::Mpich);
-}
+e2e::per_mpi!(matched_receives_are_recorded => matched_receives_are_recorded: openmpi, mpich);
 
 #[test]
 fn recordings_one_after_another() {

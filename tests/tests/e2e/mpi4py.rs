@@ -668,6 +668,10 @@ fn differences(bare: &SuiteRun, shim: &SuiteRun) -> Vec<String> {
 
 /// A shim run against its library's bare run.
 fn shim_run(mpi: Mpi, config: Config) {
+    // Injecting the shim into running ranks takes root.
+    if matches!(config, Config::Injected) && !require(&[Need::Root]) {
+        return;
+    }
     if !ready(mpi) {
         return;
     }
@@ -931,7 +935,7 @@ fn record(run: &SuiteRun, verdict: String) {
     all.sort();
     let mut md = String::from(
         "# mpi4py 4.1.2 test suite, 2 ranks, bare and under the shim\n\n\
-         Written by `tests/tests/mpi4py.rs` (newest run of each library and \
+         Written by `tests/tests/e2e/mpi4py.rs` (newest run of each library and \
          configuration). Counts are per rank and per test id (a test with \
          failing subtests counts once); `failed` includes unexpected \
          successes. Times are UTC.\n\n",
@@ -1015,56 +1019,8 @@ fn bare_run(mpi: Mpi) {
     }
 }
 
-#[test]
-fn mpi4py_suite_openmpi5_bare() {
-    bare_run(Mpi::OpenMpi5);
-}
-
-#[test]
-fn mpi4py_suite_openmpi5_shim_empty() {
-    shim_run(Mpi::OpenMpi5, Config::Empty);
-}
-
-#[test]
-fn mpi4py_suite_openmpi5_shim_stats() {
-    shim_run(Mpi::OpenMpi5, Config::Stats);
-}
-
-#[test]
-fn mpi4py_suite_openmpi5_shim_tools() {
-    shim_run(Mpi::OpenMpi5, Config::Tools);
-}
-
-#[test]
-fn mpi4py_suite_openmpi5_injected() {
-    if require(&[Need::Root]) {
-        shim_run(Mpi::OpenMpi5, Config::Injected);
-    }
-}
-
-#[test]
-fn mpi4py_suite_mpich5_injected() {
-    if require(&[Need::Root]) {
-        shim_run(Mpi::Mpich5, Config::Injected);
-    }
-}
-
-#[test]
-fn mpi4py_suite_mpich5_bare() {
-    bare_run(Mpi::Mpich5);
-}
-
-#[test]
-fn mpi4py_suite_mpich5_shim_empty() {
-    shim_run(Mpi::Mpich5, Config::Empty);
-}
-
-#[test]
-fn mpi4py_suite_mpich5_shim_stats() {
-    shim_run(Mpi::Mpich5, Config::Stats);
-}
-
-#[test]
-fn mpi4py_suite_mpich5_shim_tools() {
-    shim_run(Mpi::Mpich5, Config::Tools);
-}
+e2e::per_mpi!(mpi4py_suite_bare => bare_run: openmpi5, mpich5);
+e2e::per_mpi!(mpi4py_suite_shim_empty => shim_run(Config::Empty): openmpi5, mpich5);
+e2e::per_mpi!(mpi4py_suite_shim_stats => shim_run(Config::Stats): openmpi5, mpich5);
+e2e::per_mpi!(mpi4py_suite_shim_tools => shim_run(Config::Tools): openmpi5, mpich5);
+e2e::per_mpi!(mpi4py_suite_injected => shim_run(Config::Injected): openmpi5, mpich5);

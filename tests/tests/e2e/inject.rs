@@ -822,100 +822,18 @@ fn shutdown_while_armed(mpi: Mpi) {
     job.finish("OK ");
 }
 
-#[test]
-fn inject_shutdown_while_armed_open_mpi() {
-    shutdown_while_armed(Mpi::OpenMpi);
-}
-
-#[test]
-fn inject_long_compute_open_mpi() {
-    long_compute(Mpi::OpenMpi);
-}
-
-#[test]
-fn inject_handover_loop_open_mpi() {
-    handover_loop(Mpi::OpenMpi, 50);
-}
-
-#[test]
-fn inject_refused_rank_stays_probed_open_mpi() {
-    refused_rank_stays_probed(Mpi::OpenMpi);
-}
-
-#[test]
-fn inject_restarted_daemon_adopts_open_mpi() {
-    restarted_daemon_adopts(Mpi::OpenMpi);
-}
-
-#[test]
-fn inject_before_init_open_mpi() {
-    before_init(Mpi::OpenMpi);
-}
-
-#[test]
-fn inject_before_init_mpich() {
-    before_init(Mpi::Mpich);
-}
-
-#[test]
-fn inject_exact_after_injection_open_mpi() {
-    exact_after_injection(Mpi::OpenMpi);
-}
-
-#[test]
-fn inject_exact_after_injection_mpich() {
-    exact_after_injection(Mpi::Mpich);
-}
-
-#[test]
-fn inject_in_full_traffic_open_mpi() {
-    in_full_traffic(Mpi::OpenMpi);
-}
-
-#[test]
-fn inject_in_full_traffic_mpich() {
-    in_full_traffic(Mpi::Mpich);
-}
-
-#[test]
-fn inject_threads_open_mpi() {
-    threads(Mpi::OpenMpi);
-}
-
-#[test]
-fn inject_threads_mpich() {
-    threads(Mpi::Mpich);
-}
-
-#[test]
-fn inject_fortran_open_mpi() {
-    fortran(Mpi::OpenMpi);
-}
-
-#[test]
-fn inject_fortran_mpich() {
-    fortran(Mpi::Mpich);
-}
-
-#[test]
-fn inject_kill9_open_mpi() {
-    kill9(Mpi::OpenMpi);
-}
-
-#[test]
-fn inject_kill9_mpich() {
-    kill9(Mpi::Mpich);
-}
-
-#[test]
-fn inject_detach_open_mpi() {
-    detach_puts_slots_back(Mpi::OpenMpi);
-}
-
-#[test]
-fn inject_detach_mpich() {
-    detach_puts_slots_back(Mpi::Mpich);
-}
+e2e::per_mpi!(inject_shutdown_while_armed => shutdown_while_armed: openmpi);
+e2e::per_mpi!(inject_long_compute => long_compute: openmpi);
+e2e::per_mpi!(inject_handover_loop => handover_loop(50): openmpi);
+e2e::per_mpi!(inject_refused_rank_stays_probed => refused_rank_stays_probed: openmpi);
+e2e::per_mpi!(inject_restarted_daemon_adopts => restarted_daemon_adopts: openmpi);
+e2e::per_mpi!(inject_before_init => before_init: openmpi, mpich);
+e2e::per_mpi!(inject_exact_after_injection => exact_after_injection: openmpi, mpich);
+e2e::per_mpi!(inject_in_full_traffic => in_full_traffic: openmpi, mpich);
+e2e::per_mpi!(inject_threads => threads: openmpi, mpich);
+e2e::per_mpi!(inject_fortran => fortran: openmpi, mpich);
+e2e::per_mpi!(inject_kill9 => kill9: openmpi, mpich);
+e2e::per_mpi!(inject_detach => detach_puts_slots_back: openmpi, mpich);
 
 #[test]
 fn inject_bad_input() {

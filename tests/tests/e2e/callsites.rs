@@ -181,15 +181,7 @@ fn probes_split(mpi: Mpi) {
     d.stop(signal::INT);
 }
 
-#[test]
-fn probes_split_is_exact_openmpi() {
-    probes_split(Mpi::OpenMpi);
-}
-
-#[test]
-fn probes_split_is_exact_mpich() {
-    probes_split(Mpi::Mpich);
-}
+e2e::per_mpi!(probes_split_is_exact => probes_split: openmpi, mpich);
 
 #[test]
 fn without_the_flag_probes_record_no_call_site() {
@@ -227,25 +219,7 @@ fn shim_split(mpi: Mpi) {
     d.stop(signal::INT);
 }
 
-#[test]
-fn shim_split_is_exact_openmpi() {
-    shim_split(Mpi::OpenMpi);
-}
-
-#[test]
-fn shim_split_is_exact_mpich() {
-    shim_split(Mpi::Mpich);
-}
-
-#[test]
-fn shim_split_is_exact_openmpi5() {
-    shim_split(Mpi::OpenMpi5);
-}
-
-#[test]
-fn shim_split_is_exact_mpich5_abi() {
-    shim_split(Mpi::Mpich5Abi);
-}
+e2e::per_mpi!(shim_split_is_exact => shim_split: openmpi, mpich, openmpi5, mpich5_abi);
 
 /// A stripped binary: the two sites are still told apart, named by the
 /// object and the return address's offset, and nothing fails.

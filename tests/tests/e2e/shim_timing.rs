@@ -154,7 +154,7 @@ fn segment_from_the_start(mpi: Mpi) {
 }
 
 /// `mpi_bytes_total` and `mpi_bytes_unknown_calls_total` of a timed rank
-/// follow the probes' definition (tests/tests/observer.rs checks the same
+/// follow the probes' definition (tests/tests/e2e/observer.rs checks the same
 /// figures from the probes); the shim sizes derived types on both
 /// libraries, where MPICH's probes cannot.
 fn check_bytes(samples: &[Sample], mpi: Mpi) {
@@ -215,22 +215,5 @@ fn handover_mid_run(mpi: Mpi) {
     e2e::assert_no_probes_left();
 }
 
-#[test]
-fn segment_from_the_start_open_mpi() {
-    segment_from_the_start(Mpi::OpenMpi);
-}
-
-#[test]
-fn segment_from_the_start_mpich() {
-    segment_from_the_start(Mpi::Mpich);
-}
-
-#[test]
-fn handover_mid_run_open_mpi() {
-    handover_mid_run(Mpi::OpenMpi);
-}
-
-#[test]
-fn handover_mid_run_mpich() {
-    handover_mid_run(Mpi::Mpich);
-}
+e2e::per_mpi!(segment_from_the_start => segment_from_the_start: openmpi, mpich);
+e2e::per_mpi!(handover_mid_run => handover_mid_run: openmpi, mpich);

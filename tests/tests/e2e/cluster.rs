@@ -14,18 +14,15 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::TcpStream,
     os::unix::fs::{MetadataExt as _, PermissionsExt as _},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc,
+    process::Command,
     time::{Duration, Instant},
 };
 
 use e2e::{
-    Mpi, Need, compile, free_port, http_get, observer_bin, parse_metrics, program, require,
-    run_with_timeout, scratch, sum, url_encode, wait_for, wait_with_timeout, workspace_root,
+    Job, Mpi, Need, Proc, compile, free_port, http::Request, http_get, observer_bin, parse_metrics,
+    program, require, run_with_timeout, scratch, sum, url_encode, wait_for, workspace_root,
 };
 use serde_json::Value;
 
@@ -137,27 +134,8 @@ fn read_json(p: &Path) -> Value {
 
 // ---------------------------------------------------------------- HTTP
 
-/// One HTTP/1.0 request (so the answer is never chunked); returns (status,
-/// body).
-fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(15)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf)?;
-    let buf = String::from_utf8_lossy(&buf);
-    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    Ok((code, body.to_string()))
-}
+/// How long one request to Prometheus may take to connect, and between reads.
+const HTTP_LIMIT: Duration = Duration::from_secs(15);
 
 /// One sample of an instant query.
 #[derive(Debug, Clone)]
@@ -173,22 +151,27 @@ struct Prom {
 
 impl Prom {
     fn get_json(&self, path: &str) -> Value {
-        let (code, body) = http(&self.addr, "GET", path, "")
-            .unwrap_or_else(|e| panic!("GET {path} from Prometheus: {e}"));
-        assert_eq!(code, 200, "GET {path}: {body}");
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+        e2e::http::get_json(&self.addr, path, HTTP_LIMIT)
+            .unwrap_or_else(|e| panic!("from Prometheus: {e}"))
     }
 
     /// Evaluates `expr` now. Err carries Prometheus's error for an invalid
     /// expression.
     fn query(&self, expr: &str) -> Result<Vec<PromSample>, String> {
-        let (code, body) = http(
-            &self.addr,
-            "POST",
-            "/api/v1/query",
-            &format!("query={}", url_encode(expr)),
-        )
-        .map_err(|e| format!("request failed: {e}"))?;
+        let form = format!("query={}", url_encode(expr));
+        let req = Request {
+            method: "POST",
+            path: "/api/v1/query",
+            headers: &[(
+                "Content-Type",
+                "application/x-www-form-urlencoded".to_string(),
+            )],
+            body: form.as_bytes(),
+            http10: true,
+        };
+        let r = e2e::http::send(&self.addr, &req, HTTP_LIMIT)
+            .map_err(|e| format!("request failed: {e}"))?;
+        let (code, body) = (r.status, r.text());
         let v: Value = serde_json::from_str(&body)
             .map_err(|e| format!("HTTP {code}, not JSON ({e}): {body}"))?;
         if v["status"] != "success" {
@@ -273,53 +256,6 @@ impl Prom {
 }
 
 // ---------------------------------------------------------------- processes
-
-/// A child process killed and reaped on drop, with its stderr in a log file.
-struct Proc {
-    name: String,
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Proc {
-        let f = std::fs::File::create(&log).unwrap();
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(f)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {name} ({cmd:?}): {e}"));
-        Proc {
-            name: name.to_string(),
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    /// Panics with the log if the process has exited.
-    fn assert_running(&mut self) {
-        if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-            panic!(
-                "{} exited early ({st}); its log:\n{}",
-                self.name,
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 fn ip(args: &[&str]) -> std::process::Output {
     Command::new("ip")
@@ -496,92 +432,15 @@ shift
 exec ip netns exec "$host" unshare --uts sh -c "hostname '$host' && exec $*"
 "#;
 
-/// The MPI job: tests/programs/cluster/steady.c across the nodes.
-struct Job {
-    child: Option<Child>,
-    /// (rank, pid) as the ranks printed them.
-    ranks: Vec<(u32, u32)>,
-    lines: mpsc::Receiver<String>,
-    go: PathBuf,
-    stop: PathBuf,
-}
-
-impl Job {
-    fn start(mut cmd: Command, dir: &Path, iters: u64, np: usize) -> Job {
-        let exe = dir.join("steady");
-        compile(Mpi::OpenMpi, &program("cluster/steady.c"), &exe, &[]);
-        let go = dir.join("go");
-        let stop = dir.join("stop");
-        let mut child = cmd
-            .arg(&exe)
-            .arg(iters.to_string())
-            .arg(&go)
-            .arg(&stop)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start mpirun");
-        let (tx, rx) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut job = Job {
-            child: Some(child),
-            ranks: Vec::new(),
-            lines: rx,
-            go,
-            stop,
-        };
-        for l in job.wait_lines("READY", np, Duration::from_secs(60)) {
-            let mut f = l.split_whitespace().skip(1).map(|x| x.parse().unwrap());
-            job.ranks.push((f.next().unwrap(), f.next().unwrap()));
-        }
-        job.ranks.sort();
-        job
-    }
-
-    /// Waits for `n` lines starting with `word`.
-    fn wait_lines(&mut self, word: &str, n: usize, limit: Duration) -> Vec<String> {
-        let start = Instant::now();
-        let mut got = Vec::new();
-        while got.len() < n {
-            let left = limit.saturating_sub(start.elapsed());
-            match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
-                Ok(l) if l.starts_with(&format!("{word} ")) => got.push(l),
-                Ok(_) => {}
-                Err(_) => panic!(
-                    "the job printed {} of {n} {word} lines within {limit:?}",
-                    got.len()
-                ),
-            }
-        }
-        got
-    }
-
-    /// Lets the ranks stop holding, waits for the job and asserts that every
-    /// rank checked its results.
-    fn finish(mut self) {
-        std::fs::write(&self.stop, b"stop").unwrap();
-        let n = self.ranks.len();
-        let oks = self.wait_lines("OK", n, Duration::from_secs(60));
-        assert_eq!(oks.len(), n);
-        let out = wait_with_timeout(self.child.take().unwrap(), Duration::from_secs(60));
-        assert!(out.status.success(), "the MPI job failed: {:?}", out.status);
-    }
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// The MPI job: tests/programs/cluster/steady.c across the nodes, with
+/// the harness's launcher (steady.c holds twice: at `go`, then at `stop`
+/// once it printed DONE, so the test reads the totals before it ends).
+fn start_steady(cmd: Command, dir: &Path, iters: u64, np: usize) -> Job {
+    let exe = dir.join("steady");
+    compile(Mpi::OpenMpi, &program("cluster/steady.c"), &exe, &[]);
+    let mut cmd = cmd;
+    cmd.arg(&exe).arg(iters.to_string());
+    Job::spawn_held(cmd, np as u32, dir.join("go"), dir.join("stop"))
 }
 
 /// Calls each rank of steady.c makes in a run of `iters` iterations:
@@ -1697,7 +1556,7 @@ fn least_privilege_capabilities_suffice() {
         "-x",
         "MPI_TOOLS_ENTRY=stats",
     ]);
-    let job = Job::start(launcher, &dir, iters, 2);
+    let job = start_steady(launcher, &dir, iters, 2);
     let jobid = wait_for(
         "the daemon to attach to both ranks",
         Duration::from_secs(90),
@@ -1718,8 +1577,8 @@ fn least_privilege_capabilities_suffice() {
             (ours.len() == 2).then(|| ours[0].label("jobid").unwrap().to_string())
         },
     );
-    std::fs::write(&job.go, b"go").unwrap();
-    job.finish();
+    job.go();
+    job.finish("OK ");
     let (_, body) = http_get(&addr, "/metrics").unwrap();
     let s = parse_metrics(&body);
     for rank in ["0", "1"] {
@@ -1899,7 +1758,7 @@ fn dashboards_on_a_three_node_cluster() {
     };
     wait_for("Prometheus to be ready", Duration::from_secs(60), || {
         prometheus.assert_running();
-        http(&prom_addr, "GET", "/-/ready", "")
+        http_get(&prom_addr, "/-/ready")
             .ok()
             .filter(|(c, _)| *c == 200)
     });
@@ -1953,10 +1812,10 @@ fn dashboards_on_a_three_node_cluster() {
         "-x",
         "MPI_TOOLS_ENTRY=stats",
     ]);
-    let mut job = Job::start(main_cmd, &dir, ITERS, NP);
+    let mut job = start_steady(main_cmd, &dir, ITERS, NP);
     let small_dir = dir.join("small");
     std::fs::create_dir_all(&small_dir).unwrap();
-    let mut small = Job::start(
+    let mut small = start_steady(
         mpirun(&net.namespaces[NODES - 1..], SMALL_NP, "small"),
         &small_dir,
         SMALL_ITERS,
@@ -2075,8 +1934,8 @@ fn dashboards_on_a_three_node_cluster() {
 
     // Run the counted phase; the ranks then hold, alive, with one request
     // outstanding each.
-    std::fs::write(&job.go, b"go").unwrap();
-    std::fs::write(&small.go, b"go").unwrap();
+    job.go();
+    small.go();
     job.wait_lines("DONE", NP, Duration::from_secs(120));
     small.wait_lines("DONE", SMALL_NP, Duration::from_secs(60));
     // Job-level totals: the bounded exposition's per job and node series.
@@ -2430,8 +2289,8 @@ fn dashboards_on_a_three_node_cluster() {
 
     // End the job. Exited ranks stay exported (--retain-exited), so the
     // cluster-wide totals in Prometheus must be exact.
-    job.finish();
-    small.finish();
+    job.finish("OK ");
+    small.finish("OK ");
     prom.wait_value(
         &format!("count(mpi_rank_exit_time_seconds{{{ranks_sel}}})"),
         NP as f64,

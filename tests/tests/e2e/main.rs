@@ -1,0 +1,29 @@
+//! The end-to-end suite as one test binary: every area is a module, so the
+//! suite builds and links once instead of once per file (as aya's
+//! integration tests do). Run one area with its module path as the filter:
+//! `cargo test --release -p e2e --test e2e -- inject:: --test-threads=1`.
+//!
+//! Tests run one at a time (`--test-threads=1`): they share BPF, mpirun,
+//! ports and two cores, and several check that no probe of theirs is left.
+
+mod callsites;
+mod cluster;
+mod exposition;
+mod identity;
+mod inject;
+mod kmaps;
+mod mpi4py;
+mod observer;
+mod observer_abi;
+mod record;
+mod scale;
+mod security;
+mod shim;
+mod shim_symbols;
+mod shim_timing;
+mod stats;
+mod stats_abi;
+mod stats_unknown_abi;
+mod symbolize_attacks;
+mod top;
+mod web;
