@@ -1,6 +1,6 @@
 //! `cargo xtask bench scale`: the exposition at 64 k ranks (issue 22).
 //!
-//! Two runs of the pipeline of `e2e::vm` (the one `tests/tests/scale.rs`
+//! Two runs of the pipeline of `e2e::vm` (the one `tests/tests/e2e/scale.rs`
 //! runs reduced): `mpi-observer __simulate` nodes (each the daemon's real
 //! HTTP server and render path over 64 synthetic ranks of one job, 40
 //! functions, 26 peers, call sites, a stats segment), scraped every 15 s by

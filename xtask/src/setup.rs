@@ -21,22 +21,22 @@ const PACKAGES: &[&str] = &[
     "bpftrace",
     "prometheus",
     // victoria-metrics, vmagent and vmalert: the scale test's pipeline
-    // (tests/tests/scale.rs, `cargo xtask bench scale`).
+    // (tests/tests/e2e/scale.rs, `cargo xtask bench scale`).
     "victoria-metrics",
     "iproute2",
     "procps",
-    // systemd-analyze verifies the shipped unit (tests/tests/cluster.rs).
+    // systemd-analyze verifies the shipped unit (tests/tests/e2e/cluster.rs).
     "systemd",
     "hyperfine",
     // `python3 -m venv` for the MPI stacks from PyPI.
     "python3-venv",
     // A rank held by another tracer, and a static program (libc.a), are
-    // refused by `attach --inject` (tests/tests/inject.rs).
+    // refused by `attach --inject` (tests/tests/e2e/inject.rs).
     "strace",
     "libc6-dev",
-    // The HTML report is opened in headless Chromium (tests/tests/callsites.rs).
+    // The HTML report is opened in headless Chromium (tests/tests/e2e/callsites.rs).
     "chromium",
-    // `mpi-observer top` is driven in tmux as a person would (tests/tests/top.rs).
+    // `mpi-observer top` is driven in tmux as a person would (tests/tests/e2e/top.rs).
     "tmux",
     // OTF2 traces (`mpi-observer record`): the reference writer library, and
     // two independent readers the tests check archives with.
