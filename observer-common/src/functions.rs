@@ -38,6 +38,59 @@ impl Family {
     }
 }
 
+/// The collective operation a procedure performs, whatever its form:
+/// blocking, nonblocking (`MPI_Ibcast`), persistent (`MPI_Bcast_init`) or
+/// large-count (`MPI_Bcast_c`) all name [`Collective::Bcast`]. The barrier
+/// is one too, although its [`Family`] is synchronisation. Generated from
+/// `xtask/src/semantics.rs`, so no reader has to parse names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collective {
+    /// `MPI_Barrier`.
+    Barrier,
+    /// `MPI_Bcast`.
+    Bcast,
+    /// `MPI_Gather`.
+    Gather,
+    /// `MPI_Gatherv`.
+    Gatherv,
+    /// `MPI_Scatter`.
+    Scatter,
+    /// `MPI_Scatterv`.
+    Scatterv,
+    /// `MPI_Allgather`.
+    Allgather,
+    /// `MPI_Allgatherv`.
+    Allgatherv,
+    /// `MPI_Alltoall`.
+    Alltoall,
+    /// `MPI_Alltoallv`.
+    Alltoallv,
+    /// `MPI_Alltoallw`.
+    Alltoallw,
+    /// `MPI_Reduce`.
+    Reduce,
+    /// `MPI_Allreduce`.
+    Allreduce,
+    /// `MPI_Reduce_scatter`.
+    ReduceScatter,
+    /// `MPI_Reduce_scatter_block`.
+    ReduceScatterBlock,
+    /// `MPI_Scan`.
+    Scan,
+    /// `MPI_Exscan`.
+    Exscan,
+    /// `MPI_Neighbor_allgather`.
+    NeighborAllgather,
+    /// `MPI_Neighbor_allgatherv`.
+    NeighborAllgatherv,
+    /// `MPI_Neighbor_alltoall`.
+    NeighborAlltoall,
+    /// `MPI_Neighbor_alltoallv`.
+    NeighborAlltoallv,
+    /// `MPI_Neighbor_alltoallw`.
+    NeighborAlltoallw,
+}
+
 /// How a procedure returns its result in the C ABI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ret {
@@ -120,6 +173,8 @@ pub struct FunctionInfo {
     pub name: &'static str,
     /// The family, which decides the default probe set.
     pub family: Family,
+    /// The collective it performs, in any form; `None` for the rest.
+    pub collective: Option<Collective>,
     /// Number of parameters of the C binding.
     pub c_params: u8,
     /// Return convention.
@@ -147,4 +202,67 @@ pub fn function_by_name(name: &str) -> Option<u16> {
         .binary_search_by(|f| f.name.cmp(name))
         .ok()
         .map(|i| i as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collective(name: &str) -> Option<Collective> {
+        let id = function_by_name(name).unwrap_or_else(|| panic!("{name} is not in FUNCTIONS"));
+        crate::FUNCTIONS[usize::from(id)].collective
+    }
+
+    #[test]
+    fn every_form_of_a_collective_names_it() {
+        for name in [
+            "MPI_Bcast",
+            "MPI_Ibcast",
+            "MPI_Bcast_init",
+            "MPI_Bcast_c",
+            "MPI_Ibcast_c",
+            "MPI_Bcast_init_c",
+        ] {
+            assert_eq!(collective(name), Some(Collective::Bcast), "{name}");
+        }
+        assert_eq!(
+            collective("MPI_Ireduce_scatter_block"),
+            Some(Collective::ReduceScatterBlock)
+        );
+        assert_eq!(
+            collective("MPI_Neighbor_alltoallw_init"),
+            Some(Collective::NeighborAlltoallw)
+        );
+    }
+
+    #[test]
+    fn barriers_are_collectives_of_the_synchronisation_family() {
+        for name in ["MPI_Barrier", "MPI_Ibarrier", "MPI_Barrier_init"] {
+            assert_eq!(collective(name), Some(Collective::Barrier), "{name}");
+            let id = function_by_name(name).unwrap();
+            assert_eq!(
+                crate::FUNCTIONS[usize::from(id)].family,
+                Family::Synchronisation
+            );
+        }
+    }
+
+    #[test]
+    fn other_functions_are_no_collective() {
+        for name in [
+            "MPI_Send",
+            "MPI_Init",
+            "MPI_Iprobe",
+            "MPI_Comm_rank",
+            "MPI_Wait",
+        ] {
+            assert_eq!(collective(name), None, "{name}");
+        }
+        // Every collective-family function names its collective.
+        for f in crate::FUNCTIONS.iter() {
+            if f.family == Family::Collective {
+                assert!(f.collective.is_some(), "{}", f.name);
+            }
+        }
+    }
 }

@@ -20,7 +20,7 @@
 //! | 24 | 8 | the recording (generation) the ring was claimed for |
 //!
 //! Every exported entry point is a trampoline (`entry!` in
-//! [`crate::table`]) that stores `[rsp]` at its entry, the address its
+//! [`crate::dispatch`]) that stores `[rsp]` at its entry, the address its
 //! caller's `call` instruction returns to, at offset 8 ([`SITE`]), then
 //! jumps to the layered call, which reads it back at once if it times the
 //! call (nested calls overwrite it).
@@ -42,7 +42,7 @@ core::arch::global_asm!(
 );
 
 /// Byte offset of the call site in the variable; the trampolines' store
-/// (`entry!` in [`crate::table`]) spells it as a literal `8`.
+/// (`entry!` in [`crate::dispatch`]) spells it as a literal `8`.
 pub(crate) const SITE: usize = 8;
 
 /// The call site the last trampoline on this thread stored.

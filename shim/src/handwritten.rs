@@ -1,14 +1,15 @@
 //! The entry points that are not "N words in, an `int` out", written by hand.
 //!
 //! The generator leaves out exactly these (see `xtask/src/codegen_shim.rs`),
-//! and `generated/c.rs` names every one of them in its `PMPI_SELF` table, so
-//! forgetting one here is a compile error rather than a missing symbol.
+//! and `generated/c.rs` names every one of them in a check, so forgetting
+//! one here is a compile error rather than a missing symbol in
+//! `generated/next.rs`'s `PMPI_SELF` table.
 
 use core::{cell::Cell, ffi::c_int};
 
 use observer_common::FunctionId as F;
 
-use crate::{depth, layers, table};
+use crate::{depth, dispatch, layers};
 
 /// `MPI_SUCCESS`, 0 in every implementation (the standard requires it).
 const MPI_SUCCESS: c_int = 0;
@@ -23,7 +24,7 @@ const MPI_SUCCESS: c_int = 0;
 unsafe extern "C" fn init<const PMPI: u32>(argc: usize, argv: usize) -> c_int {
     keeping_site(layers::ensure);
     // SAFETY: the entry point's own words, as the trampoline passed them.
-    unsafe { table::body2::<{ F::Init as usize }, PMPI, c_int>(argc, argv) }
+    unsafe { dispatch::body2::<{ F::Init as usize }, PMPI, c_int>(argc, argv) }
 }
 
 /// The body of `MPI_Init_thread` and `PMPI_Init_thread`.
@@ -36,7 +37,7 @@ unsafe extern "C" fn init_thread<const PMPI: u32>(
     keeping_site(layers::ensure);
     // SAFETY: as in `init`.
     unsafe {
-        table::body4::<{ F::InitThread as usize }, PMPI, c_int>(argc, argv, required, provided)
+        dispatch::body4::<{ F::InitThread as usize }, PMPI, c_int>(argc, argv, required, provided)
     }
 }
 
@@ -146,7 +147,7 @@ fn pcontrol(level: c_int, pmpi: u32) -> c_int {
     IN_PCONTROL.set(true);
     let row = F::Pcontrol as usize;
     let depth = depth::get();
-    let (mut f, mut at) = table::target(row, depth + pmpi);
+    let (mut f, mut at) = dispatch::target(row, depth + pmpi);
     let rc = loop {
         depth::set(at);
         // SAFETY: `f` is some layer's MPI_Pcontrol, variadic after `level`.
@@ -154,7 +155,7 @@ fn pcontrol(level: c_int, pmpi: u32) -> c_int {
         // SAFETY: `pc` has MPI_Pcontrol's C signature; `level` is its one
         // fixed argument, and no variadic one is passed.
         let rc = unsafe { pc(level) };
-        let (next, below) = table::target(row, at + 1);
+        let (next, below) = dispatch::target(row, at + 1);
         // Past the bottom the table answers the bottom itself.
         if below <= at {
             break rc;

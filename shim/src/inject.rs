@@ -27,93 +27,34 @@
 //! removed) and stores ABORTED with one line in `error`; nothing here exits.
 //!
 //! **Ejection.** The daemon stores `go = EJECT` in the mailbox. The next
-//! timed call to end ([`poll`], from [`crate::timing::leave`]) puts every
-//! slot that still holds the shim's address back to what it held, and
-//! stores EJECTED. The shim stays mapped: a call already inside it, or a
-//! function pointer the program took meanwhile, still works.
+//! timed call to end (`poll` in [`crate::got`], from
+//! [`crate::timing::leave`]) puts every slot that still holds the shim's
+//! address back to what it held, and stores EJECTED. The shim stays mapped:
+//! a call already inside it, or a function pointer the program took
+//! meanwhile, still works.
 
 use core::{
     ffi::{CStr, c_char, c_int, c_void},
-    ptr::null_mut,
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*},
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering::*},
     time::Duration,
 };
-use std::{ffi::CString, sync::Mutex, time::Instant};
+use std::time::Instant;
 
 use observer_common::inject::{MAGIC, Mailbox, VERSION, go, state};
 
 use crate::{
+    got::{self, Rewritten, dword, finish, word},
     layers,
     loaded::{self, LinkMap, Object},
-    stats::segment,
+    stats::{lifecycle, segment},
 };
 
 /// `R_X86_64_GLOB_DAT` and `R_X86_64_JUMP_SLOT`.
 const R_GLOB_DAT: u32 = 6;
 const R_JUMP_SLOT: u32 = 7;
 
-/// The mailbox of the live injection, polled for `go == EJECT`; null when
-/// the shim is not injected (or has been ejected).
-static MAILBOX: AtomicPtr<Mailbox> = AtomicPtr::new(null_mut());
-/// Set while one thread ejects.
-static EJECTING: AtomicBool = AtomicBool::new(false);
 /// Set once an injection has committed: a second one is refused.
 static COMMITTED: AtomicBool = AtomicBool::new(false);
-
-/// One rewritten slot.
-struct Rewritten {
-    slot: *mut usize,
-    /// What it held: the library's definition, or the lazy binding stub.
-    old: usize,
-    /// The shim's definition.
-    new: usize,
-    /// The object's read-only relocation range, if the slot lies in it.
-    relro: Option<(usize, usize)>,
-}
-
-// SAFETY: addresses only, used under the mutex.
-unsafe impl Send for Rewritten {}
-
-static SLOTS: Mutex<Vec<Rewritten>> = Mutex::new(Vec::new());
-
-/// The mailbox's `u32` field at `f`, shared with the daemon, which writes
-/// it through `/proc/PID/mem`.
-///
-/// # Safety
-/// `f` points into a live mailbox.
-unsafe fn word<'a>(f: *mut u32) -> &'a AtomicU32 {
-    // SAFETY: per the caller; naturally aligned.
-    unsafe { AtomicU32::from_ptr(f) }
-}
-
-/// As [`word`], for a `u64` field.
-///
-/// # Safety
-/// `f` points into a live mailbox.
-unsafe fn dword<'a>(f: *mut u64) -> &'a AtomicU64 {
-    // SAFETY: per the caller; naturally aligned.
-    unsafe { AtomicU64::from_ptr(f) }
-}
-
-/// Stores `msg` (leaked: the daemon reads it after the stub returned) as
-/// the mailbox's error and `st` as its state.
-///
-/// # Safety
-/// `mb` is a live mailbox.
-unsafe fn finish(mb: *mut Mailbox, st: u32, msg: Option<String>) -> c_int {
-    if let Some(m) = msg {
-        let c = CString::new(m.replace('\0', " ")).expect("no NUL");
-        // SAFETY: a live mailbox.
-        unsafe { dword(&raw mut (*mb).error) }.store(c.into_raw() as u64, Release);
-    }
-    // SAFETY: a live mailbox.
-    unsafe { word(&raw mut (*mb).state) }.store(st, Release);
-    if st == state::COMMITTED || st == state::EJECTED {
-        0
-    } else {
-        -1
-    }
-}
 
 /// The injection entry, called by the daemon's stub on a thread stopped at
 /// the entry of an application-level MPI call. Returns 0 once committed.
@@ -141,7 +82,7 @@ pub unsafe extern "C" fn mpi_observer_shim_inject(mb: *mut Mailbox) -> c_int {
 
 /// What [`prepare`] made, kept until the go.
 struct Prepared {
-    segment: Option<segment::Prepared>,
+    segment: Option<lifecycle::Prepared>,
     bottom: Vec<*mut c_void>,
 }
 
@@ -167,7 +108,7 @@ unsafe fn prepare(mb: *mut Mailbox) -> Result<Prepared, String> {
     };
     let built = layers::build_injected(&tools).map_err(|e| e.to_string())?;
     let seg = if built.stats {
-        Some(segment::prepare_injected().map_err(|e| format!("stats: {e}"))?)
+        Some(lifecycle::prepare_injected().map_err(|e| format!("stats: {e}"))?)
     } else {
         None
     };
@@ -232,11 +173,11 @@ unsafe fn commit(mb: *mut Mailbox, p: Prepared) -> c_int {
         crate::timing::enable();
     }
     let planned = plan(&p.bottom);
-    let n = apply(planned);
+    let n = got::apply(planned);
     layers::mark_injected();
     segment::mark_ready();
     COMMITTED.store(true, Release);
-    MAILBOX.store(mb, Release);
+    got::arm(mb);
     // SAFETY: a live mailbox.
     unsafe { word(&raw mut (*mb).slots).store(n as u32, Relaxed) };
     st.store(state::COMMITTED, Release);
@@ -345,97 +286,4 @@ fn plan(bottom: &[*mut c_void]) -> Vec<Rewritten> {
         }
     }
     out
-}
-
-/// Makes `range` writable (`on`) or read-only again.
-fn protect(range: (usize, usize), on: bool) -> bool {
-    let prot = if on {
-        libc::PROT_READ | libc::PROT_WRITE
-    } else {
-        libc::PROT_READ
-    };
-    // SAFETY: page-aligned range of a loaded object's RELRO segment.
-    unsafe { libc::mprotect(range.0 as *mut c_void, range.1 - range.0, prot) == 0 }
-}
-
-/// Swaps every slot from `from` to `to` where it still holds `from`;
-/// returns how many it swapped and keeps those.
-fn swap(slots: Vec<Rewritten>, forward: bool) -> Vec<Rewritten> {
-    let mut done = Vec::with_capacity(slots.len());
-    let mut opened: Vec<(usize, usize)> = Vec::new();
-    for r in slots {
-        if let Some(range) = r.relro
-            && !opened.contains(&range)
-        {
-            if !protect(range, true) {
-                continue;
-            }
-            opened.push(range);
-        }
-        let (from, to) = if forward {
-            (r.old, r.new)
-        } else {
-            (r.new, r.old)
-        };
-        // SAFETY: a GOT slot, writable now, naturally aligned; a thread that
-        // binds it lazily meanwhile wins, and the slot is left to it.
-        let ok = unsafe { AtomicUsize::from_ptr(r.slot) }
-            .compare_exchange(from, to, AcqRel, Relaxed)
-            .is_ok();
-        if ok {
-            done.push(r);
-        }
-    }
-    for range in opened {
-        protect(range, false);
-    }
-    done
-}
-
-/// Rewrites the planned slots; returns how many.
-fn apply(planned: Vec<Rewritten>) -> usize {
-    let done = swap(planned, true);
-    let n = done.len();
-    SLOTS.lock().unwrap_or_else(|e| e.into_inner()).extend(done);
-    n
-}
-
-/// Puts every rewritten slot back; returns how many.
-fn restore() -> usize {
-    let slots = core::mem::take(&mut *SLOTS.lock().unwrap_or_else(|e| e.into_inner()));
-    swap(slots, false).len()
-}
-
-/// Called at the end of every timed call: ejects if the daemon asked.
-#[inline(always)]
-pub(crate) fn poll() {
-    let mb = MAILBOX.load(Relaxed);
-    if mb.is_null() {
-        return;
-    }
-    // SAFETY: the live injection's mailbox, mapped for the process's life.
-    if unsafe { word(&raw mut (*mb).go) }.load(Relaxed) == go::EJECT {
-        eject_now(mb);
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn eject_now(mb: *mut Mailbox) {
-    if EJECTING.swap(true, Acquire) {
-        return;
-    }
-    if MAILBOX
-        .compare_exchange(mb, null_mut(), AcqRel, Relaxed)
-        .is_ok()
-    {
-        let n = restore();
-        segment::mark_ejected();
-        // SAFETY: the injection's mailbox.
-        unsafe {
-            word(&raw mut (*mb).slots).store(n as u32, Relaxed);
-            finish(mb, state::EJECTED, None);
-        }
-    }
-    EJECTING.store(false, Release);
 }

@@ -17,8 +17,9 @@ use observer_common::{FUNCTION_COUNT, FUNCTIONS};
 use crate::{
     config::{ConfigError, KEYWORDS, LIST_VARS, Layer, ToolsList},
     generated::fortran::FORTRAN,
+    rows::Raw,
     stats,
-    table::{self, MAX_LEVELS, ROWS, Raw},
+    table::{self, MAX_LEVELS, ROWS},
 };
 
 /// What can stop the shim from building a stack. Every variant is reported

@@ -1,7 +1,7 @@
 //! Per-call timing at the application's level (issue 10).
 //!
 //! When the `stats` layer is in the tools list, the dispatch (`dispatch!` in
-//! [`crate::table`]) times every call the application makes: a call that
+//! [`crate::dispatch`]) times every call the application makes: a call that
 //! enters at depth 0 while no timed call is open on the thread. A tool's or
 //! the library's nested MPI calls run at a deeper level, or (a tool at the
 //! top level) with the thread's timing flag set, so they are not counted:
@@ -31,7 +31,7 @@
 //! **Call sites.** Each timed call also counts, calls and nanoseconds, in
 //! the segment's call-site table under (function, call site): the return
 //! address the entry point's trampoline stored (`entry!` in
-//! [`crate::table`]), the instruction after the application's `call`.
+//! [`crate::dispatch`]), the instruction after the application's `call`.
 //! `MPI_OBSERVER_CALLSITES=0`, read when the stack is built, turns the
 //! table off ([`set_callsites`]). Calls timed before the segment exists
 //! are in [`EARLY`] only, not in the table.
@@ -69,20 +69,10 @@ static EARLY: [CallTiming; FUNCTION_COUNT] = [const {
     }
 }; FUNCTION_COUNT];
 
-/// Copies the calls timed so far into the new segment's block `to`, before
-/// the segment is published.
-pub(crate) fn seed(to: &[CallTiming]) {
-    for (e, t) in EARLY.iter().zip(to) {
-        t.calls.store(e.calls.load(Relaxed), Relaxed);
-        t.time_ns.store(e.time_ns.load(Relaxed), Relaxed);
-        for d in 0..2 {
-            t.bytes[d].store(e.bytes[d].load(Relaxed), Relaxed);
-            t.bytes_unknown[d].store(e.bytes_unknown[d].load(Relaxed), Relaxed);
-        }
-        for (a, b) in e.hist.iter().zip(&t.hist) {
-            b.store(a.load(Relaxed), Relaxed);
-        }
-    }
+/// The calls timed so far, which the new segment starts from (see
+/// `stats::lifecycle`).
+pub(crate) fn early() -> &'static [CallTiming] {
+    &EARLY
 }
 
 /// Whether calls are timed: the `stats` layer is in the list.
@@ -304,7 +294,7 @@ pub(crate) fn leave(row: usize, t0: u64, b: Bytes, site: u64) {
     let ns = elapsed(t0);
     // SAFETY: this thread's depth variable and the flag after it.
     unsafe { crate::depth::slot_again().add(1).write(0) };
-    crate::inject::poll();
+    crate::got::poll();
     let (id, b) = if row < FUNCTION_COUNT {
         (row, b)
     } else {

@@ -59,13 +59,10 @@ impl Mpi {
             };
         }
         let preload = shim.map(|(lib, list)| (lib.display().to_string(), list.to_string()));
+        self.env(&mut c);
         match self {
             Mpi::OpenMpi => {
-                c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-                    .env("OMPI_MCA_btl", "self,vader")
-                    .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-                    .args(["--oversubscribe", "-np", &np.to_string()]);
+                c.args(["--oversubscribe", "-np", &np.to_string()]);
                 if let Some((lib, list)) = preload {
                     c.args(["-x", &format!("LD_PRELOAD={lib}")])
                         .args(["-x", &format!("MPI_TOOLS_ENTRY={list}")]);
@@ -81,6 +78,18 @@ impl Mpi {
         }
         c.arg(prog);
         c
+    }
+
+    /// The environment a rank of this implementation needs here, also one
+    /// started alone without `mpirun`: Open MPI refuses root unless told,
+    /// and its single-copy shared memory needs ptrace rights a VM may lack.
+    pub fn env(self, c: &mut Command) {
+        if self == Mpi::OpenMpi {
+            c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                .env("OMPI_MCA_btl", "self,vader")
+                .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
+        }
     }
 
     /// Compiles `src` to `out` with the implementation's `mpicc -O2`.

@@ -31,7 +31,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    bench_common::{first_line, loadavg, median},
+    bench_common::{self, Mpi, first_line, loadavg, median},
     cargo,
     setup::run_cmd,
 };
@@ -48,12 +48,6 @@ const STEP: Duration = Duration::from_secs(90);
 /// settles first.
 const SETTLE: Duration = Duration::from_millis(200);
 
-#[derive(Clone, Copy, PartialEq)]
-enum Mpi {
-    OpenMpi,
-    Mpich,
-}
-
 /// A cheap function the probe-cost program can call: its name there, its
 /// standard name, and the instruction it starts with in this library.
 struct Probe {
@@ -61,21 +55,9 @@ struct Probe {
     name: &'static str,
 }
 
+/// What only this bench needs to know of each implementation (the rest is
+/// `bench_common::Mpi`'s).
 impl Mpi {
-    fn name(self) -> &'static str {
-        match self {
-            Mpi::OpenMpi => "Open MPI 4.1.4",
-            Mpi::Mpich => "MPICH 4.0.2",
-        }
-    }
-
-    fn suffix(self) -> &'static str {
-        match self {
-            Mpi::OpenMpi => "openmpi",
-            Mpi::Mpich => "mpich",
-        }
-    }
-
     fn lib_pattern(self) -> &'static str {
         match self {
             Mpi::OpenMpi => "libmpi.so",
@@ -106,27 +88,6 @@ impl Mpi {
             Mpi::OpenMpi => &[WTIME, QUERY, TEST],
             Mpi::Mpich => &[WTIME, WTICK, QUERY],
         }
-    }
-
-    fn env(self, c: &mut Command) {
-        if self == Mpi::OpenMpi {
-            c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-                .env("OMPI_MCA_btl", "self,vader")
-                .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
-        }
-    }
-
-    /// `mpirun` for `np` ranks of `prog args`.
-    fn mpirun(self, np: u32, prog: &Path, args: &[&str]) -> Command {
-        let mut c = Command::new(format!("mpirun.{}", self.suffix()));
-        self.env(&mut c);
-        match self {
-            Mpi::OpenMpi => c.args(["--oversubscribe", "-np", &np.to_string()]),
-            Mpi::Mpich => c.args(["-launcher", "fork", "-np", &np.to_string()]),
-        };
-        c.arg(prog).args(args);
-        c
     }
 }
 
@@ -296,13 +257,7 @@ fn build(root: &Path, mpi: Mpi) -> Result<Paths> {
         work,
     };
     for (exe, c) in [(&p.probecost, "probecost.c"), (&p.pingpong, "pingpong.c")] {
-        run_cmd(
-            Command::new(format!("mpicc.{}", mpi.suffix()))
-                .arg("-O2")
-                .arg("-o")
-                .arg(exe)
-                .arg(src.join(c)),
-        )?;
+        mpi.mpicc(&[], &src.join(c), exe)?;
     }
     Ok(p)
 }
@@ -985,7 +940,8 @@ fn pingpong_run(mpi: Mpi, p: &Paths, observe: bool) -> Result<[f64; 5]> {
     fs::create_dir_all(&dir)?;
     let dir_s = dir.display().to_string();
     let mut job = mpi
-        .mpirun(2, &p.pingpong, &[&dir_s])
+        .job(2, None, &p.pingpong)
+        .arg(&dir_s)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
@@ -1233,17 +1189,12 @@ struct Row {
     met: Option<bool>,
 }
 
+/// The shared description of the machine, and the bpftrace this bench
+/// compares against.
 fn machine() -> String {
-    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']))
-        .unwrap_or("unknown CPU");
     format!(
-        "{model}; `nproc` {}; Linux {}; bpftrace {}",
-        first_line("nproc", &[]),
-        first_line("uname", &["-r"]),
+        "{}; bpftrace {}",
+        bench_common::machine(),
         first_line("bpftrace", &["--version"]).trim_start_matches("bpftrace "),
     )
 }

@@ -1,151 +1,24 @@
 //! `cargo xtask codegen`: the one MPI function ID space, generated from the
 //! MPI Forum's machine-readable `apis.json`.
 //!
-//! The output is committed. `cargo xtask codegen --check` regenerates it in
-//! memory and fails on any difference, which is how CI catches a stale table.
+//! The spec is read once ([`crate::spec`]); this module renders
+//! `observer-common`'s table and asks [`crate::codegen_shim`] for the shim's
+//! files, so the two generators share one reading and never call each other
+//! back. The output is committed. `cargo xtask codegen --check` regenerates
+//! it in memory and fails on any difference, which is how CI catches a stale
+//! table.
 
-use std::{
-    collections::BTreeMap,
-    fmt::Write as _,
-    fs,
-    path::{Path, PathBuf},
-};
+use std::{fmt::Write as _, fs, path::Path};
 
 use anyhow::{Context as _, Result, bail};
-use serde_json::Value;
 
-use crate::semantics;
+use crate::{
+    codegen_shim, semantics,
+    spec::{self, Procedure},
+};
 
 /// Where the generated files live, relative to the workspace root.
 pub const FUNCTIONS_RS: &str = "observer-common/src/generated/functions.rs";
-
-/// One C-callable MPI procedure as the rest of the project needs it.
-pub struct Procedure {
-    pub name: String,
-    pub base: String,
-    pub family: &'static str,
-    pub c_params: Vec<Param>,
-    pub ret: &'static str,
-    pub large_count: bool,
-    pub has_large_variant: bool,
-}
-
-#[derive(Clone)]
-pub struct Param {
-    pub kind: String,
-    pub direction: String,
-    pub root_only: bool,
-    pub is_array: bool,
-}
-
-/// Locates `apis.json`: `MPI_APIS_JSON` if set, else the copy vendored in
-/// `xtask/spec/` (its source and licence are in the README beside it).
-pub fn apis_json_path(root: &Path) -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("MPI_APIS_JSON") {
-        return Ok(PathBuf::from(p));
-    }
-    let p = root.join("xtask/spec/apis.json");
-    if !p.exists() {
-        bail!(
-            "apis.json not found at {}: restore it from git, or set MPI_APIS_JSON to the MPI \
-             Forum's apis.json (pip download --no-deps pympistandard==0.2.0 ships it)",
-            p.display()
-        );
-    }
-    Ok(p)
-}
-
-/// `apis.json`, parsed, and its fingerprint: the one reader of the spec.
-pub fn read_spec(root: &Path) -> Result<(Value, u64)> {
-    let path = apis_json_path(root)?;
-    let raw = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    let json = serde_json::from_slice(&raw).context("parsing apis.json")?;
-    Ok((json, fingerprint(&raw)))
-}
-
-/// FNV-1a over the input: a stable fingerprint of the spec version we read,
-/// recorded in the output so a reader knows which apis.json produced it.
-fn fingerprint(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-pub fn load(root: &Path) -> Result<(Vec<Procedure>, u64)> {
-    let (json, fingerprint) = read_spec(root)?;
-    let obj = json
-        .as_object()
-        .context("apis.json: top level is not an object")?;
-    let mut out = BTreeMap::new();
-    for entry in obj.values() {
-        let attrs = &entry["attributes"];
-        let flag = |k: &str| attrs[k].as_bool().unwrap_or(false);
-        if !flag("c_expressible") || flag("callback") {
-            continue;
-        }
-        let name = entry["name"].as_str().context("procedure without a name")?;
-        let base = name
-            .strip_prefix("MPI_")
-            .context("name without MPI_ prefix")?;
-        let params = entry["parameters"]
-            .as_array()
-            .context("parameters is not a list")?;
-        let c_params: Vec<Param> = params
-            .iter()
-            .filter(|p| {
-                !p["suppress"]
-                    .as_str()
-                    .unwrap_or("")
-                    .split_whitespace()
-                    .any(|s| s == "c_parameter")
-            })
-            .map(|p| Param {
-                kind: p["kind"].as_str().unwrap_or("").to_string(),
-                direction: p["param_direction"].as_str().unwrap_or("").to_string(),
-                root_only: p["root_only"].as_bool().unwrap_or(false),
-                is_array: !p["length"].is_null(),
-            })
-            .collect();
-        let has_large_variant = c_params.iter().any(|p| p.kind.starts_with("POLY"));
-        let ret = match entry["return_kind"].as_str().unwrap_or("") {
-            "ERROR_CODE" | "ERROR_CLASS" | "KEY_INDEX" => "Int",
-            "WALL_TIME" | "TICK_RESOLUTION" => "Double",
-            "NOTHING" => "Void",
-            // Handles, Fortran integers and addresses: all returned in the
-            // integer register, pointer-sized or narrower.
-            _ => "Word",
-        };
-        let family = semantics::family(base);
-        if has_large_variant {
-            let name_c = format!("{name}_c");
-            out.insert(
-                name_c.clone(),
-                Procedure {
-                    name: name_c,
-                    base: base.to_string(),
-                    family,
-                    c_params: c_params.clone(),
-                    ret,
-                    large_count: true,
-                    has_large_variant: false,
-                },
-            );
-        }
-        out.insert(
-            name.to_string(),
-            Procedure {
-                name: name.to_string(),
-                base: base.to_string(),
-                family,
-                c_params,
-                ret,
-                large_count: false,
-                has_large_variant,
-            },
-        );
-    }
-    Ok((out.into_values().collect(), fingerprint))
-}
 
 fn is_count(kind: &str) -> bool {
     matches!(
@@ -200,19 +73,6 @@ fn byte_parts(p: &Procedure) -> Vec<String> {
     parts
 }
 
-fn variant_name(name: &str) -> String {
-    name.trim_start_matches("MPI_")
-        .split('_')
-        .map(|w| {
-            let mut c = w.chars();
-            match c.next() {
-                Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
-                None => String::new(),
-            }
-        })
-        .collect()
-}
-
 pub fn render(procs: &[Procedure], digest: u64) -> Result<String> {
     let mut s = String::new();
     writeln!(
@@ -222,7 +82,7 @@ pub fn render(procs: &[Procedure], digest: u64) -> Result<String> {
     )?;
     writeln!(
         s,
-        "use crate::functions::{{BytePart, CountKind, Direction, Family, FunctionInfo, Ret}};\n"
+        "use crate::functions::{{BytePart, Collective, CountKind, Direction, Family, FunctionInfo, Ret}};\n"
     )?;
     writeln!(
         s,
@@ -240,7 +100,7 @@ pub fn render(procs: &[Procedure], digest: u64) -> Result<String> {
          #[expect(missing_docs, reason = \"each variant is the standard name of FUNCTIONS[id]\")]\npub enum FunctionId {{"
     )?;
     for (i, p) in procs.iter().enumerate() {
-        writeln!(s, "    {} = {i},", variant_name(&p.name))?;
+        writeln!(s, "    {} = {i},", spec::variant(&p.name))?;
     }
     writeln!(s, "}}\n")?;
     writeln!(
@@ -262,9 +122,13 @@ pub fn render(procs: &[Procedure], digest: u64) -> Result<String> {
         }
         writeln!(
             s,
-            "    FunctionInfo {{ name: \"{}\", family: Family::{}, c_params: {}, ret: Ret::{}, large_count: {}, has_large_variant: {}, bytes: [{}] }},",
+            "    FunctionInfo {{ name: \"{}\", family: Family::{}, collective: {}, c_params: {}, ret: Ret::{}, large_count: {}, has_large_variant: {}, bytes: [{}] }},",
             p.name,
             p.family,
+            p.collective.map_or("None".to_string(), |c| format!(
+                "Some(Collective::{})",
+                spec::variant(c)
+            )),
             p.c_params.len(),
             p.ret,
             p.large_count,
@@ -278,10 +142,10 @@ pub fn render(procs: &[Procedure], digest: u64) -> Result<String> {
 
 /// Regenerates everything; with `check`, fails if the committed files differ.
 pub fn run(root: &Path, check: bool) -> Result<()> {
-    let (procs, digest) = load(root)?;
+    let (procs, digest) = spec::load(root)?;
     let outputs = [(FUNCTIONS_RS, render(&procs, digest)?)]
         .into_iter()
-        .chain(crate::codegen_shim::outputs(root, &procs, digest)?);
+        .chain(codegen_shim::outputs(&procs, digest)?);
     let mut stale = Vec::new();
     for (rel, text) in outputs {
         let path = root.join(rel);

@@ -2,21 +2,27 @@
 //! `apis.json` and in the same ID space as `observer-common`'s `FUNCTIONS`.
 //!
 //! - `shim/src/generated/c.rs`: `MPI_X` and `PMPI_X` for every C procedure
-//!   that takes N words and returns an `int`, and `PMPI_SELF`, the shim's own
-//!   `PMPI_X` per function ID (which also names the hand-written ones, so a
-//!   missing hand-written entry point is a compile error).
+//!   that takes N words and returns an `int`, and a check naming every
+//!   hand-written `PMPI_X`, so a missing one is a compile error.
+//! - `shim/src/generated/next.rs`: `PMPI_SELF`, the shim's own `PMPI_X` per
+//!   function ID, named by symbol so that the built-in layers which call it
+//!   do not depend on the entry points' module.
 //! - `shim/src/generated/fortran.rs`: the Fortran symbol families.
+//!
+//! Everything comes from [`crate::spec`]'s one reading of `apis.json`.
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::fmt::Write as _;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
-use crate::codegen::{self, Procedure};
+use crate::spec::{Procedure, variant};
 
 /// Generated C entry points.
 pub const C_RS: &str = "shim/src/generated/c.rs";
 /// Generated Fortran entry points.
 pub const FORTRAN_RS: &str = "shim/src/generated/fortran.rs";
+/// Generated table of the shim's own `PMPI_X`.
+pub const NEXT_RS: &str = "shim/src/generated/next.rs";
 
 /// Written by hand in `shim/src/handwritten.rs` besides everything whose
 /// return is not an `int`: these need to build the stack first (Init),
@@ -33,73 +39,6 @@ const HANDWRITTEN: &[&str] = &[
 /// forwarding two more words than needed only copies two caller stack slots
 /// the callee ignores.
 const FORTRAN_SLACK: usize = 2;
-
-/// What the shim needs to know of a procedure's Fortran bindings.
-struct Fortran {
-    f90: bool,
-    f08: bool,
-    /// A choice buffer: MPICH's `mpi_f08` then calls `mpi_x_f08ts_`.
-    buffer: bool,
-    /// Machine words of the longest binding: arguments (all by reference,
-    /// `ierror` included) plus one hidden length per character argument.
-    words: usize,
-}
-
-fn fortran_facts(root: &std::path::Path) -> Result<BTreeMap<String, Fortran>> {
-    let (json, _) = codegen::read_spec(root)?;
-    let mut out = BTreeMap::new();
-    for e in json
-        .as_object()
-        .context("apis.json: top level is not an object")?
-        .values()
-    {
-        let flag = |k: &str| e["attributes"][k].as_bool().unwrap_or(false);
-        let params = e["parameters"]
-            .as_array()
-            .context("parameters is not a list")?;
-        let words = |lang: &str| {
-            params
-                .iter()
-                .filter(|p| {
-                    !p["suppress"]
-                        .as_str()
-                        .unwrap_or("")
-                        .split_whitespace()
-                        .any(|s| s == lang)
-                })
-                .map(|p| match p["kind"].as_str().unwrap_or("") {
-                    "STRING" | "STRING_ARRAY" | "STRING_2DARRAY" => 2,
-                    _ => 1,
-                })
-                .sum::<usize>()
-        };
-        let name = e["name"].as_str().context("procedure without a name")?;
-        out.insert(
-            name.to_string(),
-            Fortran {
-                f90: flag("f90_expressible"),
-                f08: flag("f08_expressible"),
-                buffer: params.iter().any(|p| p["kind"] == "BUFFER"),
-                words: words("f90_parameter").max(words("f08_parameter")),
-            },
-        );
-    }
-    Ok(out)
-}
-
-/// `MPI_Send` -> `Send`, `MPI_Send_c` -> `SendC`: the `FunctionId` variant,
-/// spelled as `codegen` spells it.
-fn variant(name: &str) -> String {
-    name.trim_start_matches("MPI_")
-        .split('_')
-        .map(|w| {
-            let mut c = w.chars();
-            c.next()
-                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
-                .unwrap_or_default()
-        })
-        .collect()
-}
 
 /// Predefined callbacks (`MPI_COMM_DUP_FN`) are macros over internal
 /// symbols in both implementations, with no `PMPI_` form: not layered.
@@ -131,9 +70,8 @@ fn render_c(procs: &[Procedure], digest: u64) -> Result<String> {
     s.push_str(
         "\n//! `MPI_X` and `PMPI_X` for every C procedure that takes N words and\n\
          //! returns an `int`; the rest are in `handwritten.rs`.\n\n\
-         use core::ffi::{c_int, c_void};\n\n\
-         use observer_common::{FUNCTION_COUNT, FunctionId as F};\n\n\
-         use crate::table::Raw;\n\n",
+         use core::ffi::c_int;\n\n\
+         use observer_common::FunctionId as F;\n\n",
     );
     for p in procs {
         if is_predefined_callback(&p.name) || handwritten(p) {
@@ -149,32 +87,73 @@ fn render_c(procs: &[Procedure], digest: u64) -> Result<String> {
     }
     writeln!(
         s,
-        "\n/// The shim's own `PMPI_X` per function ID: calling it continues one level\n\
+        "\n/// Every hand-written `PMPI_X`, named so that a missing one is a compile\n\
+         /// error here rather than an unresolved symbol in `next.rs`.\n\
+         const _: () = {{"
+    )?;
+    for p in procs {
+        if !is_predefined_callback(&p.name) && handwritten(p) {
+            writeln!(s, "    let _ = crate::handwritten::PMPI_{};", &p.name[4..])?;
+        }
+    }
+    writeln!(s, "}};")?;
+    Ok(s)
+}
+
+/// The parameters and return of the shim's definition of `PMPI_X`: one
+/// machine word per C parameter (see `dispatch!`), the return by its
+/// register class; `MPI_Pcontrol`'s varargs are not forwarded.
+fn signature(p: &Procedure) -> String {
+    if p.name == "MPI_Pcontrol" {
+        return "(level: c_int) -> c_int".into();
+    }
+    let params = (0..p.c_params.len())
+        .map(|i| format!("a{i}: usize"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match p.ret {
+        "Int" => format!("({params}) -> c_int"),
+        "Double" => format!("({params}) -> f64"),
+        "Void" => format!("({params})"),
+        _ => format!("({params}) -> usize"),
+    }
+}
+
+fn render_next(procs: &[Procedure], digest: u64) -> Result<String> {
+    let mut s = header(digest);
+    s.push_str(
+        "\n//! The shim's own `PMPI_X` per function ID, named by symbol, as a PMPI\n\
+         //! tool names them: the built-in layers call down the stack through it\n\
+         //! without depending on the module that defines the entry points. Each\n\
+         //! is declared with the signature its definition has.\n\n\
+         use core::ffi::{c_int, c_void};\n\n\
+         use observer_common::FUNCTION_COUNT;\n\n\
+         use crate::rows::Raw;\n\n\
+         unsafe extern \"C\" {\n",
+    );
+    for p in procs {
+        if !is_predefined_callback(&p.name) {
+            writeln!(s, "    fn PMPI_{}{};", &p.name[4..], signature(p))?;
+        }
+    }
+    writeln!(
+        s,
+        "}}\n\n/// The shim's own `PMPI_X` per function ID: calling it continues one level\n\
          /// below the caller. Built-in layers use it to pass a call on.\n\
          pub(crate) static PMPI_SELF: [Raw; FUNCTION_COUNT] = ["
     )?;
     for p in procs {
-        let base = &p.name[4..];
         if is_predefined_callback(&p.name) {
             writeln!(s, "    Raw::NONE,")?;
-        } else if handwritten(p) {
-            writeln!(
-                s,
-                "    Raw(crate::handwritten::PMPI_{base} as *const c_void),"
-            )?;
         } else {
-            writeln!(s, "    Raw(PMPI_{base} as *const c_void),")?;
+            writeln!(s, "    Raw(PMPI_{} as *const c_void),", &p.name[4..])?;
         }
     }
     writeln!(s, "];")?;
     Ok(s)
 }
 
-fn render_fortran(
-    procs: &[Procedure],
-    facts: &BTreeMap<String, Fortran>,
-    digest: u64,
-) -> Result<String> {
+fn render_fortran(procs: &[Procedure], digest: u64) -> Result<String> {
     struct Row {
         id: String,
         ret: &'static str,
@@ -184,9 +163,7 @@ fn render_fortran(
     }
     let mut rows = Vec::new();
     for p in procs {
-        let Some(f) = facts.get(&p.name) else {
-            continue;
-        };
+        let f = &p.fortran;
         if p.large_count || is_predefined_callback(&p.name) {
             continue;
         }
@@ -239,7 +216,7 @@ fn render_fortran(
          //! of one binding of one procedure), after the C rows. Every argument is\n\
          //! passed by reference or as a hidden length: all machine words.\n\n\
          use observer_common::FunctionId as F;\n\n\
-         use crate::table::FortranRow;\n\n",
+         use crate::rows::FortranRow;\n\n",
     );
     writeln!(
         s,
@@ -280,14 +257,10 @@ fn render_fortran(
 }
 
 /// The shim's outputs, as (path relative to the workspace root, text).
-pub fn outputs(
-    root: &std::path::Path,
-    procs: &[Procedure],
-    digest: u64,
-) -> Result<Vec<(&'static str, String)>> {
-    let facts = fortran_facts(root)?;
+pub fn outputs(procs: &[Procedure], digest: u64) -> Result<Vec<(&'static str, String)>> {
     Ok(vec![
         (C_RS, render_c(procs, digest)?),
-        (FORTRAN_RS, render_fortran(procs, &facts, digest)?),
+        (NEXT_RS, render_next(procs, digest)?),
+        (FORTRAN_RS, render_fortran(procs, digest)?),
     ])
 }

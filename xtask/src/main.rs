@@ -13,6 +13,7 @@ mod codegen_shim;
 mod demo;
 mod semantics;
 mod setup;
+mod spec;
 
 use std::{path::PathBuf, process::Command};
 

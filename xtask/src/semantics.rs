@@ -1,7 +1,34 @@
-//! What `apis.json` does not say: which family each MPI procedure belongs to
-//! and the few byte-accounting exceptions. This is the small hand table that
-//! mpiP and PnMPI keep beside their prototype specs; everything else about a
-//! function is read from the MPI Forum's data.
+//! What `apis.json` does not say: which family each MPI procedure belongs to,
+//! which collective it performs, and the few byte-accounting exceptions.
+//! This is the small hand table that mpiP and PnMPI keep beside their
+//! prototype specs; everything else about a function is read from the MPI
+//! Forum's data.
+
+/// The collectives, by the name of their blocking form without `MPI_`; the
+/// barrier, whose family is synchronisation, is not among them.
+const COLLECTIVE_BASES: &[&str] = &[
+    "Bcast",
+    "Gather",
+    "Gatherv",
+    "Scatter",
+    "Scatterv",
+    "Allgather",
+    "Allgatherv",
+    "Alltoall",
+    "Alltoallv",
+    "Alltoallw",
+    "Reduce",
+    "Allreduce",
+    "Reduce_scatter",
+    "Reduce_scatter_block",
+    "Scan",
+    "Exscan",
+    "Neighbor_allgather",
+    "Neighbor_allgatherv",
+    "Neighbor_alltoall",
+    "Neighbor_alltoallv",
+    "Neighbor_alltoallw",
+];
 
 /// The family of an MPI procedure, by its standard name without the `MPI_`
 /// prefix and without a large-count `_c` suffix.
@@ -38,29 +65,6 @@ pub fn family(base: &str) -> &'static str {
         "Pready_range",
         "Pready_list",
         "Parrived",
-    ];
-    const COLLECTIVE_BASES: &[&str] = &[
-        "Bcast",
-        "Gather",
-        "Gatherv",
-        "Scatter",
-        "Scatterv",
-        "Allgather",
-        "Allgatherv",
-        "Alltoall",
-        "Alltoallv",
-        "Alltoallw",
-        "Reduce",
-        "Allreduce",
-        "Reduce_scatter",
-        "Reduce_scatter_block",
-        "Scan",
-        "Exscan",
-        "Neighbor_allgather",
-        "Neighbor_allgatherv",
-        "Neighbor_alltoall",
-        "Neighbor_alltoallv",
-        "Neighbor_alltoallw",
     ];
     const SYNC: &[&str] = &[
         "Barrier",
@@ -208,4 +212,16 @@ fn blocking_form(base: &str) -> String {
 /// the data moves at `MPI_Start`, where the probe cannot see the arguments.
 pub fn moves_no_data(base: &str) -> bool {
     base.ends_with("_init") || base == "Pready" || base.starts_with("Pready_") || base == "Parrived"
+}
+
+/// The collective operation a procedure performs, by its blocking form's
+/// name (`Ibcast`, `Bcast_init` and, through `base`, `MPI_Bcast_c` →
+/// `Bcast`), barriers included; `None` for any other procedure. `base` is
+/// the name without `MPI_` and without a large-count `_c`.
+pub fn collective(base: &str) -> Option<&'static str> {
+    let b = blocking_form(base);
+    if b == "Barrier" {
+        return Some("Barrier");
+    }
+    COLLECTIVE_BASES.iter().find(|c| **c == b).copied()
 }

@@ -7,7 +7,7 @@
 
 use observer_common::FunctionId as F;
 
-use crate::table::FortranRow;
+use crate::rows::FortranRow;
 
 /// Number of Fortran rows.
 pub(crate) const FORTRAN_COUNT: usize = 1002;

@@ -13,10 +13,10 @@ use core::{
     sync::atomic::{AtomicU64, AtomicUsize, Ordering::*},
 };
 
-use super::segment::State;
+use observer_common::segment::RECV;
 
-/// A peer that is `MPI_PROC_NULL`: no message at all.
-pub(crate) const NULL_PEER: i32 = i32::MIN;
+use super::segment::{NULL_PEER, State};
+
 /// A peer the layer cannot name (not in `MPI_COMM_WORLD`, or cache full).
 pub(crate) const UNKNOWN_PEER: i32 = -1;
 
@@ -264,6 +264,22 @@ pub(crate) static MESSAGES: HandleMap<1024> = HandleMap::new();
 
 /// Marks a world rank stored in [`MESSAGES`] (whose 0 means "none").
 pub(crate) const MESSAGE_TAG: u64 = 1 << 40;
+
+/// Counts a completed receive on `comm` from its status.
+///
+/// # Safety
+/// `status` is a status the library filled for the receive.
+#[inline(always)]
+pub(crate) unsafe fn received(s: &State, comm: usize, status: *const u8) {
+    // SAFETY: per the caller.
+    let src = unsafe { s.abi.source(status) };
+    if src == s.abi.c.proc_null {
+        return;
+    }
+    let p = peer(s, comm, src);
+    // SAFETY: per the caller.
+    s.message(p, RECV, unsafe { s.abi.received(status) });
+}
 
 #[cfg(test)]
 mod tests {

@@ -13,10 +13,10 @@ use std::cell::RefCell;
 
 use super::{
     abi::{MAX_STATUS, Status, int},
-    comms,
+    comms, lifecycle,
     p2p::{next, status_or},
     requests::{self, NO_SLOT},
-    segment::{self, State, state},
+    segment::{State, state},
 };
 
 /// Requests handled on the stack; larger arrays use a per-thread buffer
@@ -430,7 +430,7 @@ pub(crate) unsafe extern "C" fn comm_free<const ROW: usize>(comm: usize) -> c_in
 pub(crate) unsafe extern "C" fn init<const ROW: usize>(argc: usize, argv: usize) -> c_int {
     let rc = next!(ROW; argc, argv);
     if rc == 0 {
-        segment::init();
+        lifecycle::init();
     }
     rc
 }
@@ -444,14 +444,14 @@ pub(crate) unsafe extern "C" fn init_thread<const ROW: usize>(
 ) -> c_int {
     let rc = next!(ROW; argc, argv, required, provided);
     if rc == 0 {
-        segment::init();
+        lifecycle::init();
     }
     rc
 }
 
-/// `MPI_Finalize`: the segment's file goes (see [`segment::finish`]).
+/// `MPI_Finalize`: the segment's file goes (see [`lifecycle::finish`]).
 pub(crate) unsafe extern "C" fn finalize<const ROW: usize>() -> c_int {
     let rc = next!(ROW;);
-    segment::finish();
+    lifecycle::finish();
     rc
 }

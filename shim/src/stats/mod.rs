@@ -9,7 +9,7 @@
 //!
 //! A layer function has the C signature of the procedure it stands for and
 //! continues down the stack by calling the shim's own `PMPI_X` (for example
-//! `crate::generated::c::PMPI_Send`), exactly as a PMPI tool does; the shim
+//! `PMPI_Send`, by symbol: [`crate::generated::next`]), exactly as a PMPI tool does; the shim
 //! sets the depth before calling it, so nothing else is needed.
 //!
 //! The `stats` layer wraps point-to-point traffic ([`p2p`]), request
@@ -23,12 +23,13 @@ use core::ffi::c_void;
 
 use observer_common::FunctionId as F;
 
-use crate::{generated::c::PMPI_SELF, table::Raw};
+use crate::{generated::next::PMPI_SELF, rows::Raw};
 
 mod abi;
 mod coll;
 mod comms;
 mod complete;
+pub(crate) mod lifecycle;
 mod p2p;
 mod requests;
 pub(crate) mod segment;

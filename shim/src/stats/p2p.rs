@@ -13,16 +13,16 @@ use observer_common::segment::{RECV, SEND};
 
 use super::{
     abi::{Status, count, int},
-    comms::{MESSAGE_TAG, MESSAGES, NULL_PEER, UNKNOWN_PEER, peer},
+    comms::{MESSAGE_TAG, MESSAGES, UNKNOWN_PEER, peer, received},
     requests::{self, Entry, Kind},
-    segment::{State, state},
+    segment::{NULL_PEER, State, state},
     trace,
 };
 
 /// Calls the shim's `PMPI_X` for `row` with these words: the next level.
 macro_rules! next {
     ($row:expr; $($a:ident),*) => {{
-        let f = crate::generated::c::PMPI_SELF[$row].0;
+        let f = crate::generated::next::PMPI_SELF[$row].0;
         let f: unsafe extern "C" fn($(next!(@word $a)),*) -> core::ffi::c_int =
             // SAFETY: PMPI_SELF[row] is the shim's PMPI_X for this row,
             // which takes this many words and returns an int.
@@ -45,22 +45,6 @@ fn sent(s: &State, count: i64, datatype: usize, dest: usize, comm: usize) -> (i3
         s.message(p, SEND, bytes);
     }
     (p, bytes)
-}
-
-/// Counts a completed receive on `comm` from its status.
-///
-/// # Safety
-/// `status` is a status the library filled for the receive.
-#[inline(always)]
-pub(crate) unsafe fn received(s: &State, comm: usize, status: *const u8) {
-    // SAFETY: per the caller.
-    let src = unsafe { s.abi.source(status) };
-    if src == s.abi.c.proc_null {
-        return;
-    }
-    let p = peer(s, comm, src);
-    // SAFETY: per the caller.
-    s.message(p, RECV, unsafe { s.abi.received(status) });
 }
 
 /// The status to hand the library: the caller's, or `own` in place of

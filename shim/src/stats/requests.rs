@@ -319,7 +319,7 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8) {
             1 if !status.is_null() => {
                 // SAFETY: per the caller.
                 unsafe {
-                    super::p2p::received(s, COMM[i].load(Relaxed), status);
+                    super::comms::received(s, COMM[i].load(Relaxed), status);
                     super::trace::received(s, COMM[i].load(Relaxed), status, handle);
                 }
             }
@@ -371,7 +371,7 @@ pub(crate) fn started(s: &State, slot: u32) {
         );
     } else if flags & KIND_MASK == Kind::Send as u64 {
         let peer = PEER[i].load(Relaxed);
-        if peer != super::comms::NULL_PEER {
+        if peer != super::segment::NULL_PEER {
             s.message(
                 peer,
                 observer_common::segment::SEND,

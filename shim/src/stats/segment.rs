@@ -5,8 +5,10 @@
 //! through one pointer: until then, and forever if the segment cannot be
 //! created, every wrapper sees no state and only passes the call through.
 //! A shim injected into a running process (crate::inject) builds it while
-//! it prepares ([`prepare_injected`], flag `INJECTED`, not ready), publishes
-//! it at its commit and sets `ready` once its calls are routed.
+//! it prepares (flag `INJECTED`, not ready), publishes it at its commit and
+//! sets `ready` once its calls are routed. When each step happens is
+//! `super::lifecycle`'s business: this module only makes, publishes and
+//! marks the segment, and names nothing above it.
 
 use core::{
     ffi::c_int,
@@ -26,7 +28,10 @@ use observer_common::{
     },
 };
 
-use super::{abi::Abi, comms::NULL_PEER};
+use super::abi::Abi;
+
+/// A peer that is `MPI_PROC_NULL`: no message at all.
+pub(crate) const NULL_PEER: i32 = i32::MIN;
 
 /// The layer's state once the segment exists.
 pub(crate) struct State {
@@ -55,11 +60,11 @@ pub(crate) struct State {
     /// orders the calls of different threads itself), so a plain load and
     /// store is exact and several times cheaper than a locked add.
     pub(crate) multi: bool,
-    /// The creating process (see [`at_exit`]).
+    /// The creating process (see [`State::created_here`]).
     pid: u32,
     /// The segment's header, for `ready`.
     header: &'static Header,
-    /// The mapping, for an injected shim that aborts ([`Prepared::discard`]).
+    /// The mapping, for an injected shim that aborts ([`State::discard`]).
     map: (usize, usize),
 }
 
@@ -96,65 +101,10 @@ pub(crate) enum SegmentError {
     },
 }
 
-/// Creates the segment and publishes the state; on failure prints one line
-/// and leaves the layer a pass-through. Called after the library's
-/// `MPI_Init` succeeded, once.
-pub(crate) fn init() {
-    if !STATE.load(Acquire).is_null() {
-        return;
-    }
-    match build(0, true) {
-        Ok(s) => publish(s),
-        Err(e) => {
-            let line = format!(
-                "mpi-observer-shim: stats: {e}; the stats layer passes calls through (pid {})\n",
-                std::process::id()
-            );
-            // SAFETY: one write(2) of an owned buffer, so ranks do not interleave.
-            unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
-        }
-    }
-}
-
-/// Publishes the state: the layer counts from the next call on.
-fn publish(s: State) {
+/// Publishes the state: the layer counts from the next call on (see
+/// `super::lifecycle`, which also registers the exit handler).
+pub(crate) fn publish(s: State) {
     STATE.store(Box::into_raw(Box::new(s)), Release);
-    static AT_EXIT: std::sync::Once = std::sync::Once::new();
-    // A program that exits without MPI_Finalize still removes its file.
-    // SAFETY: registers a plain extern "C" fn.
-    AT_EXIT.call_once(|| unsafe {
-        libc::atexit(at_exit);
-    });
-}
-
-/// The segment of a shim injected into a running process (crate::inject):
-/// created with the `INJECTED` flag and not ready, and not yet published.
-pub(crate) struct Prepared(State);
-
-/// Creates an injected shim's segment, MPI being initialised already.
-pub(crate) fn prepare_injected() -> Result<Prepared, SegmentError> {
-    build(observer_common::segment::flags::INJECTED, false).map(Prepared)
-}
-
-impl Prepared {
-    /// Publishes the state (the commit, before the first call is routed
-    /// to the shim); the header stays not ready until [`mark_ready`].
-    pub(crate) fn publish(self) {
-        publish(self.0);
-    }
-
-    /// Removes the file and the mapping (an aborted injection: nothing
-    /// ever saw the state).
-    pub(crate) fn discard(self) {
-        let s = self.0;
-        // SAFETY: our file, and a mapping no reference outlives (`s` and
-        // its slices are dropped here, unpublished).
-        unsafe {
-            libc::unlink(s.path.as_ptr());
-            libc::munmap(s.map.0 as *mut libc::c_void, s.map.1);
-        }
-        super::trace::finish();
-    }
 }
 
 /// Sets the published segment's `ready` (Release: a reader that sees 1
@@ -171,27 +121,6 @@ pub(crate) fn mark_ejected() {
         s.header
             .flags
             .fetch_or(observer_common::segment::flags::EJECTED, Release);
-    }
-}
-
-/// Unlinks the segment's file: the daemon keeps its own descriptor once it
-/// has found the segment, so the final figures stay readable to it, and
-/// nothing is left behind in `/dev/shm`. The mapping stays (late counters
-/// land in memory nobody else will open).
-pub(crate) fn finish() {
-    if let Some(s) = state() {
-        // SAFETY: NUL-terminated path.
-        unsafe { libc::unlink(s.path.as_ptr()) };
-    }
-    super::trace::finish();
-}
-
-/// [`finish`] at exit, in the creating process only: a child forked
-/// without exec inherits the handler, and its exit must not remove the
-/// parent's live segment.
-extern "C" fn at_exit() {
-    if state().is_some_and(|s| s.pid == std::process::id()) {
-        finish();
     }
 }
 
@@ -266,8 +195,15 @@ fn create_segment_file() -> Result<(c_int, CString), SegmentError> {
     Err(os(&last, "open (every name drawn was taken)"))
 }
 
-/// Creates the segment with header flags `marks`, `ready` set at once or not.
-fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
+/// Creates the segment with header flags `marks`, `ready` set at once or
+/// not, with a call-site table if `callsites`, its timing block starting
+/// from `early` (the calls timed before it existed, see [`crate::timing`]).
+pub(crate) fn build(
+    marks: u32,
+    ready: bool,
+    callsites: bool,
+    early: &[CallTiming],
+) -> Result<State, SegmentError> {
     let abi = Abi::detect()?;
     let mut n: c_int = 0;
     // SAFETY: the library's PMPI_Comm_size with an out-pointer.
@@ -284,11 +220,7 @@ fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
     let multi = unsafe { (abi.query_thread)(&mut level) } != 0 || level >= abi.c.thread_multiple;
     let peer_slots = world_size.min(MAX_PEER_SLOTS);
     let functions = FUNCTION_COUNT as u32;
-    let callsite_slots = if crate::timing::callsites() {
-        CALLSITE_SLOTS
-    } else {
-        0
-    };
+    let callsite_slots = if callsites { CALLSITE_SLOTS } else { 0 };
     let l = Layout::new(
         VERSION,
         peer_slots,
@@ -400,20 +332,30 @@ fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
             header: &*h,
             map: (base as usize, size as usize),
         };
-        crate::timing::seed(state.timing);
+        seed(early, state.timing);
         if ready {
             // Last, with Release: a reader that sees 1 sees the whole header.
             state.header.ready.store(1, Release);
         }
         state
     };
-    // The rings of `mpi-observer record`, in a file of their own.
-    let mut rank: c_int = 0;
-    // SAFETY: the library's PMPI_Comm_rank with an out-pointer.
-    if unsafe { (s.abi.comm_rank)(s.abi.comm_world, &mut rank) } == 0 {
-        super::trace::create(rank.max(0) as u32, world_size, &s.path);
-    }
     Ok(s)
+}
+
+/// Copies the calls timed before the segment existed (`from`) into its
+/// timing block `to`, before the segment is published.
+fn seed(from: &[CallTiming], to: &[CallTiming]) {
+    for (e, t) in from.iter().zip(to) {
+        t.calls.store(e.calls.load(Relaxed), Relaxed);
+        t.time_ns.store(e.time_ns.load(Relaxed), Relaxed);
+        for d in 0..2 {
+            t.bytes[d].store(e.bytes[d].load(Relaxed), Relaxed);
+            t.bytes_unknown[d].store(e.bytes_unknown[d].load(Relaxed), Relaxed);
+        }
+        for (a, b) in e.hist.iter().zip(&t.hist) {
+            b.store(a.load(Relaxed), Relaxed);
+        }
+    }
 }
 
 /// `CLOCK_MONOTONIC_COARSE` in nanoseconds: the daemon's clock
@@ -431,6 +373,34 @@ pub(crate) fn now_ns() -> u64 {
 }
 
 impl State {
+    /// The segment's path.
+    pub(crate) fn path(&self) -> &std::ffi::CStr {
+        &self.path
+    }
+
+    /// Whether this process created the segment (not a child forked
+    /// without exec, which inherits the state).
+    pub(crate) fn created_here(&self) -> bool {
+        self.pid == std::process::id()
+    }
+
+    /// Removes the file and the mapping of a state nothing ever saw (an
+    /// aborted injection).
+    pub(crate) fn discard(self) {
+        // SAFETY: our file, and a mapping no reference outlives (`self` and
+        // its slices are dropped here, unpublished).
+        unsafe {
+            libc::unlink(self.path.as_ptr());
+            libc::munmap(self.map.0 as *mut libc::c_void, self.map.1);
+        }
+    }
+
+    /// Unlinks the segment's file (see `super::lifecycle::finish`).
+    pub(crate) fn unlink(&self) {
+        // SAFETY: NUL-terminated path.
+        unsafe { libc::unlink(self.path.as_ptr()) };
+    }
+
     /// Adds `v` to a counter: a locked add under `MPI_THREAD_MULTIPLE`, a
     /// plain load and store otherwise (see [`State::multi`]).
     #[inline(always)]
