@@ -11,6 +11,7 @@ mod bench_stats;
 mod codegen;
 mod codegen_shim;
 mod demo;
+mod layout;
 mod semantics;
 mod setup;
 
@@ -39,6 +40,9 @@ enum Cmd {
     },
     /// Build the daemon (with its eBPF object) and the shim, release mode.
     Build,
+    /// Check observer/src against its dependency rule (docs/architecture.md):
+    /// one line per `use crate::…` the rule forbids.
+    Layout,
     /// The main job: a real 4-rank Open MPI job, observed live.
     Demo {
         /// How long the job runs.
@@ -105,6 +109,8 @@ fn build() -> Result<()> {
 }
 
 fn test(filter: Option<String>) -> Result<()> {
+    // First: it takes a moment and needs nothing built.
+    layout::run(&workspace_root())?;
     setup::run()?;
     codegen::run(&workspace_root(), true)?;
     setup::run_cmd(cargo().args(["fmt", "--all", "--", "--check"]))?;
@@ -166,6 +172,7 @@ fn main() -> Result<()> {
             setup::run()?;
             build()
         }
+        Cmd::Layout => layout::run(&root),
         Cmd::Test { filter } => test(filter),
         Cmd::Demo { seconds } => {
             setup::run()?;
