@@ -18,11 +18,12 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use aya::maps::{HashMap, MapData, MapError};
 use mpi_observer::{
-    EBPF_OBJECT, functions,
-    metrics::RenderOptions,
-    probes::Probes,
-    registry::{Rank, State},
-    server,
+    EBPF_OBJECT,
+    attach::functions,
+    attach::probes::Probes,
+    export::metrics::RenderOptions,
+    export::registry::{Rank, State},
+    export::server,
 };
 use observer_common::maps::{self, CallStats, HIST_SLOTS, StatKey};
 

@@ -62,7 +62,7 @@ pub enum Command {
     /// Simulated nodes serving synthetic jobs on loopback addresses, for
     /// the scale test and `cargo xtask bench scale` (internal).
     #[command(name = "__simulate", hide = true)]
-    Simulate(crate::simulate::SimulateArgs),
+    Simulate(crate::export::simulate::SimulateArgs),
     /// The call-site symbolizer process the daemon starts (internal).
     #[command(name = "__symbolizer", hide = true)]
     Symbolizer,
@@ -118,12 +118,12 @@ pub struct AttachArgs {
     pub per_rank_detail: bool,
     /// Ranks per job and node whose full per-rank series /metrics carries:
     /// half the most loaded (by MPI fraction), half the least; sticky.
-    #[arg(long, value_name = "K", default_value_t = crate::metrics::DEFAULT_DETAIL_RANKS, value_parser = parse_detail_ranks)]
+    #[arg(long, value_name = "K", default_value_t = crate::export::metrics::DEFAULT_DETAIL_RANKS, value_parser = parse_detail_ranks)]
     pub detail_ranks: usize,
     /// Series per exposition (/metrics, /metrics/ranks) at most, self-metrics
     /// aside; those past it are dropped by priority and counted in
     /// mpi_observer_series_dropped.
-    #[arg(long, value_name = "N", default_value_t = crate::metrics::DEFAULT_MAX_SERIES, value_parser = parse_max_series)]
+    #[arg(long, value_name = "N", default_value_t = crate::export::metrics::DEFAULT_MAX_SERIES, value_parser = parse_max_series)]
     pub max_series: usize,
     /// Do not decode data arguments (no mpi_bytes_total): cheaper probes.
     #[arg(long)]
@@ -197,7 +197,7 @@ pub struct AttachArgs {
     pub max_file_size: u64,
     /// Call-site names kept in the daemon's cache (least recently used
     /// evicted first; a rank keeps the names of its own sites for its life).
-    #[arg(long, value_name = "N", default_value_t = crate::callsites::DEFAULT_MAX_NAMES, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = crate::collect::callsites::DEFAULT_MAX_NAMES, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_callsite_names: u64,
     /// Address-space cap of the call-site symbolizer process
     /// (docs/callsites.md); a file that needs more is not symbolized.

@@ -1,46 +1,36 @@
 //! mpi-observer: attach eBPF probes to the PMPI entry points of running MPI
 //! ranks and export exact per-rank statistics to Prometheus.
 //!
-//! Rooms: [`procfs`] and [`symbols`] find what to probe, [`probes`] attaches
-//! and reads the maps back, [`registry`] tracks ranks and collects a
-//! [`snapshot`] of them, [`metrics`] renders it, [`daemon`] runs it all,
-//! [`server`] speaks HTTP(S) as [`web_config`] says; [`report`] and [`top`]
-//! read daemons (or Prometheus) back.
+//! Rooms, one folder each, in the order they may use each other
+//! (docs/architecture.md; `cargo xtask layout` enforces it):
+//!
+//! - [`os`]: `/proc`, the trusted `/dev/shm` mapping under the SIGBUS
+//!   guard, the clock, the host name, raw system calls;
+//! - [`attach`]: what to probe in a rank and how (symbols, functions,
+//!   datatypes, identity, probes, budgets, the symbolizer, the shim
+//!   injection's mechanism);
+//! - [`collect`]: one collection's facts ([`collect::snapshot`], the leaf
+//!   owning the shared types), the stats segments, the call sites, the
+//!   shim's launcher;
+//! - [`export`]: the ranks the daemon follows ([`export::registry`]), the
+//!   metric names in one place, the exposition, the HTTP(S) server, the
+//!   report data;
+//! - [`daemon`]: `attach` itself, its attacher thread, the injection
+//!   workflow, and the dispatch of every command.
+//!
+//! os <- attach <- collect <- export <- daemon; beside them, [`record`]
+//! (`mpi-observer record`) uses only os and attach, and [`client`] (`top`,
+//! `report`) only the report data and the metric names. At the top level:
+//! this file, main.rs and [`cli`].
 
-pub mod attacher;
-pub mod budget;
-pub mod callsites;
-pub mod checks;
+pub mod attach;
 pub mod cli;
-pub mod commands;
+pub mod client;
+pub mod collect;
 pub mod daemon;
-pub mod datatypes;
-pub mod functions;
-pub mod http_get;
-pub mod identity;
-pub mod inject;
-pub mod launcher;
-pub mod layout;
-pub mod metrics;
-pub mod multi;
-pub mod probes;
-pub mod procevents;
-pub mod procfs;
+pub mod export;
+pub mod os;
 pub mod record;
-pub mod registry;
-pub mod report;
-pub mod segment;
-pub mod server;
-pub mod shm;
-pub mod simulate;
-pub mod snapshot;
-pub mod summary;
-pub mod symbolizer;
-pub mod symbols;
-pub mod sys;
-pub mod top;
-pub mod userfile;
-pub mod web_config;
 
 /// The eBPF object built by build.rs.
 pub static EBPF_OBJECT: &[u8] =

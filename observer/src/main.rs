@@ -1,7 +1,7 @@
 //! The `mpi-observer` command; all logic lives in the library.
 use std::process::ExitCode;
 
-use mpi_observer::{cli, commands, one_line};
+use mpi_observer::{cli, daemon::commands, one_line};
 
 fn main() -> ExitCode {
     match commands::run(cli::parse()) {

@@ -22,11 +22,12 @@ use std::{
 };
 
 use mpi_observer::{
-    procfs::{self, MapEntry},
+    attach::symbols,
+    client::report::{self, Data, FunctionData, PeerData, RankData, SiteData, StatsData},
+    collect::segment::{self, Segment},
+    export::web_config,
+    os::procfs::{self, MapEntry},
     record::shim::ShimRecorder,
-    report::{self, Data, FunctionData, PeerData, RankData, SiteData, StatsData},
-    segment::{self, Segment},
-    symbols, web_config,
 };
 use observer_common::{
     FUNCTION_COUNT,
@@ -281,7 +282,7 @@ fn put(b: &mut [u8], off: usize, v: &[u8]) {
 }
 
 // ---------------------------------------------------------------------
-// The stats segment reader (observer/src/segment.rs), through the file the
+// The stats segment reader (observer/src/collect/segment.rs), through the file the
 // daemon reads: this process's own segment path.
 
 /// A valid version-3 segment with 4 peers, 8 request slots and 16
@@ -616,7 +617,7 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------
-// The `/proc/PID/maps` parser (observer/src/procfs.rs `parse_maps`): the
+// The `/proc/PID/maps` parser (observer/src/os/procfs.rs `parse_maps`): the
 // kernel writes the fields, but the path is the user's choice (spaces,
 // ` (deleted)` in the name, any byte but a newline).
 
@@ -755,7 +756,7 @@ fn own_maps() -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------
-// ELF symbol reading (observer/src/symbols.rs), of mutated copies of a real
+// ELF symbol reading (observer/src/attach/symbols.rs), of mutated copies of a real
 // libmpi and of a small stand-in library, from a temporary file.
 
 /// Debian Open MPI's library, when installed.
@@ -895,7 +896,7 @@ fn real_regions() -> Vec<(usize, usize)> {
 }
 
 // ---------------------------------------------------------------------
-// `--web.config.file` (observer/src/web_config.rs).
+// `--web.config.file` (observer/src/export/web_config.rs).
 
 /// Valid configurations (and one for each refusal), as seeds.
 const WEB_CONFIGS: &[&str] = &[
@@ -990,7 +991,7 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------
-// The report data format (observer/src/report/): what `mpi-observer report
+// The report data format (observer/src/export/report.rs, read back by observer/src/client/report/): what `mpi-observer report
 // FILE` and `--url` read, then analyse and render.
 
 fn report_seed() -> Data {

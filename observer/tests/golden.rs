@@ -24,11 +24,13 @@ use std::{
 };
 
 use mpi_observer::{
-    identity::{Identity, JobidSource},
-    metrics::{self, RenderOptions},
-    registry::{Rank, State},
-    segment::{Directed, Figures, LayerCalls, PeerTraffic, Requests, SegmentProblem},
-    snapshot::{CallsByFunction, Health, Labels, MapFailures, RawSite, Snapshot},
+    attach::identity::{Identity, JobidSource},
+    collect::snapshot::{
+        CallsByFunction, Directed, Figures, Health, Labels, LayerCalls, MapFailures, PeerTraffic,
+        RawSite, Requests, SegmentProblem, Snapshot,
+    },
+    export::metrics::{self, RenderOptions},
+    export::registry::{Rank, State},
 };
 use observer_common::{
     FUNCTIONS,

@@ -11,6 +11,7 @@ mod bench_stats;
 mod codegen;
 mod codegen_shim;
 mod demo;
+mod layout;
 mod semantics;
 mod setup;
 mod spec;
@@ -40,6 +41,9 @@ enum Cmd {
     },
     /// Build the daemon (with its eBPF object) and the shim, release mode.
     Build,
+    /// Check observer/src against its dependency rule (docs/architecture.md):
+    /// one line per `use crate::…` the rule forbids.
+    Layout,
     /// The main job: a real 4-rank Open MPI job, observed live.
     Demo {
         /// How long the job runs.
@@ -106,6 +110,8 @@ fn build() -> Result<()> {
 }
 
 fn test(filter: Option<String>) -> Result<()> {
+    // First: it takes a moment and needs nothing built.
+    layout::run(&workspace_root())?;
     setup::run()?;
     codegen::run(&workspace_root(), true)?;
     setup::run_cmd(cargo().args(["fmt", "--all", "--", "--check"]))?;
@@ -219,6 +225,7 @@ fn main() -> Result<()> {
             setup::run()?;
             build()
         }
+        Cmd::Layout => layout::run(&root),
         Cmd::Test { filter } => test(filter),
         Cmd::Demo { seconds } => {
             setup::run()?;

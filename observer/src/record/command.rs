@@ -32,7 +32,10 @@ use super::{
     archive::{self, Archive, CollectiveOp, CommDef, Event, RankDef, RegionDef, RegionRole},
     shim::ShimRecorder,
 };
-use crate::{EBPF_OBJECT, cli::RecordArgs, datatypes, functions, probes::Probes, procfs, symbols};
+use crate::{
+    EBPF_OBJECT, attach::datatypes, attach::functions, attach::probes::Probes, attach::symbols,
+    cli::RecordArgs, os::procfs,
+};
 
 /// The archive's name inside `-o DIR`: `DIR/traces.otf2`, as Score-P names
 /// its archives.
@@ -112,7 +115,7 @@ enum Source {
 struct Traced {
     probes: Probes,
     ring: aya::maps::RingBuf<aya::maps::MapData>,
-    attached: Vec<(u32, crate::probes::Attachment)>,
+    attached: Vec<(u32, crate::attach::probes::Attachment)>,
 }
 
 /// What the archive needs to stay well-formed on one thread: a recording
@@ -264,7 +267,7 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
     let mut size = 0u32;
     for &pid in &pids {
         let ticks = procfs::start_ticks(pid).map_err(|_| RecordError::NoProcess(pid))?;
-        let id = crate::identity::identity(pid).map_err(|_| RecordError::NoProcess(pid))?;
+        let id = crate::attach::identity::identity(pid).map_err(|_| RecordError::NoProcess(pid))?;
         let shim = ShimRecorder::open(pid);
         let rank = id
             .rank
@@ -298,7 +301,7 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
             lost: false,
         });
     }
-    let node = crate::report::hostname();
+    let node = crate::os::host::hostname();
     for t in &list {
         archive.add_rank(RankDef {
             rank: t.rank,
@@ -340,7 +343,7 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
     }
     // The epoch: events carry CLOCK_MONOTONIC ns; the archive maps them
     // to wall-clock time through this pair, read together.
-    let mono0 = crate::segment::monotonic_ns();
+    let mono0 = crate::os::clock::monotonic_ns();
     let wall0 = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -424,7 +427,7 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
     for t in &mut list {
         tally.closed += t.close(&mut archive)?;
     }
-    let now = crate::segment::monotonic_ns();
+    let now = crate::os::clock::monotonic_ns();
     let mut dropped_total = 0;
     for t in &list {
         if let Source::Shim(s) = &t.source {
@@ -509,7 +512,7 @@ fn targets(args: &RecordArgs) -> Result<Vec<u32>, RecordError> {
         if pid == me || !matches!(procfs::mpi_library(pid), Ok(Some(_))) {
             continue;
         }
-        if let Ok(id) = crate::identity::identity(pid) {
+        if let Ok(id) = crate::attach::identity::identity(pid) {
             jobs.entry(id.jobid).or_default().push(pid);
         }
     }
@@ -524,7 +527,10 @@ fn targets(args: &RecordArgs) -> Result<Vec<u32>, RecordError> {
 }
 
 /// Attaches the probes to `pid` with tracing on.
-fn attach_traced(p: &mut Probes, pid: u32) -> Result<crate::probes::Attachment, RecordError> {
+fn attach_traced(
+    p: &mut Probes,
+    pid: u32,
+) -> Result<crate::attach::probes::Attachment, RecordError> {
     let probe_err = |e: String| RecordError::Probes(format!("pid {pid}: {e}"));
     let map = procfs::mpi_library(pid)
         .map_err(|e| probe_err(e.to_string()))?

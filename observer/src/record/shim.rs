@@ -3,7 +3,7 @@
 //! `observer_common::trace`): start a recording, drain it, stop it.
 //!
 //! The file is found in the process's maps and opened as the file it maps
-//! ([`crate::shm`]), validated before use (owner, mode, magic, version,
+//! ([`crate::os::shm`]), validated before use (owner, mode, magic, version,
 //! sizes against the file's own size), and only its atomics and records
 //! are touched, through a mapping under the SIGBUS guard: if the owner
 //! truncates the file mid-recording, the recorder does not die; the rank's
@@ -25,7 +25,7 @@ use std::{
 use observer_common::trace::{self as t, RingHeader, TraceEvent, TraceHeader};
 use thiserror::Error;
 
-use crate::shm::{self, Guarded, Kind};
+use crate::os::shm::{self, Guarded, Kind};
 
 /// A rank's rings stopped being readable mid-recording.
 #[derive(Debug, Error)]
@@ -380,7 +380,7 @@ mod tests {
     // One test, as every case uses this process's one trace file path.
     #[test]
     fn start_drain_drop_stop_and_refusals() {
-        let _g = crate::shm::guard_test_lock();
+        let _g = crate::os::shm::guard_test_lock();
         let me = std::process::id();
         // No file: no recorder.
         let _ = std::fs::remove_file(path(me));

@@ -1,0 +1,20 @@
+//! Attaching to a rank: what to probe and how. Uses [`crate::os`] only.
+//!
+//! [`checks`] says whether this kernel can, [`symbols`] and [`functions`]
+//! find the PMPI entry points in a rank's MPI library, [`datatypes`] reads
+//! its datatype sizes, [`identity`] says which rank of which job a process
+//! is, [`probes`] attaches the eBPF programs (through [`multi`]'s
+//! uprobe_multi links) and reads their maps back, [`budget`] bounds what
+//! one user may cost, [`symbolizer`] names call sites in a child process,
+//! and [`inject`] is the mechanism that loads the shim into a running rank.
+
+pub mod budget;
+pub mod checks;
+pub mod datatypes;
+pub mod functions;
+pub mod identity;
+pub mod inject;
+pub mod multi;
+pub mod probes;
+pub mod symbolizer;
+pub mod symbols;

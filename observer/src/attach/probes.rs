@@ -1,0 +1,748 @@
+//! Loading the eBPF programs once and attaching them to ranks: one uprobe and
+//! one uretprobe per unique PMPI function address, scoped to that pid, as a
+//! handful of uprobe_multi links per process (see [`crate::attach::multi`]); and
+//! reading back the maps they fill ([`read`]).
+
+mod read;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    os::fd::OwnedFd,
+    path::Path,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    time::{Duration, Instant},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap},
+};
+use observer_common::{
+    FUNCTIONS, cookie,
+    functions::Family,
+    maps::{
+        self, CallStats, Inflight, ProcConfig, SiteCount, SiteKey, SiteStats, StatKey, TypeKey,
+    },
+};
+use thiserror::Error;
+
+use crate::{
+    attach::multi::{self, MultiError},
+    attach::symbols::Library,
+};
+
+/// One process's call statistics from the maps: function ID to its figures,
+/// summed over CPUs.
+pub type CallsByFunction = BTreeMap<u16, CallStats>;
+
+/// One call site's raw figures, as the probes (`attach --callsites`) or the
+/// shim's `stats` layer captured them: the application's return address in
+/// the process and the calls made from there to one MPI function (the
+/// outermost call on the thread, as everywhere else). Symbolized by
+/// `crate::collect::callsites`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RawSite {
+    /// MPI function ID.
+    pub function: u16,
+    /// Return address in the process (the instruction after the call).
+    pub addr: u64,
+    /// Calls completed from there.
+    pub calls: u64,
+    /// Their total time in nanoseconds.
+    pub time_ns: u64,
+}
+
+/// In-kernel map updates that failed (the map was full), summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapFailures {
+    /// A statistics entry could not be created.
+    pub stats: u64,
+    /// An in-flight entry could not be created.
+    pub inflight: u64,
+    /// A call-site entry could not be created (`attach --callsites`): the
+    /// call is counted, its site lands in `callsite="other"`.
+    pub callsites: u64,
+}
+
+/// The entry program for each family, by name in the eBPF object.
+const ENTER_PLAIN: &str = "mpi_enter";
+const ENTER_P2P: &str = "mpi_p2p_enter";
+const ENTER_COLL: &str = "mpi_coll_enter";
+const RETURN: &str = "mpi_return";
+const PROGRAMS: [&str; 4] = [ENTER_PLAIN, ENTER_P2P, ENTER_COLL, RETURN];
+
+/// Errors loading or attaching probes.
+#[derive(Debug, Error)]
+pub enum ProbeError {
+    /// The kernel refused to load the eBPF object or a program.
+    #[error(
+        "cannot load the eBPF programs: {reason}; the kernel needs BPF (CONFIG_BPF_SYSCALL), uprobes (CONFIG_UPROBE_EVENTS) and uprobe_multi links (Linux 6.6+), and we need CAP_BPF and CAP_PERFMON"
+    )]
+    Load {
+        /// What failed.
+        reason: String,
+    },
+    /// Probes could not be attached.
+    #[error("cannot attach to pid {pid}: {source}")]
+    Attach {
+        /// Target pid.
+        pid: u32,
+        /// The loader's error.
+        source: MultiError,
+    },
+    /// A map update failed.
+    #[error("cannot update BPF map {map}: {source}")]
+    Map {
+        /// Map name.
+        map: &'static str,
+        /// The error.
+        source: aya::maps::MapError,
+    },
+}
+
+/// The keys a map iteration yields that `mine` accepts, collected first:
+/// a hash map's keys are not removed while it is being walked.
+fn of_pid<K>(
+    keys: impl Iterator<Item = Result<K, aya::maps::MapError>>,
+    mine: impl Fn(&K) -> bool,
+) -> Vec<K> {
+    keys.filter_map(Result::ok).filter(|k| mine(k)).collect()
+}
+
+/// Threads that close detached links. Closing a uprobe_multi link
+/// unregisters its uprobes, which waits for RCU grace periods (about 200 ms
+/// here) and takes the kernel's global `dup_mmap_sem`, which every `fork()`
+/// on the node needs too. So a fixed, small number of threads close links
+/// one at a time (never a thread per detach), each resting as long as its
+/// last close took, so forks get through in between; at shutdown they stop
+/// resting.
+struct Closer {
+    jobs: mpsc::Sender<(Vec<OwnedFd>, Arc<AtomicBool>)>,
+    hurry: Arc<AtomicBool>,
+}
+
+/// Threads closing links at once: enough for their grace periods to
+/// overlap at shutdown, few enough to leave forks room.
+const CLOSERS: usize = 4;
+
+impl Closer {
+    fn start() -> Closer {
+        let (tx, rx) = mpsc::channel::<(Vec<OwnedFd>, Arc<AtomicBool>)>();
+        let rx = Arc::new(Mutex::new(rx));
+        let hurry = Arc::new(AtomicBool::new(false));
+        for i in 0..CLOSERS {
+            let (rx, hurry) = (rx.clone(), hurry.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("link-closer-{i}"))
+                .spawn(move || {
+                    loop {
+                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        let Ok((links, done)) = job else { return };
+                        for l in links {
+                            let t = Instant::now();
+                            drop(l);
+                            if !hurry.load(Ordering::Relaxed) {
+                                std::thread::sleep(t.elapsed().max(Duration::from_millis(1)));
+                            }
+                        }
+                        done.store(true, Ordering::Release);
+                    }
+                });
+            // Without threads (none can be made), links close in place.
+            if spawned.is_err() && i == 0 {
+                break;
+            }
+        }
+        Closer { jobs: tx, hurry }
+    }
+
+    fn close(&self, links: Vec<OwnedFd>, done: Arc<AtomicBool>) {
+        if let Err(mpsc::SendError((links, done))) = self.jobs.send((links, done)) {
+            drop(links);
+            done.store(true, Ordering::Release);
+        }
+    }
+
+    fn hurry(&self) {
+        self.hurry.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The probes attached to one process.
+#[derive(Debug, Default)]
+pub struct Attachment {
+    links: Vec<OwnedFd>,
+    /// Uprobe plus uretprobe sites attached.
+    pub probes: usize,
+    /// Predefined datatype entries loaded for this process.
+    type_keys: Vec<TypeKey>,
+    /// Predefined datatypes of this process not loaded: beyond
+    /// [`maps::OMPI_TYPES_PER_PROCESS`], or the map was full. Their calls
+    /// count with unknown bytes.
+    pub types_dropped: usize,
+}
+
+/// The loaded eBPF object: maps (created by aya) and programs.
+pub struct Probes {
+    ebpf: Ebpf,
+    progs: HashMap<&'static str, OwnedFd>,
+    /// Link sets being closed in the background, with the process whose
+    /// configuration leaves `PROCS` once they are gone (`None` once the
+    /// process is attached again) and the flag the closer sets when done.
+    closing: Vec<(Option<u32>, Arc<AtomicBool>)>,
+    /// The threads that close links (see [`Closer`]).
+    closer: Closer,
+    /// Every process attached records its call sites (`attach
+    /// --callsites`): set at load time, which sizes the call-site map.
+    callsites: bool,
+    /// Entries of `MPI_STATS` and `MPI_CALLSITES` as loaded.
+    stats_capacity: u32,
+    callsites_capacity: u32,
+    /// Statistics go to the per-CPU map (`cargo xtask bench kmaps` only).
+    percpu_stats: bool,
+    /// Predefined datatypes not loaded, over every attach so far.
+    types_dropped: u64,
+}
+
+/// Environment variable that makes the probes keep their statistics in the
+/// per-CPU map the shared one replaced: only for `cargo xtask bench kmaps`,
+/// which compares the two designs in one run.
+pub const BENCH_PERCPU_STATS: &str = "MPI_OBSERVER_BENCH_PERCPU_STATS";
+
+impl Probes {
+    /// Loads the embedded eBPF object within the default statistics map
+    /// budget ([`maps::STATS_MEMORY_BUDGET`]), without call sites; see
+    /// [`Probes::load_within`].
+    pub fn load(object: &[u8]) -> Result<Self, ProbeError> {
+        Self::load_within(object, maps::STATS_MEMORY_BUDGET, false)
+    }
+
+    /// Loads the embedded eBPF object: creates its maps and loads its
+    /// programs into the kernel. The statistics map, shared by the CPUs,
+    /// gets as many entries as fit in `stats_budget` bytes
+    /// ([`maps::stats_capacity_within`], the same on any number of CPUs);
+    /// calls of a (process, function) that finds it full are counted in
+    /// `mpi_observer_map_update_failures_total`.
+    ///
+    /// With `callsites`, every process attached also records its call sites
+    /// ([`ProcConfig::callsites`], read back by [`Probes::read_callsites`])
+    /// in a map of [`maps::CALLSITES_CAPACITY`] entries; without, that map
+    /// is left at one entry, so it costs no memory.
+    pub fn load_within(
+        object: &[u8],
+        stats_budget: u64,
+        callsites: bool,
+    ) -> Result<Self, ProbeError> {
+        Self::load_with(object, stats_budget, callsites, maps::TRACE_BYTES)
+    }
+
+    /// Loads the object for `mpi-observer record`: the default statistics
+    /// budget, and a trace ring of `trace_bytes` (a power-of-two number of
+    /// pages) that processes attached with [`ProcConfig::trace`] send
+    /// their completed calls to; read it with [`Probes::take_trace`].
+    pub fn load_tracing(object: &[u8], trace_bytes: u32) -> Result<Self, ProbeError> {
+        Self::load_with(object, maps::STATS_MEMORY_BUDGET, false, trace_bytes)
+    }
+
+    fn load_with(
+        object: &[u8],
+        stats_budget: u64,
+        callsites: bool,
+        trace_bytes: u32,
+    ) -> Result<Self, ProbeError> {
+        let capacity = maps::stats_capacity_within(stats_budget);
+        let site_capacity = if callsites {
+            maps::CALLSITES_CAPACITY
+        } else {
+            1
+        };
+        let percpu_stats = std::env::var_os(BENCH_PERCPU_STATS).is_some_and(|v| v == "1");
+        // Only the map written gets the capacity; the other keeps one entry.
+        let (shared, percpu) = if percpu_stats {
+            (1, capacity)
+        } else {
+            (capacity, 1)
+        };
+        let percpu_flag = u32::from(percpu_stats);
+        let ebpf = EbpfLoader::new()
+            .override_global(maps::PERCPU_STATS, &percpu_flag, true)
+            .map_max_entries(maps::STATS, shared)
+            .map_max_entries(maps::STATS_PERCPU, percpu)
+            .map_max_entries(maps::CALLSITES, site_capacity)
+            .map_max_entries(maps::TRACE, trace_bytes)
+            .load(object)
+            .map_err(|e| ProbeError::Load {
+                reason: e.to_string(),
+            })?;
+        let progs = multi::load_programs(object, &ebpf, &PROGRAMS).map_err(|e| {
+            if let (Some(_), MultiError::Load { log, .. }) =
+                (std::env::var_os("MPI_OBSERVER_VERIFIER_LOG"), &e)
+            {
+                eprintln!("{log}");
+            }
+            ProbeError::Load {
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(Self {
+            ebpf,
+            progs,
+            closing: Vec::new(),
+            closer: Closer::start(),
+            callsites,
+            stats_capacity: capacity,
+            callsites_capacity: site_capacity,
+            percpu_stats,
+            types_dropped: 0,
+        })
+    }
+
+    /// Entries of the statistics map: (process, function) pairs it holds.
+    /// A process creates at most one per function it is attached with, so
+    /// the daemon can reserve a process's share at attach.
+    pub fn stats_capacity(&self) -> u32 {
+        self.stats_capacity
+    }
+
+    /// Entries of the call-site map (1 without call sites); a process
+    /// creates at most its [`ProcConfig::max_sites`].
+    pub fn callsites_capacity(&self) -> u32 {
+        self.callsites_capacity
+    }
+
+    /// Processes that can be attached at once (entries of `MPI_PROCS`): an
+    /// attach beyond it fails.
+    pub fn procs_capacity(&self) -> u32 {
+        maps::PROCS_CAPACITY
+    }
+
+    /// Entries of the Open MPI datatype map; a process gets at most
+    /// [`maps::OMPI_TYPES_PER_PROCESS`].
+    pub fn types_capacity(&self) -> u32 {
+        maps::OMPI_TYPES_CAPACITY
+    }
+
+    /// Predefined datatypes not loaded over every attach so far (see
+    /// [`Attachment::types_dropped`] for one process's).
+    pub fn types_dropped(&self) -> u64 {
+        self.types_dropped
+    }
+
+    /// Whether attached processes record their call sites (`attach
+    /// --callsites`, [`Probes::load_within`]).
+    pub fn callsites(&self) -> bool {
+        self.callsites
+    }
+
+    /// The call statistics of every process in the maps, summed over CPUs.
+    pub fn read_stats(&self) -> BTreeMap<u32, CallsByFunction> {
+        if self.percpu_stats {
+            return read::stats_percpu(&self.ebpf);
+        }
+        read::stats(&self.ebpf)
+    }
+
+    /// The call sites of every process in the maps (pid to its sites, in
+    /// no particular order), per-CPU figures summed. Empty unless loaded
+    /// with call sites. Read it before [`Probes::read_stats`]: the probes
+    /// add a call to its function before its site, so the sites then never
+    /// exceed their function's calls.
+    pub fn read_callsites(&self) -> BTreeMap<u32, Vec<RawSite>> {
+        if !self.callsites {
+            return BTreeMap::new();
+        }
+        read::callsites(&self.ebpf)
+    }
+
+    /// The in-kernel map update failures so far, summed over CPUs.
+    pub fn read_map_failures(&self) -> MapFailures {
+        read::map_failures(&self.ebpf)
+    }
+
+    /// Calls whose call site could not be recorded because `MPI_CALLSITES`
+    /// was full (they are still counted in the statistics), summed over
+    /// CPUs.
+    pub fn read_callsite_failures(&self) -> u64 {
+        read::error_counter(&self.ebpf, maps::ErrorCounter::CallsiteUpdate)
+    }
+
+    /// Per process, the call-site entries it created and the calls whose
+    /// site was refused because it was at its [`ProcConfig::max_sites`]
+    /// (those calls are still counted in the statistics). Kept until
+    /// [`Probes::forget`]. Empty unless loaded with call sites.
+    pub fn read_site_counts(&self) -> BTreeMap<u32, SiteCount> {
+        if !self.callsites {
+            return BTreeMap::new();
+        }
+        read::site_counts(&self.ebpf)
+    }
+
+    /// Per process, the calls whose site was refused at its
+    /// [`ProcConfig::max_sites`] ([`Probes::read_site_counts`]'s `refused`).
+    pub fn read_site_refusals(&self) -> BTreeMap<u32, u64> {
+        self.read_site_counts()
+            .into_iter()
+            .map(|(pid, c)| (pid, c.refused))
+            .collect()
+    }
+
+    /// The ring of traced calls ([`maps::TraceCall`] records), taken out of
+    /// the object; once only.
+    pub fn take_trace(&mut self) -> Result<aya::maps::RingBuf<aya::maps::MapData>, ProbeError> {
+        let map = self.ebpf.take_map(maps::TRACE).ok_or(ProbeError::Map {
+            map: maps::TRACE,
+            source: aya::maps::MapError::InvalidName {
+                name: maps::TRACE.into(),
+            },
+        })?;
+        aya::maps::RingBuf::try_from(map).map_err(|source| ProbeError::Map {
+            map: maps::TRACE,
+            source,
+        })
+    }
+
+    /// Traced calls lost because the trace ring was full, summed over CPUs.
+    pub fn read_trace_dropped(&self) -> u64 {
+        read::error_counter(&self.ebpf, maps::ErrorCounter::TraceDropped)
+    }
+
+    /// Mutable access to the maps (benchmarks fill them with synthetic
+    /// figures).
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    /// Attaches to `functions` (IDs) of `lib` in process `pid`. Return probes
+    /// go in before entry probes, so no call can be entered without its
+    /// return being seen; on failure everything attached so far is removed.
+    /// The process records its call sites if the probes were loaded with
+    /// them, whatever `config` says, at most `config.max_sites` of them. At
+    /// most [`maps::OMPI_TYPES_PER_PROCESS`] of `datatypes` are loaded
+    /// ([`Attachment::types_dropped`] counts the rest).
+    pub fn attach(
+        &mut self,
+        pid: u32,
+        lib_path: &Path,
+        lib: &Library,
+        mut config: ProcConfig,
+        datatypes: &BTreeMap<u64, u64>,
+        functions: &[u16],
+    ) -> Result<Attachment, ProbeError> {
+        // An earlier detach of this pid must not remove the new config.
+        for (p, _) in &mut self.closing {
+            if *p == Some(pid) {
+                *p = None;
+            }
+        }
+        config.callsites = u32::from(self.callsites);
+        // The links go live one after another (return, then each family's
+        // entries), and a running rank makes calls meanwhile: until the
+        // last one is live, the programs record no new call (as after an
+        // injection's handover), so every function starts counting at the
+        // same instant, the one the flag is cleared below.
+        let counting = config;
+        config.handed_over = 1;
+        let mut att = Attachment::default();
+        let mut procs: BpfHashMap<&mut MapData, u32, ProcConfig> =
+            BpfHashMap::try_from(self.ebpf.map_mut(maps::PROCS).expect("PROCS map in object"))
+                .map_err(|source| ProbeError::Map {
+                    map: maps::PROCS,
+                    source,
+                })?;
+        procs
+            .insert(pid, config, 0)
+            .map_err(|source| ProbeError::Map {
+                map: maps::PROCS,
+                source,
+            })?;
+        self.insert_types(pid, datatypes, &mut att)?;
+        if self.callsites {
+            // The probes only add to this entry; kept if a previous process
+            // of this pid's sites are still in the map (until forget).
+            // Failing (map full) leaves the process without sites, each
+            // call counted in the call-site failures.
+            if let Some(Ok(mut counts)) = self
+                .ebpf
+                .map_mut(maps::SITE_COUNTS)
+                .map(BpfHashMap::<&mut MapData, u32, SiteCount>::try_from)
+            {
+                let _ = counts.insert(
+                    pid,
+                    SiteCount::default(),
+                    u64::from(aya_obj::generated::BPF_NOEXIST),
+                );
+            }
+        }
+        // Group the sites by entry program; every site also gets a return.
+        let mut sites: BTreeMap<&'static str, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+        for &id in functions {
+            let Some(entry) = lib.entries.get(&id) else {
+                continue;
+            };
+            let info = &FUNCTIONS[id as usize];
+            let enter = match info.family {
+                Family::PointToPoint => ENTER_P2P,
+                Family::Collective => ENTER_COLL,
+                _ => ENTER_PLAIN,
+            };
+            let c = cookie::encode(id, info, config.bytes != 0);
+            for prog in [RETURN, enter] {
+                let (offs, cookies) = sites.entry(prog).or_default();
+                offs.push(entry.file_offset);
+                cookies.push(c);
+            }
+        }
+        let order = [RETURN, ENTER_PLAIN, ENTER_P2P, ENTER_COLL];
+        for prog in order {
+            let Some((offs, cookies)) = sites.get(prog) else {
+                continue;
+            };
+            let link = multi::attach(
+                prog,
+                &self.progs[prog],
+                lib_path,
+                offs,
+                cookies,
+                pid,
+                prog == RETURN,
+            );
+            match link {
+                Ok(fd) => {
+                    att.links.push(fd);
+                    att.probes += offs.len();
+                }
+                Err(source) => {
+                    self.detach(pid, att);
+                    return Err(ProbeError::Attach { pid, source });
+                }
+            }
+        }
+        if let Err(e) = self.update_config(pid, |c| c.handed_over = counting.handed_over) {
+            self.detach(pid, att);
+            return Err(e);
+        }
+        Ok(att)
+    }
+
+    /// Adds predefined datatype sizes of process `pid` (runtime address to
+    /// size) to the map the probes size arguments with; an address already
+    /// there keeps its entry.
+    fn insert_types(
+        &mut self,
+        pid: u32,
+        datatypes: &BTreeMap<u64, u64>,
+        att: &mut Attachment,
+    ) -> Result<(), ProbeError> {
+        let mut types: BpfHashMap<&mut MapData, TypeKey, u64> = BpfHashMap::try_from(
+            self.ebpf
+                .map_mut(maps::OMPI_TYPES)
+                .expect("OMPI_TYPES map in object"),
+        )
+        .map_err(|source| ProbeError::Map {
+            map: maps::OMPI_TYPES,
+            source,
+        })?;
+        // The table comes from the process's own library: bounded, so one
+        // process cannot fill the map for the others.
+        let mut dropped = 0;
+        for (&addr, &size) in datatypes {
+            let key = TypeKey {
+                tgid: pid,
+                pad: 0,
+                addr,
+            };
+            if att.type_keys.contains(&key) {
+                continue;
+            }
+            if att.type_keys.len() >= maps::OMPI_TYPES_PER_PROCESS {
+                dropped += 1;
+                continue;
+            }
+            if types.insert(key, size, 0).is_ok() {
+                att.type_keys.push(key);
+            } else {
+                dropped += 1;
+            }
+        }
+        att.types_dropped += dropped;
+        self.types_dropped += dropped as u64;
+        Ok(())
+    }
+
+    /// Gives process `pid` the datatypes found once its MPI library
+    /// initialised them (see `datatypes::inspect`): the sizes of its
+    /// predefined types, and how to read a derived type's size.
+    pub fn update_datatypes(
+        &mut self,
+        pid: u32,
+        att: &mut Attachment,
+        datatypes: &BTreeMap<u64, u64>,
+        derived: (u64, u64),
+    ) -> Result<(), ProbeError> {
+        self.insert_types(pid, datatypes, att)?;
+        self.update_config(pid, |c| {
+            c.ompi_dt_class = derived.0;
+            c.ompi_dt_size_offset = derived.1;
+        })
+    }
+
+    /// Changes process `pid`'s configuration in the programs' map (the
+    /// injection's trigger and skip range, docs/inject.md); the programs see
+    /// the new value at their next lookup.
+    pub fn update_config(
+        &mut self,
+        pid: u32,
+        change: impl FnOnce(&mut ProcConfig),
+    ) -> Result<(), ProbeError> {
+        let map_err = |source| ProbeError::Map {
+            map: maps::PROCS,
+            source,
+        };
+        let mut procs: BpfHashMap<&mut MapData, u32, ProcConfig> =
+            BpfHashMap::try_from(self.ebpf.map_mut(maps::PROCS).expect("PROCS map in object"))
+                .map_err(map_err)?;
+        let mut c = procs.get(&pid, 0).map_err(map_err)?;
+        change(&mut c);
+        procs.insert(pid, c, 0).map_err(map_err)
+    }
+
+    /// Process `pid`'s configuration as the programs see it now (read
+    /// only: an armed injection's trigger is cleared by the entry program,
+    /// and the armed-injection watcher of `crate::daemon::inject` reads it).
+    pub fn config(&self, pid: u32) -> Option<ProcConfig> {
+        let procs: BpfHashMap<&MapData, u32, ProcConfig> =
+            BpfHashMap::try_from(self.ebpf.map(maps::PROCS)?).ok()?;
+        procs.get(&pid, 0).ok()
+    }
+
+    /// Calls of process `pid` the probes are timing now and will record:
+    /// those open on some thread, less the ones made by an injected shim.
+    pub fn open_calls(&self, pid: u32) -> usize {
+        let Some(Ok(inflight)) = self
+            .ebpf
+            .map(maps::INFLIGHT)
+            .map(BpfHashMap::<&MapData, u64, Inflight>::try_from)
+        else {
+            return 0;
+        };
+        inflight
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(k, e)| (k >> 32) as u32 == pid && e.unknown & maps::INFLIGHT_SKIP == 0)
+            .count()
+    }
+
+    /// Removes a process's probes. Entry links close before the return link
+    /// (they were pushed after it; we close in reverse), so no new call
+    /// starts being timed while its return probe goes away. The closing
+    /// waits for RCU grace periods (about 200 ms here), so it runs on a
+    /// background thread; until it is done the probes still fire, and the
+    /// process's configuration stays in `PROCS` for them: an injected
+    /// rank's skip range must outlive its probes, or the calls its shim
+    /// makes would be counted by both (docs/inject.md, "Handover").
+    /// Statistics stay in the map until the rank is forgotten.
+    pub fn detach(&mut self, pid: u32, mut att: Attachment) {
+        let links: Vec<OwnedFd> = att.links.drain(..).rev().collect();
+        let done = Arc::new(AtomicBool::new(false));
+        self.closer.close(links, done.clone());
+        self.closing.push((Some(pid), done));
+        if let Some(Ok(mut types)) = self
+            .ebpf
+            .map_mut(maps::OMPI_TYPES)
+            .map(BpfHashMap::<&mut MapData, TypeKey, u64>::try_from)
+        {
+            for k in &att.type_keys {
+                let _ = types.remove(k);
+            }
+        }
+        self.reap();
+    }
+
+    /// Drops the configuration of processes whose links are all closed.
+    /// Called on every detach and from the daemon's loop.
+    pub fn reap(&mut self) {
+        let (done, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.closing)
+            .into_iter()
+            .partition(|(_, d)| d.load(Ordering::Acquire));
+        self.closing = open;
+        for (pid, _) in done {
+            if let Some(pid) = pid {
+                self.forget_config(pid);
+            }
+        }
+    }
+
+    fn forget_config(&mut self, pid: u32) {
+        if self.closing.iter().any(|(p, _)| *p == Some(pid)) {
+            return;
+        }
+        if let Some(Ok(mut procs)) = self
+            .ebpf
+            .map_mut(maps::PROCS)
+            .map(BpfHashMap::<&mut MapData, u32, ProcConfig>::try_from)
+        {
+            let _ = procs.remove(&pid);
+        }
+    }
+
+    /// Deletes everything the maps hold for process `pid`: its statistics
+    /// and call sites, and any call it was in when it died (a later process
+    /// given the same pid must not inherit that open call and see its first
+    /// calls as nested).
+    pub fn forget(&mut self, pid: u32) {
+        let ebpf = &mut self.ebpf;
+        if let Some(Ok(mut m)) = ebpf
+            .map_mut(maps::STATS_PERCPU)
+            .map(PerCpuHashMap::<&mut MapData, StatKey, CallStats>::try_from)
+        {
+            let keys = of_pid(m.keys(), |k: &StatKey| k.tgid == pid);
+            keys.iter().for_each(|k| drop(m.remove(k)));
+        }
+        if let Some(Ok(mut m)) = ebpf
+            .map_mut(maps::STATS)
+            .map(BpfHashMap::<&mut MapData, StatKey, CallStats>::try_from)
+        {
+            let keys = of_pid(m.keys(), |k: &StatKey| k.tgid == pid);
+            keys.iter().for_each(|k| drop(m.remove(k)));
+        }
+        if self.callsites {
+            if let Some(Ok(mut m)) = ebpf
+                .map_mut(maps::CALLSITES)
+                .map(BpfHashMap::<&mut MapData, SiteKey, SiteStats>::try_from)
+            {
+                let keys = of_pid(m.keys(), |k: &SiteKey| k.tgid == pid);
+                keys.iter().for_each(|k| drop(m.remove(k)));
+            }
+            // With its sites gone, the process's count starts again.
+            if let Some(Ok(mut counts)) = ebpf
+                .map_mut(maps::SITE_COUNTS)
+                .map(BpfHashMap::<&mut MapData, u32, SiteCount>::try_from)
+            {
+                let _ = counts.remove(&pid);
+            }
+        }
+        if let Some(Ok(mut m)) = ebpf
+            .map_mut(maps::INFLIGHT)
+            .map(BpfHashMap::<&mut MapData, u64, Inflight>::try_from)
+        {
+            let keys = of_pid(m.keys(), |k: &u64| (k >> 32) as u32 == pid);
+            keys.iter().for_each(|k| drop(m.remove(k)));
+        }
+    }
+
+    /// Waits until every detached link is really gone from the kernel; the
+    /// closers stop resting between links (shutdown: nothing else to do).
+    pub fn finish_detaching(&mut self) {
+        self.closer.hurry();
+        while !self.closing.is_empty() {
+            self.reap();
+            if !self.closing.is_empty() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The `report` command: read, analyse, render, write.
+
+use std::{fs, io::Write as _, time::Duration};
+
+use super::{Data, Limits, ReportError, analyse, html, json, text};
+use crate::{
+    cli::{ReportArgs, ReportFormat},
+    client::http_get::{self, Url},
+};
+
+/// Runs `mpi-observer report`.
+pub fn run(args: &ReportArgs) -> Result<(), ReportError> {
+    if args.files.is_empty() && args.url.is_empty() {
+        return Err(ReportError::Empty(
+            "nothing to report on: give a snapshot file (written by `attach --report-file`) or --url http://HOST:PORT of a running daemon".into(),
+        ));
+    }
+    let mut data = Vec::new();
+    for path in &args.files {
+        data.push(Data::read(path)?);
+    }
+    for url in &args.url {
+        let u = Url::parse(url)?.with_path("/report.json");
+        let body = http_get::get(&u, Duration::from_secs(args.timeout))?;
+        data.push(Data::parse(&body, url)?);
+    }
+    let limits = Limits {
+        top: args.top,
+        ..Limits::default()
+    };
+    let mut reports = analyse(&data, limits);
+    if let Some(j) = &args.job {
+        let known: Vec<String> = reports.iter().map(|r| r.jobid.clone()).collect();
+        reports.retain(|r| &r.jobid == j);
+        if reports.is_empty() {
+            return Err(ReportError::Empty(format!(
+                "no job `{j}` in the data (jobs there: {}); give one of those to --job",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+    }
+    if reports.is_empty() {
+        return Err(ReportError::Empty(
+            "the data holds no rank: the daemon observed none yet (or its --retain-exited let them go); \
+             report again once it has attached to a job"
+                .into(),
+        ));
+    }
+    let out = match args.format {
+        ReportFormat::Text => text::render(&reports),
+        ReportFormat::Json => json(&reports),
+        ReportFormat::Html => html::render(&reports),
+    };
+    match &args.output {
+        Some(path) => fs::write(path, out).map_err(|source| ReportError::Write {
+            path: path.display().to_string(),
+            source,
+        }),
+        None => {
+            let mut o = std::io::stdout().lock();
+            match o.write_all(out.as_bytes()).and_then(|()| o.flush()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(ReportError::Write {
+                    path: "stdout".into(),
+                    source: e,
+                }),
+                _ => Ok(()),
+            }
+        }
+    }
+}

@@ -1,0 +1,841 @@
+//! What `top` shows, computed from readings: a [`Frame`] of ranks with their
+//! counters and rates, and the rows of each screen, sorted and filtered.
+//! Pure functions of their input, so the tests need no terminal or server.
+
+use std::{
+    cmp::Ordering,
+    collections::{BTreeMap, BTreeSet},
+    time::Instant,
+};
+
+use super::source::{Reading, Sample};
+use crate::export::names::{
+    BYTES, CALLS, LAYER_BYTES, OLDEST_AGE, OUTSTANDING, PEER_BYTES, RANK_INFO, RANK_MPI_SECONDS,
+    RANK_UP, SECONDS,
+};
+
+/// A counter's value and its per-second rate (0 until known).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Counter {
+    /// Since the rank was attached.
+    pub total: f64,
+    /// Per second, over the last interval.
+    pub rate: f64,
+}
+
+/// One function's figures on one rank.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Func {
+    /// Completed calls.
+    pub calls: Counter,
+    /// Seconds inside them.
+    pub seconds: Counter,
+    /// Bytes, both directions.
+    pub bytes: Counter,
+}
+
+/// A rank's identity: its job and rank, ordered numerically by rank.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RankKey {
+    /// The `jobid` label.
+    pub jobid: String,
+    num: u64,
+    /// The `rank` label (`unknown` when the observer could not tell).
+    pub rank: String,
+}
+
+impl RankKey {
+    /// The key of `rank` in `jobid`.
+    pub fn new(jobid: &str, rank: &str) -> RankKey {
+        RankKey {
+            jobid: jobid.to_string(),
+            num: rank.parse().unwrap_or(u64::MAX),
+            rank: rank.to_string(),
+        }
+    }
+}
+
+/// One rank as read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rank {
+    /// The `instance` its figures came from: its node.
+    pub node: String,
+    /// From `mpi_rank_info`, empty if absent.
+    pub pid: String,
+    /// World size, from `mpi_rank_info`.
+    pub size: String,
+    /// MPI library and version, from `mpi_rank_info`.
+    pub library: String,
+    /// The library's version.
+    pub version: String,
+    /// Whether it still runs (`mpi_rank_up`).
+    pub up: bool,
+    /// Per function.
+    pub functions: BTreeMap<String, Func>,
+    /// Bytes per function from the `stats` layer (used when the rank has
+    /// no probe bytes).
+    layer_bytes: BTreeMap<String, Counter>,
+    has_probe_bytes: bool,
+    /// Bytes sent to each peer rank (`stats` layer).
+    pub peers_sent: BTreeMap<String, Counter>,
+    /// Outstanding requests and the oldest one's age (`stats` layer).
+    pub requests: Option<(f64, f64)>,
+    /// Seconds in MPI, all functions: what a rank without per-function
+    /// series (not a detail rank, through Prometheus) is shown by.
+    pub mpi_seconds: Counter,
+}
+
+impl Rank {
+    /// Its MPI time per second: the fraction of wall time in MPI calls.
+    pub fn mpi_fraction(&self) -> f64 {
+        if self.functions.is_empty() {
+            return self.mpi_seconds.rate;
+        }
+        self.functions.values().map(|f| f.seconds.rate).sum()
+    }
+
+    fn calls_rate(&self) -> f64 {
+        self.functions.values().map(|f| f.calls.rate).sum()
+    }
+
+    fn bytes_rate(&self) -> f64 {
+        self.functions.values().map(|f| f.bytes.rate).sum()
+    }
+
+    /// Seconds per function over the last interval, or since attach when
+    /// the interval had none.
+    fn time_by_function(&self) -> impl Iterator<Item = (&str, f64)> {
+        let recent = self.functions.values().any(|f| f.seconds.rate > 0.0);
+        self.functions.iter().map(move |(n, f)| {
+            let t = if recent {
+                f.seconds.rate
+            } else {
+                f.seconds.total
+            };
+            (n.as_str(), t)
+        })
+    }
+
+    /// The function it spent most time in (see [`Rank::time_by_function`]).
+    pub fn busiest(&self) -> Option<&str> {
+        busiest(self.time_by_function())
+    }
+}
+
+fn busiest<'a>(it: impl Iterator<Item = (&'a str, f64)>) -> Option<&'a str> {
+    it.filter(|(_, t)| *t > 0.0)
+        .max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+        .map(|(n, _)| n)
+}
+
+/// Every rank of one reading, with rates.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    /// When it was read.
+    pub at: Instant,
+    /// The ranks.
+    pub ranks: BTreeMap<RankKey, Rank>,
+    /// Whether rates are known: false for an observer's first reading.
+    pub rated: bool,
+}
+
+impl Frame {
+    /// Builds a frame from a reading; an observer's rates come from `prev`.
+    pub fn new(reading: &Reading, prev: Option<&Frame>) -> Frame {
+        let mut f = Frame::from_samples(reading.at, &reading.samples);
+        match (&reading.rates, prev) {
+            (Some(rates), _) => f.apply_rates(rates),
+            (None, Some(prev)) => f.derive_rates(prev),
+            (None, None) => {}
+        }
+        f.finish();
+        f
+    }
+
+    /// The ranks and their totals, without rates.
+    fn from_samples(at: Instant, samples: &[Sample]) -> Frame {
+        let mut ranks: BTreeMap<RankKey, Rank> = BTreeMap::new();
+        // mpi_rank_info first: it names each rank's node, and a rank seen
+        // from two nodes (two observers on one process) is taken from one.
+        let mut ordered: Vec<&Sample> = samples.iter().collect();
+        ordered.sort_by_key(|s| s.name != RANK_INFO);
+        for s in ordered {
+            let (Some(jobid), Some(rank)) = (s.label("jobid"), s.label("rank")) else {
+                continue;
+            };
+            let node = s.label("instance").unwrap_or_default();
+            let r = ranks
+                .entry(RankKey::new(jobid, rank))
+                .or_insert_with(|| Rank {
+                    node: node.to_string(),
+                    up: true,
+                    ..Rank::default()
+                });
+            if r.node != node {
+                continue;
+            }
+            let l = |k| s.label(k).unwrap_or_default().to_string();
+            let func = || s.label("function").unwrap_or("?").to_string();
+            match s.name.as_str() {
+                RANK_INFO => {
+                    (r.pid, r.size, r.library, r.version) =
+                        (l("pid"), l("size"), l("library"), l("version"));
+                }
+                RANK_UP => r.up = s.value != 0.0,
+                CALLS => r.functions.entry(func()).or_default().calls.total += s.value,
+                SECONDS => r.functions.entry(func()).or_default().seconds.total += s.value,
+                BYTES => {
+                    r.has_probe_bytes = true;
+                    r.functions.entry(func()).or_default().bytes.total += s.value;
+                }
+                LAYER_BYTES => r.layer_bytes.entry(func()).or_default().total += s.value,
+                PEER_BYTES if s.label("direction") == Some("send") => {
+                    r.peers_sent.entry(l("peer")).or_default().total += s.value;
+                }
+                RANK_MPI_SECONDS => r.mpi_seconds.total += s.value,
+                OUTSTANDING => r.requests.get_or_insert((0.0, 0.0)).0 = s.value,
+                OLDEST_AGE => r.requests.get_or_insert((0.0, 0.0)).1 = s.value,
+                _ => {}
+            }
+        }
+        Frame {
+            at,
+            ranks,
+            rated: false,
+        }
+    }
+
+    /// Rates from the previous reading of an observer: the increase over
+    /// the time between them (a counter that went down was reset, so all of
+    /// its value is new). A rank new since then, or with another pid, has
+    /// none yet.
+    pub fn derive_rates(&mut self, prev: &Frame) {
+        let dt = self.at.saturating_duration_since(prev.at).as_secs_f64();
+        if dt <= 0.0 {
+            return;
+        }
+        let rate = |now: &mut Counter, before: Option<&Counter>| {
+            let b = before.map_or(0.0, |c| c.total);
+            let inc = if now.total >= b {
+                now.total - b
+            } else {
+                now.total
+            };
+            now.rate = inc / dt;
+        };
+        for (k, r) in &mut self.ranks {
+            let Some(p) = prev.ranks.get(k).filter(|p| p.pid == r.pid) else {
+                continue;
+            };
+            for (n, f) in &mut r.functions {
+                let pf = p.functions.get(n);
+                rate(&mut f.calls, pf.map(|f| &f.calls));
+                rate(&mut f.seconds, pf.map(|f| &f.seconds));
+                rate(&mut f.bytes, pf.map(|f| &f.bytes));
+            }
+            for (n, c) in &mut r.layer_bytes {
+                rate(c, p.layer_bytes.get(n));
+            }
+            rate(&mut r.mpi_seconds, Some(&p.mpi_seconds));
+            for (n, c) in &mut r.peers_sent {
+                rate(c, p.peers_sent.get(n));
+            }
+        }
+        self.rated = true;
+    }
+
+    /// Rates a source computed (Prometheus's `irate`), named and labelled
+    /// as the counters are.
+    pub fn apply_rates(&mut self, rates: &[Sample]) {
+        for s in rates {
+            let (Some(jobid), Some(rank)) = (s.label("jobid"), s.label("rank")) else {
+                continue;
+            };
+            let Some(r) = self.ranks.get_mut(&RankKey::new(jobid, rank)) else {
+                continue;
+            };
+            if s.label("instance").unwrap_or_default() != r.node {
+                continue;
+            }
+            let func = s.label("function").unwrap_or("?");
+            let f = r.functions.get_mut(func);
+            let c = match s.name.as_str() {
+                CALLS => f.map(|f| &mut f.calls),
+                SECONDS => f.map(|f| &mut f.seconds),
+                BYTES => f.map(|f| &mut f.bytes),
+                LAYER_BYTES => r.layer_bytes.get_mut(func),
+                RANK_MPI_SECONDS => Some(&mut r.mpi_seconds),
+                PEER_BYTES if s.label("direction") == Some("send") => {
+                    r.peers_sent.get_mut(s.label("peer").unwrap_or_default())
+                }
+                _ => None,
+            };
+            if let Some(c) = c {
+                c.rate += s.value;
+            }
+        }
+        self.rated = true;
+    }
+
+    /// A rank without probe bytes takes the `stats` layer's.
+    fn finish(&mut self) {
+        for r in self.ranks.values_mut() {
+            if !r.has_probe_bytes {
+                for (n, c) in &r.layer_bytes {
+                    r.functions.entry(n.clone()).or_default().bytes = *c;
+                }
+            }
+        }
+    }
+
+    /// The ranks of `jobid`.
+    fn job(&self, jobid: &str) -> impl Iterator<Item = (&RankKey, &Rank)> {
+        self.ranks.iter().filter(move |(k, _)| k.jobid == jobid)
+    }
+}
+
+/// Case-insensitive substring match over a row's fields; an empty filter
+/// matches everything.
+pub fn matches(filter: &str, fields: &[&str]) -> bool {
+    let f = filter.to_lowercase();
+    f.is_empty() || fields.iter().any(|x| x.to_lowercase().contains(&f))
+}
+
+fn desc(a: f64, b: f64) -> Ordering {
+    b.total_cmp(&a)
+}
+
+// ------------------------------------------------------------------ jobs
+
+/// One row of the jobs screen.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRow {
+    /// The `jobid` label.
+    pub jobid: String,
+    /// Ranks seen, running or retained.
+    pub ranks: usize,
+    /// Ranks still running.
+    pub running: usize,
+    /// Distinct nodes (observers) its ranks are on.
+    pub nodes: usize,
+    /// Mean fraction of wall time in MPI over its running ranks.
+    pub mpi: f64,
+    /// Calls per second, all ranks.
+    pub calls_rate: f64,
+    /// Bytes per second, all ranks.
+    pub bytes_rate: f64,
+    /// The function its ranks spent most time in.
+    pub busiest: Option<String>,
+}
+
+/// Sort keys of the jobs screen, in the order `s` cycles them.
+pub const JOB_SORTS: [&str; 5] = ["MPI %", "calls/s", "bytes/s", "ranks", "job"];
+
+/// The jobs screen's rows, filtered on the job id and sorted by
+/// `JOB_SORTS[sort]`.
+pub fn jobs(frame: &Frame, filter: &str, sort: usize) -> Vec<JobRow> {
+    let mut rows: Vec<JobRow> = Vec::new();
+    let ids: BTreeSet<&str> = frame.ranks.keys().map(|k| k.jobid.as_str()).collect();
+    for id in ids.into_iter().filter(|id| matches(filter, &[id])) {
+        let ranks: Vec<&Rank> = frame.job(id).map(|(_, r)| r).collect();
+        let running: Vec<&&Rank> = ranks.iter().filter(|r| r.up).collect();
+        let mut time: BTreeMap<&str, f64> = BTreeMap::new();
+        let recent = ranks
+            .iter()
+            .any(|r| r.functions.values().any(|f| f.seconds.rate > 0.0));
+        for r in &ranks {
+            for (n, f) in &r.functions {
+                *time.entry(n).or_default() += if recent {
+                    f.seconds.rate
+                } else {
+                    f.seconds.total
+                };
+            }
+        }
+        rows.push(JobRow {
+            jobid: id.to_string(),
+            ranks: ranks.len(),
+            running: running.len(),
+            nodes: ranks.iter().map(|r| &r.node).collect::<BTreeSet<_>>().len(),
+            mpi: if running.is_empty() {
+                0.0
+            } else {
+                running.iter().map(|r| r.mpi_fraction()).sum::<f64>() / running.len() as f64
+            },
+            calls_rate: ranks.iter().map(|r| r.calls_rate()).sum(),
+            bytes_rate: ranks.iter().map(|r| r.bytes_rate()).sum(),
+            busiest: busiest(time.into_iter()).map(str::to_string),
+        });
+    }
+    rows.sort_by(|a, b| {
+        match sort {
+            0 => desc(a.mpi, b.mpi),
+            1 => desc(a.calls_rate, b.calls_rate),
+            2 => desc(a.bytes_rate, b.bytes_rate),
+            3 => b.ranks.cmp(&a.ranks),
+            _ => Ordering::Equal,
+        }
+        .then_with(|| a.jobid.cmp(&b.jobid))
+    });
+    rows
+}
+
+// ----------------------------------------------------------------- ranks
+
+/// One row of a job's ranks screen.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankRow {
+    /// Its key.
+    pub key: RankKey,
+    /// Its node.
+    pub node: String,
+    /// Its pid.
+    pub pid: String,
+    /// Whether it still runs.
+    pub up: bool,
+    /// Fraction of wall time in MPI.
+    pub mpi: f64,
+    /// Calls per second.
+    pub calls_rate: f64,
+    /// Bytes per second.
+    pub bytes_rate: f64,
+    /// The function it spent most time in.
+    pub busiest: Option<String>,
+    /// Outstanding requests and the oldest one's age in seconds, when the
+    /// rank runs the `stats` layer.
+    pub requests: Option<(f64, f64)>,
+}
+
+/// Sort keys of the ranks screen.
+pub const RANK_SORTS: [&str; 5] = ["rank", "MPI %", "calls/s", "bytes/s", "outstanding"];
+
+/// A job's ranks, filtered on rank, node, pid and busiest function.
+pub fn ranks(frame: &Frame, jobid: &str, filter: &str, sort: usize) -> Vec<RankRow> {
+    let mut rows: Vec<RankRow> = frame
+        .job(jobid)
+        .map(|(k, r)| RankRow {
+            key: k.clone(),
+            node: r.node.clone(),
+            pid: r.pid.clone(),
+            up: r.up,
+            mpi: r.mpi_fraction(),
+            calls_rate: r.calls_rate(),
+            bytes_rate: r.bytes_rate(),
+            busiest: r.busiest().map(str::to_string),
+            requests: r.requests,
+        })
+        .filter(|r| {
+            matches(
+                filter,
+                &[
+                    &r.key.rank,
+                    &r.node,
+                    &r.pid,
+                    r.busiest.as_deref().unwrap_or_default(),
+                ],
+            )
+        })
+        .collect();
+    let out = |r: &RankRow| r.requests.map_or(-1.0, |q| q.0);
+    rows.sort_by(|a, b| {
+        match sort {
+            1 => desc(a.mpi, b.mpi),
+            2 => desc(a.calls_rate, b.calls_rate),
+            3 => desc(a.bytes_rate, b.bytes_rate),
+            4 => desc(out(a), out(b)),
+            _ => Ordering::Equal,
+        }
+        .then_with(|| a.key.cmp(&b.key))
+    });
+    rows
+}
+
+/// A job's rank imbalance, as the dashboards define it: the busiest and
+/// idlest running rank's MPI fraction, and the spread between them. The
+/// idlest rank is the likely straggler: the others wait for it in MPI.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Imbalance {
+    /// The highest MPI fraction and its rank.
+    pub max: (f64, String),
+    /// The lowest MPI fraction and its rank.
+    pub min: (f64, String),
+}
+
+/// The spread above which the dashboards' `MPIJobRankImbalance` fires.
+pub const SPREAD_ALERT: f64 = 0.25;
+
+impl Imbalance {
+    /// Max minus min.
+    pub fn spread(&self) -> f64 {
+        self.max.0 - self.min.0
+    }
+}
+
+/// The imbalance over the running ranks of a job (all of them, whatever the
+/// filter); none with fewer than two, or before rates are known.
+pub fn imbalance(frame: &Frame, jobid: &str) -> Option<Imbalance> {
+    if !frame.rated {
+        return None;
+    }
+    let running: Vec<(f64, &str)> = frame
+        .job(jobid)
+        .filter(|(_, r)| r.up)
+        .map(|(k, r)| (r.mpi_fraction(), k.rank.as_str()))
+        .collect();
+    if running.len() < 2 {
+        return None;
+    }
+    let max = running.iter().max_by(|a, b| a.0.total_cmp(&b.0))?;
+    let min = running.iter().min_by(|a, b| a.0.total_cmp(&b.0))?;
+    Some(Imbalance {
+        max: (max.0, max.1.to_string()),
+        min: (min.0, min.1.to_string()),
+    })
+}
+
+// ------------------------------------------------------------- functions
+
+/// One row of a rank's functions screen.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FuncRow {
+    /// Standard name.
+    pub name: String,
+    /// Calls per second.
+    pub calls_rate: f64,
+    /// Calls since attach.
+    pub calls: f64,
+    /// Its share of the rank's MPI time over the last interval (since
+    /// attach when the interval had none).
+    pub share: f64,
+    /// Mean seconds per call over the last interval (since attach when it
+    /// had no call).
+    pub mean_latency: Option<f64>,
+    /// Bytes per second.
+    pub bytes_rate: f64,
+    /// Bytes since attach.
+    pub bytes: f64,
+}
+
+/// Sort keys of the functions screen.
+pub const FUNC_SORTS: [&str; 5] = ["time", "calls/s", "latency", "bytes/s", "name"];
+
+/// A rank's functions, filtered on the name; empty if the rank is gone.
+pub fn functions(frame: &Frame, key: &RankKey, filter: &str, sort: usize) -> Vec<FuncRow> {
+    let Some(r) = frame.ranks.get(key) else {
+        return Vec::new();
+    };
+    let times: BTreeMap<&str, f64> = r.time_by_function().collect();
+    let all: f64 = times.values().sum();
+    let mut rows: Vec<FuncRow> = r
+        .functions
+        .iter()
+        .filter(|(n, _)| matches(filter, &[n]))
+        .map(|(n, f)| {
+            let (dt, dc) = if f.calls.rate > 0.0 {
+                (f.seconds.rate, f.calls.rate)
+            } else {
+                (f.seconds.total, f.calls.total)
+            };
+            FuncRow {
+                name: n.clone(),
+                calls_rate: f.calls.rate,
+                calls: f.calls.total,
+                share: if all > 0.0 {
+                    times[n.as_str()] / all
+                } else {
+                    0.0
+                },
+                mean_latency: (dc > 0.0).then(|| dt / dc),
+                bytes_rate: f.bytes.rate,
+                bytes: f.bytes.total,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        match sort {
+            0 => desc(a.share, b.share).then_with(|| desc(a.calls, b.calls)),
+            1 => desc(a.calls_rate, b.calls_rate),
+            2 => desc(
+                a.mean_latency.unwrap_or(-1.0),
+                b.mean_latency.unwrap_or(-1.0),
+            ),
+            3 => desc(a.bytes_rate, b.bytes_rate),
+            _ => Ordering::Equal,
+        }
+        .then_with(|| a.name.cmp(&b.name))
+    });
+    rows
+}
+
+// ---------------------------------------------------------------- matrix
+
+/// The rank × rank matrix of bytes sent (`mpi_peer_bytes_total`,
+/// direction `send`): row = sender, column = receiver.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Matrix {
+    /// Every rank that sent or received, in rank order.
+    pub ranks: Vec<String>,
+    /// (sender index, receiver index) → bytes sent.
+    pub cells: BTreeMap<(usize, usize), Counter>,
+}
+
+/// The matrix of `jobid`; `None` when none of its ranks runs the `stats`
+/// layer (no peer figures).
+pub fn matrix(frame: &Frame, jobid: &str) -> Option<Matrix> {
+    let mut names: BTreeSet<RankKey> = BTreeSet::new();
+    let mut any = false;
+    for (k, r) in frame.job(jobid) {
+        if r.requests.is_some() || !r.peers_sent.is_empty() {
+            any = true;
+            names.insert(k.clone());
+            names.extend(r.peers_sent.keys().map(|p| RankKey::new(jobid, p)));
+        }
+    }
+    if !any {
+        return None;
+    }
+    let ranks: Vec<String> = names.into_iter().map(|k| k.rank).collect();
+    let index = |r: &str| ranks.iter().position(|x| x == r);
+    let mut cells = BTreeMap::new();
+    for (k, r) in frame.job(jobid) {
+        for (peer, c) in &r.peers_sent {
+            if let (Some(i), Some(j)) = (index(&k.rank), index(peer)) {
+                cells.insert((i, j), *c);
+            }
+        }
+    }
+    Some(Matrix { ranks, cells })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{client::top::source::parse_exposition, export::names::METRICS};
+
+    /// An observer's exposition: job "j" with ranks 0..2 on one node.
+    fn scrape(calls0: u64, secs0: f64, calls2: u64, secs2: f64) -> String {
+        format!(
+            "mpi_rank_info{{jobid=\"j\",rank=\"0\",pid=\"100\",size=\"3\",library=\"openmpi\",version=\"4.1.4\"}} 1\n\
+             mpi_rank_info{{jobid=\"j\",rank=\"2\",pid=\"102\",size=\"3\",library=\"openmpi\",version=\"4.1.4\"}} 1\n\
+             mpi_rank_info{{jobid=\"j\",rank=\"10\",pid=\"110\",size=\"3\",library=\"openmpi\",version=\"4.1.4\"}} 1\n\
+             mpi_rank_up{{jobid=\"j\",rank=\"0\"}} 1\n\
+             mpi_rank_up{{jobid=\"j\",rank=\"2\"}} 1\n\
+             mpi_rank_up{{jobid=\"j\",rank=\"10\"}} 0\n\
+             mpi_calls_total{{jobid=\"j\",rank=\"0\",function=\"MPI_Barrier\"}} {calls0}\n\
+             mpi_call_seconds_total{{jobid=\"j\",rank=\"0\",function=\"MPI_Barrier\"}} {secs0}\n\
+             mpi_calls_total{{jobid=\"j\",rank=\"0\",function=\"MPI_Send\"}} {calls0}\n\
+             mpi_call_seconds_total{{jobid=\"j\",rank=\"0\",function=\"MPI_Send\"}} 0.001\n\
+             mpi_bytes_total{{jobid=\"j\",rank=\"0\",function=\"MPI_Send\",direction=\"send\"}} {}\n\
+             mpi_calls_total{{jobid=\"j\",rank=\"2\",function=\"MPI_Barrier\"}} {calls2}\n\
+             mpi_call_seconds_total{{jobid=\"j\",rank=\"2\",function=\"MPI_Barrier\"}} {secs2}\n\
+             mpi_layer_bytes_total{{jobid=\"j\",rank=\"2\",function=\"MPI_Send\",direction=\"send\"}} 4096\n\
+             mpi_peer_bytes_total{{jobid=\"j\",rank=\"2\",peer=\"0\",direction=\"send\"}} 4096\n\
+             mpi_peer_bytes_total{{jobid=\"j\",rank=\"2\",peer=\"0\",direction=\"recv\"}} 999\n\
+             mpi_requests_outstanding{{jobid=\"j\",rank=\"2\"}} 3\n\
+             mpi_request_oldest_age_seconds{{jobid=\"j\",rank=\"2\"}} 1.5\n\
+             mpi_calls_total{{jobid=\"other\",rank=\"0\",function=\"MPI_Recv\"}} 5\n\
+             mpi_call_seconds_total{{jobid=\"other\",rank=\"0\",function=\"MPI_Recv\"}} 0.5\n\
+             mpi_observer_probes 12\n",
+            calls0 * 1024
+        )
+    }
+
+    fn reading(at: Instant, text: &str) -> Reading {
+        let samples = parse_exposition(text)
+            .into_iter()
+            .filter(|s| METRICS.contains(&s.name.as_str()))
+            .map(|mut s| {
+                s.labels.push(("instance".into(), "n1:9479".into()));
+                s
+            })
+            .collect();
+        Reading {
+            at,
+            samples,
+            rates: None,
+        }
+    }
+
+    /// Two readings 2 s apart: rank 0 spent 1.6 s of them in MPI_Barrier
+    /// (80 %), rank 2 0.4 s (20 %).
+    fn two_frames() -> Frame {
+        let t0 = Instant::now();
+        let f0 = Frame::new(&reading(t0, &scrape(100, 1.0, 100, 1.0)), None);
+        assert!(!f0.rated);
+        let t1 = t0 + Duration::from_secs(2);
+        Frame::new(&reading(t1, &scrape(300, 2.6, 300, 1.4)), Some(&f0))
+    }
+
+    /// Through Prometheus a rank that is not a detail rank has no
+    /// per-function series: its MPI % comes from its MPI seconds.
+    #[test]
+    fn a_rank_without_function_series_shows_its_mpi_seconds() {
+        let text = "mpi_rank_info{jobid=\"j\",rank=\"5\",pid=\"105\",size=\"8\",library=\"openmpi\",version=\"4.1.4\"} 1\n\
+                    mpi_rank_up{jobid=\"j\",rank=\"5\"} 1\n\
+                    mpi_rank_mpi_seconds_total{jobid=\"j\",rank=\"5\"} 12\n";
+        let mut r = reading(Instant::now(), text);
+        let label = |k: &str, v: &str| (k.to_string(), v.to_string());
+        r.rates = Some(vec![Sample {
+            name: RANK_MPI_SECONDS.into(),
+            labels: vec![
+                label("jobid", "j"),
+                label("rank", "5"),
+                label("instance", "n1:9479"),
+            ],
+            value: 0.25,
+        }]);
+        let f = Frame::new(&r, None);
+        let r5 = &f.ranks[&RankKey::new("j", "5")];
+        assert!(r5.functions.is_empty());
+        assert_eq!(r5.mpi_seconds.total, 12.0);
+        assert_eq!(r5.mpi_fraction(), 0.25);
+    }
+
+    #[test]
+    fn rates_from_successive_readings() {
+        let f = two_frames();
+        assert!(f.rated);
+        let r0 = &f.ranks[&RankKey::new("j", "0")];
+        assert_eq!(r0.functions["MPI_Barrier"].calls.rate, 100.0);
+        assert!((r0.mpi_fraction() - 0.8).abs() < 1e-9);
+        assert_eq!(r0.functions["MPI_Send"].bytes.rate, 200.0 * 1024.0 / 2.0);
+        assert_eq!((r0.pid.as_str(), r0.node.as_str()), ("100", "n1:9479"));
+        // Rank 2 has no probe bytes: the layer's stand in.
+        let r2 = &f.ranks[&RankKey::new("j", "2")];
+        assert_eq!(r2.functions["MPI_Send"].bytes.total, 4096.0);
+        assert_eq!(r2.requests, Some((3.0, 1.5)));
+    }
+
+    #[test]
+    fn a_reset_counter_counts_from_zero() {
+        let t0 = Instant::now();
+        let f0 = Frame::new(&reading(t0, &scrape(1000, 10.0, 1, 1.0)), None);
+        let f1 = Frame::new(
+            &reading(t0 + Duration::from_secs(1), &scrape(10, 0.5, 1, 1.0)),
+            Some(&f0),
+        );
+        let r0 = &f1.ranks[&RankKey::new("j", "0")];
+        assert_eq!(r0.functions["MPI_Barrier"].calls.rate, 10.0);
+    }
+
+    #[test]
+    fn jobs_rows() {
+        let f = two_frames();
+        let rows = jobs(&f, "", 0);
+        assert_eq!(rows.len(), 2);
+        let j = &rows[0];
+        assert_eq!(j.jobid, "j", "sorted by MPI %: j is busier");
+        assert_eq!((j.ranks, j.running, j.nodes), (3, 2, 1));
+        assert!(
+            (j.mpi - 0.5).abs() < 1e-9,
+            "mean of 0.8 and 0.2, the exited rank left out"
+        );
+        assert_eq!(j.busiest.as_deref(), Some("MPI_Barrier"));
+        assert_eq!(j.calls_rate, 300.0);
+        // "other" made no call in the interval: its busiest is by total.
+        assert_eq!(rows[1].busiest.as_deref(), Some("MPI_Recv"));
+        assert_eq!(jobs(&f, "OTH", 0).len(), 1, "the filter ignores case");
+        assert_eq!(jobs(&f, "", 4)[0].jobid, "j", "by job id");
+        assert_eq!(jobs(&f, "", 3)[0].jobid, "j", "by ranks");
+    }
+
+    #[test]
+    fn ranks_rows_sorting_filter_and_imbalance() {
+        let f = two_frames();
+        let rows = ranks(&f, "j", "", 0);
+        let order: Vec<&str> = rows.iter().map(|r| r.key.rank.as_str()).collect();
+        assert_eq!(order, ["0", "2", "10"], "numeric rank order");
+        assert!(!rows[2].up);
+        assert_eq!(rows[0].busiest.as_deref(), Some("MPI_Barrier"));
+        let by_out = ranks(&f, "j", "", 4);
+        assert_eq!(
+            by_out[0].key.rank, "2",
+            "the rank with outstanding requests first"
+        );
+        assert_eq!(ranks(&f, "j", "102", 0).len(), 1, "filter by pid");
+        let im = imbalance(&f, "j").unwrap();
+        assert_eq!((im.max.1.as_str(), im.min.1.as_str()), ("0", "2"));
+        assert!((im.spread() - 0.6).abs() < 1e-9);
+        assert!(im.spread() > SPREAD_ALERT);
+        assert_eq!(imbalance(&f, "other"), None, "one rank: no imbalance");
+    }
+
+    #[test]
+    fn function_rows() {
+        let f = two_frames();
+        let rows = functions(&f, &RankKey::new("j", "0"), "", 0);
+        assert_eq!(rows[0].name, "MPI_Barrier");
+        assert_eq!(rows[0].calls, 300.0);
+        assert!(
+            (rows[0].share - 1.0).abs() < 1e-9,
+            "MPI_Send took no time lately"
+        );
+        let lat = rows[0].mean_latency.unwrap();
+        assert!((lat - 1.6 / 200.0).abs() < 1e-12, "{lat}");
+        assert_eq!(rows[1].mean_latency, Some(0.0));
+        let by_bytes = functions(&f, &RankKey::new("j", "0"), "", 3);
+        assert_eq!(by_bytes[0].name, "MPI_Send");
+        assert_eq!(functions(&f, &RankKey::new("j", "0"), "barr", 0).len(), 1);
+        assert!(functions(&f, &RankKey::new("j", "99"), "", 0).is_empty());
+    }
+
+    #[test]
+    fn the_matrix() {
+        let f = two_frames();
+        let m = matrix(&f, "j").unwrap();
+        assert_eq!(m.ranks, ["0", "2"]);
+        assert_eq!(m.cells.len(), 1, "only sends: {m:?}");
+        assert_eq!(m.cells[&(1, 0)].total, 4096.0);
+        assert_eq!(matrix(&f, "other"), None, "no stats layer");
+    }
+
+    #[test]
+    fn prometheus_rates_and_nodes() {
+        let mk = |name: &str, rank: &str, inst: &str, labels: &[(&str, &str)], v: f64| Sample {
+            name: name.into(),
+            labels: [("jobid", "p"), ("rank", rank), ("instance", inst)]
+                .iter()
+                .chain(labels)
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            value: v,
+        };
+        let fun = [("function", "MPI_Allreduce")];
+        let samples = vec![
+            mk(CALLS, "0", "a:1", &fun, 10.0),
+            mk(SECONDS, "0", "a:1", &fun, 5.0),
+            mk(RANK_INFO, "0", "a:1", &[("pid", "1")], 1.0),
+            mk(RANK_INFO, "1", "b:1", &[("pid", "2")], 1.0),
+            mk(CALLS, "1", "b:1", &fun, 10.0),
+            mk(SECONDS, "1", "b:1", &fun, 1.0),
+            // The same rank seen by a second observer is not counted twice.
+            mk(CALLS, "1", "c:1", &fun, 10.0),
+        ];
+        let rates = vec![
+            mk(SECONDS, "0", "a:1", &fun, 0.9),
+            mk(SECONDS, "1", "b:1", &fun, 0.3),
+            mk(CALLS, "1", "b:1", &fun, 7.0),
+            mk(CALLS, "1", "c:1", &fun, 7.0),
+        ];
+        let f = Frame::new(
+            &Reading {
+                at: Instant::now(),
+                samples,
+                rates: Some(rates),
+            },
+            None,
+        );
+        assert!(f.rated);
+        let j = &jobs(&f, "", 0)[0];
+        assert_eq!((j.ranks, j.nodes, j.calls_rate), (2, 2, 7.0));
+        assert!((j.mpi - 0.6).abs() < 1e-9);
+        assert_eq!(
+            f.ranks[&RankKey::new("p", "1")].functions["MPI_Allreduce"]
+                .calls
+                .total,
+            10.0
+        );
+    }
+}

@@ -1,0 +1,975 @@
+//! Call sites: naming the application's return addresses that the probes
+//! (`attach --callsites`) and the shim's `stats` layer capture, and keeping
+//! the `mpi_callsite_*` series of each rank bounded.
+//!
+//! **Naming.** An address is turned into (object file, file offset) with the
+//! process's `/proc/PID/maps`, read once and again only when an address
+//! falls outside every mapping known (a library dlopened later). The name
+//! is then looked up, with blazesym, in that file's ELF symbols and DWARF
+//! line table, at the offset of the call instruction (the return address
+//! minus one), and cached by (device, inode, offset): every rank of a job
+//! runs the same binary, so each call site of a library is symbolized once
+//! per daemon, at the collection that first sees it, never on the
+//! application's path. A name has one of these forms, best first:
+//!
+//! | what the object has | the call site's name |
+//! |---|---|
+//! | symbols and DWARF lines | `exchange at halo.c:42` |
+//! | symbols only | `exchange+0x2f` (the return address's offset in the function) |
+//! | neither (stripped) | `app+0x1a2f` (the object's file name and the return address's file offset) |
+//! | an address outside every mapping | `[unknown]` |
+//!
+//! Two call instructions on one source line share a name, and their figures
+//! are added together.
+//!
+//! **Bounds.** The maps and the shim's table hold every call site; the
+//! exposition holds, per (rank, function), the first [`Budget::per_function`]
+//! call sites seen (the heaviest first among those seen at one collection),
+//! and sums the rest as `callsite="other"`: the rank's calls of that
+//! function minus those of its named sites. A site keeps its series for the
+//! rank's life, so every counter only grows (a site that moved between its
+//! own series and `other` would make both jump). The report reads every
+//! site.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    num::NonZeroUsize,
+    path::Path,
+    sync::{
+        Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError,
+        atomic::{AtomicU64, Ordering},
+        mpsc,
+    },
+    time::{Duration, Instant},
+};
+
+use crate::{
+    attach::symbolizer::{self, Client, Limits},
+    collect::snapshot::{RawSite, Site},
+    os::procfs,
+    os::userfile,
+};
+
+/// The name of the series summing a function's call sites beyond the budget
+/// (and the calls no site was recorded for).
+pub const OTHER: &str = "other";
+/// The name of an address outside every mapping.
+pub const UNKNOWN: &str = "[unknown]";
+
+/// Default bound of the daemon's name cache (`--max-callsite-names`).
+pub const DEFAULT_MAX_NAMES: u64 = 65_536;
+/// Bound of the name cache's bytes (names are cut at
+/// [`symbolizer::MAX_NAME`] bytes; most are under 60).
+pub const DEFAULT_MAX_NAME_BYTES: usize = 16 << 20;
+/// Addresses a rank names at most over its life; past it, its new
+/// addresses are counted in `callsite="other"` (and refusals counted).
+pub const PER_RANK_NAMES: usize = 16_384;
+/// Files whose symbolization failed, remembered at most.
+const MAX_POISONED: usize = 4_096;
+/// Call-site offsets waiting to be named at most.
+const MAX_PENDING: usize = 65_536;
+/// How long one collection waits, in all, for names it asked for.
+pub const DEFAULT_NAME_WAIT: Duration = Duration::from_millis(300);
+
+/// How many call sites of each (rank, function) get series of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// Named call sites per (rank, function).
+    pub per_function: usize,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget { per_function: 8 }
+    }
+}
+
+/// One executable mapping of a process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Mapping {
+    /// The maps line, to open the file as mapped.
+    entry: procfs::MapEntry,
+    /// The file's path, as the process sees it.
+    path: String,
+}
+
+impl Mapping {
+    fn contains(&self, addr: u64) -> bool {
+        addr >= self.entry.start && addr < self.entry.end
+    }
+
+    /// The file offset of `addr`.
+    fn offset_of(&self, addr: u64) -> u64 {
+        addr - self.entry.start + self.entry.offset
+    }
+
+    fn file(&self) -> FileId {
+        (self.entry.dev, self.entry.inode)
+    }
+
+    /// The name of an offset without symbols: `object+0xoffset`.
+    fn fallback(&self, ret_offset: u64) -> String {
+        let object = Path::new(&self.path)
+            .file_name()
+            .map_or_else(|| self.path.clone(), |n| n.to_string_lossy().into_owned());
+        format!("{object}+{ret_offset:#x}")
+    }
+}
+
+/// A process's executable file mappings.
+#[derive(Clone, Debug, Default)]
+struct Maps {
+    ranges: Vec<Mapping>,
+}
+
+impl Maps {
+    /// Keeps the executable mappings of files of a parsed `/proc/PID/maps`.
+    fn from_entries(entries: Vec<procfs::MapEntry>) -> Maps {
+        let ranges = entries
+            .into_iter()
+            .filter(|m| m.exec)
+            .filter_map(|m| {
+                let path = m.path.as_ref()?.to_string_lossy().into_owned();
+                Some(Mapping { entry: m, path })
+            })
+            .collect();
+        Maps { ranges }
+    }
+
+    fn read(pid: u32) -> Result<Maps, procfs::ProcError> {
+        procfs::maps(pid).map(Maps::from_entries)
+    }
+
+    fn find(&self, addr: u64) -> Option<&Mapping> {
+        self.ranges.iter().find(|m| m.contains(addr))
+    }
+}
+
+/// A file, as a maps line names it: device and inode.
+type FileId = ((u32, u32), u64);
+/// A file and an offset in it: the cache key of a name.
+type Key = (FileId, u64);
+
+/// Counters of the naming, process-wide (one daemon per process), for
+/// the self-metrics.
+#[derive(Debug, Default)]
+pub struct NamingCounters {
+    /// Symbolizer failures: timeout, memory, cpu, crash, spawn, protocol.
+    failures: Mutex<BTreeMap<&'static str, u64>>,
+    /// Files refused before symbolizing (not the mapped file, not
+    /// regular, over the size cap).
+    pub files_refused: AtomicU64,
+    /// Names evicted from the daemon's cache.
+    pub evictions: AtomicU64,
+    /// Lookups refused: a rank's name map full, or too many pending.
+    pub refusals_rank_full: AtomicU64,
+    /// Lookups refused because too many offsets were waiting.
+    pub refusals_queue_full: AtomicU64,
+    /// Names in the daemon's cache now.
+    pub cached: AtomicU64,
+}
+
+impl NamingCounters {
+    /// The process's counters.
+    pub fn global() -> &'static NamingCounters {
+        static C: OnceLock<NamingCounters> = OnceLock::new();
+        C.get_or_init(NamingCounters::default)
+    }
+
+    fn failed(&self, reason: &'static str) {
+        *self
+            .failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// Failures of the symbolizer for `reason`.
+    pub fn failures(&self, reason: &str) -> u64 {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(reason)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Appends the naming's self-metrics to an exposition.
+pub fn render_self_metrics(out: &mut String) {
+    use std::fmt::Write as _;
+    let c = NamingCounters::global();
+    let lib = crate::attach::symbols::LibraryCache::global();
+    let failures = c.failures.lock().unwrap_or_else(PoisonError::into_inner);
+    let _ = writeln!(
+        out,
+        "# HELP mpi_observer_symbolizer_failures_total Files whose call sites the symbolizer process could not name (timeout, memory, cpu, crash, spawn, protocol): their sites keep object+offset names.\n# TYPE mpi_observer_symbolizer_failures_total counter"
+    );
+    for reason in ["timeout", "memory", "cpu", "crash", "spawn", "protocol"] {
+        let n = failures.get(reason).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "mpi_observer_symbolizer_failures_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    drop(failures);
+    let lines: [(&str, &str, &str, String); 6] = [
+        (
+            "mpi_observer_user_files_refused_total",
+            "counter",
+            "Files of user processes refused before symbolizing: replaced, not a regular file, or over --max-file-size.",
+            c.files_refused.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "mpi_observer_callsite_names",
+            "gauge",
+            "Call-site names in the daemon's cache (bounded by --max-callsite-names).",
+            c.cached.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "mpi_observer_callsite_name_evictions_total",
+            "counter",
+            "Call-site names evicted from the daemon's cache (named again when needed).",
+            c.evictions.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "mpi_observer_callsite_name_refusals_total",
+            "counter",
+            "Call-site lookups refused, per collection and address: reason=\"rank_full\" (the rank named 16384 addresses; the rest go to callsite=\"other\"), \"queue_full\" (asked again at the next collection).",
+            String::new(),
+        ),
+        (
+            "mpi_observer_library_parses_total",
+            "counter",
+            "MPI libraries read and parsed (once per file contents).",
+            lib.parses().to_string(),
+        ),
+        (
+            "mpi_observer_library_cache_hits_total",
+            "counter",
+            "Attaches that found their MPI library already parsed.",
+            lib.hits().to_string(),
+        ),
+    ];
+    for (name, kind, help, value) in lines {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        if value.is_empty() {
+            for (reason, v) in [
+                ("queue_full", &c.refusals_queue_full),
+                ("rank_full", &c.refusals_rank_full),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "{name}{{reason=\"{reason}\"}} {}",
+                    v.load(Ordering::Relaxed)
+                );
+            }
+        } else {
+            let _ = writeln!(out, "{name} {value}");
+        }
+    }
+}
+
+/// The naming's bounds.
+#[derive(Clone, Debug)]
+pub struct NamesConfig {
+    /// Names in the cache at most.
+    pub max_names: usize,
+    /// Bytes of names in the cache at most.
+    pub max_bytes: usize,
+    /// The symbolizer process's bounds.
+    pub limits: Limits,
+    /// How long one collection waits, in all, for names.
+    pub wait: Duration,
+    /// The symbolizer program and its arguments, when not this binary's
+    /// `__symbolizer` (tests).
+    pub program: Option<(std::path::PathBuf, Vec<String>)>,
+}
+
+impl Default for NamesConfig {
+    fn default() -> Self {
+        NamesConfig {
+            max_names: DEFAULT_MAX_NAMES as usize,
+            max_bytes: DEFAULT_MAX_NAME_BYTES,
+            limits: Limits::default(),
+            wait: DEFAULT_NAME_WAIT,
+            program: None,
+        }
+    }
+}
+
+/// What the worker is asked: name these offsets of this mapping's file.
+struct Job {
+    pid: u32,
+    mapping: Mapping,
+    /// Return-address offsets.
+    offsets: Vec<u64>,
+}
+
+struct Inner {
+    cache: lru::LruCache<Key, Arc<str>>,
+    bytes: usize,
+    max_bytes: usize,
+    pending: HashSet<Key>,
+    poisoned: lru::LruCache<FileId, ()>,
+    /// Bumped at each answer, for waiters.
+    generation: u64,
+}
+
+impl Inner {
+    fn insert(&mut self, key: Key, name: Arc<str>) {
+        self.pending.remove(&key);
+        // Every name becomes a label value: capped (and the cut counted).
+        let name = match crate::attach::identity::cap_callsite(&name) {
+            std::borrow::Cow::Borrowed(_) => name,
+            std::borrow::Cow::Owned(cut) => Arc::from(cut),
+        };
+        let c = NamingCounters::global();
+        self.bytes += name.len();
+        if let Some((_, old)) = self.cache.push(key, name) {
+            // Replaced or evicted.
+            self.bytes -= old.len();
+            c.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        while self.bytes > self.max_bytes {
+            let Some((_, old)) = self.cache.pop_lru() else {
+                break;
+            };
+            self.bytes -= old.len();
+            c.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        c.cached.store(self.cache.len() as u64, Ordering::Relaxed);
+    }
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    answered: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Call-site names, cached by file and offset: one per daemon. Names are
+/// made by a background thread that drives the symbolizer process (see
+/// [`crate::attach::symbolizer`]); a collection asks for what it lacks and waits
+/// for it only within a small budget.
+pub struct Names {
+    shared: Arc<Shared>,
+    config: NamesConfig,
+    jobs: Option<mpsc::Sender<Job>>,
+    unknown: Arc<str>,
+    other: Arc<str>,
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        Names::new()
+    }
+}
+
+impl std::fmt::Debug for Names {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Names")
+            .field("cached", &self.cached())
+            .finish()
+    }
+}
+
+impl Names {
+    /// An empty cache with the default bounds.
+    pub fn new() -> Names {
+        Names::with_config(NamesConfig::default())
+    }
+
+    /// An empty cache with these bounds.
+    pub fn with_config(config: NamesConfig) -> Names {
+        let cap = |n: usize| NonZeroUsize::new(n.max(1)).expect("at least one");
+        Names {
+            shared: Arc::new(Shared {
+                inner: Mutex::new(Inner {
+                    cache: lru::LruCache::new(cap(config.max_names)),
+                    bytes: 0,
+                    max_bytes: config.max_bytes,
+                    pending: HashSet::new(),
+                    poisoned: lru::LruCache::new(cap(MAX_POISONED)),
+                    generation: 0,
+                }),
+                answered: Condvar::new(),
+            }),
+            config,
+            jobs: None,
+            unknown: Arc::from(UNKNOWN),
+            other: Arc::from(OTHER),
+        }
+    }
+
+    /// Call-site names cached now.
+    pub fn cached(&self) -> usize {
+        self.shared.lock().cache.len()
+    }
+
+    /// Offsets waiting to be named now.
+    pub fn pending(&self) -> usize {
+        self.shared.lock().pending.len()
+    }
+
+    /// A naming session for one collection: it waits for names, in all,
+    /// at most the configured budget.
+    pub fn session(&mut self) -> Session<'_> {
+        let deadline = Instant::now() + self.config.wait;
+        Session {
+            names: self,
+            deadline,
+        }
+    }
+
+    /// The worker's queue, started at first use.
+    fn sender(&mut self) -> &mpsc::Sender<Job> {
+        let shared = self.shared.clone();
+        let limits = self.config.limits;
+        let program = self.config.program.clone();
+        self.jobs.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel::<Job>();
+            let client = match program {
+                Some((p, args)) => Client::with_program(p, args, limits),
+                None => Client::new(limits),
+            };
+            std::thread::Builder::new()
+                .name("callsite-names".into())
+                .spawn(move || worker(&shared, &rx, client))
+                .expect("spawn the call-site naming thread");
+            tx
+        })
+    }
+
+    /// The cached name of `key`, or the fallback of a poisoned file, or
+    /// `None` after asking the worker for it.
+    fn lookup(&mut self, pid: u32, m: &Mapping, ret_offset: u64) -> Option<Arc<str>> {
+        let key = (m.file(), ret_offset);
+        {
+            let mut inner = self.shared.lock();
+            if let Some(n) = inner.cache.get(&key) {
+                return Some(n.clone());
+            }
+            if inner.poisoned.contains(&m.file()) {
+                let name: Arc<str> = Arc::from(m.fallback(ret_offset));
+                inner.insert(key, name.clone());
+                return Some(name);
+            }
+            if inner.pending.contains(&key) {
+                return None;
+            }
+            if inner.pending.len() >= MAX_PENDING {
+                NamingCounters::global()
+                    .refusals_queue_full
+                    .fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            inner.pending.insert(key);
+        }
+        let job = Job {
+            pid,
+            mapping: m.clone(),
+            offsets: vec![ret_offset],
+        };
+        if self.sender().send(job).is_err() {
+            // The worker is gone (it panicked): the file's names fall back.
+            let name: Arc<str> = Arc::from(m.fallback(ret_offset));
+            self.shared.lock().insert(key, name.clone());
+            return Some(name);
+        }
+        None
+    }
+
+    /// Waits until `key`'s name is made or `deadline` passes.
+    fn wait_for(&self, keys: &[Key], deadline: Instant) {
+        let mut inner = self.shared.lock();
+        while keys.iter().any(|k| inner.pending.contains(k)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            inner = self
+                .shared
+                .answered
+                .wait_timeout(inner, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+/// The naming thread: takes jobs, batches those of one file, and names them
+/// in the symbolizer process.
+fn worker(shared: &Shared, rx: &mpsc::Receiver<Job>, mut client: Client) {
+    while let Ok(first) = rx.recv() {
+        // Everything queued now, grouped by file.
+        let mut batch: BTreeMap<FileId, (u32, Mapping, Vec<u64>)> = BTreeMap::new();
+        for job in std::iter::once(first).chain(rx.try_iter()) {
+            let e = batch
+                .entry(job.mapping.file())
+                .or_insert_with(|| (job.pid, job.mapping.clone(), Vec::new()));
+            e.2.extend(job.offsets);
+        }
+        for (file, (pid, m, mut offsets)) in batch {
+            offsets.sort_unstable();
+            offsets.dedup();
+            let names = name_file(&mut client, pid, &m, &offsets);
+            let mut inner = shared.lock();
+            if names.is_none() {
+                inner.poisoned.put(file, ());
+            }
+            for (i, off) in offsets.iter().enumerate() {
+                let name = names
+                    .as_ref()
+                    .and_then(|n| n.get(i).cloned().flatten())
+                    .unwrap_or_else(|| m.fallback(*off));
+                inner.insert((file, *off), Arc::from(name));
+            }
+            inner.generation += 1;
+            drop(inner);
+            shared.answered.notify_all();
+        }
+    }
+}
+
+/// The names of `ret_offsets` in `m`'s file, `None` where it has no symbol
+/// there; `None` in all when the file cannot be symbolized (logged once:
+/// the caller marks the file).
+fn name_file(
+    client: &mut Client,
+    pid: u32,
+    m: &Mapping,
+    ret_offsets: &[u64],
+) -> Option<Vec<Option<String>>> {
+    let counters = NamingCounters::global();
+    let f = match userfile::open_mapped(pid, &m.entry, crate::attach::symbols::max_file_size()) {
+        Ok(f) => f,
+        Err(e) => {
+            counters.files_refused.fetch_add(1, Ordering::Relaxed);
+            eprintln!("mpi-observer: call sites of pid {pid} not symbolized: {e}");
+            return None;
+        }
+    };
+    let mut out = Vec::with_capacity(ret_offsets.len());
+    for chunk in ret_offsets.chunks(symbolizer::MAX_OFFSETS) {
+        // The call instruction: the byte before the return address.
+        let calls: Vec<u64> = chunk.iter().map(|o| o.saturating_sub(1)).collect();
+        match client.symbolize(&f.file, &f.shown, &calls) {
+            Ok(names) => out.extend(names),
+            Err(e) => {
+                counters.failed(e.reason());
+                eprintln!("mpi-observer: {e}");
+                return None;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Names call sites during one collection; see [`Names::session`].
+pub struct Session<'a> {
+    names: &'a mut Names,
+    deadline: Instant,
+}
+
+/// One rank's call sites: its maps, the names of its addresses, and which
+/// sites have series of their own. Dropped with the rank.
+#[derive(Debug, Default)]
+pub struct RankSites {
+    maps: Option<Maps>,
+    names: HashMap<u64, Arc<str>>,
+    exported: BTreeMap<u16, Vec<Arc<str>>>,
+}
+
+/// A site after the first naming pass: function, name if made, address,
+/// calls, time.
+type FirstPass = (u16, Option<Arc<str>>, u64, u64, u64);
+
+/// What naming one address gave.
+enum Naming {
+    Named(Arc<str>),
+    /// Asked for; the key to wait on and the name to show meanwhile.
+    Pending(Key, Arc<str>),
+}
+
+impl RankSites {
+    /// Addresses this rank has names for (at most [`PER_RANK_NAMES`]).
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether no address is named yet.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The name of `addr` in process `pid`; `alive` says whether its maps
+    /// may still be read.
+    fn name(&mut self, names: &mut Names, pid: u32, alive: bool, addr: u64) -> Naming {
+        if let Some(n) = self.names.get(&addr) {
+            return Naming::Named(n.clone());
+        }
+        if self.names.len() >= PER_RANK_NAMES {
+            // For good: the map never shrinks while the rank lives, so the
+            // address stays in `other` at every collection.
+            NamingCounters::global()
+                .refusals_rank_full
+                .fetch_add(1, Ordering::Relaxed);
+            return Naming::Named(names.other.clone());
+        }
+        let covered = self.maps.as_ref().and_then(|m| m.find(addr)).is_some();
+        if !covered
+            && alive
+            && let Ok(m) = Maps::read(pid)
+        {
+            self.maps = Some(m);
+        }
+        let Some(m) = self.maps.as_ref().and_then(|m| m.find(addr)).cloned() else {
+            // Not kept: the process may map it later.
+            return Naming::Named(names.unknown.clone());
+        };
+        let ret_offset = m.offset_of(addr);
+        match names.lookup(pid, &m, ret_offset) {
+            Some(name) => {
+                self.names.insert(addr, name.clone());
+                Naming::Named(name)
+            }
+            None => Naming::Pending((m.file(), ret_offset), Arc::from(m.fallback(ret_offset))),
+        }
+    }
+
+    /// Names `addr` by hand (a synthetic rank, with no process to read).
+    pub fn preset(&mut self, addr: u64, name: &str) {
+        self.names
+            .insert(addr, Arc::from(crate::attach::identity::cap_callsite(name)));
+    }
+
+    /// Reads the maps now, so that addresses can still be named after the
+    /// process exits (its files stay where they were).
+    pub fn prime(&mut self, pid: u32) {
+        if self.maps.is_none() {
+            self.maps = Maps::read(pid).ok();
+        }
+    }
+
+    /// Names `raw` and merges sites of one name; marks which have series of
+    /// their own within `budget`. Sorted by function, then time, heaviest
+    /// first. Names not made yet are asked for and waited for within the
+    /// session's budget; those still missing are marked pending.
+    pub fn resolve(
+        &mut self,
+        session: &mut Session<'_>,
+        pid: u32,
+        alive: bool,
+        raw: &[RawSite],
+        budget: Budget,
+    ) -> Vec<Site> {
+        // (function, name if made, address, calls, time).
+        let mut named: Vec<FirstPass> = Vec::new();
+        let mut waiting: Vec<Key> = Vec::new();
+        for r in raw.iter().filter(|r| r.calls > 0) {
+            let n = match self.name(session.names, pid, alive, r.addr) {
+                Naming::Named(n) => Some(n),
+                Naming::Pending(k, _) => {
+                    waiting.push(k);
+                    None
+                }
+            };
+            named.push((r.function, n, r.addr, r.calls, r.time_ns));
+        }
+        if !waiting.is_empty() {
+            session.names.wait_for(&waiting, session.deadline);
+        }
+        let mut merged: BTreeMap<(u16, bool, Arc<str>), (u64, u64)> = BTreeMap::new();
+        for (function, n, addr, calls, time_ns) in named {
+            let (pending, name) = match n {
+                Some(n) => (false, n),
+                None => match self.name(session.names, pid, alive, addr) {
+                    Naming::Named(n) => (false, n),
+                    Naming::Pending(_, shown) => (true, shown),
+                },
+            };
+            let e = merged.entry((function, pending, name)).or_default();
+            e.0 = e.0.saturating_add(calls);
+            e.1 = e.1.saturating_add(time_ns);
+        }
+        // Newly seen sites take the free places, heaviest first.
+        let mut by_function: BTreeMap<u16, Vec<Site>> = BTreeMap::new();
+        for ((function, pending, name), (calls, time_ns)) in merged {
+            by_function.entry(function).or_default().push(Site {
+                function,
+                name,
+                calls,
+                time_ns,
+                exported: false,
+                pending,
+            });
+        }
+        let mut out = Vec::new();
+        for (function, mut sites) in by_function {
+            sites.sort_by(|a, b| b.time_ns.cmp(&a.time_ns).then(a.name.cmp(&b.name)));
+            let exported = self.exported.entry(function).or_default();
+            for s in sites.iter_mut().filter(|s| !s.pending) {
+                if exported.contains(&s.name) {
+                    s.exported = true;
+                } else if exported.len() < budget.per_function && &*s.name != OTHER {
+                    exported.push(s.name.clone());
+                    s.exported = true;
+                }
+            }
+            out.extend(sites);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+5581a000-5581b000 r--p 00000000 fe:01 1234                       /opt/app/bin/halo
+5581b000-5581c000 r-xp 00001000 fe:01 1234                       /opt/app/bin/halo
+7f00a000-7f00b000 r-xp 00002000 fe:01 99                         /usr/lib/lib with space.so
+7ffd0000-7ffd1000 rw-p 00000000 00:00 0                          [stack]
+7ffd2000-7ffd3000 r-xp 00000000 00:00 0                          [vdso]
+";
+
+    #[test]
+    fn maps_keep_executable_file_mappings() {
+        let m = Maps::from_entries(procfs::parse_maps(MAPS.as_bytes()));
+        assert_eq!(m.ranges.len(), 2);
+        let h = m.find(0x5581b010).unwrap();
+        assert_eq!(
+            (h.entry.offset, h.entry.inode, h.path.as_str()),
+            (0x1000, 1234, "/opt/app/bin/halo")
+        );
+        assert_eq!(h.offset_of(0x5581b010), 0x1010);
+        assert_eq!(h.fallback(0x1a2f), "halo+0x1a2f");
+        assert_eq!(
+            m.find(0x7f00a000).unwrap().path,
+            "/usr/lib/lib with space.so"
+        );
+        assert!(m.find(0x5581a010).is_none(), "not executable");
+        assert!(m.find(0x7ffd2010).is_none(), "not a file");
+    }
+
+    fn site(function: u16, addr: u64, time_ns: u64) -> RawSite {
+        RawSite {
+            function,
+            addr,
+            calls: 1,
+            time_ns,
+        }
+    }
+
+    #[test]
+    fn budget_is_sticky_and_heaviest_first() {
+        let mut cache = Names::new();
+        let mut names = cache.session();
+        let mut r = RankSites {
+            maps: Some(Maps::default()),
+            ..Default::default()
+        };
+        // Pre-name addresses so no maps are needed.
+        for (a, n) in [(1, "a"), (2, "b"), (3, "c")] {
+            r.names.insert(a, Arc::from(n));
+        }
+        let b = Budget { per_function: 2 };
+        let s = r.resolve(&mut names, 0, false, &[site(7, 1, 5), site(7, 2, 9)], b);
+        assert_eq!(
+            s.iter().map(|s| (&*s.name, s.exported)).collect::<Vec<_>>(),
+            [("b", true), ("a", true)]
+        );
+        // c is now the heaviest, but the places are taken for good.
+        let s = r.resolve(
+            &mut names,
+            0,
+            false,
+            &[site(7, 1, 5), site(7, 2, 9), site(7, 3, 99)],
+            b,
+        );
+        assert_eq!(
+            s.iter().map(|s| (&*s.name, s.exported)).collect::<Vec<_>>(),
+            [("c", false), ("b", true), ("a", true)]
+        );
+    }
+
+    #[test]
+    fn sites_of_one_name_are_merged() {
+        let mut cache = Names::new();
+        let mut names = cache.session();
+        let mut r = RankSites::default();
+        r.names.insert(1, Arc::from("f at x.c:3"));
+        r.names.insert(2, Arc::from("f at x.c:3"));
+        let raw = [
+            RawSite {
+                function: 1,
+                addr: 1,
+                calls: 2,
+                time_ns: 10,
+            },
+            RawSite {
+                function: 1,
+                addr: 2,
+                calls: 3,
+                time_ns: 5,
+            },
+        ];
+        let s = r.resolve(&mut names, 0, false, &raw, Budget::default());
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].calls, s[0].time_ns), (5, 15));
+    }
+
+    /// A mapping of this test binary's own text, for real names.
+    fn own_text() -> (Maps, u64) {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let maps = Maps::read(std::process::id()).unwrap();
+        let m = maps
+            .ranges
+            .iter()
+            .find(|m| Path::new(&m.path) == exe)
+            .unwrap()
+            .clone();
+        // An address inside the text: this function's own.
+        let addr = own_text as *const () as u64;
+        assert!(m.contains(addr));
+        (maps, addr)
+    }
+
+    #[test]
+    fn real_names_come_from_the_symbolizer_process_within_the_wait() {
+        let (maps, addr) = own_text();
+        let mut cache = Names::with_config(NamesConfig {
+            wait: Duration::from_secs(30),
+            limits: Limits {
+                deadline: Duration::from_secs(30),
+                ..Limits::default()
+            },
+            program: Some(symbolizer::tests::child_program()),
+            ..NamesConfig::default()
+        });
+        let mut r = RankSites {
+            maps: Some(maps),
+            ..Default::default()
+        };
+        let pid = std::process::id();
+        let mut session = cache.session();
+        // A return address just past the function's first byte.
+        let s = r.resolve(
+            &mut session,
+            pid,
+            true,
+            &[site(1, addr + 1, 5)],
+            Budget::default(),
+        );
+        assert_eq!(s.len(), 1);
+        assert!(!s[0].pending, "{s:?}");
+        assert!(s[0].exported);
+        assert!(s[0].name.contains("own_text"), "{s:?}");
+        assert_eq!(r.len(), 1);
+        assert_eq!(cache.cached(), 1);
+        assert_eq!(cache.pending(), 0);
+    }
+
+    #[test]
+    fn a_site_waits_unexported_while_the_symbolizer_is_slow() {
+        let (maps, _) = own_text();
+        let mut cache = Names::with_config(NamesConfig {
+            wait: Duration::from_millis(50),
+            program: Some(symbolizer::tests::child_program()),
+            ..NamesConfig::default()
+        });
+        let mut r = RankSites {
+            maps: Some(maps.clone()),
+            ..Default::default()
+        };
+        let m = &maps.ranges[0];
+        // The hang hook: the child never answers; the deadline (2 s)
+        // poisons the file.
+        let addr = m.entry.start + (symbolizer::HANG + 1 - m.entry.offset);
+        let mut ok = maps.clone();
+        ok.ranges[0].entry.end = u64::MAX;
+        r.maps = Some(ok);
+        let t = Instant::now();
+        let s = r.resolve(
+            &mut cache.session(),
+            std::process::id(),
+            true,
+            &[site(1, addr, 5)],
+            Budget::default(),
+        );
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(s[0].pending && !s[0].exported, "{s:?}");
+        // After the deadline the file is poisoned: named object+offset.
+        std::thread::sleep(Duration::from_millis(2500));
+        let s = r.resolve(
+            &mut cache.session(),
+            std::process::id(),
+            true,
+            &[site(1, addr, 5)],
+            Budget::default(),
+        );
+        assert!(!s[0].pending && s[0].exported, "{s:?}");
+        assert!(s[0].name.contains("+0x"), "{s:?}");
+        assert!(NamingCounters::global().failures("timeout") >= 1);
+    }
+
+    #[test]
+    fn the_name_cache_is_bounded_by_entries_and_bytes() {
+        let mut inner = Inner {
+            cache: lru::LruCache::new(NonZeroUsize::new(3).unwrap()),
+            bytes: 0,
+            max_bytes: 10,
+            pending: HashSet::new(),
+            poisoned: lru::LruCache::new(NonZeroUsize::new(1).unwrap()),
+            generation: 0,
+        };
+        let f = ((1, 2), 3);
+        let before = NamingCounters::global().evictions.load(Ordering::Relaxed);
+        for i in 0..5 {
+            inner.insert((f, i), Arc::from("ab"));
+        }
+        assert_eq!(inner.cache.len(), 3, "entries");
+        assert_eq!(inner.bytes, 6);
+        assert!(inner.cache.contains(&(f, 4)) && !inner.cache.contains(&(f, 1)));
+        inner.insert((f, 9), Arc::from("0123456789"));
+        assert!(inner.bytes <= 10, "bytes: {}", inner.bytes);
+        assert!(inner.cache.contains(&(f, 9)));
+        let after = NamingCounters::global().evictions.load(Ordering::Relaxed);
+        assert!(after - before >= 4, "{before} {after}");
+    }
+
+    #[test]
+    fn a_full_rank_sends_new_sites_to_other_for_good() {
+        let mut cache = Names::new();
+        let mut names = cache.session();
+        let mut r = RankSites {
+            maps: Some(Maps::default()),
+            ..Default::default()
+        };
+        for a in 0..PER_RANK_NAMES as u64 {
+            r.names.insert(a, Arc::from(format!("s{a}")));
+        }
+        let extra = PER_RANK_NAMES as u64 + 7;
+        for _ in 0..2 {
+            let s = r.resolve(
+                &mut names,
+                0,
+                false,
+                &[site(1, extra, 5)],
+                Budget::default(),
+            );
+            assert_eq!(s.len(), 1);
+            assert_eq!(&*s[0].name, OTHER);
+            assert!(!s[0].exported && !s[0].pending);
+        }
+        assert_eq!(r.len(), PER_RANK_NAMES);
+    }
+}

@@ -1,0 +1,727 @@
+//! Reading the shim's stats segments
+//! (`/dev/shm/mpi-observer.<uid>.<pid>.<random>`).
+//!
+//! Trust: a segment is found in the process's own mappings and opened as
+//! the file it maps ([`crate::os::shm`]); it belongs to the process only if it
+//! is a regular file owned by that process's uid, with no group or other
+//! write permission. Labels never come from it. It is mapped read-only and
+//! every header field is checked against the layout before any array is
+//! read; if the owner truncates the file while we read it, the SIGBUS is
+//! caught ([`crate::os::shm::Guarded`]), the faulting page is replaced by
+//! zeros, and the figures of that read are discarded. A bad segment is
+//! skipped and counted, never fatal.
+//!
+//! The daemon keeps the segment's file open from the first read on, so a
+//! rank's final figures stay readable after it exits and unlinks it.
+
+use std::{
+    fs::File,
+    os::unix::fs::MetadataExt as _,
+    path::Path,
+    sync::atomic::{AtomicU64, Ordering},
+};
+
+use observer_common::{
+    FUNCTION_COUNT,
+    generated::functions::SPEC_FINGERPRINT,
+    maps::HIST_SLOTS,
+    segment::{self, Header, Layout, MAGIC, MAX_SEGMENT_BYTES, V2, VERSION, request_state},
+};
+
+// What a read returns, so `segment::Figures` names it too.
+pub use crate::collect::snapshot::{Figures, SegmentProblem};
+use crate::{
+    collect::snapshot::{Directed, LayerCalls, PeerTraffic, RawSite, Requests, Timing},
+    os::procfs,
+    os::shm::{self, Guarded, Kind, ShmError},
+};
+
+/// An open segment of one rank.
+#[derive(Debug)]
+pub struct Segment {
+    file: File,
+    /// Its file name in `/dev/shm` when it was found (not yet unlinked),
+    /// for [`Segment::remove_if_orphaned`].
+    name: Option<String>,
+}
+
+impl Segment {
+    /// Opens `pid`'s segment if it has one: the one its maps list under the
+    /// shim's naming with its own pid ([`shm::find`]). `Ok(None)`: no
+    /// segment (yet), or the process's maps are not readable to the daemon
+    /// (an unprivileged daemon and another user's process).
+    pub fn open(pid: u32) -> Result<Option<Segment>, SegmentProblem> {
+        let Ok(Some(m)) = shm::find(pid, Kind::Segment) else {
+            return Ok(None);
+        };
+        // The size is checked at each read (MAX_SEGMENT_BYTES, corrupt).
+        let file = match shm::open_mapped(pid, &m, false, u64::MAX) {
+            Ok(f) => f,
+            // Gone between the maps and the open.
+            Err(ShmError::Open { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None);
+            }
+            Err(_) => return Err(SegmentProblem::Untrusted),
+        };
+        let name = (!m.deleted)
+            .then(|| m.file_name().map(str::to_string))
+            .flatten();
+        Ok(Some(Segment { file, name }))
+    }
+
+    /// Opens a segment by path (tests: a file of this process's that it
+    /// does not map).
+    #[cfg(test)]
+    fn open_at(path: &str, pid: u32) -> Result<Option<Segment>, SegmentProblem> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|_| SegmentProblem::Untrusted)?;
+        let file = shm::trusted(pid, file, path.to_string(), u64::MAX)
+            .map_err(|_| SegmentProblem::Untrusted)?;
+        Ok(Some(Segment { file, name: None }))
+    }
+
+    /// Unlinks `pid`'s segment file if it is still this very file (same
+    /// device and inode) and the process is gone: what a rank killed by a
+    /// signal leaves behind in /dev/shm. Its trace file goes with it.
+    pub fn remove_if_orphaned(&self, pid: u32) {
+        let (Some(name), Ok(ours)) = (&self.name, self.file.metadata()) else {
+            return;
+        };
+        // Gone, or a zombie nobody has reaped yet.
+        let gone = procfs::stat(pid).map_or(true, |st| st.is_dead());
+        let dir = Path::new(observer_common::segment::DIR);
+        if gone && shm::remove_if_same(dir, name, ours.dev(), ours.ino()) {
+            // Its recording rings (`mpi-observer record`), made with it
+            // under the same random name: only its creator could have.
+            let rings = dir.join(format!("{name}{}", observer_common::trace::PATH_SUFFIX));
+            if std::fs::symlink_metadata(&rings)
+                .is_ok_and(|m| m.file_type().is_file() && m.uid() == ours.uid())
+            {
+                let _ = std::fs::remove_file(&rings);
+            }
+        }
+    }
+
+    /// Reads the current figures.
+    pub fn read(&self) -> Result<Figures, SegmentProblem> {
+        let size = self
+            .file
+            .metadata()
+            .map_err(|_| SegmentProblem::Corrupt)?
+            .len();
+        let header_size = size_of::<Header>() as u64;
+        if size < header_size || size > MAX_SEGMENT_BYTES {
+            return Err(SegmentProblem::Corrupt);
+        }
+        let map = Mapping::new(&self.file, size as usize)?;
+        let figures = map.figures(size);
+        let faulted = map.faulted();
+        drop(map);
+        if faulted {
+            return Err(SegmentProblem::Truncated);
+        }
+        figures
+    }
+}
+
+/// A read-only mapping of a segment under the SIGBUS guard.
+struct Mapping {
+    guard: Guarded,
+    base: *const u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(file: &File, len: usize) -> Result<Self, SegmentProblem> {
+        let guard = Guarded::new(file, len, false).map_err(|e| match e {
+            ShmError::GuardBusy => SegmentProblem::Busy,
+            _ => SegmentProblem::Corrupt,
+        })?;
+        Ok(Mapping {
+            base: guard.base(),
+            len: guard.len(),
+            guard,
+        })
+    }
+
+    fn faulted(&self) -> bool {
+        self.guard.faulted()
+    }
+
+    /// An atomic u64 load at a validated, aligned offset.
+    fn u64_at(&self, off: u64) -> u64 {
+        debug_assert!(off as usize + 8 <= self.len && off.is_multiple_of(8));
+        // SAFETY: callers pass offsets checked against the mapping's length
+        // and 8-byte aligned; an atomic load is a plain load on x86-64 and
+        // never writes, so read-only memory is fine.
+        unsafe { (*(self.base.add(off as usize) as *const AtomicU64)).load(Ordering::Relaxed) }
+    }
+
+    fn u32_at(&self, off: u64) -> u32 {
+        let w = self.u64_at(off & !7);
+        if off.is_multiple_of(8) {
+            w as u32
+        } else {
+            (w >> 32) as u32
+        }
+    }
+
+    fn figures(&self, size: u64) -> Result<Figures, SegmentProblem> {
+        use std::mem::{offset_of, size_of};
+        let mut magic = [0u8; 8];
+        magic.copy_from_slice(&self.u64_at(0).to_ne_bytes());
+        if magic != MAGIC {
+            return Err(SegmentProblem::Corrupt);
+        }
+        let h = |field: usize| field as u64;
+        if self.u32_at(h(offset_of!(Header, ready))) != 1 {
+            // Not initialised yet: nothing to read, not an error.
+            return Ok(Figures::default());
+        }
+        let version = self.u32_at(h(offset_of!(Header, version)));
+        if (version != VERSION && version != V2)
+            || self.u64_at(h(offset_of!(Header, spec_fingerprint))) != SPEC_FINGERPRINT
+        {
+            return Err(SegmentProblem::Version);
+        }
+        let v3 = version == VERSION;
+        let world_size = self.u32_at(h(offset_of!(Header, world_size)));
+        let peer_slots = self.u32_at(h(offset_of!(Header, peer_slots)));
+        let function_slots = self.u32_at(h(offset_of!(Header, function_slots)));
+        let request_slots = self.u32_at(h(offset_of!(Header, request_slots)));
+        // Version 3's header fields lie past a version 2 header: read
+        // only once the header is known to be that long.
+        let header_size = u64::from(self.u32_at(h(offset_of!(Header, header_size))));
+        let callsite_slots = if v3 && header_size == size_of::<Header>() as u64 {
+            self.u32_at(h(offset_of!(Header, callsite_slots)))
+        } else {
+            0
+        };
+        let l = Layout::new(
+            version,
+            peer_slots,
+            function_slots,
+            request_slots,
+            callsite_slots,
+        );
+        let header_ok = header_size == l.header_size
+            && peer_slots <= segment::MAX_PEER_SLOTS
+            && peer_slots <= world_size
+            && function_slots as usize == FUNCTION_COUNT
+            && request_slots <= segment::REQUEST_SLOTS
+            && callsite_slots <= segment::CALLSITE_SLOTS
+            && self.u64_at(h(offset_of!(Header, total_size))) == size
+            && l.size == size;
+        let offsets_ok = self.u64_at(h(offset_of!(Header, counters_offset))) == l.counters
+            && self.u64_at(h(offset_of!(Header, peers_offset))) == l.peers
+            && self.u64_at(h(offset_of!(Header, functions_offset))) == l.functions
+            && self.u64_at(h(offset_of!(Header, requests_offset))) == l.requests
+            && self.u64_at(h(offset_of!(Header, timing_offset))) == l.timing
+            && (!v3 || self.u64_at(h(offset_of!(Header, callsites_offset))) == l.callsites)
+            && self.u32_at(h(offset_of!(Header, flags))) & !segment::flags::KNOWN == 0;
+        if !header_ok || !offsets_ok {
+            return Err(SegmentProblem::Corrupt);
+        }
+        use observer_common::segment::{
+            CallTiming as T, CallsiteSlot as S, FunctionCounters as F, PeerCounters as P,
+            RankCounters as C, RequestSlot as R,
+        };
+        let (co, po, fo, ro, to, so) = (
+            l.counters,
+            l.peers,
+            l.functions,
+            l.requests,
+            l.timing,
+            l.callsites,
+        );
+        let mut out = Figures {
+            ready: true,
+            injected: self.u32_at(h(offset_of!(Header, flags))) & segment::flags::INJECTED != 0,
+            ejected: self.u32_at(h(offset_of!(Header, flags))) & segment::flags::EJECTED != 0,
+            world_size,
+            ..Figures::default()
+        };
+        let c = |f: usize| self.u64_at(co + f as u64);
+        out.requests = Requests {
+            started: c(offset_of!(C, requests_started)),
+            completed: c(offset_of!(C, requests_completed)),
+            cancelled: c(offset_of!(C, requests_cancelled)),
+            table_full: c(offset_of!(C, request_table_full)),
+        };
+        out.peer_overflow_messages = c(offset_of!(C, peer_overflow_messages));
+        out.unattributed_messages = c(offset_of!(C, unattributed_messages));
+        if v3 {
+            out.callsite_table_full = c(offset_of!(C, callsite_table_full));
+            for (d, hist) in out.msg_sizes.iter_mut().enumerate() {
+                for (i, v) in hist.iter_mut().enumerate() {
+                    *v = c(offset_of!(C, msg_size_hist) + 8 * (d * HIST_SLOTS + i));
+                }
+            }
+        }
+        let directed = |at: u64| Directed {
+            send: self.u64_at(at),
+            recv: self.u64_at(at + 8),
+        };
+        for peer in 0..u64::from(peer_slots) {
+            let b = po + peer * size_of::<P>() as u64;
+            let t = PeerTraffic {
+                messages: directed(b + offset_of!(P, messages) as u64),
+                bytes: directed(b + offset_of!(P, bytes) as u64),
+            };
+            if t != PeerTraffic::default() {
+                out.peers.insert(peer as u32, t);
+            }
+        }
+        for f in 0..u64::from(function_slots) {
+            let b = fo + f * size_of::<F>() as u64;
+            let calls = self.u64_at(b + offset_of!(F, calls) as u64);
+            if calls != 0 {
+                out.functions.insert(
+                    f as u16,
+                    LayerCalls {
+                        calls,
+                        bytes: directed(b + offset_of!(F, bytes) as u64),
+                    },
+                );
+            }
+        }
+        for f in 0..u64::from(function_slots) {
+            let b = to + f * size_of::<T>() as u64;
+            let calls = self.u64_at(b + offset_of!(T, calls) as u64);
+            if calls != 0 {
+                let d = |field: usize, i: usize| self.u64_at(b + (field + 8 * i) as u64);
+                let mut t = Timing {
+                    calls,
+                    time_ns: self.u64_at(b + offset_of!(T, time_ns) as u64),
+                    bytes: [d(offset_of!(T, bytes), 0), d(offset_of!(T, bytes), 1)],
+                    bytes_unknown: [
+                        d(offset_of!(T, bytes_unknown), 0),
+                        d(offset_of!(T, bytes_unknown), 1),
+                    ],
+                    hist: [0; HIST_SLOTS],
+                };
+                for (i, v) in t.hist.iter_mut().enumerate() {
+                    *v = self.u64_at(b + (offset_of!(T, hist) + 8 * i) as u64);
+                }
+                out.timing.insert(f as u16, t);
+            }
+        }
+        let mut oldest = u64::MAX;
+        for r in 0..u64::from(request_slots) {
+            let b = ro + r * size_of::<R>() as u64;
+            let state = self.u32_at(b + offset_of!(R, state) as u64);
+            match state {
+                request_state::ACTIVE | request_state::PERSISTENT_ACTIVE => {
+                    out.outstanding += 1;
+                    oldest = oldest.min(self.u64_at(b + offset_of!(R, started_ns) as u64));
+                    if state == request_state::PERSISTENT_ACTIVE {
+                        out.persistent_active += 1;
+                    }
+                }
+                request_state::PERSISTENT_INACTIVE => out.persistent_inactive += 1,
+                _ => {}
+            }
+        }
+        out.oldest_started_ns = (oldest != u64::MAX).then_some(oldest);
+        for i in 0..u64::from(callsite_slots) {
+            let b = so + i * size_of::<S>() as u64;
+            let key = self.u64_at(b + offset_of!(S, key) as u64);
+            let calls = self.u64_at(b + offset_of!(S, calls) as u64);
+            // Free, a key no shim writes, or claimed and not counted yet.
+            let Some((function, addr)) = segment::callsite_decode(key) else {
+                continue;
+            };
+            if calls == 0 || u32::from(function) >= function_slots {
+                continue;
+            }
+            out.callsites.push(RawSite {
+                function,
+                addr,
+                calls,
+                time_ns: self.u64_at(b + offset_of!(S, time_ns) as u64),
+            });
+        }
+        // The shim never claims a key twice; a segment that does gets its
+        // slots summed, so each site appears once.
+        out.callsites.sort_unstable();
+        out.callsites.dedup_by(|later, first| {
+            let same = (later.function, later.addr) == (first.function, first.addr);
+            if same {
+                first.calls = first.calls.saturating_add(later.calls);
+                first.time_ns = first.time_ns.saturating_add(later.time_ns);
+            }
+            same
+        });
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use observer_common::segment::{
+        CallTiming, CallsiteSlot, FunctionCounters, Header, PeerCounters, RankCounters, RequestSlot,
+    };
+
+    use super::*;
+    use crate::os::clock::monotonic_ns;
+
+    /// Call-site slots of the test images: a short table, as a header may
+    /// say (the shim's is [`segment::CALLSITE_SLOTS`]).
+    const SITES: u32 = 16;
+
+    /// A well-formed segment image of `version` (3 or 2): 4 peers, peer 2
+    /// has sent 3 messages of 24 bytes; two requests outstanding, one
+    /// persistent inactive. Version 3 adds the size histogram of those
+    /// messages, two call sites of function 7 (one in slot 3, one in the
+    /// last slot), a free slot with counts, a slot of a function out of
+    /// range and one claimed but not counted yet, and 5 calls the table
+    /// had no room for.
+    fn image_of(version: u32, now: u64) -> Vec<u8> {
+        let (peers, funcs, reqs) = (4u32, FUNCTION_COUNT as u32, 8u32);
+        let l = Layout::new(version, peers, funcs, reqs, SITES);
+        let size = l.size as usize;
+        let (co, po, fo, ro, to) = (l.counters, l.peers, l.functions, l.requests, l.timing);
+        let mut b = vec![0u8; size];
+        let put64 =
+            |b: &mut Vec<u8>, off: usize, v: u64| b[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+        let put32 =
+            |b: &mut Vec<u8>, off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        use std::mem::offset_of;
+        b[..8].copy_from_slice(&MAGIC);
+        put32(&mut b, offset_of!(Header, version), version);
+        put32(
+            &mut b,
+            offset_of!(Header, header_size),
+            l.header_size as u32,
+        );
+        put64(&mut b, offset_of!(Header, total_size), size as u64);
+        put64(
+            &mut b,
+            offset_of!(Header, spec_fingerprint),
+            SPEC_FINGERPRINT,
+        );
+        put32(&mut b, offset_of!(Header, world_size), 4);
+        put32(&mut b, offset_of!(Header, peer_slots), peers);
+        put32(&mut b, offset_of!(Header, function_slots), funcs);
+        put32(&mut b, offset_of!(Header, request_slots), reqs);
+        put64(&mut b, offset_of!(Header, counters_offset), co);
+        put64(&mut b, offset_of!(Header, peers_offset), po);
+        put64(&mut b, offset_of!(Header, functions_offset), fo);
+        put64(&mut b, offset_of!(Header, requests_offset), ro);
+        put64(&mut b, offset_of!(Header, timing_offset), to);
+        put32(&mut b, offset_of!(Header, ready), 1);
+        let t7 = to as usize + 7 * size_of::<CallTiming>();
+        put64(&mut b, t7 + offset_of!(CallTiming, calls), 3);
+        put64(&mut b, t7 + offset_of!(CallTiming, time_ns), 3000);
+        put64(&mut b, t7 + offset_of!(CallTiming, bytes) + 8, 96);
+        put64(&mut b, t7 + offset_of!(CallTiming, hist) + 8 * 10, 3);
+        put64(
+            &mut b,
+            co as usize + offset_of!(RankCounters, requests_started),
+            7,
+        );
+        let p2 = po as usize + 2 * size_of::<PeerCounters>();
+        put64(&mut b, p2 + offset_of!(PeerCounters, messages), 3);
+        put64(&mut b, p2 + offset_of!(PeerCounters, bytes), 72);
+        let f5 = fo as usize + 5 * size_of::<FunctionCounters>();
+        put64(&mut b, f5, 9);
+        for (i, (state, t)) in [
+            (request_state::ACTIVE, now - 2_000_000_000),
+            (request_state::PERSISTENT_ACTIVE, now - 1_000_000_000),
+            (request_state::PERSISTENT_INACTIVE, 0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let r = ro as usize + i * size_of::<RequestSlot>();
+            put64(
+                &mut b,
+                r + offset_of!(RequestSlot, handle),
+                0x1000 + i as u64,
+            );
+            put32(&mut b, r + offset_of!(RequestSlot, state), state);
+            put64(&mut b, r + offset_of!(RequestSlot, started_ns), t);
+        }
+        if version == VERSION {
+            put64(&mut b, offset_of!(Header, callsites_offset), l.callsites);
+            put32(&mut b, offset_of!(Header, callsite_slots), SITES);
+            let c = co as usize;
+            put64(&mut b, c + offset_of!(RankCounters, callsite_table_full), 5);
+            // Three sends of 24 bytes: slot 4 (16..31 B) of SEND.
+            put64(
+                &mut b,
+                c + offset_of!(RankCounters, msg_size_hist) + 8 * 4,
+                3,
+            );
+            let slot = |i: usize| l.callsites as usize + i * size_of::<CallsiteSlot>();
+            for (i, key, calls, ns) in [
+                (3, segment::callsite_key(7, 0x40_1234), 2, 2000),
+                (
+                    SITES as usize - 1,
+                    segment::callsite_key(7, 0x40_1000),
+                    1,
+                    1000,
+                ),
+                // Free: a count without a key is nobody's.
+                (5, 0, 4, 4000),
+                // A function beyond the ID space.
+                (
+                    6,
+                    segment::callsite_key(FUNCTION_COUNT as u16, 0x40_2000),
+                    4,
+                    4000,
+                ),
+                // Claimed, not counted yet.
+                (7, segment::callsite_key(3, 0x40_3000), 0, 0),
+                // An address no user process has.
+                (8, segment::callsite_key(7, 0x40_1000) | 1 << 47, 4, 4000),
+            ] {
+                put64(&mut b, slot(i) + offset_of!(CallsiteSlot, key), key);
+                put64(&mut b, slot(i) + offset_of!(CallsiteSlot, calls), calls);
+                put64(&mut b, slot(i) + offset_of!(CallsiteSlot, time_ns), ns);
+            }
+        }
+        b
+    }
+
+    /// The current version's image.
+    fn image(now: u64) -> Vec<u8> {
+        image_of(VERSION, now)
+    }
+
+    fn write(name: &str, bytes: &[u8], mode: u32) -> String {
+        let p = format!("/dev/shm/mpi-observer-test.{}.{name}", std::process::id());
+        std::fs::write(&p, bytes).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    }
+
+    fn read(name: &str, bytes: &[u8], mode: u32) -> Result<Figures, SegmentProblem> {
+        let _g = crate::os::shm::guard_test_lock();
+        let p = write(name, bytes, mode);
+        let r = Segment::open_at(&p, std::process::id()).map(|s| s.expect("present").read());
+        let _ = std::fs::remove_file(&p);
+        r?
+    }
+
+    #[test]
+    fn reads_a_well_formed_segment() {
+        let now = monotonic_ns();
+        let f = read("ok", &image(now), 0o600).unwrap();
+        assert_eq!(f.world_size, 4);
+        assert!(f.ready);
+        assert_eq!(
+            f.peers.get(&2),
+            Some(&PeerTraffic {
+                messages: Directed { send: 3, recv: 0 },
+                bytes: Directed { send: 72, recv: 0 },
+            })
+        );
+        assert_eq!(f.peers.len(), 1);
+        assert_eq!(
+            f.functions.get(&5),
+            Some(&LayerCalls {
+                calls: 9,
+                bytes: Directed::default(),
+            })
+        );
+        let mut hist = [0; HIST_SLOTS];
+        hist[10] = 3;
+        assert_eq!(
+            f.timing.get(&7),
+            Some(&Timing {
+                calls: 3,
+                time_ns: 3000,
+                bytes: [0, 96],
+                bytes_unknown: [0, 0],
+                hist,
+            })
+        );
+        assert_eq!(f.timing.len(), 1);
+        assert_eq!(f.requests.started, 7);
+        assert_eq!(f.outstanding, 2);
+        assert_eq!((f.persistent_active, f.persistent_inactive), (1, 1));
+        assert_eq!(f.oldest_started_ns, Some(now - 2_000_000_000));
+        assert_eq!(
+            f.callsites,
+            [
+                RawSite {
+                    function: 7,
+                    addr: 0x40_1000,
+                    calls: 1,
+                    time_ns: 1000,
+                },
+                RawSite {
+                    function: 7,
+                    addr: 0x40_1234,
+                    calls: 2,
+                    time_ns: 2000,
+                },
+            ]
+        );
+        assert_eq!(f.callsite_table_full, 5);
+        let mut sent = [0; HIST_SLOTS];
+        sent[4] = 3;
+        assert_eq!(f.msg_sizes, [sent, [0; HIST_SLOTS]]);
+    }
+
+    #[test]
+    fn reads_a_version_2_segment() {
+        let now = monotonic_ns();
+        let v2 = read("v2", &image_of(segment::V2, now), 0o600).unwrap();
+        let v3 = read("v3", &image(now), 0o600).unwrap();
+        // Every figure version 2 has, the same; none of version 3's.
+        assert_eq!(
+            v2,
+            Figures {
+                callsites: Vec::new(),
+                callsite_table_full: 0,
+                msg_sizes: [[0; HIST_SLOTS]; 2],
+                ..v3
+            }
+        );
+        assert_eq!(v2.timing.get(&7).map(|t| t.calls), Some(3));
+        assert_eq!(v2.peers.len(), 1);
+        // A version 2 header that claims version 3's length, or a
+        // version 3 one that claims version 2's, is corrupt.
+        let mut long = image_of(segment::V2, now);
+        let off = std::mem::offset_of!(Header, header_size);
+        long[off..off + 4].copy_from_slice(&(size_of::<Header>() as u32).to_ne_bytes());
+        assert_eq!(read("v2long", &long, 0o600), Err(SegmentProblem::Corrupt));
+        let mut short = image(now);
+        short[off..off + 4].copy_from_slice(&(segment::V2_HEADER_SIZE as u32).to_ne_bytes());
+        assert_eq!(read("v3short", &short, 0o600), Err(SegmentProblem::Corrupt));
+        let mut v1 = image(now);
+        let off = std::mem::offset_of!(Header, version);
+        v1[off..off + 4].copy_from_slice(&1u32.to_ne_bytes());
+        assert_eq!(read("v1", &v1, 0o600), Err(SegmentProblem::Version));
+    }
+
+    #[test]
+    fn a_segment_without_callsites_reads_none() {
+        // MPI_OBSERVER_CALLSITES=0: no table, a header that says so.
+        let mut b = image(monotonic_ns());
+        let l = Layout::new(VERSION, 4, FUNCTION_COUNT as u32, 8, 0);
+        b.truncate(l.size as usize);
+        let put = |b: &mut Vec<u8>, off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+        use std::mem::offset_of;
+        put(
+            &mut b,
+            offset_of!(Header, callsite_slots),
+            &0u32.to_ne_bytes(),
+        );
+        put(
+            &mut b,
+            offset_of!(Header, total_size),
+            &l.size.to_ne_bytes(),
+        );
+        let f = read("nosites", &b, 0o600).unwrap();
+        assert!(f.callsites.is_empty());
+        assert_eq!(f.timing.get(&7).map(|t| t.calls), Some(3));
+    }
+
+    #[test]
+    fn rejects_bad_segments() {
+        let good = image(monotonic_ns());
+        let mut bad_magic = good.clone();
+        bad_magic[0] = b'X';
+        assert_eq!(
+            read("magic", &bad_magic, 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
+        assert_eq!(
+            read("short", &good[..good.len() - 8], 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
+        assert_eq!(
+            read("tiny", &good[..10], 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
+        let mut bad_peers = good.clone();
+        let off = std::mem::offset_of!(Header, peer_slots);
+        bad_peers[off..off + 4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert_eq!(
+            read("peers", &bad_peers, 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
+        let mut other_ids = good.clone();
+        let off = std::mem::offset_of!(Header, spec_fingerprint);
+        other_ids[off] ^= 1;
+        assert_eq!(read("ids", &other_ids, 0o600), Err(SegmentProblem::Version));
+        let mut bad_timing = good.clone();
+        let off = std::mem::offset_of!(Header, timing_offset);
+        bad_timing[off] ^= 8;
+        assert_eq!(
+            read("timing", &bad_timing, 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
+        // The call-site table's offset and length, each against the layout.
+        let mut bad_sites = good.clone();
+        let off = std::mem::offset_of!(Header, callsites_offset);
+        bad_sites[off] ^= 8;
+        assert_eq!(
+            read("sites", &bad_sites, 0o600),
+            Err(SegmentProblem::Corrupt)
+        );
+        for n in [SITES + 1, SITES - 1, segment::CALLSITE_SLOTS + 1, u32::MAX] {
+            let mut bad_slots = good.clone();
+            let off = std::mem::offset_of!(Header, callsite_slots);
+            bad_slots[off..off + 4].copy_from_slice(&n.to_ne_bytes());
+            assert_eq!(
+                read("slots", &bad_slots, 0o600),
+                Err(SegmentProblem::Corrupt),
+                "{n} slots"
+            );
+        }
+        // A table longer than the shim makes, with the sizes to match.
+        let mut huge = image(monotonic_ns());
+        let l = Layout::new(
+            VERSION,
+            4,
+            FUNCTION_COUNT as u32,
+            8,
+            segment::CALLSITE_SLOTS + 1,
+        );
+        huge.resize(l.size as usize, 0);
+        let put = |b: &mut Vec<u8>, off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+        use std::mem::offset_of;
+        put(
+            &mut huge,
+            offset_of!(Header, callsite_slots),
+            &(segment::CALLSITE_SLOTS + 1).to_ne_bytes(),
+        );
+        put(
+            &mut huge,
+            offset_of!(Header, total_size),
+            &l.size.to_ne_bytes(),
+        );
+        assert_eq!(read("huge", &huge, 0o600), Err(SegmentProblem::Corrupt));
+        assert_eq!(read("perm", &good, 0o666), Err(SegmentProblem::Untrusted));
+        let garbage: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        assert!(read("garbage", &garbage, 0o600).is_err());
+    }
+
+    #[test]
+    fn a_segment_that_shrinks_under_the_reader_is_caught() {
+        // Map two pages of a one-page file: touching the second raises
+        // SIGBUS, which the guard turns into a zero page and a flag.
+        let _g = crate::os::shm::guard_test_lock();
+        let p = write("shrink", &[7u8; 4096], 0o600);
+        let f = File::open(&p).unwrap();
+        let m = Mapping::new(&f, 8192).unwrap();
+        assert_eq!(m.u64_at(0), u64::from_ne_bytes([7; 8]));
+        assert!(!m.faulted());
+        assert_eq!(m.u64_at(4096), 0);
+        assert!(m.faulted());
+        drop(m);
+        let _ = std::fs::remove_file(&p);
+    }
+}

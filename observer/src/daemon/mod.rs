@@ -1,0 +1,534 @@
+//! `mpi-observer attach`: checks, attaches, serves, follows ranks as they
+//! come and go, and detaches everything on SIGINT or SIGTERM. A `kill -9`
+//! needs no code: the kernel closes our perf events and removes the probes.
+//!
+//! The top of the dependency order: it may use every other folder. The
+//! [`attacher`] thread attaches new processes, [`inject`] is the workflow of
+//! `attach --inject` over the mechanism in [`crate::attach::inject`], and
+//! [`commands`] dispatches the other subcommands.
+
+pub mod attacher;
+pub mod commands;
+pub mod inject;
+
+use std::{
+    collections::HashSet,
+    io::{IsTerminal as _, Write as _},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use thiserror::Error;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    EBPF_OBJECT,
+    attach::checks::{self, PreflightError},
+    attach::functions::{self, SelectError},
+    attach::probes::{ProbeError, Probes},
+    cli::AttachArgs,
+    export::metrics::RenderOptions,
+    export::registry::{AttachError, State},
+    export::server::{self, ServeError},
+    export::summary,
+    export::web_config::{self, WebConfigError},
+    os::procfs,
+};
+
+/// Why `attach` stopped with an error.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    /// A preflight check failed.
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
+    /// A bad --functions list.
+    #[error(transparent)]
+    Select(#[from] SelectError),
+    /// A --pid could not be attached.
+    #[error(transparent)]
+    Attach(#[from] AttachError),
+    /// The listener could not be set up.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// The programs could not be loaded.
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    /// A bad --web.config.file.
+    #[error(transparent)]
+    WebConfig(#[from] WebConfigError),
+    /// A bad --inject setting.
+    #[error(transparent)]
+    Inject(#[from] crate::attach::inject::InjectError),
+    /// The shim for --inject is missing.
+    #[error(transparent)]
+    Shim(#[from] crate::collect::launcher::LaunchError),
+    /// --report-file cannot be written.
+    #[error(
+        "cannot write --report-file {path}: {source}; give a path in an existing, writable directory"
+    )]
+    ReportFile {
+        /// The path.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The async runtime could not start.
+    #[error("cannot start the runtime: {source}")]
+    Runtime {
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// How often ranks are checked for exit and `--all` scans for new ones.
+const TICK: Duration = Duration::from_millis(250);
+
+/// Runs `attach` to completion.
+pub fn run(args: AttachArgs) -> Result<(), DaemonError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| DaemonError::Runtime { source })?
+        .block_on(run_async(args))
+}
+
+async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
+    if !args.no_bpf {
+        checks::capabilities()?;
+        checks::kernel()?;
+    }
+    let functions = functions::select(args.functions.as_deref())?;
+    let inject = if args.inject {
+        let l = crate::collect::launcher::tools_list::ToolsList::parse(&args.inject_tools);
+        if !l.is_ok_and(|l| {
+            l.layers
+                .contains(&crate::collect::launcher::tools_list::Layer::Stats)
+        }) {
+            return Err(crate::attach::inject::InjectError::NoStats {
+                tools: args.inject_tools.clone(),
+            }
+            .into());
+        }
+        Some(inject::Request {
+            pid: 0,
+            shim: crate::collect::launcher::shim_path()?,
+            tools: args.inject_tools.clone(),
+            timeout: Duration::from_secs(args.inject_timeout),
+        })
+    } else {
+        None
+    };
+    crate::os::sys::raise_fd_limit();
+    // Validate every --pid before touching anything, so bad input costs the
+    // job nothing.
+    for &pid in &args.pid {
+        procfs::start_ticks(pid).map_err(AttachError::from)?;
+        if procfs::mpi_library(pid)
+            .map_err(AttachError::from)?
+            .is_none()
+        {
+            return Err(AttachError::no_library(pid).into());
+        }
+    }
+    if let Some(path) = &args.report_file {
+        check_report_file(path)?;
+    }
+    let web = args
+        .web_config_file
+        .as_deref()
+        .map(web_config::load)
+        .transpose()?;
+    let listener = server::bind(args.listen).await?;
+    let probes = if args.no_bpf {
+        None
+    } else {
+        Some(Probes::load_within(
+            EBPF_OBJECT,
+            args.map_memory,
+            args.callsites,
+        )?)
+    };
+    let render = RenderOptions {
+        per_rank_histograms: args.per_rank_histograms,
+        per_rank_detail: args.per_rank_detail,
+        detail_ranks: args.detail_ranks,
+        max_series: args.max_series,
+        node: None,
+    };
+    let state = Arc::new(Mutex::new(State::new(
+        probes,
+        functions,
+        !args.no_bytes,
+        render,
+    )));
+    // Files of user processes and call-site naming (docs/callsites.md).
+    crate::attach::symbols::set_max_file_size(args.max_file_size);
+    state.lock().expect("not poisoned yet").names =
+        crate::collect::callsites::Names::with_config(crate::collect::callsites::NamesConfig {
+            max_names: usize::try_from(args.max_callsite_names).unwrap_or(usize::MAX),
+            limits: crate::attach::symbolizer::Limits {
+                memory: args.symbolizer_memory,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+    {
+        let mut st = state.lock().expect("not poisoned yet");
+        st.callsite_budget.per_function = args.callsite_series;
+        let mut d = st.budgets;
+        // A user may take half of each map: it takes two users at their
+        // budgets to fill one.
+        if let Some(p) = &st.probes {
+            d.map_entries = d.map_entries.min(p.stats_capacity() as usize / 2);
+            d.site_entries = d.site_entries.min(p.callsites_capacity() as usize / 2);
+        }
+        st.budgets = crate::attach::budget::Budgets {
+            processes: args.user_max_processes.unwrap_or(d.processes),
+            probes: args.user_max_probes.unwrap_or(d.probes),
+            map_entries: args.user_max_map_entries.unwrap_or(d.map_entries),
+            site_entries: d.site_entries,
+        };
+    }
+    for &pid in &args.pid {
+        let t = Instant::now();
+        // Read without the lock, registered under it (crate::daemon::attacher).
+        let prepared = procfs::start_ticks(pid)
+            .map_err(AttachError::from)
+            .and_then(|ticks| crate::export::registry::prepare(pid, ticks));
+        let mut st = state.lock().expect("not poisoned yet");
+        st.commit(prepared, crate::export::registry::Admission::Named)?;
+        eprintln!(
+            "mpi-observer: attached to pid {pid} ({} probes, {:.0} ms)",
+            st.ranks.get(&pid).map_or(0, |r| r.probes()),
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    if let Some(req) = &inject {
+        for &pid in &args.pid {
+            start_injection(&state, req, pid);
+        }
+    }
+    if let Some(w) = server::exposure_warning(args.listen, web.as_ref()) {
+        eprintln!("mpi-observer: {w}");
+    }
+    let scheme = if web.as_ref().is_some_and(|w| w.tls.is_some()) {
+        "https"
+    } else {
+        "http"
+    };
+    eprintln!("mpi-observer: serving {scheme}://{}/metrics", args.listen);
+    let server = tokio::spawn(server::serve(listener, state.clone(), web));
+    let attacher = args.all.then(|| {
+        let (state, inject) = (state.clone(), inject.clone());
+        crate::daemon::attacher::Attacher::start(
+            state.clone(),
+            Box::new(move |pid| {
+                if let Some(req) = &inject {
+                    start_injection(&state, req, pid);
+                }
+            }),
+        )
+    });
+    let mut scanner = Scanner::new(args.same_netns);
+    let watch_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let events = if std::env::var_os("MPI_OBSERVER_NO_EXEC_EVENTS").is_some() {
+        Err(std::io::Error::other("MPI_OBSERVER_NO_EXEC_EVENTS is set"))
+    } else {
+        crate::os::procevents::ExecEvents::open()
+    };
+    let watcher = match (&attacher, events) {
+        (Some(a), Ok(events)) => {
+            let queue = a.handle();
+            let netns = scanner.netns.clone();
+            let stats = state
+                .lock()
+                .expect("not poisoned yet")
+                .selfm
+                .exec_watch
+                .clone();
+            Some(crate::os::procevents::watch(
+                events,
+                stats,
+                watch_stop.clone(),
+                move |pid, ticks| {
+                    if netns
+                        .as_ref()
+                        .is_none_or(|n| procfs::net_namespace(pid).as_ref() == Some(n))
+                        && let Ok(uid) = procfs::uid(pid)
+                    {
+                        queue.submit(crate::daemon::attacher::Candidate { pid, ticks, uid });
+                    }
+                },
+            ))
+        }
+        (Some(_), Err(e)) => {
+            eprintln!(
+                "mpi-observer: no process events ({e}): new ranks are found by the once-a-second scan only"
+            );
+            None
+        }
+        (None, _) => None,
+    };
+    start_orphan_sweeps(&state);
+
+    let mut sigint = signal(SignalKind::interrupt()).expect("signal handler");
+    let mut sigterm = signal(SignalKind::terminate()).expect("signal handler");
+    let mut tick = tokio::time::interval(TICK);
+    let retain = Duration::from_secs(args.retain_exited);
+    let mut last_summary = Instant::now();
+    let mut last_scan = Instant::now() - Duration::from_secs(60);
+    loop {
+        tokio::select! {
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+            _ = tick.tick() => {}
+        }
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let exited = st.notice_exits();
+        for pid in &exited {
+            eprintln!(
+                "mpi-observer: pid {pid} exited; keeping its figures for {}s",
+                retain.as_secs()
+            );
+        }
+        if !exited.is_empty() && !st.any_running() {
+            // The final figures, before --retain-exited lets them go.
+            if args.summary {
+                print_summary(&mut st);
+            }
+            if let Some(path) = &args.report_file {
+                write_report(&mut st, path);
+            }
+        }
+        st.expire(retain);
+        if let Some(a) = &attacher
+            && last_scan.elapsed() >= Duration::from_secs(1)
+        {
+            last_scan = Instant::now();
+            let known: HashSet<(u32, u64)> = st
+                .ranks
+                .values()
+                .map(|r| (r.pid, r.ticks))
+                .chain(st.refused.keys().copied())
+                .collect();
+            // The scan reads /proc without the lock.
+            drop(st);
+            scanner.scan(&known, a, &state);
+            st = state.lock().unwrap_or_else(|p| p.into_inner());
+        }
+        if args.summary && !st.ranks.is_empty() && last_summary.elapsed() >= Duration::from_secs(1)
+        {
+            last_summary = Instant::now();
+            print_summary(&mut st);
+        }
+        if !args.all && st.ranks.is_empty() {
+            break;
+        }
+    }
+    server.abort();
+    // Nothing new is attached (nor injected) from here on.
+    watch_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(a) = attacher {
+        a.stop();
+    }
+    if let Some(w) = watcher {
+        let _ = w.join();
+    }
+    // No armed trigger outlives the daemon's intent to inject.
+    inject::disarm_all(&state);
+    let injected: Vec<u32> = {
+        let st = state.lock().unwrap_or_else(|p| p.into_inner());
+        st.ranks
+            .values()
+            .filter(|r| r.injected && r.exited_at.is_none())
+            .map(|r| r.pid)
+            .collect()
+    };
+    for pid in injected {
+        // Detach restores every slot the injection rewrote; the shim does
+        // it on the rank's next call, so a rank that makes none stays
+        // routed, correct, until it does.
+        match crate::attach::inject::eject(pid, EJECT_WAIT) {
+            Ok(true) => eprintln!("mpi-observer: pid {pid}: the shim is detached"),
+            Ok(false) | Err(_) => {
+                eprintln!("mpi-observer: pid {pid}: the shim detaches at the rank's next MPI call")
+            }
+        }
+    }
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(path) = &args.report_file
+        && !st.ranks.is_empty()
+    {
+        write_report(&mut st, path);
+    }
+    st.detach_all();
+    eprintln!("mpi-observer: detached, exiting");
+    Ok(())
+}
+
+/// Removes the shim's orphaned files from /dev/shm now and every
+/// [`crate::os::shm::SWEEP_EVERY`], on a thread of its own (off the state lock
+/// and the runtime); an unprivileged daemon only its own user's.
+fn start_orphan_sweeps(state: &Arc<Mutex<State>>) {
+    let removed = state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .selfm
+        .shm_orphans_removed
+        .clone();
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let limits = crate::os::shm::SweepLimits {
+        only_uid: (euid != 0).then_some(euid),
+        ..crate::os::shm::SweepLimits::default()
+    };
+    let _ = std::thread::Builder::new()
+        .name("shm-sweep".into())
+        .spawn(move || {
+            loop {
+                let n = crate::os::shm::sweep(
+                    std::path::Path::new(observer_common::segment::DIR),
+                    limits,
+                );
+                if n > 0 {
+                    removed.inc_by(n as u64);
+                    eprintln!(
+                        "mpi-observer: removed {n} orphaned shim file{} from {}",
+                        if n == 1 { "" } else { "s" },
+                        observer_common::segment::DIR
+                    );
+                }
+                std::thread::sleep(crate::os::shm::SWEEP_EVERY);
+            }
+        });
+}
+
+/// Refuses a `--report-file` that could not be written, before anything is
+/// attached: its directory must exist and take a file.
+fn check_report_file(path: &std::path::Path) -> Result<(), DaemonError> {
+    let mut probe = path.as_os_str().to_owned();
+    probe.push(".tmp");
+    let r = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&probe)
+        .and_then(|_| std::fs::remove_file(&probe));
+    r.map_err(|source| DaemonError::ReportFile {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Writes the report data to `path` (`--report-file`); one line either way.
+fn write_report(st: &mut State, path: &std::path::Path) {
+    let data = st.report_data();
+    match data.write(path) {
+        Ok(()) => eprintln!(
+            "mpi-observer: wrote the report data of {} ranks to {} (read it with `mpi-observer report {}`)",
+            data.ranks.len(),
+            path.display(),
+            path.display()
+        ),
+        Err(e) => eprintln!(
+            "mpi-observer: cannot write the report data to {}: {e}",
+            path.display()
+        ),
+    }
+}
+
+/// How long shutdown waits for an injected rank to put its slots back.
+const EJECT_WAIT: Duration = Duration::from_secs(2);
+
+/// Injects the shim into `pid` on a thread of its own; one line on stderr
+/// either way (`inject::start`, which keeps the injection of a rank that
+/// makes no MPI call in time armed for its next call).
+fn start_injection(state: &Arc<Mutex<State>>, req: &inject::Request, pid: u32) {
+    inject::start(state, inject::Request { pid, ..req.clone() });
+}
+
+/// `--all`'s once-a-second look at every process, the fallback behind the
+/// exec events (crate::os::procevents): MPI processes not seen before go to the
+/// attacher.
+struct Scanner {
+    /// Processes found not to be MPI, with their start ticks, so they are
+    /// not re-read every scan.
+    not_mpi: HashSet<(u32, u64)>,
+    /// With --same-netns, the daemon's network namespace.
+    netns: Option<std::path::PathBuf>,
+}
+
+impl Scanner {
+    fn new(same_netns: bool) -> Scanner {
+        Scanner {
+            not_mpi: HashSet::new(),
+            netns: same_netns
+                .then(|| procfs::net_namespace(std::process::id()))
+                .flatten(),
+        }
+    }
+
+    fn scan(
+        &mut self,
+        known: &HashSet<(u32, u64)>,
+        attacher: &crate::daemon::attacher::Attacher,
+        state: &Mutex<State>,
+    ) {
+        let me = std::process::id();
+        let mut dropped = 0;
+        for pid in procfs::all_pids() {
+            if pid == me {
+                continue;
+            }
+            let Ok(ticks) = procfs::start_ticks(pid) else {
+                continue;
+            };
+            if known.contains(&(pid, ticks))
+                || self.not_mpi.contains(&(pid, ticks))
+                || attacher.is_pending(pid, ticks)
+            {
+                continue;
+            }
+            if self.netns.is_some() && procfs::net_namespace(pid) != self.netns {
+                continue;
+            }
+            match procfs::mpi_library(pid) {
+                Ok(Some(_)) => {
+                    let Ok(uid) = procfs::uid(pid) else { continue };
+                    if !attacher.submit(crate::daemon::attacher::Candidate { pid, ticks, uid }) {
+                        dropped += 1;
+                    }
+                }
+                Ok(None) => {
+                    // Kernel threads and ordinary programs: not looked at
+                    // again while they live, which spares a read of
+                    // /proc/PID/maps per process and scan. One that dlopens
+                    // MPI later is missed.
+                    self.not_mpi.insert((pid, ticks));
+                }
+                Err(_) => {}
+            }
+        }
+        // Forget entries of processes that are gone, so the set stays small.
+        self.not_mpi
+            .retain(|(pid, ticks)| procfs::alive(*pid, *ticks));
+        if dropped > 0 {
+            state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .selfm
+                .attach_queue_dropped
+                .inc_by(dropped);
+        }
+    }
+}
+
+fn print_summary(st: &mut State) {
+    let table = summary::table(&st.collect());
+    let mut out = std::io::stdout().lock();
+    if out.is_terminal() {
+        let _ = write!(out, "\x1b[H\x1b[2J");
+    }
+    let _ = writeln!(out, "{table}");
+    let _ = out.flush();
+}

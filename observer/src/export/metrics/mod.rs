@@ -1,0 +1,641 @@
+//! The metric model: renders a [`Snapshot`] as the text exposition, then
+//! the daemon's own health. It reads nothing itself; the snapshot is built
+//! at scrape time from the live BPF maps and stats segments, and the daemon
+//! keeps no per-call state of its own. Names and labels here are a stable
+//! interface, documented in the README and docs/cardinality.md.
+//!
+//! Two expositions come out of one renderer: the bounded `/metrics`
+//! ([`render`]: per job and node in [`job`], a few series per rank and the
+//! full per-rank series of the [`detail`] ranks in [`rank`]) and
+//! `/metrics/ranks` ([`render_ranks`]: the full per-rank series of chosen
+//! jobs). Both are held to `--max-series` by [`budget`].
+
+pub mod budget;
+pub mod departed;
+pub mod detail;
+mod job;
+mod rank;
+pub mod window;
+
+use std::{
+    fmt::Write as _,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use observer_common::{
+    FUNCTIONS,
+    functions::{CountKind, Direction},
+    maps::{CallStats, HIST_SLOTS},
+};
+use prometheus::{
+    Encoder as _, Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+use self::{
+    budget::{BudgetStats, Family},
+    departed::DepartedJobs,
+    detail::{Detail, DetailPicker},
+    rank::Labelled,
+    window::Recent,
+};
+use crate::{
+    attach::identity::{self, Identity, Label},
+    collect::snapshot::Directed,
+    collect::snapshot::{Health, Labels, MapFailures, RankSnapshot, Snapshot, escape},
+};
+
+/// Histogram bucket bounds, as powers of two of nanoseconds: 1.02 us,
+/// 4.1 us, ... 1.07 s. A factor of 4 keeps the series count low; each bound
+/// is a slot boundary of the in-kernel log2 histogram, so buckets are exact.
+pub const BUCKET_POWERS: [u32; 11] = [10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30];
+
+/// The daemon's own health, exported as `mpi_observer_*`.
+pub struct SelfMetrics {
+    registry: Registry,
+    /// Processes with probes attached now.
+    pub attached: IntGauge,
+    /// Probes (uprobes plus uretprobes) attached now.
+    pub probes: IntGauge,
+    /// Failed attach attempts.
+    pub attach_failures: IntCounter,
+    /// Ranks the shim was injected into and that are alive.
+    pub injected: IntGauge,
+    /// Duration of the last scrape's collection.
+    pub scrape_seconds: Gauge,
+    scrapes: IntCounter,
+    map_failures: IntCounterVec,
+    segment_errors: IntCounterVec,
+    /// Processes refused by a budget (crate::attach::budget), by uid and budget.
+    refused: IntCounterVec,
+    /// Reads of /proc/PID/stat that failed for another reason than the
+    /// process being gone: the rank's state stayed unknown, not exited.
+    pub proc_read_errors: IntCounter,
+    /// Candidate processes the attacher's queue had no room for (they are
+    /// found again by the next scan).
+    pub attach_queue_dropped: IntCounter,
+    /// The exec watcher's counters (crate::os::procevents), shared with it.
+    pub exec_watch: std::sync::Arc<crate::os::procevents::WatchStats>,
+    exec_events: IntCounter,
+    exec_dropped: IntCounter,
+    exec_found: IntCounter,
+    /// Ranks registered with the (job, uid, rank) of another rank held.
+    pub identity_conflicts: IntCounter,
+    label_truncations: IntCounterVec,
+    oversized_environments: IntCounter,
+    /// Orphaned shim files removed from /dev/shm (crate::os::shm::sweep).
+    pub shm_orphans_removed: IntCounter,
+    /// What the series budget kept and dropped, by path.
+    pub budget: BudgetStats,
+}
+
+impl SelfMetrics {
+    /// Registers the self-metrics.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let attached = IntGauge::new(
+            "mpi_observer_attached_processes",
+            "MPI processes the observer currently has probes attached to.",
+        )
+        .expect("valid metric");
+        let probes = IntGauge::new(
+            "mpi_observer_probes",
+            "Uprobes and uretprobes currently attached.",
+        )
+        .expect("valid metric");
+        let injected = IntGauge::new(
+            "mpi_observer_injected_processes",
+            "Live MPI processes whose calls an injected shim counts (attach --inject, by this daemon or adopted from an earlier one); they carry no probes.",
+        )
+        .expect("valid metric");
+        let attach_failures = IntCounter::new(
+            "mpi_observer_attach_failures_total",
+            "Attempts to attach to an MPI process that failed.",
+        )
+        .expect("valid metric");
+        let scrape_seconds = Gauge::new(
+            "mpi_observer_scrape_duration_seconds",
+            "Time taken to collect the MPI metrics of this scrape.",
+        )
+        .expect("valid metric");
+        let scrapes = IntCounter::new(
+            "mpi_observer_scrapes_total",
+            "Collections of the metrics completed; concurrent scrapes share one.",
+        )
+        .expect("valid metric");
+        let map_failures = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_map_update_failures_total",
+                "In-kernel map updates that failed (map full): a call that fails on map=\"stats\" or \"inflight\" is not counted; one that fails on map=\"callsites\" is, its site in callsite=\"other\".",
+            ),
+            &["map"],
+        )
+        .expect("valid metric");
+        let segment_errors = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_segment_errors_total",
+                "Stats segments skipped: untrusted (owner or permissions), corrupt, version (layout or function IDs), truncated (shrank while read), busy (every SIGBUS guard slot taken by concurrent reads).",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
+        let shm_orphans_removed = IntCounter::new(
+            "mpi_observer_shm_orphans_removed_total",
+            "Files of the shim (stats segments, recording rings) removed from /dev/shm because no live process maps them any more.",
+        )
+        .expect("valid metric");
+        for reason in ["untrusted", "corrupt", "version", "truncated", "busy"] {
+            segment_errors.with_label_values(&[reason]);
+        }
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_refused_processes_total",
+                "MPI processes not observed because their user was at a budget (budget=\"processes\", \"probes\", \"map_entries\"; docs/security.md) or the kernel maps were full (budget=\"capacity\"), by the process's real uid.",
+            ),
+            &["uid", "budget"],
+        )
+        .expect("valid metric");
+        let proc_read_errors = IntCounter::new(
+            "mpi_observer_proc_read_errors_total",
+            "Reads of a rank's /proc/PID/stat that failed while the process may still run (out of descriptors or memory): its state stayed unknown, never taken for an exit.",
+        )
+        .expect("valid metric");
+        let exec_events = IntCounter::new(
+            "mpi_observer_exec_events_total",
+            "Program starts (exec) reported by the kernel's process connector, each looked at for an MPI library as it starts (attach --all).",
+        )
+        .expect("valid metric");
+        let exec_dropped = IntCounter::new(
+            "mpi_observer_exec_events_dropped_total",
+            "Exec events lost (the kernel's buffer overflowed, or too many processes were watched at once); the once-a-second scan finds their MPI processes instead.",
+        )
+        .expect("valid metric");
+        let exec_found = IntCounter::new(
+            "mpi_observer_exec_found_total",
+            "MPI processes found through an exec event rather than by the scan.",
+        )
+        .expect("valid metric");
+        let attach_queue_dropped = IntCounter::new(
+            "mpi_observer_attach_queue_dropped_total",
+            "New MPI processes the attach queue had no room for; the next scan finds them again.",
+        )
+        .expect("valid metric");
+        let identity_conflicts = IntCounter::new(
+            "mpi_observer_identity_conflicts_total",
+            "Ranks registered with the job, uid and rank of a rank already held: the later one's rank label gets #pidPID appended.",
+        )
+        .expect("valid metric");
+        let label_truncations = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_label_truncations_total",
+                "Label values from a process (jobid, rank, size, version, callsite) cut to 128 bytes.",
+            ),
+            &["label"],
+        )
+        .expect("valid metric");
+        for l in Label::ALL {
+            label_truncations.with_label_values(&[l.as_str()]);
+        }
+        let oversized_environments = IntCounter::new(
+            "mpi_observer_oversized_environments_total",
+            "Ranks whose environment exceeded 1 MiB: only its first 1 MiB was searched for the job and rank.",
+        )
+        .expect("valid metric");
+        for m in [
+            Box::new(segment_errors.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(attached.clone()),
+            Box::new(probes.clone()),
+            Box::new(attach_failures.clone()),
+            Box::new(injected.clone()),
+            Box::new(scrape_seconds.clone()),
+            Box::new(scrapes.clone()),
+            Box::new(map_failures.clone()),
+            Box::new(refused.clone()),
+            Box::new(proc_read_errors.clone()),
+            Box::new(attach_queue_dropped.clone()),
+            Box::new(exec_events.clone()),
+            Box::new(exec_dropped.clone()),
+            Box::new(exec_found.clone()),
+            Box::new(identity_conflicts.clone()),
+            Box::new(label_truncations.clone()),
+            Box::new(oversized_environments.clone()),
+            Box::new(shm_orphans_removed.clone()),
+        ] {
+            registry.register(m).expect("unique metric names");
+        }
+        Self {
+            registry,
+            attached,
+            probes,
+            attach_failures,
+            injected,
+            scrape_seconds,
+            scrapes,
+            map_failures,
+            segment_errors,
+            refused,
+            proc_read_errors,
+            attach_queue_dropped,
+            exec_watch: Default::default(),
+            exec_events,
+            exec_dropped,
+            exec_found,
+            identity_conflicts,
+            label_truncations,
+            oversized_environments,
+            shm_orphans_removed,
+            budget: BudgetStats::default(),
+        }
+    }
+
+    /// Counts a process refused by `budget`, owned by `uid`.
+    pub fn refused(&self, uid: u32, budget: crate::attach::budget::Budget) {
+        self.refused
+            .with_label_values(&[&uid.to_string(), budget.as_str()])
+            .inc();
+    }
+
+    /// Counts what was cut of a rank's identity as it is registered.
+    pub fn count_identity(&self, id: &Identity) {
+        for l in &id.truncated {
+            self.label_truncations
+                .with_label_values(&[l.as_str()])
+                .inc();
+        }
+        if id.environ_cut {
+            self.oversized_environments.inc();
+        }
+    }
+
+    /// `v` cut to the label cap, the cut counted as one of `label`.
+    pub fn capped(&self, label: Label, v: &str) -> String {
+        let c = identity::cut(v, identity::LABEL_CAP);
+        if c.len() < v.len() {
+            self.label_truncations
+                .with_label_values(&[label.as_str()])
+                .inc();
+        }
+        c.to_string()
+    }
+
+    /// Counts a skipped stats segment.
+    pub fn segment_error(&self, p: crate::collect::snapshot::SegmentProblem) {
+        self.segment_errors.with_label_values(&[p.as_str()]).inc();
+    }
+
+    fn set_map_failures(&self, failures: MapFailures) {
+        for (label, want) in [
+            ("stats", failures.stats),
+            ("inflight", failures.inflight),
+            ("callsites", failures.callsites),
+        ] {
+            let m = self.map_failures.with_label_values(&[label]);
+            let have = m.get();
+            if want > have {
+                m.inc_by(want - have);
+            }
+        }
+    }
+
+    /// Catches up with the exec watcher's counters.
+    fn set_exec_watch(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for (c, want) in [
+            (&self.exec_events, self.exec_watch.execs.load(Relaxed)),
+            (&self.exec_dropped, self.exec_watch.dropped.load(Relaxed)),
+            (&self.exec_found, self.exec_watch.found.load(Relaxed)),
+        ] {
+            let have = c.get();
+            if want > have {
+                c.inc_by(want - have);
+            }
+        }
+    }
+
+    /// Catches up with the server's count of completed collections.
+    fn set_scrapes(&self, total: u64) {
+        let have = self.scrapes.get();
+        if total > have {
+            self.scrapes.inc_by(total - have);
+        }
+    }
+
+    /// Brings the figures up to date with `health` and the scrape's
+    /// duration, then appends their exposition.
+    fn render(&self, out: &mut String, health: Health, scrape: Duration) {
+        self.set_map_failures(health.map_failures);
+        self.scrape_seconds.set(scrape.as_secs_f64());
+        self.set_scrapes(health.scrapes_total);
+        self.set_exec_watch();
+        let sites = self
+            .label_truncations
+            .with_label_values(&[Label::Callsite.as_str()]);
+        let (have, want) = (sites.get(), identity::callsite_truncations());
+        if want > have {
+            sites.inc_by(want - have);
+        }
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        out.push_str(&String::from_utf8_lossy(&buf));
+        // The call-site naming's own counters (symbolizer failures, name
+        // cache, library cache), kept process-wide by the naming thread.
+        crate::collect::callsites::render_self_metrics(out);
+        self.budget.render(out);
+    }
+}
+
+impl Default for SelfMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn unix(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs_f64()
+}
+
+fn has_direction(id: u16, d: Direction) -> bool {
+    FUNCTIONS[id as usize]
+        .bytes
+        .iter()
+        .any(|p| p.kind != CountKind::None && p.direction == d)
+}
+
+/// `--detail-ranks`'s default: one most and one least loaded rank per job
+/// and node.
+pub const DEFAULT_DETAIL_RANKS: usize = 2;
+/// `--max-series`'s default, per exposition.
+pub const DEFAULT_MAX_SERIES: usize = 50_000;
+
+/// Options that change the exposition.
+#[derive(Clone, Copy, Debug)]
+pub struct RenderOptions {
+    /// Export the latency histogram per rank too, for the ranks whose full
+    /// series are exported (more series).
+    pub per_rank_histograms: bool,
+    /// Full per-rank series for every rank on `/metrics`, as before issue
+    /// 22, besides the job-level families.
+    pub per_rank_detail: bool,
+    /// Detail ranks per job and node on the bounded `/metrics`.
+    pub detail_ranks: usize,
+    /// Series per exposition at most (self-metrics not counted).
+    pub max_series: usize,
+    /// This node's name in `node` and `peer_node`; `None`: the hostname
+    /// ([`crate::attach::identity::layout::this_node`]).
+    pub node: Option<&'static str>,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        Self {
+            per_rank_histograms: false,
+            per_rank_detail: false,
+            detail_ranks: DEFAULT_DETAIL_RANKS,
+            max_series: DEFAULT_MAX_SERIES,
+            node: None,
+        }
+    }
+}
+
+impl RenderOptions {
+    /// This node's name.
+    pub fn node(&self) -> &'static str {
+        self.node
+            .unwrap_or_else(crate::attach::identity::layout::this_node)
+    }
+}
+
+/// What the bounded `/metrics` carries from one collection to the next
+/// (kept by [`crate::export::registry::State`]): the detail ranks, the ranks'
+/// fractions over the last minute, and the figures of ranks forgotten
+/// while others of their job remain.
+#[derive(Clone, Copy, Debug)]
+pub struct Carried<'a> {
+    /// The detail ranks of this collection.
+    pub detail: &'a Detail,
+    /// The running ranks' MPI fractions over the last minute.
+    pub recent: &'a Recent,
+    /// The job sums of ranks no longer held.
+    pub departed: &'a DepartedJobs,
+}
+
+/// Which exposition to render.
+enum Path<'a> {
+    /// The bounded `/metrics`, with what it carries across collections.
+    Metrics(Carried<'a>),
+    /// `/metrics/ranks`: full per-rank series of these jobs (`None`: all).
+    Ranks(Option<&'a [String]>),
+}
+
+impl Path<'_> {
+    fn as_str(&self) -> &'static str {
+        match self {
+            Path::Metrics(..) => budget::PATHS[0],
+            Path::Ranks(_) => budget::PATHS[1],
+        }
+    }
+}
+
+/// Renders the bounded `/metrics` exposition: the MPI metrics of the ranks
+/// in `snap`, then the self-metrics, with `elapsed` (asked for once the MPI
+/// metrics are rendered) as the scrape's duration. The detail ranks are
+/// chosen from `snap` alone, and with no history there are no fractions
+/// over the last minute; the daemon keeps both across scrapes with
+/// [`render_metrics`] instead.
+pub fn render(
+    snap: &Snapshot,
+    selfm: &SelfMetrics,
+    opts: RenderOptions,
+    elapsed: impl FnOnce() -> Duration,
+) -> String {
+    let detail = DetailPicker::default().update(snap, opts.detail_ranks);
+    let carried = Carried {
+        detail: &detail,
+        recent: &Recent::new(),
+        departed: &DepartedJobs::default(),
+    };
+    render_metrics(snap, selfm, opts, carried, elapsed)
+}
+
+/// [`render`] with what the daemon keeps across collections: the detail
+/// ranks chosen by a [`DetailPicker`], the fractions over the last minute
+/// of a [`window::FractionWindow`], and the [`DepartedJobs`].
+pub fn render_metrics(
+    snap: &Snapshot,
+    selfm: &SelfMetrics,
+    opts: RenderOptions,
+    carried: Carried<'_>,
+    elapsed: impl FnOnce() -> Duration,
+) -> String {
+    let mut out = exposition(snap, selfm, opts, Path::Metrics(carried));
+    selfm.render(&mut out, snap.health, elapsed());
+    let _ = writeln!(
+        out,
+        "# HELP mpi_observer_node_info This node's name, as the node and peer_node labels of peer traffic give it: joins instance to node.\n# TYPE mpi_observer_node_info gauge\nmpi_observer_node_info{{node=\"{}\"}} 1",
+        escape(opts.node())
+    );
+    out
+}
+
+/// Renders `/metrics/ranks`: the full per-rank series (as `/metrics` with
+/// `--per-rank-detail` has them) of the ranks of the jobs named in
+/// `jobids` (every job without), no self-metrics. What the budget dropped
+/// is counted in `selfm`, shown on `/metrics`.
+pub fn render_ranks(
+    snap: &Snapshot,
+    selfm: &SelfMetrics,
+    opts: RenderOptions,
+    jobids: Option<&[String]>,
+) -> String {
+    let mut out = String::from(crate::export::names::RANKS_MARK);
+    out.push('\n');
+    out.push_str(&exposition(snap, selfm, opts, Path::Ranks(jobids)));
+    out
+}
+
+/// The MPI series of one exposition, held to the budget.
+fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: Path<'_>) -> String {
+    let unique;
+    let snap = match with_unique_labels(snap) {
+        Some(s) => {
+            unique = s;
+            &unique
+        }
+        None => snap,
+    };
+    let ranks: Vec<&RankSnapshot> = match &path {
+        Path::Metrics(..) | Path::Ranks(None) => snap.ranks.iter().collect(),
+        Path::Ranks(Some(jobs)) => snap
+            .ranks
+            .iter()
+            .filter(|r| jobs.contains(&r.identity.jobid))
+            .collect(),
+    };
+    // The ranks with full per-rank series, and of those, the ones with
+    // their call sites, peers and layer counts too: on the bounded
+    // `/metrics` the detail ranks have only their per-function figures
+    // (rank × peer and rank × call site are for `/metrics/ranks`).
+    let (full, wide): (Vec<&RankSnapshot>, Vec<&RankSnapshot>) = match &path {
+        Path::Metrics(c) if !opts.per_rank_detail => (
+            ranks
+                .iter()
+                .copied()
+                .filter(|r| c.detail.contains_key(&r.pid))
+                .collect(),
+            Vec::new(),
+        ),
+        _ => (ranks.clone(), ranks.clone()),
+    };
+    fn labelled<'a>(rs: &[&'a RankSnapshot]) -> Vec<Labelled<'a>> {
+        rs.iter()
+            .filter_map(|r| r.calls.as_ref().map(|s| (*r, s)))
+            .collect()
+    }
+    let full_labelled: Vec<Labelled<'_>> = labelled(&full);
+    let mut fams: Vec<Family> = Vec::with_capacity(64);
+    rank::calls(&mut fams, &full_labelled);
+    rank::callsites(&mut fams, &labelled(&wide));
+    let mut hist = Family::always(
+        "mpi_call_duration_seconds",
+        "histogram",
+        "Latency of completed MPI calls, per job and function, over this node's ranks (per rank too with --per-rank-histograms: select rank=\"\" for the job's).",
+    );
+    if opts.per_rank_histograms {
+        rank::histograms(&mut hist, &full_labelled);
+    }
+    if let Path::Metrics(c) = path {
+        job::histograms(&mut hist, &labelled(&ranks), c.departed);
+    }
+    fams.push(hist);
+    rank::minimal(&mut fams, &ranks, &full, snap.taken);
+    rank::segments(&mut fams, &full, &wide);
+    if let Path::Metrics(c) = path {
+        rank::marks(&mut fams, &ranks, c.detail);
+        job::families(
+            &mut fams,
+            &snap.ranks,
+            &labelled(&ranks),
+            opts.node(),
+            snap.taken,
+            c.recent,
+            c.departed,
+        );
+    }
+    let mut out = String::with_capacity(64 * 1024 + fams.len() * 256);
+    let outcome = budget::write(&fams, opts.max_series, &mut out);
+    selfm.budget.record(path.as_str(), opts.max_series, outcome);
+    out
+}
+
+/// The direction label values and their figures, send first.
+fn directions(d: Directed) -> [(&'static str, u64); 2] {
+    [("send", d.send), ("recv", d.recv)]
+}
+
+/// A snapshot like `snap` in which no two ranks share a label set, when
+/// `snap` has ranks that do; `None` when it has none. The registry never
+/// registers such ranks ([`Labels::distinct`]); this keeps the exposition
+/// free of duplicate series whatever the snapshot was built from.
+fn with_unique_labels(snap: &Snapshot) -> Option<Snapshot> {
+    let mut seen = std::collections::HashSet::new();
+    if snap
+        .ranks
+        .iter()
+        .all(|r| seen.insert(r.labels.rank.as_str()))
+    {
+        return None;
+    }
+    let mut out = snap.clone();
+    let mut taken = std::collections::HashSet::new();
+    for r in &mut out.ranks {
+        if !taken.contains(r.labels.rank.as_str()) {
+            taken.insert(r.labels.rank.clone());
+            continue;
+        }
+        let held: std::collections::HashSet<&str> = taken.iter().map(String::as_str).collect();
+        let (l, _) = Labels::distinct(&r.identity, r.pid, &held);
+        taken.insert(l.rank.clone());
+        r.labels = l;
+    }
+    Some(out)
+}
+
+/// One histogram. Buckets are cumulative and saturate, and never exceed
+/// the call count, so that they rise monotonically to `+Inf`, which equals
+/// `_count`, whatever the slots hold (a stats segment's are written by the
+/// user's process).
+fn histogram(out: &mut String, labels: &str, id: u16, st: &CallStats) {
+    let name = FUNCTIONS[id as usize].name;
+    let mut cum = 0u64;
+    let mut slot = 0usize;
+    for p in BUCKET_POWERS {
+        while slot < p as usize && slot < HIST_SLOTS {
+            cum = cum.saturating_add(st.hist[slot]).min(st.calls);
+            slot += 1;
+        }
+        let le = (1u64 << p) as f64 / 1e9;
+        let _ = writeln!(
+            out,
+            "mpi_call_duration_seconds_bucket{{{labels},function=\"{name}\",le=\"{le}\"}} {cum}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "mpi_call_duration_seconds_bucket{{{labels},function=\"{name}\",le=\"+Inf\"}} {}",
+        st.calls
+    );
+    let _ = writeln!(
+        out,
+        "mpi_call_duration_seconds_sum{{{labels},function=\"{name}\"}} {}",
+        st.time_ns as f64 / 1e9
+    );
+    let _ = writeln!(
+        out,
+        "mpi_call_duration_seconds_count{{{labels},function=\"{name}\"}} {}",
+        st.calls
+    );
+}
+
+#[cfg(test)]
+mod tests;

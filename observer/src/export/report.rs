@@ -1,0 +1,222 @@
+//! The report data: what a daemon knows of its ranks, every figure exact
+//! and every call site named; served at `/report.json` and written by
+//! `attach --report-file` (versioned by [`FORMAT`]). The client
+//! (`crate::client::report`) reads it back and analyses it.
+
+use std::{
+    fs, io,
+    path::Path,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use observer_common::{
+    FUNCTIONS,
+    segment::{RECV, SEND},
+};
+use serde::{Deserialize, Serialize};
+
+use crate::collect::snapshot::{RankSnapshot, Snapshot};
+
+/// The `format` of [`Data`]; a reader refuses anything else.
+pub const FORMAT: &str = "mpi-observer-report/1";
+
+/// What one daemon knows of its ranks.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Data {
+    /// [`FORMAT`].
+    pub format: String,
+    /// The node's host name.
+    pub host: String,
+    /// Unix time of the collection.
+    pub taken: f64,
+    /// Every rank the daemon holds, running or exited.
+    pub ranks: Vec<RankData>,
+}
+
+/// One rank.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankData {
+    /// Job ID.
+    pub jobid: String,
+    /// The real uid of the rank's process: a job is (job ID, uid), so no
+    /// user's ranks join another's report. Absent in data from daemons that
+    /// did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Rank in `MPI_COMM_WORLD`, as the launcher gave it.
+    pub rank: String,
+    /// World size, as the launcher gave it.
+    pub size: String,
+    /// Process ID.
+    pub pid: u32,
+    /// The node it ran on.
+    pub host: String,
+    /// MPI library and version.
+    pub library: String,
+    /// MPI library version.
+    pub version: String,
+    /// Unix time the counting began (process start, or attach).
+    pub since: f64,
+    /// Unix time it exited; absent while it runs.
+    pub exited: Option<f64>,
+    /// Where its call figures come from: "probes", "shim" or "probes+shim".
+    pub source: String,
+    /// Per function, only those called.
+    pub functions: Vec<FunctionData>,
+    /// Every named call site.
+    pub callsites: Vec<SiteData>,
+    /// The shim's `stats` layer's figures; absent without it.
+    pub stats: Option<StatsData>,
+}
+
+/// One function of one rank.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FunctionData {
+    /// MPI name.
+    pub name: String,
+    /// Calls completed.
+    pub calls: u64,
+    /// Total nanoseconds inside them.
+    pub time_ns: u64,
+    /// Bytes sent, by the README's conventions.
+    pub bytes_sent: u64,
+    /// Bytes received.
+    pub bytes_recv: u64,
+    /// log2 latency histogram: slot i counts calls of [2^i, 2^(i+1)) ns.
+    pub hist: Vec<u64>,
+}
+
+/// One call site of one rank.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SiteData {
+    /// MPI name.
+    pub function: String,
+    /// The site's name (docs/callsites.md).
+    pub site: String,
+    /// Calls made from there.
+    pub calls: u64,
+    /// Their nanoseconds.
+    pub time_ns: u64,
+}
+
+/// The `stats` layer's traffic figures of one rank.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatsData {
+    /// Point-to-point traffic per peer world rank.
+    pub peers: Vec<PeerData>,
+    /// log2 histogram of point-to-point message sizes sent: slot i counts
+    /// messages of [2^i, 2^(i+1)) bytes (slot 0 also empty ones).
+    pub sizes_sent: Vec<u64>,
+    /// The same for messages received (actual sizes).
+    pub sizes_recv: Vec<u64>,
+}
+
+/// Traffic with one peer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeerData {
+    /// The peer's world rank.
+    pub peer: u32,
+    /// Messages sent to it.
+    pub messages_sent: u64,
+    /// Bytes sent to it.
+    pub bytes_sent: u64,
+    /// Messages received from it.
+    pub messages_recv: u64,
+    /// Bytes received from it.
+    pub bytes_recv: u64,
+}
+
+fn unix(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl Data {
+    /// The data of a collection, taken at `now`.
+    pub fn from_snapshot(snap: &Snapshot, host: &str, now: SystemTime) -> Data {
+        Data {
+            format: FORMAT.into(),
+            host: host.into(),
+            taken: unix(now),
+            ranks: snap.ranks.iter().map(|r| rank_data(r, host)).collect(),
+        }
+    }
+
+    /// Writes a snapshot file atomically (a temporary file, then a rename),
+    /// so a reader never sees half of one.
+    pub fn write(&self, path: &Path) -> io::Result<()> {
+        let json = serde_json::to_vec(self).map_err(io::Error::other)?;
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        fs::write(&tmp, json)?;
+        fs::rename(&tmp, path)
+    }
+}
+
+fn rank_data(r: &RankSnapshot, host: &str) -> RankData {
+    let source = match (&r.segment, r.calls.is_some()) {
+        (Some(s), _) if s.figures.ready && s.figures.injected => "probes+shim",
+        (Some(s), _) if s.figures.ready => "shim",
+        _ => "probes",
+    };
+    let functions = r
+        .calls
+        .iter()
+        .flatten()
+        .filter(|(_, st)| st.calls > 0)
+        .map(|(&id, st)| FunctionData {
+            name: FUNCTIONS[id as usize].name.into(),
+            calls: st.calls,
+            time_ns: st.time_ns,
+            bytes_sent: st.bytes[SEND],
+            bytes_recv: st.bytes[RECV],
+            hist: st.hist.to_vec(),
+        })
+        .collect();
+    let callsites = r
+        .callsites
+        .iter()
+        .map(|s| SiteData {
+            function: FUNCTIONS[s.function as usize].name.into(),
+            site: s.name.to_string(),
+            calls: s.calls,
+            time_ns: s.time_ns,
+        })
+        .collect();
+    let stats = r
+        .segment
+        .as_ref()
+        .filter(|s| s.figures.ready)
+        .map(|s| StatsData {
+            peers: s
+                .figures
+                .peers
+                .iter()
+                .map(|(&peer, t)| PeerData {
+                    peer,
+                    messages_sent: t.messages.send,
+                    bytes_sent: t.bytes.send,
+                    messages_recv: t.messages.recv,
+                    bytes_recv: t.bytes.recv,
+                })
+                .collect(),
+            sizes_sent: s.figures.msg_sizes[SEND].to_vec(),
+            sizes_recv: s.figures.msg_sizes[RECV].to_vec(),
+        });
+    RankData {
+        jobid: r.identity.jobid.clone(),
+        uid: Some(r.identity.uid),
+        rank: r.identity.rank.clone(),
+        size: r.identity.size.clone(),
+        pid: r.pid,
+        host: host.into(),
+        library: r.library.into(),
+        version: r.version.clone(),
+        since: unix(r.counted_since),
+        exited: r.exited.map(unix),
+        source: source.into(),
+        functions,
+        callsites,
+        stats,
+    }
+}

@@ -1,0 +1,18 @@
+//! The operating system, as a root daemon must read it: everything here
+//! treats what a user controls (`/proc/PID/*`, `/dev/shm` files, files a
+//! process maps) as hostile, and depends on nothing else in the crate.
+//!
+//! [`procfs`] reads `/proc/PID/*` (the one `/proc/PID/maps` parser),
+//! [`procevents`] hears of new processes, [`userfile`] opens a file a
+//! process maps, [`shm`] is the one trusted mapping of a user's `/dev/shm`
+//! file under the SIGBUS guard, [`sys`] the system calls std lacks,
+//! [`clock`] the monotonic clock every figure is stamped with, and [`host`]
+//! this node's name.
+
+pub mod clock;
+pub mod host;
+pub mod procevents;
+pub mod procfs;
+pub mod shm;
+pub mod sys;
+pub mod userfile;
