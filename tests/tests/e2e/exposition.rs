@@ -61,6 +61,17 @@ fn get(d: &Daemon, path: &str) -> (u16, String) {
     http_get_within(&d.addr, path, LIMIT).unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
+/// What every test here needs: root for BPF, Open MPI, bpftool (no
+/// probe left) and promtool (every exposition checked).
+fn required() -> bool {
+    require(&[
+        Need::Root,
+        Need::Mpi(Mpi::OpenMpi),
+        Need::Command("bpftool"),
+        Need::Command("promtool"),
+    ])
+}
+
 /// The job id the ranks' `mpi_rank_info` gives.
 fn jobid(s: &[Sample], job: &Job) -> String {
     let pid = job.ranks[0].1.to_string();
@@ -107,12 +118,7 @@ fn assert_formula(s: &[Sample], jobid: &str, most: usize) {
 
 #[test]
 fn default_exposition_is_bounded_and_sums_the_ranks() {
-    if !require(&[
-        Need::Root,
-        Need::Mpi(Mpi::OpenMpi),
-        Need::Command("bpftool"),
-        Need::Command("promtool"),
-    ]) {
+    if !required() {
         return;
     }
     let dir = scratch("exposition-default");
@@ -371,12 +377,7 @@ fn a_small_budget_drops_and_counts_and_the_job_is_unharmed() {
 
 #[test]
 fn peer_traffic_is_node_by_node_under_the_stats_layer() {
-    if !require(&[
-        Need::Root,
-        Need::Mpi(Mpi::OpenMpi),
-        Need::Command("bpftool"),
-        Need::Command("promtool"),
-    ]) {
+    if !required() {
         return;
     }
     assert!(shim().exists(), "the shim is built");
@@ -457,12 +458,7 @@ fn peer_traffic_is_node_by_node_under_the_stats_layer() {
 
 #[test]
 fn no_job_counter_falls_when_exited_ranks_are_forgotten() {
-    if !require(&[
-        Need::Root,
-        Need::Mpi(Mpi::OpenMpi),
-        Need::Command("bpftool"),
-        Need::Command("promtool"),
-    ]) {
+    if !required() {
         return;
     }
     assert!(shim().exists(), "the shim is built");
