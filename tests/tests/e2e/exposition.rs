@@ -72,6 +72,21 @@ fn required() -> bool {
     ])
 }
 
+/// The first scrape (body and samples) in which every one of the job's
+/// [`NP`] ranks is seen exited.
+fn all_exited(daemon: &mut Daemon, jobid: &str) -> (String, Vec<Sample>) {
+    wait_for("the exits to be noticed", LIMIT, || {
+        let (b, s) = daemon.scrape();
+        (sum(&s, "mpi_rank_up", &[("jobid", jobid)]) == 0.0
+            && sum(
+                &s,
+                "mpi_job_ranks",
+                &[("jobid", jobid), ("state", "exited")],
+            ) == f64::from(NP))
+        .then_some((b, s))
+    })
+}
+
 /// The job id the ranks' `mpi_rank_info` gives.
 fn jobid(s: &[Sample], job: &Job) -> String {
     let pid = job.ranks[0].1.to_string();
@@ -139,16 +154,7 @@ fn default_exposition_is_bounded_and_sums_the_ranks() {
     }
     job.go();
     job.finish("OK ");
-    let (body, s) = wait_for("the exits to be noticed", LIMIT, || {
-        let (b, s) = daemon.scrape();
-        (sum(&s, "mpi_rank_up", &[("jobid", &jobid)]) == 0.0
-            && sum(
-                &s,
-                "mpi_job_ranks",
-                &[("jobid", &jobid), ("state", "exited")],
-            ) == f64::from(NP))
-        .then_some((b, s))
-    });
+    let (body, s) = all_exited(&mut daemon, &jobid);
     promtool_check(&body);
     assert_formula(&s, &jobid, 4);
     // The node's busiest and idlest ranks are values of job gauges: the
@@ -388,16 +394,7 @@ fn peer_traffic_is_node_by_node_under_the_stats_layer() {
     let jobid = jobid(&s, &job);
     job.go();
     job.finish("OK ");
-    let (body, s) = wait_for("the exits to be noticed", LIMIT, || {
-        let (b, s) = daemon.scrape();
-        (sum(&s, "mpi_rank_up", &[("jobid", &jobid)]) == 0.0
-            && sum(
-                &s,
-                "mpi_job_ranks",
-                &[("jobid", &jobid), ("state", "exited")],
-            ) == f64::from(NP))
-        .then_some((b, s))
-    });
+    let (body, s) = all_exited(&mut daemon, &jobid);
     promtool_check(&body);
     assert_formula(&s, &jobid, 4);
     let node = s
