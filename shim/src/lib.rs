@@ -4,14 +4,19 @@
 //! and `PMPI_X` of the standard, and the Fortran entry points, ahead of the
 //! MPI library. The tools named by `MPI_TOOLS_ENTRY` (or
 //! `OMPI_MCA_ompi_tools_entry`) are dlopened as levels of a stack above the
-//! MPI library; `MPI_X` continues at the caller's level and `PMPI_X` at the
-//! next level down, so every tool runs in list order, as in Open MPI PR 6245.
+//! MPI library; a tool's `MPI_X` continues at its own level and its
+//! `PMPI_X` at the next level down, so every tool runs in list order, as in
+//! Open MPI PR 6245. The levels are bound to each other when the stack is
+//! built, and the application's calls jump into the first one, so every
+//! tool sees the call stack it sees alone (issue 24).
 //!
 //! - [`config`]: the list syntax (shared with the `mpi-observer run` launcher).
-//! - [`layers`]: building the stack on the first MPI call.
-//! - [`dispatch`], [`table`], [`rows`] and [`depth`]: the entry points and
-//!   the hot path, the dispatch table, what a row is, the per-thread depth.
-//! - [`timing`]: per-call timing at the application's level.
+//! - [`layers`]: building the stack on the first MPI call; [`bind`]:
+//!   pointing every level's slots at the level below.
+//! - [`dispatch`], [`table`], [`rows`] and [`depth`]: the entry points, the
+//!   cold path and the library gates, the entry table, what a row is, the
+//!   per-thread block.
+//! - [`timing`]: per-call timing at the `stats` level.
 //! - [`exports`] and [`loaded`]: the process sees exactly the procedures its
 //!   MPI library (or a tool) defines, not every one the shim could layer.
 //! - [`handwritten`]: Init, Finalize, Pcontrol, Wtime/Wtick, non-`int` returns.
@@ -21,11 +26,11 @@
 //!   running rank; [`got`]: the slots it rewrote, and ejection.
 //!
 //! Dependencies run one way, from the top: `dispatch` and `handwritten`
-//! (the entry points) and `inject` use `layers`, which uses `stats` (the
-//! built-in layer), `timing` and `table`; `timing` uses `got` and
+//! (the entry points) and `inject` use `layers`, which uses `bind`, `stats`
+//! (the built-in layer), `timing` and `table`; `timing` uses `got` and
 //! `stats::segment`; `table` uses `rows` and the generated Fortran rows.
-//! The only way back up is at run time: a built-in layer calls the shim's
-//! own `PMPI_X` by symbol ([`generated::next`]), as a PMPI tool would.
+//! The generated per-row gates and timing wrappers ([`generated::next`])
+//! expand macros of `dispatch` and `timing`.
 //!
 //! Arguments are forwarded as machine words, which is only right for the
 //! x86_64 SysV calling convention.
