@@ -124,6 +124,12 @@ fn swap(slots: Vec<Rewritten>, forward: bool) -> Vec<Rewritten> {
     done
 }
 
+/// Rewrites the planned slots once, for good: the stack's own bindings
+/// (crate::bind) of a preloaded shim, which nothing puts back.
+pub(crate) fn rewrite(planned: Vec<Rewritten>) -> usize {
+    swap(planned, true).len()
+}
+
 /// Rewrites the planned slots; returns how many.
 pub(crate) fn apply(planned: Vec<Rewritten>) -> usize {
     let done = swap(planned, true);

@@ -2,61 +2,30 @@
 //!
 //! The generator leaves out exactly these (see `xtask/src/codegen_shim.rs`),
 //! and `generated/c.rs` names every one of them in a check, so forgetting
-//! one here is a compile error rather than a missing symbol in
-//! `generated/next.rs`'s `PMPI_SELF` table.
+//! one here is a compile error rather than a missing symbol. Their gates and
+//! `stats` wrappers are generated (`generated/next.rs`), with their
+//! signatures.
 
 use core::{cell::Cell, ffi::c_int};
 
 use observer_common::FunctionId as F;
 
-use crate::{depth, dispatch, layers};
-
 /// `MPI_SUCCESS`, 0 in every implementation (the standard requires it).
 const MPI_SUCCESS: c_int = 0;
 
-// MPI_Init and MPI_Init_thread build the stack before entering it, so a bad
-// tools list fails every rank at the same point, before MPI starts and
-// before any rank can wait for another. (Any other first call would build it
-// lazily through the table's cold path, with the same result.)
-
-/// The body of `MPI_Init` (`PMPI` 0) and `PMPI_Init` (1): builds the stack,
-/// then the ordinary layered call.
-unsafe extern "C" fn init<const PMPI: u32>(argc: usize, argv: usize) -> c_int {
-    keeping_site(layers::ensure);
-    // SAFETY: the entry point's own words, as the trampoline passed them.
-    unsafe { dispatch::body2::<{ F::Init as usize }, PMPI, c_int>(argc, argv) }
-}
-
-/// The body of `MPI_Init_thread` and `PMPI_Init_thread`.
-unsafe extern "C" fn init_thread<const PMPI: u32>(
-    argc: usize,
-    argv: usize,
-    required: usize,
-    provided: usize,
-) -> c_int {
-    keeping_site(layers::ensure);
-    // SAFETY: as in `init`.
-    unsafe {
-        dispatch::body4::<{ F::InitThread as usize }, PMPI, c_int>(argc, argv, required, provided)
-    }
-}
-
-/// Runs `f` (building the stack, which may load tools whose set-up calls
-/// MPI through the trampolines) and puts the thread's call site back.
-fn keeping_site(f: impl FnOnce()) {
-    // SAFETY: this thread's depth variable.
-    let site = unsafe { depth::site(depth::slot()) };
-    f();
-    // SAFETY: as above.
-    unsafe { depth::set_site(depth::slot_again(), site) };
-}
-
-entry!(@path [] MPI_Init, "Layered `MPI_Init`.", c_int, (argc, argv), init::<0>);
-entry!(@path [pub(crate)] PMPI_Init, "Layered `PMPI_Init`.", c_int, (argc, argv), init::<1>);
-entry!(@path [] MPI_Init_thread, "Layered `MPI_Init_thread`.", c_int,
-    (argc, argv, required, provided), init_thread::<0>);
-entry!(@path [pub(crate)] PMPI_Init_thread, "Layered `PMPI_Init_thread`.", c_int,
-    (argc, argv, required, provided), init_thread::<1>);
+// MPI_Init and MPI_Init_thread are ordinary entry points: the first call of
+// a process (normally one of these) finds its slot empty, and the cold path
+// builds the stack before it enters it, so a bad tools list fails every
+// rank at the same point, before MPI starts and before any rank can wait
+// for another.
+c_procedure!(F::Init as usize, MPI_Init, PMPI_Init, c_int, (argc, argv));
+c_procedure!(
+    F::InitThread as usize,
+    MPI_Init_thread,
+    PMPI_Init_thread,
+    c_int,
+    (argc, argv, required, provided)
+);
 
 // MPI_Finalize is an ordinary layered call: each tool's code before its
 // PMPI_Finalize runs top-down and its code after runs bottom-up, which is the
@@ -118,51 +87,41 @@ thread_local! {
 
 /// Layered `MPI_Pcontrol(level, ...)`.
 ///
-/// Not a trampoline and not timed (it never was: it does not go through
-/// `dispatch!`), so it has no call site either.
-///
-/// The varargs cannot be forwarded (C has no way to re-pass an unknown
-/// argument list), so the shim itself calls `MPI_Pcontrol(level)` at every
-/// level from the caller's down, each at its own depth; a layer's own
-/// `PMPI_Pcontrol`/`MPI_Pcontrol` made meanwhile returns `MPI_SUCCESS` at
-/// once, so every layer sees the call exactly once whether or not it chains.
-/// Received as one `int`: in the SysV ABI a variadic caller passes the fixed
-/// argument exactly where a non-variadic one does.
+/// Not a trampoline and not timed: the varargs cannot be forwarded to
+/// several levels (C has no way to re-pass an unknown argument list), and
+/// tools commonly do not chain it, so the shim itself calls
+/// `MPI_Pcontrol(level)` at every level from the top down, once each
+/// ([`crate::table::pcontrol`]); a level's own `PMPI_Pcontrol` or
+/// `MPI_Pcontrol` is bound to [`crate::table::pcontrol_nested`], which returns
+/// `MPI_SUCCESS` at once, so every level sees the call exactly once whether
+/// or not it chains. Received as one `int`: in the SysV ABI a variadic
+/// caller passes the fixed argument exactly where a non-variadic one does.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
     pcontrol(level, 0)
 }
 
-/// Layered `PMPI_Pcontrol(level, ...)`: as [`MPI_Pcontrol`], from the level
-/// below the caller.
+/// Layered `PMPI_Pcontrol(level, ...)`: as [`MPI_Pcontrol`], from the
+/// level below the top.
 #[unsafe(no_mangle)]
 pub(crate) unsafe extern "C" fn PMPI_Pcontrol(level: c_int) -> c_int {
     pcontrol(level, 1)
 }
 
-fn pcontrol(level: c_int, pmpi: u32) -> c_int {
+fn pcontrol(level: c_int, start: usize) -> c_int {
     if IN_PCONTROL.get() {
         return MPI_SUCCESS;
     }
+    crate::layers::ensure();
     IN_PCONTROL.set(true);
-    let row = F::Pcontrol as usize;
-    let depth = depth::get();
-    let (mut f, mut at) = dispatch::target(row, depth + pmpi);
-    let rc = loop {
-        depth::set(at);
-        // SAFETY: `f` is some layer's MPI_Pcontrol, variadic after `level`.
+    let mut rc = MPI_SUCCESS;
+    for f in crate::table::pcontrol(start) {
+        // SAFETY: some level's MPI_Pcontrol, variadic after `level`.
         let pc: unsafe extern "C" fn(c_int, ...) -> c_int = unsafe { core::mem::transmute(f) };
         // SAFETY: `pc` has MPI_Pcontrol's C signature; `level` is its one
         // fixed argument, and no variadic one is passed.
-        let rc = unsafe { pc(level) };
-        let (next, below) = dispatch::target(row, at + 1);
-        // Past the bottom the table answers the bottom itself.
-        if below <= at {
-            break rc;
-        }
-        (f, at) = (next, below);
-    };
-    depth::set(depth);
+        rc = unsafe { pc(level) };
+    }
     IN_PCONTROL.set(false);
     rc
 }

@@ -84,6 +84,11 @@ pub unsafe extern "C" fn mpi_observer_shim_inject(mb: *mut Mailbox) -> c_int {
 struct Prepared {
     segment: Option<lifecycle::Prepared>,
     bottom: Vec<*mut c_void>,
+    /// The injected tools: bound by the build, never routed.
+    tools: Vec<*mut c_void>,
+    /// The library's own objects' bindings (crate::bind), applied with the
+    /// routing and put back with it.
+    library_slots: Vec<Rewritten>,
 }
 
 /// Steps 1 and 2: the stack, the segment and the code range.
@@ -127,6 +132,8 @@ unsafe fn prepare(mb: *mut Mailbox) -> Result<Prepared, String> {
     Ok(Prepared {
         segment: seg,
         bottom: built.bottom,
+        tools: built.tools,
+        library_slots: built.library_slots,
     })
 }
 
@@ -172,7 +179,8 @@ unsafe fn commit(mb: *mut Mailbox, p: Prepared) -> c_int {
         s.publish();
         crate::timing::enable();
     }
-    let planned = plan(&p.bottom);
+    let mut planned = p.library_slots;
+    planned.extend(plan(&p.bottom, &p.tools));
     let n = got::apply(planned);
     layers::mark_injected();
     segment::mark_ready();
@@ -233,7 +241,7 @@ fn map_of(addr: usize) -> *mut c_void {
 }
 
 /// Step 3's choice: the slots to point at the shim, with what they hold.
-fn plan(bottom: &[*mut c_void]) -> Vec<Rewritten> {
+fn plan(bottom: &[*mut c_void], tools: &[*mut c_void]) -> Vec<Rewritten> {
     let Some(shim_map) = own_map() else {
         return Vec::new();
     };
@@ -243,7 +251,7 @@ fn plan(bottom: &[*mut c_void]) -> Vec<Rewritten> {
     let mut out = Vec::new();
     for map in loaded::objects() {
         let me = core::ptr::from_ref(map) as *mut c_void;
-        if loaded::is_shim(map) || bottom.contains(&me) {
+        if loaded::is_shim(map) || bottom.contains(&me) || tools.contains(&me) {
             continue;
         }
         let Some(obj) = Object::new(map) else {

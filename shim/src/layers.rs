@@ -15,8 +15,13 @@ use std::{ffi::CString, sync::Once};
 use observer_common::{FUNCTION_COUNT, FUNCTIONS};
 
 use crate::{
+    bind,
     config::{ConfigError, KEYWORDS, LIST_VARS, Layer, ToolsList},
-    generated::fortran::FORTRAN,
+    generated::{
+        fortran::FORTRAN,
+        next::{GATES, TIMED},
+    },
+    loaded::LinkMap,
     rows::Raw,
     stats,
     table::{self, MAX_LEVELS, ROWS},
@@ -59,6 +64,16 @@ pub(crate) enum ShimError {
     /// preloaded one reports the missing procedure at its first call).
     #[error("no loaded object defines PMPI_Init: no MPI library in this process")]
     NoLibrary,
+    /// One library named at two places in the list.
+    #[error(
+        "tools entry `{entry}`: {path} is already a level of this stack; a loaded library can hold one place only (list it once, or copy it under another file name)"
+    )]
+    TwicePlaced {
+        /// The second entry naming it.
+        entry: String,
+        /// The file the loader picked.
+        path: String,
+    },
     /// More layers than the table has room for.
     #[error(
         "{count} levels requested (with fortran and the MPI library); at most {MAX_LEVELS} are supported"
@@ -127,9 +142,14 @@ pub(crate) struct Built {
     /// timing at its commit.
     pub(crate) stats: bool,
     /// The link maps of every object the bottom levels call into (the MPI
-    /// library and its Fortran bindings' libraries), for an injected build
-    /// only: the objects whose definitions routed calls went to before.
+    /// library and its Fortran bindings' libraries): the objects whose
+    /// definitions routed calls went to before.
     pub(crate) bottom: Vec<*mut c_void>,
+    /// The tools' link maps: bound already, never routed.
+    pub(crate) tools: Vec<*mut c_void>,
+    /// An injected build's bindings of the library's own objects, which
+    /// its commit applies (and its ejection puts back); empty otherwise.
+    pub(crate) library_slots: Vec<crate::got::Rewritten>,
 }
 
 /// Builds and publishes the stack of an injected shim from `list` (the
@@ -279,7 +299,7 @@ impl Resolver<'_> {
                 let p = dlsym(*handle, n);
                 (!p.is_null() && owner(p).0 == *map).then_some(Raw(p))
             }),
-            Level::Builtin(b) => Some((b.resolve)(row)).filter(|r| !r.is_none()),
+            Level::Builtin(_) => None,
             Level::Fortran if row < FUNCTION_COUNT => None,
             Level::Fortran | Level::Mpi => self.in_mpi_library(row),
         }
@@ -369,11 +389,14 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
     }
     levels.push(Level::Mpi);
     let n = levels.len();
-    if n > MAX_LEVELS {
+    let fail = |levels: &[Level], e: ShimError| {
         if injected {
-            close(&levels);
+            close(levels);
         }
-        return Err(ShimError::TooManyLevels { count: n });
+        Err(e)
+    };
+    if n > MAX_LEVELS {
+        return fail(&levels, ShimError::TooManyLevels { count: n });
     }
     let tool_maps: Vec<*mut c_void> = levels
         .iter()
@@ -382,6 +405,19 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
             _ => None,
         })
         .collect();
+    // One loaded object has one set of slots: it can be bound to one
+    // place in the stack only.
+    for (i, m) in tool_maps.iter().enumerate() {
+        if tool_maps[..i].contains(m)
+            && let Some(Level::Tool { entry, path, .. }) = levels
+                .iter()
+                .filter(|l| matches!(l, Level::Tool { map, .. } if map == m))
+                .nth(1)
+        {
+            let (entry, path) = (entry.clone(), path.clone());
+            return fail(&levels, ShimError::TwicePlaced { entry, path });
+        }
+    }
     let r = Resolver {
         tool_maps: &tool_maps,
     };
@@ -392,35 +428,153 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
         owner(init.0).0
     };
     if injected && library.is_null() {
-        close(&levels);
-        return Err(ShimError::NoLibrary);
+        return fail(&levels, ShimError::NoLibrary);
     }
+    let bottom_at = n - 1;
+    let fort_at = levels
+        .iter()
+        .position(|l| matches!(l, Level::Fortran))
+        .unwrap_or(0);
+    let stats_at = levels.iter().position(|l| matches!(l, Level::Builtin(_)));
+    // The library is entered through its gate when a level above it could
+    // otherwise see the calls the library makes by name (crate::dispatch).
+    let gated = levels
+        .iter()
+        .any(|l| matches!(l, Level::Tool { .. } | Level::Builtin(_)));
+    let own = match stats_at.map(|s| &levels[s]) {
+        Some(Level::Builtin(b)) => (b.wrappers)(),
+        _ => Vec::new(),
+    };
+    // fns[row * n + level]: what each level runs for each row.
+    let mut fns = vec![Raw::NONE; ROWS * n];
+    let mut raw = vec![Raw::NONE; ROWS];
     let mut defined = vec![0usize; n];
-    let mut fns = vec![Raw::NONE; n];
-    let mut bottom: Vec<*mut c_void> = Vec::new();
     for row in 0..ROWS {
+        let at = &mut fns[row * n..(row + 1) * n];
         for (l, level) in levels.iter().enumerate() {
-            fns[l] = r.at(level, row);
-            defined[l] += usize::from(!fns[l].is_none());
-            if injected && !fns[l].is_none() && matches!(level, Level::Mpi | Level::Fortran) {
-                let m = owner(fns[l].0).0;
-                if !m.is_null() && !bottom.contains(&m) {
-                    bottom.push(m);
-                }
+            if !matches!(level, Level::Builtin(_)) {
+                at[l] = r.at(level, row);
             }
         }
-        // The seed's search, done once per start level: a start past the
-        // bottom means the bottom; a level lacking the row is skipped.
-        for start in 0..=MAX_LEVELS {
-            if let Some(l) = (start.min(n - 1)..n).find(|&l| !fns[l].is_none()) {
-                table::publish(row, start, fns[l], l as u32);
+        raw[row] = at[bottom_at];
+        if gated && !raw[row].is_none() && !GATES[row].is_none() {
+            at[bottom_at] = GATES[row];
+        }
+        // `stats` times every C row some level below it defines, and the
+        // Fortran rows only if the Fortran layer is below it (otherwise it
+        // sees the C calls the bindings make).
+        if let Some(s) = stats_at
+            && (row < FUNCTION_COUNT || fort_at > s)
+            && !TIMED[row].is_none()
+            && let Some(next) = at[s + 1..].iter().copied().find(|f| !f.is_none())
+        {
+            at[s] = TIMED[row];
+            stats::bind(row, own.get(row).copied().unwrap_or(Raw::NONE), next);
+        }
+        for (l, f) in at.iter().enumerate() {
+            defined[l] += usize::from(!f.is_none());
+        }
+    }
+    // The seed's search: the first level at or below `start` that defines
+    // the row; a start past the bottom means the bottom.
+    let find = |row: usize, start: usize| -> Raw {
+        let at = &fns[row * n..(row + 1) * n];
+        (start.min(n - 1)..n)
+            .map(|l| at[l])
+            .find(|f| !f.is_none())
+            .unwrap_or(Raw::NONE)
+    };
+    // MPI_Pcontrol is called at every level by the shim itself
+    // (crate::handwritten); a level's own calls of it return at once.
+    let pcontrol = observer_common::FunctionId::Pcontrol as usize;
+    for l in 0..n {
+        table::publish_pcontrol(l, fns[pcontrol * n + l]);
+    }
+    unsafe extern "C" {
+        /// The shim's own, which calls every level's (crate::handwritten).
+        fn MPI_Pcontrol(level: core::ffi::c_int, ...) -> core::ffi::c_int;
+    }
+    let from_tool = |row: usize, start: usize| -> Raw {
+        if row == pcontrol {
+            Raw(table::pcontrol_nested as *const c_void)
+        } else {
+            find(row, start)
+        }
+    };
+    // The Fortran bindings' `MPI_Pcontrol` is the application's.
+    let from_bindings = |row: usize, start: usize| -> Raw {
+        if row == pcontrol {
+            Raw(MPI_Pcontrol as *const c_void)
+        } else {
+            find(row, start)
+        }
+    };
+    // Bind every level's slots (crate::bind): tools now (nothing calls
+    // them yet), the library's objects now, or at the injection's commit.
+    let names = bind::Names::new();
+    let mut now = Vec::new();
+    for (k, level) in levels.iter().enumerate() {
+        if let Level::Tool { map, .. } = level {
+            // SAFETY: a live link map from dlinfo.
+            let m = unsafe { &*map.cast::<LinkMap>() };
+            now.extend(bind::plan(m, &names, |row, p| from_tool(row, k + p)));
+        }
+    }
+    let mut fort_maps: Vec<*mut c_void> = Vec::new();
+    let mut bottom_maps: Vec<*mut c_void> = Vec::new();
+    for row in 0..ROWS {
+        let f = fns[row * n + fort_at];
+        if row >= FUNCTION_COUNT && !f.is_none() {
+            let m = bind::owner_of(f);
+            if !m.is_null() && !fort_maps.contains(&m) {
+                fort_maps.push(m);
             }
         }
+    }
+    for f in &raw {
+        if !f.is_none() {
+            let m = bind::owner_of(*f);
+            if !m.is_null() && !fort_maps.contains(&m) && !bottom_maps.contains(&m) {
+                bottom_maps.push(m);
+            }
+        }
+    }
+    let mut library_slots = Vec::new();
+    for &m in &fort_maps {
+        // SAFETY: a live link map from dladdr1.
+        let m = unsafe { &*m.cast::<LinkMap>() };
+        library_slots.extend(bind::plan(m, &names, |row, p| {
+            from_bindings(row, fort_at + p)
+        }));
+    }
+    for &m in &bottom_maps {
+        // SAFETY: as above.
+        let m = unsafe { &*m.cast::<LinkMap>() };
+        library_slots.extend(bind::plan(m, &names, |row, _| raw[row]));
+    }
+    for (row, f) in raw.iter().enumerate() {
+        table::publish_raw(row, *f);
+    }
+    crate::got::rewrite(now);
+    if !injected {
+        crate::got::rewrite(core::mem::take(&mut library_slots));
+    }
+    // Last, the entries: the application's calls enter a bound stack.
+    for row in 0..ROWS {
+        table::publish_entry(row, 0, find(row, 0));
+        table::publish_entry(row, 1, find(row, 1));
     }
     if list.verbose {
         report(&levels, &defined);
     }
-    Ok(Built { stats, bottom })
+    let mut bottom = fort_maps;
+    bottom.extend(bottom_maps);
+    Ok(Built {
+        stats,
+        bottom,
+        tools: tool_maps,
+        library_slots,
+    })
 }
 
 /// The `v` line: every level, top first, with how many entry points it

@@ -1,12 +1,18 @@
-//! Per-call timing at the application's level (issue 10).
+//! Per-call timing at the `stats` level (issue 10; moved there by issue 24).
 //!
-//! When the `stats` layer is in the tools list, the dispatch (`dispatch!` in
-//! [`crate::dispatch`]) times every call the application makes: a call that
-//! enters at depth 0 while no timed call is open on the thread. A tool's or
-//! the library's nested MPI calls run at a deeper level, or (a tool at the
-//! top level) with the thread's timing flag set, so they are not counted:
-//! the same meaning as the probes' "outermost call per thread". Fortran
-//! calls count under their procedure's C function ID.
+//! When the `stats` layer is in the tools list, its wrapper of every row
+//! (`timed!`, generated per row into `generated/next.rs`) times the calls
+//! that reach its level while no timed call is open on the thread: the
+//! outermost calls at that level, measured around the levels below it. With
+//! `stats` listed last, right above the MPI library, that is exactly the
+//! probes' "outermost call per thread into the library". Calls a tool above
+//! `stats` makes on its own (mpiP's `PMPI_Comm_rank` in its `MPI_Init`)
+//! reach it and count, as they reach the library and the probes count
+//! them; calls a tool swallows never reach it. Before issue 24 the timing
+//! sat in the entry points, around the whole stack; it could not stay
+//! there once the entry points jump into the first tool rather than call it
+//! (crate::dispatch). Fortran calls that reach it (`fort` listed below
+//! `stats`) count under their procedure's C function ID.
 //!
 //! Each timed call reads the clock twice and adds its calls, nanoseconds,
 //! log2 histogram slot and bytes to the segment's [`CallTiming`] row, with
@@ -32,6 +38,8 @@
 //! the segment's call-site table under (function, call site): the return
 //! address the entry point's trampoline stored (`entry!` in
 //! [`crate::dispatch`]), the instruction after the application's `call`.
+//! Calls between levels do not pass the trampolines, so a call a tool makes
+//! on its own counts under the application's call that it serves.
 //! `MPI_OBSERVER_CALLSITES=0`, read when the stack is built, turns the
 //! table off ([`set_callsites`]). Calls timed before the segment exists
 //! are in [`EARLY`] only, not in the table.
@@ -215,7 +223,7 @@ fn elapsed(t0: u64) -> u64 {
 }
 
 /// Opens a timed call if none is open on this thread: returns its start,
-/// or 0 (a nested call at depth 0, made by a tool at the top level).
+/// or 0 (a call nested in a timed one).
 ///
 /// # Safety
 /// `depth` is this thread's depth variable ([`crate::depth::slot`]).
@@ -285,6 +293,50 @@ pub(crate) fn bytes(row: usize, args: &[usize]) -> Bytes {
         }
     }
     out
+}
+
+/// The `stats` layer's wrapper of row `$row`: a function taking the row's
+/// words and returning `$ret`, which times the call (see the module's
+/// documentation) around the layer's own wrapper of the row, or around the
+/// next level for the rows the layer only times ([`crate::stats::inner`]).
+/// Expands to its address.
+macro_rules! timed {
+    ($row:expr, $ret:ty, ($($a:ident),*)) => {{
+        #[doc = "A `stats` timing wrapper: see `timed!`."]
+        unsafe extern "C" fn timed($($a: usize),*) -> $ret {
+            let f = $crate::stats::inner($row);
+            // SAFETY: the layer's wrapper of this row or the next level,
+            // both taking these words and returning this type.
+            let f: unsafe extern "C" fn($(word!($a)),*) -> $ret = unsafe { core::mem::transmute(f) };
+            let block = $crate::depth::slot();
+            // SAFETY: this thread's block.
+            let t0 = if $crate::timing::enabled() { unsafe { $crate::timing::enter(block) } } else { 0 };
+            if t0 == 0 {
+                // SAFETY: the words this call was made with.
+                return unsafe { f($($a),*) };
+            }
+            // SAFETY: this thread's block; read before any nested call.
+            let site = unsafe { $crate::depth::site(block) };
+            // Bytes by the probes' definition, read at entry as the probe
+            // does; only for the procedures that move data.
+            let b = if const { $crate::timing::has_bytes($row) } {
+                $crate::timing::bytes($row, &[$($a),*])
+            } else {
+                $crate::timing::Bytes::default()
+            };
+            // Enter and Leave for `mpi-observer record`: one load while no
+            // recording is on.
+            let traced = $crate::stats::trace::enter($row);
+            // SAFETY: the words this call was made with, passed on unchanged.
+            let r = unsafe { f($($a),*) };
+            if traced {
+                $crate::stats::trace::leave($row);
+            }
+            $crate::timing::leave($row, t0, b, site);
+            r
+        }
+        $crate::rows::Raw(timed as *const core::ffi::c_void)
+    }};
 }
 
 /// Closes the timed call of `row` started at `t0` and records it with its

@@ -4,9 +4,9 @@
 //! - `shim/src/generated/c.rs`: `MPI_X` and `PMPI_X` for every C procedure
 //!   that takes N words and returns an `int`, and a check naming every
 //!   hand-written `PMPI_X`, so a missing one is a compile error.
-//! - `shim/src/generated/next.rs`: `PMPI_SELF`, the shim's own `PMPI_X` per
-//!   function ID, named by symbol so that the built-in layers which call it
-//!   do not depend on the entry points' module.
+//! - `shim/src/generated/next.rs`: per row, the two functions of the shim
+//!   that need the procedure's signature: its library gate and its `stats`
+//!   timing wrapper.
 //! - `shim/src/generated/fortran.rs`: the Fortran symbol families.
 //!
 //! Everything comes from [`crate::spec`]'s one reading of `apis.json`.
@@ -21,7 +21,7 @@ use crate::spec::{Procedure, variant};
 pub const C_RS: &str = "shim/src/generated/c.rs";
 /// Generated Fortran entry points.
 pub const FORTRAN_RS: &str = "shim/src/generated/fortran.rs";
-/// Generated table of the shim's own `PMPI_X`.
+/// Generated tables of each row's gate and timing wrapper.
 pub const NEXT_RS: &str = "shim/src/generated/next.rs";
 
 /// Written by hand in `shim/src/handwritten.rs` besides everything whose
@@ -69,8 +69,8 @@ fn render_c(procs: &[Procedure], digest: u64) -> Result<String> {
     let mut s = header(digest);
     s.push_str(
         "\n//! `MPI_X` and `PMPI_X` for every C procedure that takes N words and\n\
-         //! returns an `int`; the rest are in `handwritten.rs`.\n\n\
-         use core::ffi::c_int;\n\n\
+         //! returns an `int`; the rest are in `handwritten.rs`. (The return type\n\
+         //! and the words document the signature; the trampolines need neither.)\n\n\
          use observer_common::FunctionId as F;\n\n",
     );
     for p in procs {
@@ -100,67 +100,76 @@ fn render_c(procs: &[Procedure], digest: u64) -> Result<String> {
     Ok(s)
 }
 
-/// The parameters and return of the shim's definition of `PMPI_X`: one
-/// machine word per C parameter (see `dispatch!`), the return by its
-/// register class; `MPI_Pcontrol`'s varargs are not forwarded.
-fn signature(p: &Procedure) -> String {
-    if p.name == "MPI_Pcontrol" {
-        return "(level: c_int) -> c_int".into();
-    }
-    let params = (0..p.c_params.len())
-        .map(|i| format!("a{i}: usize"))
-        .collect::<Vec<_>>()
-        .join(", ");
+/// The Rust return type of the shim's functions for `p`, by register
+/// class.
+fn ret(p: &Procedure) -> &'static str {
     match p.ret {
-        "Int" => format!("({params}) -> c_int"),
-        "Double" => format!("({params}) -> f64"),
-        "Void" => format!("({params})"),
-        _ => format!("({params}) -> usize"),
+        "Int" => "c_int",
+        "Double" => "f64",
+        "Void" => "()",
+        _ => "usize",
     }
 }
 
 fn render_next(procs: &[Procedure], digest: u64) -> Result<String> {
     let mut s = header(digest);
     s.push_str(
-        "\n//! The shim's own `PMPI_X` per function ID, named by symbol, as a PMPI\n\
-         //! tool names them: the built-in layers call down the stack through it\n\
-         //! without depending on the module that defines the entry points. Each\n\
-         //! is declared with the signature its definition has.\n\n\
-         use core::ffi::{c_int, c_void};\n\n\
-         use observer_common::FUNCTION_COUNT;\n\n\
-         use crate::rows::Raw;\n\n\
-         unsafe extern \"C\" {\n",
+        "\n//! Per row, the two functions of the shim that need the procedure's\n\
+         //! signature (one machine word per parameter, the return by its register\n\
+         //! class): its library gate (`gate!`, crate::dispatch) and its `stats`\n\
+         //! timing wrapper (`timed!`, crate::timing). C rows first, by function ID,\n\
+         //! then the Fortran rows. Predefined callbacks are not layered, and\n\
+         //! `MPI_Pcontrol`'s varargs cannot be forwarded by either: none.\n\n\
+         use core::ffi::c_int;\n\n\
+         use observer_common::{FUNCTION_COUNT, FunctionId as F};\n\n\
+         use crate::{rows::Raw, table::ROWS};\n\n",
     );
-    for p in procs {
-        if !is_predefined_callback(&p.name) {
-            writeln!(s, "    fn PMPI_{}{};", &p.name[4..], signature(p))?;
+    let fortran = fortran_rows(procs);
+    for (name, mac, doc) in [
+        ("GATES", "gate", "Each row's library gate."),
+        ("TIMED", "timed", "Each row's `stats` timing wrapper."),
+    ] {
+        writeln!(s, "/// {doc}\npub(crate) static {name}: [Raw; ROWS] = [")?;
+        for p in procs {
+            if is_predefined_callback(&p.name) || p.name == "MPI_Pcontrol" {
+                writeln!(s, "    Raw::NONE,")?;
+            } else {
+                writeln!(
+                    s,
+                    "    {mac}!(F::{} as usize, {}, ({})),",
+                    variant(&p.name),
+                    ret(p),
+                    args(p.c_params.len())
+                )?;
+            }
         }
-    }
-    writeln!(
-        s,
-        "}}\n\n/// The shim's own `PMPI_X` per function ID: calling it continues one level\n\
-         /// below the caller. Built-in layers use it to pass a call on.\n\
-         pub(crate) static PMPI_SELF: [Raw; FUNCTION_COUNT] = ["
-    )?;
-    for p in procs {
-        if is_predefined_callback(&p.name) {
-            writeln!(s, "    Raw::NONE,")?;
-        } else {
-            writeln!(s, "    Raw(PMPI_{} as *const c_void),", &p.name[4..])?;
+        for (i, r) in fortran.iter().enumerate() {
+            let row = if i == 0 {
+                "FUNCTION_COUNT".to_string()
+            } else {
+                format!("FUNCTION_COUNT + {i}")
+            };
+            writeln!(s, "    {mac}!({row}, {}, ({})),", r.ret, args(r.words))?;
         }
+        writeln!(s, "];\n")?;
     }
-    writeln!(s, "];")?;
+    let t = s.trim_end().len();
+    s.truncate(t);
+    s.push('\n');
     Ok(s)
 }
 
-fn render_fortran(procs: &[Procedure], digest: u64) -> Result<String> {
-    struct Row {
-        id: String,
-        ret: &'static str,
-        words: usize,
-        mpi: Vec<String>,
-        pmpi: Vec<String>,
-    }
+/// One Fortran symbol family.
+struct FortranFamily {
+    id: String,
+    ret: &'static str,
+    words: usize,
+    mpi: Vec<String>,
+    pmpi: Vec<String>,
+}
+
+/// The Fortran symbol families, in row order.
+fn fortran_rows(procs: &[Procedure]) -> Vec<FortranFamily> {
     let mut rows = Vec::new();
     for p in procs {
         let f = &p.fortran;
@@ -170,7 +179,7 @@ fn render_fortran(procs: &[Procedure], digest: u64) -> Result<String> {
         let lower = p.name.to_ascii_lowercase();
         let base = &lower[4..];
         let upper = p.name.to_ascii_uppercase();
-        let row = |mpi: Vec<String>, pmpi: Vec<String>| Row {
+        let row = |mpi: Vec<String>, pmpi: Vec<String>| FortranFamily {
             id: variant(&p.name),
             ret: if p.ret == "Double" { "f64" } else { "usize" },
             words: f.words + FORTRAN_SLACK,
@@ -210,6 +219,11 @@ fn render_fortran(procs: &[Procedure], digest: u64) -> Result<String> {
             }
         }
     }
+    rows
+}
+
+fn render_fortran(procs: &[Procedure], digest: u64) -> Result<String> {
+    let rows = fortran_rows(procs);
     let mut s = header(digest);
     s.push_str(
         "\n//! Fortran entry points: one dispatch row per symbol family (the spellings\n\

@@ -2,9 +2,8 @@
 // (FNV-1a 0x432701c0e80df594) for the layering shim. Do not edit.
 
 //! `MPI_X` and `PMPI_X` for every C procedure that takes N words and
-//! returns an `int`; the rest are in `handwritten.rs`.
-
-use core::ffi::c_int;
+//! returns an `int`; the rest are in `handwritten.rs`. (The return type
+//! and the words document the signature; the trampolines need neither.)
 
 use observer_common::FunctionId as F;
 

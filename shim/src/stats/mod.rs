@@ -8,22 +8,29 @@
 //! Fortran symbol families of `generated::fortran::FORTRAN`.
 //!
 //! A layer function has the C signature of the procedure it stands for and
-//! continues down the stack by calling the shim's own `PMPI_X` (for example
-//! `PMPI_Send`, by symbol: [`crate::generated::next`]), exactly as a PMPI tool does; the shim
-//! sets the depth before calling it, so nothing else is needed.
+//! continues down the stack by calling [`next`]`(row)`: the next level that
+//! defines the row, bound when the stack is built, as a tool's `PMPI_X` is
+//! (crate::bind).
+//!
+//! The level's function for a row is its timing wrapper (`timed!`,
+//! crate::timing, one per row in `generated/next.rs`), which calls the
+//! layer's own wrapper of the row, or the next level for the rows the layer
+//! only times ([`inner`]).
 //!
 //! The `stats` layer wraps point-to-point traffic ([`p2p`]), request
 //! completion ([`complete`]) and collectives ([`coll`]), and writes its
 //! figures to the process's shared-memory segment ([`segment`]) that
-//! `mpi-observer attach` exports. Every other C row is a pass-through: the
-//! shim's own `PMPI_X`, which continues at the next level. docs/stats.md
-//! defines every figure.
+//! `mpi-observer attach` exports. Every other row is only timed.
+//! docs/stats.md defines every figure.
 
-use core::ffi::c_void;
+use core::{
+    ffi::c_void,
+    sync::atomic::{AtomicPtr, Ordering},
+};
 
 use observer_common::FunctionId as F;
 
-use crate::{generated::next::PMPI_SELF, rows::Raw};
+use crate::{rows::Raw, table::ROWS};
 
 mod abi;
 mod coll;
@@ -39,20 +46,44 @@ pub(crate) mod trace;
 pub(crate) struct Builtin {
     /// The keyword that selects it in the tools list.
     pub(crate) name: &'static str,
-    /// The function this layer runs for a row, or [`Raw::NONE`].
-    pub(crate) resolve: fn(usize) -> Raw,
+    /// The layer's own wrapper of each row, [`Raw::NONE`] where it only
+    /// times the call.
+    pub(crate) wrappers: fn() -> Vec<Raw>,
 }
 
 /// The `stats` keyword's layer.
 pub(crate) static LAYER: Builtin = Builtin {
     name: "stats",
-    resolve,
+    wrappers,
 };
 
-/// Continue at the next level for every C procedure; skip Fortran rows (the
-/// Fortran layer turns them into C calls, which this layer then sees).
-pub(crate) fn pass_through(row: usize) -> Raw {
-    PMPI_SELF.get(row).copied().unwrap_or(Raw::NONE)
+/// The next level below `stats` for each row, bound when the stack is built.
+static NEXT: [AtomicPtr<c_void>; ROWS] = [const { AtomicPtr::new(core::ptr::null_mut()) }; ROWS];
+/// What the timing wrapper of each row calls: the layer's own wrapper, or
+/// [`NEXT`].
+static INNER: [AtomicPtr<c_void>; ROWS] = [const { AtomicPtr::new(core::ptr::null_mut()) }; ROWS];
+
+/// Binds row `row` of the layer to `next`, the next level that defines it,
+/// with `own` the layer's wrapper of the row (or [`Raw::NONE`]). Called
+/// while the stack is built, before any call reaches the layer.
+pub(crate) fn bind(row: usize, own: Raw, next: Raw) {
+    NEXT[row].store(next.0.cast_mut(), Ordering::Release);
+    let inner = if own.is_none() { next } else { own };
+    INNER[row].store(inner.0.cast_mut(), Ordering::Release);
+}
+
+/// The next level below `stats` that defines `row`.
+#[inline(always)]
+pub(crate) fn next(row: usize) -> *const c_void {
+    // SAFETY: `row` is a generated constant below ROWS.
+    unsafe { NEXT.get_unchecked(row) }.load(Ordering::Acquire)
+}
+
+/// What the timing wrapper of `row` calls.
+#[inline(always)]
+pub(crate) fn inner(row: usize) -> *const c_void {
+    // SAFETY: `row` is a generated constant below ROWS.
+    unsafe { INNER.get_unchecked(row) }.load(Ordering::Acquire)
 }
 
 /// `(row, wrapper)` for a wrapper generic over its row: `w!(p2p::send, Send, false)`.
@@ -233,11 +264,12 @@ fn wrapped() -> Vec<(usize, Raw)> {
     ]
 }
 
-/// The layer's function for `row`: its wrapper, or a pass-through. Called
-/// once per row while the stack is built.
-fn resolve(row: usize) -> Raw {
-    wrapped()
-        .into_iter()
-        .find(|&(r, _)| r == row)
-        .map_or_else(|| pass_through(row), |(_, f)| f)
+/// The layer's own wrapper of each row, [`Raw::NONE`] for the rows it only
+/// times. Called once, while the stack is built.
+fn wrappers() -> Vec<Raw> {
+    let mut v = vec![Raw::NONE; ROWS];
+    for (row, f) in wrapped() {
+        v[row] = f;
+    }
+    v
 }

@@ -2,8 +2,7 @@
 //! when they complete, from the status (the actual source and size), with a
 //! status of the layer's own when the caller passes `MPI_STATUS_IGNORE`.
 //!
-//! Each wrapper continues down the stack through the shim's own `PMPI_X`
-//! (`next!`), then updates the segment if the call succeeded. The common
+//! Each wrapper continues down the stack through the next level (`next!`), then updates the segment if the call succeeded. The common
 //! path is a state load, a handle compare, a size query and two relaxed
 //! atomic adds: no lock, no allocation.
 
@@ -19,13 +18,15 @@ use super::{
     trace,
 };
 
-/// Calls the shim's `PMPI_X` for `row` with these words: the next level.
+/// Calls the next level below `stats` for `row` with these words.
 macro_rules! next {
     ($row:expr; $($a:ident),*) => {{
-        let f = crate::generated::next::PMPI_SELF[$row].0;
+        let f = crate::stats::next($row);
         let f: unsafe extern "C" fn($(next!(@word $a)),*) -> core::ffi::c_int =
-            // SAFETY: PMPI_SELF[row] is the shim's PMPI_X for this row,
-            // which takes this many words and returns an int.
+            // SAFETY: the next level's function for this row, which takes
+            // this many words and returns an int (the layer wraps only
+            // procedures that return one, and the stack binds a row it wraps
+            // only where a level below defines it).
             unsafe { core::mem::transmute(f) };
         // SAFETY: the words of the call this layer wraps (or a status of the
         // layer's own, alive across the call), one per parameter of `f`.

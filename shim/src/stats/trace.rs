@@ -175,7 +175,7 @@ pub(crate) fn finish() {
 /// The TLS words after the call site: ring + 1, traced flag, generation.
 #[inline(always)]
 fn tls() -> *mut u32 {
-    // SAFETY: the depth variable is 32 bytes; these are its last 16.
+    // SAFETY: the thread's block is 40 bytes; these are bytes 16..32.
     unsafe { crate::depth::slot_again().add(4) }
 }
 
