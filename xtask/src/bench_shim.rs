@@ -454,11 +454,7 @@ pub fn run(root: &Path) -> Result<()> {
             "## {}: where `stats`' nanoseconds go (perf profile of the ping-pong)\n",
             mpi.name()
         )?;
-        profile::write(
-            &mut report,
-            &profiles[i],
-            (at(Pp::Stats) - at(Pp::Bare)) / 2.0,
-        )?;
+        profile::write(&mut report, &profiles[i], added)?;
     }
     writeln!(
         report,

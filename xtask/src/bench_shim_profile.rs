@@ -422,11 +422,11 @@ pub(crate) fn write(report: &mut String, p: &Profile, timed: f64) -> Result<()> 
         report,
         "{} samples in all (the library's polling, the kernel), {} in the shim; {:.0} calls \
          sampled in the two ranks; the profiled run's one-way latency {:.0} ns.{}\n\n\
-         The shim's CPU per call here is more than the {timed:.1} ns a call that `stats` adds \
-         to the timed ping-pong, and not only because of the profiler: a one-way trip's \
-         critical path carries the receive's work after its message arrived and the send's \
-         work before its message left, while the rest of each call (the send's close, the \
-         next receive's open) overlaps the partner's turn.\n",
+         The shim's CPU per call here ({:.1} ns) is more than `stats` adds to the timed \
+         ping-pong ({timed:.1} ns a call over the empty list), and not only because of the \
+         profiler: a one-way trip's critical path carries the receive's work after its \
+         message arrived and the send's work before its message left, while the rest of each \
+         call (the send's close, the next receive's open) overlaps the partner's turn.\n",
         p.all,
         p.shim,
         p.calls,
@@ -435,7 +435,8 @@ pub(crate) fn write(report: &mut String, p: &Profile, timed: f64) -> Result<()> 
             String::new()
         } else {
             format!(" Heaviest in \"other shim code\": {other}.")
-        }
+        },
+        p.ns(p.shim),
     )?;
     Ok(())
 }
