@@ -39,7 +39,7 @@ const PERIOD_NS: u64 = 50_000;
 /// four million calls per rank.
 const ROUND_TRIPS: u32 = 20_000;
 /// The shim's file name, as perf names a sample's object.
-const SHIM_FILE: &str = "libmpi_observer_shim.so";
+pub(crate) const SHIM_FILE: &str = "libmpi_observer_shim.so";
 
 /// One frame of a sample's inlined chain: the function and the text of the
 /// source line the sample (or the inlined call below) is at.
