@@ -38,6 +38,12 @@ const PACKAGES: &[&str] = &[
     "chromium",
     // `mpi-observer top` is driven in tmux as a person would (tests/tests/e2e/top.rs).
     "tmux",
+    // PMPI tools that walk the stack with libunwind, and addr2line to name
+    // what they found (tests/tests/e2e/callers.rs).
+    "libunwind-dev",
+    "binutils",
+    // `cargo xtask bench shim` profiles the stats path with perf.
+    "linux-perf",
     // OTF2 traces (`mpi-observer record`): the reference writer library, and
     // two independent readers the tests check archives with.
     "libotf2-trace-dev",
