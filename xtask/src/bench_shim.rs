@@ -17,8 +17,8 @@
 //!   is written once the daemon has reported the shim live in both ranks
 //!   and [`SETTLE`] later, so every timed batch runs on the injected shim.
 //!   The goal: `stats`' added cost per call, (stats − empty) / 2 (a one-way
-//!   trip is one send and one receive on its critical path), at most two
-//!   TSC reads + 5 ns.
+//!   trip is one send and one receive on its critical path), taken within
+//!   each round ([`paired`]), at most two TSC reads + 5 ns.
 //! - Profile: where a timed call's nanoseconds go
 //!   ([`crate::bench_shim_profile`]).
 //! - Start-up: the wall time of a process that exits at once, without and
@@ -31,6 +31,8 @@
 //! VM hits all of them alike. The report quotes the median of the rounds
 //! (the profile, one run per MPI, comes after them). The results are
 //! written to `docs/benchmarks-shim.md` with the command and the machine.
+//! [`BUILD_VAR`] measures another build (say, the commit before a change)
+//! with this same benchmark.
 
 use std::{
     fmt::Write as _,
