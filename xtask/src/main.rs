@@ -7,6 +7,7 @@ mod bench_observer;
 mod bench_record;
 mod bench_scale;
 mod bench_shim;
+mod bench_shim_profile;
 mod bench_stats;
 mod codegen;
 mod codegen_shim;
