@@ -1981,13 +1981,21 @@ fn dashboards_on_a_three_node_cluster() {
         NP as f64,
         Duration::from_secs(60),
     );
-    assert!(
-        prom.value(&format!(
-            "min(mpi_request_oldest_age_seconds{{{ranks_sel}}})"
-        ))
-        .is_some_and(|age| age > 0.0),
-        "the held receives age"
-    );
+    // Every held receive ages: waited for, not read once, since the scrape
+    // that first shows the last receive posted may be followed by one a
+    // loaded machine times out (the series then go stale for a moment).
+    let oldest = format!("min(mpi_request_oldest_age_seconds{{{ranks_sel}}})");
+    let mut last = None;
+    let limit = Duration::from_secs(30);
+    let start = Instant::now();
+    while !last.is_some_and(|age: f64| age > 0.0) {
+        assert!(
+            start.elapsed() < limit,
+            "the held receives age: {oldest} is {last:?} after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+        last = prom.value(&oldest);
+    }
     prom.wait_value(
         &format!("sum(mpi_job_requests_outstanding{{{sel}}})"),
         NP as f64,
