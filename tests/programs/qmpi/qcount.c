@@ -32,7 +32,12 @@
  *                          the calling address lay (the executable, another
  *                          object, or no answer).
  */
+/* dladdr needs _GNU_SOURCE before the first system header; with the
+ * forced include of mpi_observer_qmpi.h, mpi.h (and on MPICH the system
+ * headers it includes) comes first, so the build passes -D_GNU_SOURCE. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>

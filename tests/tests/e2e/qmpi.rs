@@ -130,8 +130,12 @@ impl Kit {
 
     /// Compiles `src` (under tests/programs/) to `out` with the QMPI flags,
     /// warnings as errors: the header must compile cleanly everywhere.
+    /// `-D_GNU_SOURCE` on the command line because the flags' forced
+    /// include brings `mpi.h`, and with it system headers, before the
+    /// source's own `#define _GNU_SOURCE` (which qcount.c needs for
+    /// `dladdr`).
     fn build(&self, src: &str, out: &Path, extra: &[&str]) {
-        let mut args: Vec<&str> = vec!["-g", "-Wall", "-Werror"];
+        let mut args: Vec<&str> = vec!["-g", "-Wall", "-Werror", "-D_GNU_SOURCE"];
         args.extend(self.flags.iter().map(String::as_str));
         args.extend(extra);
         compile(self.mpi, &program(src), out, &args);
