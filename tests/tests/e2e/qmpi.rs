@@ -97,7 +97,7 @@ fn expected(rank: u32, functions: &[&str]) -> BTreeMap<String, u64> {
 }
 
 /// `mpi-observer qmpi-flags`, split on whitespace as a shell would.
-fn qmpi_flags() -> Vec<String> {
+pub(crate) fn qmpi_flags() -> Vec<String> {
     let o = Command::new(observer_bin())
         .arg("qmpi-flags")
         .output()
@@ -110,6 +110,28 @@ fn qmpi_flags() -> Vec<String> {
         String::from_utf8_lossy(&o.stderr)
     );
     out.split_whitespace().map(str::to_string).collect()
+}
+
+/// Compiles `src` (under tests/programs/) to `out` with `mpi`'s compiler
+/// wrapper and the QMPI `flags`, warnings as errors: the header must
+/// compile cleanly everywhere. `-D_GNU_SOURCE` on the command line because
+/// the flags' forced include brings `mpi.h`, and with it system headers,
+/// before the source's own `#define _GNU_SOURCE` (which qcount.c needs for
+/// `dladdr`).
+fn build(mpi: Mpi, flags: &[String], src: &str, out: &Path, extra: &[&str]) {
+    let mut args: Vec<&str> = vec!["-g", "-Wall", "-Werror", "-D_GNU_SOURCE"];
+    args.extend(flags.iter().map(String::as_str));
+    args.extend(extra);
+    compile(mpi, &program(src), out, &args);
+}
+
+/// tests/programs/qmpi/qcount.c as `DIR/libNAME.so`, built with `mpi`'s
+/// compiler wrapper and the QMPI `flags`: a QMPI tool registering NAME,
+/// whose report [`QReport::read`] reads.
+pub(crate) fn qtool(mpi: Mpi, flags: &[String], dir: &Path, name: &str) -> PathBuf {
+    let out = dir.join(format!("lib{name}.so"));
+    build(mpi, flags, "qmpi/qcount.c", &out, &["-shared", "-fPIC"]);
+    out
 }
 
 /// Compiled tools and programs for one stack.
@@ -128,24 +150,14 @@ impl Kit {
         }
     }
 
-    /// Compiles `src` (under tests/programs/) to `out` with the QMPI flags,
-    /// warnings as errors: the header must compile cleanly everywhere.
-    /// `-D_GNU_SOURCE` on the command line because the flags' forced
-    /// include brings `mpi.h`, and with it system headers, before the
-    /// source's own `#define _GNU_SOURCE` (which qcount.c needs for
-    /// `dladdr`).
+    /// See [`build`].
     fn build(&self, src: &str, out: &Path, extra: &[&str]) {
-        let mut args: Vec<&str> = vec!["-g", "-Wall", "-Werror", "-D_GNU_SOURCE"];
-        args.extend(self.flags.iter().map(String::as_str));
-        args.extend(extra);
-        compile(self.mpi, &program(src), out, &args);
+        build(self.mpi, &self.flags, src, out, extra);
     }
 
     /// qcount.c as `libNAME.so`: a QMPI tool registering NAME.
     fn qtool(&self, name: &str) -> PathBuf {
-        let out = self.dir.join(format!("lib{name}.so"));
-        self.build("qmpi/qcount.c", &out, &["-shared", "-fPIC"]);
-        out
+        qtool(self.mpi, &self.flags, &self.dir, name)
     }
 
     /// tests/programs/callers/count.c as `libNAME.so`: a PMPI tool counting
@@ -441,19 +453,23 @@ fn assert_layers(ran: &Ran, want: &[&str], from: &BTreeMap<&str, &str>) {
 
 /// qcount.c's report in one process (format in qcount.c).
 #[derive(Debug, Default)]
-struct QReport {
+pub(crate) struct QReport {
     path: PathBuf,
-    register: Option<i64>,
-    inits: Option<i64>,
-    functions: Option<i64>,
+    /// What `QMPI_Register_tool_name` returned.
+    pub(crate) register: Option<i64>,
+    /// How many init callbacks ran.
+    pub(crate) inits: Option<i64>,
+    /// 0 if every `QMPI_Register_function` succeeded.
+    pub(crate) functions: Option<i64>,
     badid: Option<i64>,
-    /// Instance id -> its figures (the counts, `storage_bad`, `app`,
-    /// `elsewhere`, `noaddr`).
-    instances: BTreeMap<u32, BTreeMap<String, u64>>,
+    /// Instance id -> its figures (the counts by function name,
+    /// `storage_bad`, `app`, `elsewhere`, `noaddr`).
+    pub(crate) instances: BTreeMap<u32, BTreeMap<String, u64>>,
 }
 
 impl QReport {
-    fn read(path: &Path) -> QReport {
+    /// Reads `$QCOUNT_OUT.NAME.PID`; panics if it is missing or malformed.
+    pub(crate) fn read(path: &Path) -> QReport {
         let text = std::fs::read_to_string(path)
             .unwrap_or_else(|e| panic!("{}: {e} (the tool wrote no report)", path.display()));
         let mut r = QReport {
