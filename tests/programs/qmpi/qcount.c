@@ -16,6 +16,13 @@
  * calls down the way MPICH's tools do: QMPI_Get_function(id, MPI_X_T,
  * &fn, &next), then fn(context, next, args...).
  *
+ * With QCOUNT_CHATTY=NAME, the tool of that name makes two calls of its
+ * own in each MPI_Send it sees, before passing it down: an MPI_Comm_rank
+ * through the pointer QMPI_Get_function gives (it goes down from its
+ * level) and a direct MPI_Comm_rank (a tool library's own call enters
+ * below its instances). The levels below see two MPI_Comm_rank more per
+ * send; the tool itself sees neither.
+ *
  * With QCOUNT_BAD_ID set, each init callback also registers a function for
  * the id MPI_LAST_FUNC_T (one past the last procedure), which must be
  * refused.
@@ -65,6 +72,7 @@ static struct storage *instances[MAX_INSTANCES];
 static int ninstances;
 static int register_rc = -1, functions_rc, bad_tried, badid_rc;
 static char name[QMPI_MAX_TOOL_NAME_LENGTH];
+static int chatty;
 /* The executable's load address, to tell the application's call sites. */
 static void *exe_base;
 
@@ -123,6 +131,12 @@ static void count(QMPI_Context ctx, int id, int f) {
 static int q_send(QMPI_Context ctx, int id, const void *buf, int n, MPI_Datatype dt, int dest,
                   int tag, MPI_Comm comm) {
     count(ctx, id, SEND);
+    if (chatty) {
+        int r;
+        NEXT(MPI_COMM_RANK_T, QMPI_Comm_rank_t);
+        next(ctx, next_id, comm, &r);
+        MPI_Comm_rank(comm, &r);
+    }
     NEXT(MPI_SEND_T, QMPI_Send_t);
     return next(ctx, next_id, buf, n, dt, dest, tag, comm);
 }
@@ -204,6 +218,8 @@ __attribute__((constructor)) static void setup(void) {
         *dot = '\0';
     snprintf(name, sizeof name, "%s", n);
 #endif
+    const char *chat = getenv("QCOUNT_CHATTY");
+    chatty = chat != NULL && strcmp(chat, name) == 0;
     Dl_info exe;
     if (dladdr((void *)getauxval(AT_PHDR), &exe) != 0)
         exe_base = exe.dli_fbase;

@@ -13,8 +13,10 @@
 //! - Mixed stacks: [PMPI tool, QMPI tool, `stats`, QMPI tool] with the
 //!   QMPI tools in `MPI_TOOLS_ENTRY`, and [PMPI tool, `stats`] with them
 //!   only in `MPIR_CVAR_QMPI_TOOL_LIST` (below every listed level): every
-//!   level counts the program's calls, `stats`' figures scraped from a real
-//!   daemon are exact, and the `v` layers line shows the order.
+//!   level counts exactly the calls that reach it (the program's, and
+//!   below the first QMPI tool the calls it makes itself, through
+//!   `QMPI_Get_function` and directly), `stats`' figures scraped from a
+//!   real daemon are exact, and the `v` layers line shows the order.
 //! - A tool compiled into the executable, named only in the QMPI list.
 //! - Without a QMPI list a tool is inert: its registration succeeds,
 //!   nothing else happens, the job is unharmed.
@@ -22,6 +24,9 @@
 //!   unharmed: a listed name nobody registered, a registration after the
 //!   stack is built, an out-of-range procedure id, a tool built for another
 //!   MPI than the running one.
+//! - Built in the documented order (`mpicc $(mpi-observer qmpi-flags)
+//!   SOURCES`), a tool and a program with a tool inside link on every MPI
+//!   and, without the shim, run with QMPI inert.
 
 use std::{
     collections::BTreeMap,
@@ -90,6 +95,11 @@ fn program_calls(rank: u32) -> BTreeMap<String, u64> {
     .collect()
 }
 
+/// qprog.c's MPI_Send calls on `rank`.
+fn sends_of(rank: u32) -> u64 {
+    program_calls(rank)["MPI_Send"]
+}
+
 /// The part of [`program_calls`] a tool counting `functions` sees.
 fn expected(rank: u32, functions: &[&str]) -> BTreeMap<String, u64> {
     let all = program_calls(rank);
@@ -139,6 +149,8 @@ struct Kit {
     mpi: Mpi,
     dir: PathBuf,
     flags: Vec<String>,
+    /// The shim the tests preload.
+    shim: PathBuf,
 }
 
 impl Kit {
@@ -147,6 +159,7 @@ impl Kit {
             mpi,
             dir: scratch(&format!("qmpi-{test}-{}", mpi.name())),
             flags: qmpi_flags(),
+            shim: shim(),
         }
     }
 
@@ -197,9 +210,10 @@ impl Kit {
         self.dir.join(format!("{label}-count"))
     }
 
-    /// A launcher for `app` on NP ranks with the shim and `preload` (more
-    /// objects after it) preloaded into the ranks, `env` set in them (not
-    /// in the launcher), and the tools' reports under `label`.
+    /// A launcher for `app` on NP ranks with `preload` (the shim first,
+    /// unless the test runs without it) preloaded into the ranks, `env`
+    /// set in them (not in the launcher), and the tools' reports under
+    /// `label`.
     fn launcher(
         &self,
         label: &str,
@@ -207,8 +221,7 @@ impl Kit {
         env: &[(&str, &str)],
         app: &Path,
     ) -> Command {
-        let mut objects = vec![shim().display().to_string()];
-        objects.extend(preload.iter().map(|p| p.display().to_string()));
+        let objects: Vec<String> = preload.iter().map(|p| p.display().to_string()).collect();
         let out = self.out(label).display().to_string();
         let mut all = vec![
             ("LD_PRELOAD", objects.join(":")),
@@ -507,6 +520,14 @@ impl QReport {
     /// program calls, through its own storage, all called from the
     /// application (the executable).
     fn assert_exact(&self, label: &str, rank: u32, ids: &[u32]) {
+        self.assert_counts(label, rank, ids, &expected(rank, &QCOUNTED));
+    }
+
+    /// [`QReport::assert_exact`] for a level that also sees calls a tool
+    /// above it made: each instance counted exactly `want`; every call of
+    /// the program among them was found called from the executable, and
+    /// every call had a calling address.
+    fn assert_counts(&self, label: &str, rank: u32, ids: &[u32], want: &BTreeMap<String, u64>) {
         let at = format!("{label}: rank {rank} ({})", self.path.display());
         assert_eq!(self.register, Some(0), "{at}: QMPI_Register_tool_name");
         assert_eq!(self.inits, Some(ids.len() as i64), "{at}: init callbacks");
@@ -516,30 +537,23 @@ impl QReport {
             ids,
             "{at}: instance ids"
         );
-        let want = expected(rank, &QCOUNTED);
         let calls: u64 = want.values().sum();
+        let program: u64 = expected(rank, &QCOUNTED).values().sum();
         for (id, figures) in &self.instances {
             let counts: BTreeMap<String, u64> = QCOUNTED
                 .iter()
                 .map(|f| (f.to_string(), figures[*f]))
                 .collect();
-            assert_eq!(counts, want, "{at}: instance {id}'s counts");
-            let whence: BTreeMap<&str, u64> = ["storage_bad", "app", "elsewhere", "noaddr"]
-                .into_iter()
-                .map(|k| (k, figures[k]))
-                .collect();
-            let good: BTreeMap<&str, u64> = [
-                ("storage_bad", 0),
-                ("app", calls),
-                ("elsewhere", 0),
-                ("noaddr", 0),
-            ]
-            .into_iter()
-            .collect();
-            assert_eq!(
-                whence, good,
+            assert_eq!(&counts, want, "{at}: instance {id}'s counts");
+            let f = |k: &str| figures[k];
+            assert!(
+                f("storage_bad") == 0
+                    && f("noaddr") == 0
+                    && f("app") >= program
+                    && f("app") + f("elsewhere") == calls,
                 "{at}: instance {id}: its own storage every time, and \
-                 QMPI_Get_calling_address naming the application"
+                 QMPI_Get_calling_address answering every call, naming the \
+                 executable for the program's {program} calls: {figures:?}"
             );
         }
     }
@@ -578,7 +592,7 @@ fn two_instances(mpi: Mpi) {
     let app = kit.prog();
     let ran = kit.run(
         "two",
-        &[&qa],
+        &[&kit.shim, &qa],
         &[
             ("MPI_TOOLS_ENTRY", "v"),
             ("MPIR_CVAR_QMPI_TOOL_LIST", "qa:qa"),
@@ -639,8 +653,11 @@ fn peer_series(s: &[Sample], name: &str, rank: u32) -> BTreeMap<(String, String)
 
 /// [PMPI tool, QMPI tool, `stats`, QMPI tool] in `placement`: the PMPI
 /// tool, both QMPI instances and `stats` (its figures through a real
-/// daemon's scrape) each see exactly the program's calls, and the `v` line
-/// shows the order.
+/// daemon's scrape) each see exactly the calls that reach them, and the
+/// `v` line shows the order. The calls: the program's, and on rank 0 (the
+/// sender) the two MPI_Comm_rank `qa` makes in each send (qcount.c's
+/// QCOUNT_CHATTY), which the levels below `qa` see and the ones above it
+/// do not; rank 1 makes none, so every level sees only the program's.
 fn mixed(mpi: Mpi, placement: Placement) {
     if !require(&[Need::Mpi(mpi)]) {
         return;
@@ -661,18 +678,18 @@ fn mixed(mpi: Mpi, placement: Placement) {
                 qa.display(),
                 qb.display()
             ),
-            vec![],
+            vec![kit.shim.as_path()],
             None,
             ["libtop.so", "qmpi qa id 1", "stats", "qmpi qb id 2", "mpi"],
         ),
         Placement::List => (
             format!("v,{},stats", top.display()),
-            vec![qa.as_path(), qb.as_path()],
+            vec![kit.shim.as_path(), qa.as_path(), qb.as_path()],
             Some("qa:qb"),
             ["libtop.so", "stats", "qmpi qa id 1", "qmpi qb id 2", "mpi"],
         ),
     };
-    let mut env = vec![("MPI_TOOLS_ENTRY", entry.as_str())];
+    let mut env = vec![("MPI_TOOLS_ENTRY", entry.as_str()), ("QCOUNT_CHATTY", "qa")];
     if let Some(l) = list {
         env.push(("MPIR_CVAR_QMPI_TOOL_LIST", l));
     }
@@ -726,6 +743,11 @@ fn mixed(mpi: Mpi, placement: Placement) {
     );
     for (rank, pid) in ranks {
         let label = &ran.label;
+        // What a level below `qa` sees: qa's own calls as well.
+        let below_qa = |mut m: BTreeMap<String, u64>| {
+            *m.get_mut("MPI_Comm_rank").unwrap() += 2 * sends_of(rank);
+            m
+        };
         let top = read_pcounts(&ran.prefix.with_extension(format!("top.{pid}")));
         assert_eq!(
             top,
@@ -733,7 +755,12 @@ fn mixed(mpi: Mpi, placement: Placement) {
             "{label} rank {rank}: the PMPI tool"
         );
         ran.qreport("qa", rank).assert_exact(label, rank, &[1]);
-        ran.qreport("qb", rank).assert_exact(label, rank, &[2]);
+        ran.qreport("qb", rank).assert_counts(
+            label,
+            rank,
+            &[2],
+            &below_qa(expected(rank, &QCOUNTED)),
+        );
         let r = rank.to_string();
         let stats_fns = [
             "MPI_Send",
@@ -750,11 +777,11 @@ fn mixed(mpi: Mpi, placement: Placement) {
                 (f.to_string(), n as u64)
             })
             .collect();
-        assert_eq!(
-            stats,
-            expected(rank, &stats_fns),
-            "{label} rank {rank}: stats' mpi_calls_total"
-        );
+        let want = match placement {
+            Placement::Entry => below_qa(expected(rank, &stats_fns)),
+            Placement::List => expected(rank, &stats_fns),
+        };
+        assert_eq!(stats, want, "{label} rank {rank}: stats' mpi_calls_total");
         // qprog.c's messages: SENDS ints from rank 0 to rank 1.
         let dir = if rank == 0 { "send" } else { "recv" };
         let peer = (1 - rank).to_string();
@@ -785,7 +812,7 @@ fn compiled_in(mpi: Mpi) {
     let app = kit.prog_with_tool("qin");
     let ran = kit.run(
         "in",
-        &[],
+        &[&kit.shim],
         &[
             ("MPI_TOOLS_ENTRY", "v,stats"),
             ("MPICH_QMPI_TOOL_LIST", "qin"),
@@ -796,7 +823,8 @@ fn compiled_in(mpi: Mpi) {
     assert_layers(
         &ran,
         &["stats", "qmpi qin id 1", "mpi"],
-        &[("qin", "qprog-qin")].into(),
+        // The shim names no path for the executable.
+        &[("qin", "the program")].into(),
     );
     for rank in 0..NP {
         ran.qreport("qin", rank)
@@ -816,7 +844,12 @@ fn inert(mpi: Mpi) {
     let kit = Kit::new(mpi, "inert");
     let qa = kit.qtool("qa");
     let app = kit.prog_with_tool("qin");
-    let ran = kit.run("inert", &[&qa], &[("MPI_TOOLS_ENTRY", "v")], &app);
+    let ran = kit.run(
+        "inert",
+        &[&kit.shim, &qa],
+        &[("MPI_TOOLS_ENTRY", "v")],
+        &app,
+    );
     ran.assert_no_refusal();
     assert_layers(&ran, &["mpi"], &BTreeMap::new());
     for rank in 0..NP {
@@ -843,7 +876,7 @@ fn refusals(mpi: Mpi) {
 
     let ran = kit.run(
         "unknown",
-        &[&qa],
+        &[&kit.shim, &qa],
         &[
             ("MPI_TOOLS_ENTRY", "v"),
             ("MPIR_CVAR_QMPI_TOOL_LIST", "qa:nosuchtool"),
@@ -858,7 +891,7 @@ fn refusals(mpi: Mpi) {
 
     let ran = kit.run(
         "late",
-        &[&qa],
+        &[&kit.shim, &qa],
         &[("MPIR_CVAR_QMPI_TOOL_LIST", "qa"), ("QPROG_LATE", "1")],
         &app,
     );
@@ -878,7 +911,7 @@ fn refusals(mpi: Mpi) {
 
     let ran = kit.run(
         "badid",
-        &[&qa],
+        &[&kit.shim, &qa],
         &[("MPIR_CVAR_QMPI_TOOL_LIST", "qa"), ("QCOUNT_BAD_ID", "1")],
         &app,
     );
@@ -911,7 +944,7 @@ fn qmpi_refuses_a_tool_built_for_another_mpi() {
     let app = kit.prog();
     let ran = kit.run(
         "other",
-        &[&qa],
+        &[&kit.shim, &qa],
         &[("MPI_TOOLS_ENTRY", "v"), ("MPIR_CVAR_QMPI_TOOL_LIST", "qa")],
         &app,
     );
@@ -928,3 +961,90 @@ fn qmpi_refuses_a_tool_built_for_another_mpi() {
         assert!(r.instances.is_empty(), "{}: rank {rank}: {r:?}", ran.label);
     }
 }
+
+/// `MPICC -g -Wall -Werror -D_GNU_SOURCE $(mpi-observer qmpi-flags)
+/// SOURCES EXTRA -o OUT`: the flags before the sources, in the order
+/// docs/shim.md gives (`mpicc $(mpi-observer qmpi-flags) tool.c ...`), so
+/// that whatever they need to link comes out right in that order too.
+fn build_as_documented(mpi: Mpi, flags: &[String], srcs: &[&str], out: &Path, extra: &[&str]) {
+    let cc = mpi.mpicc();
+    let o = Command::new(&cc)
+        .args(["-g", "-Wall", "-Werror", "-D_GNU_SOURCE"])
+        .args(flags)
+        .args(srcs.iter().map(|s| program(s)))
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cc} {} {srcs:?} {extra:?} -o {} failed:\n{}",
+        flags.join(" "),
+        out.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Built as the documentation says, a QMPI tool and a program with one
+/// compiled in run WITHOUT the shim, on every MPI: QMPI is then inert as on
+/// a stubbed MPICH (registration fails, no init callback runs; on Open MPI
+/// and the standard ABI the stub library answers), the job is unharmed,
+/// and the program's own late registration fails too.
+fn as_documented(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
+    let kit = Kit::new(mpi, "documented");
+    let qa = kit.dir.join("libqa.so");
+    build_as_documented(
+        mpi,
+        &kit.flags,
+        &["qmpi/qcount.c"],
+        &qa,
+        &["-shared", "-fPIC"],
+    );
+    let app = kit.dir.join("qprog-qin");
+    build_as_documented(
+        mpi,
+        &kit.flags,
+        &["qmpi/qprog.c", "qmpi/qcount.c"],
+        &app,
+        &["-DQTOOL_NAME=\"qin\""],
+    );
+    let ran = kit.run(
+        "noshim",
+        &[&qa],
+        &[("MPIR_CVAR_QMPI_TOOL_LIST", "qa:qin"), ("QPROG_LATE", "1")],
+        &app,
+    );
+    assert!(
+        !ran.err.contains("mpi-observer-shim"),
+        "{}: no shim here:\n{}",
+        ran.label,
+        ran.err
+    );
+    let late: Vec<&str> = ran.out.lines().filter(|l| l.starts_with("LATE ")).collect();
+    assert_eq!(late.len(), NP as usize, "{}: {}", ran.label, ran.out);
+    for rank in 0..NP {
+        for tool in ["qa", "qin"] {
+            let r = ran.qreport(tool, rank);
+            assert!(
+                r.register.is_some_and(|rc| rc != 0)
+                    && r.inits == Some(0)
+                    && r.instances.is_empty(),
+                "{}: rank {rank}: without the shim {tool} must be refused and inert: {r:?}",
+                ran.label
+            );
+        }
+    }
+    for l in late {
+        assert!(
+            !l.contains(" rc=0 ") && l.ends_with(" init=0"),
+            "{}: {l}",
+            ran.label
+        );
+    }
+}
+
+e2e::per_mpi!(qmpi_as_documented => as_documented: openmpi, mpich, openmpi5, mpich5, mpich5_abi);
