@@ -16,7 +16,9 @@
  * how often the tool's init callback ran (it must not).
  *
  * Built with `mpicc $(mpi-observer qmpi-flags)`, which on Open MPI brings
- * the QMPI declarations and the stub library that lets it link. */
+ * the QMPI declarations and the stub library that lets it link; with
+ * -DNO_QMPI it is an ordinary MPI program (no QMPI_LATE), built with the
+ * plain `mpicc`. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,16 +37,20 @@ static void check(int ok, const char *what) {
 }
 
 static int late_inits;
+#ifndef NO_QMPI
 static void late_init(int id) {
     (void)id;
     late_inits++;
 }
+#endif
 
 int main(int argc, char **argv) {
     int rank, size, again, v, late_rc = 0;
     MPI_Init(&argc, &argv);
+#ifndef NO_QMPI
     if (getenv("QPROG_LATE") != NULL)
         late_rc = QMPI_Register_tool_name("late", late_init);
+#endif
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     check(size == 2, "run on 2 ranks");

@@ -990,7 +990,9 @@ fn build_as_documented(mpi: Mpi, flags: &[String], srcs: &[&str], out: &Path, ex
 /// compiled in run WITHOUT the shim, on every MPI: QMPI is then inert as on
 /// a stubbed MPICH (registration fails, no init callback runs; on Open MPI
 /// and the standard ABI the stub library answers), the job is unharmed,
-/// and the program's own late registration fails too.
+/// and the program's own late registration fails too. The tool also goes
+/// into an ordinary MPI program (plain `mpicc`, nothing of QMPI in it):
+/// the tool itself must bring what answers its `QMPI_*` calls there.
 fn as_documented(mpi: Mpi) {
     if !require(&[Need::Mpi(mpi)]) {
         return;
@@ -1042,6 +1044,23 @@ fn as_documented(mpi: Mpi) {
         assert!(
             !l.contains(" rc=0 ") && l.ends_with(" init=0"),
             "{}: {l}",
+            ran.label
+        );
+    }
+
+    let plain = kit.dir.join("qprog-plain");
+    compile(mpi, &program("qmpi/qprog.c"), &plain, &["-DNO_QMPI"]);
+    let ran = kit.run(
+        "plain",
+        &[&qa],
+        &[("MPIR_CVAR_QMPI_TOOL_LIST", "qa")],
+        &plain,
+    );
+    for rank in 0..NP {
+        let r = ran.qreport("qa", rank);
+        assert!(
+            r.register.is_some_and(|rc| rc != 0) && r.inits == Some(0) && r.instances.is_empty(),
+            "{}: rank {rank}: without the shim qa must be refused and inert: {r:?}",
             ran.label
         );
     }
