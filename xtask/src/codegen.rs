@@ -13,7 +13,7 @@ use std::{fmt::Write as _, fs, path::Path};
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    codegen_shim, semantics,
+    codegen_qmpi, codegen_shim, semantics,
     spec::{self, Procedure},
 };
 
@@ -145,7 +145,8 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
     let (procs, digest) = spec::load(root)?;
     let outputs = [(FUNCTIONS_RS, render(&procs, digest)?)]
         .into_iter()
-        .chain(codegen_shim::outputs(&procs, digest)?);
+        .chain(codegen_shim::outputs(&procs, digest)?)
+        .chain(codegen_qmpi::outputs(root, &procs, digest)?);
     let mut stale = Vec::new();
     for (rel, text) in outputs {
         let path = root.join(rel);

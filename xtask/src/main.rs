@@ -10,6 +10,7 @@ mod bench_shim;
 mod bench_shim_profile;
 mod bench_stats;
 mod codegen;
+mod codegen_qmpi;
 mod codegen_shim;
 mod demo;
 mod layout;
