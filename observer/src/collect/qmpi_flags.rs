@@ -120,7 +120,12 @@ pub fn flags(loc: &Locations, cflags: bool, libs: bool) -> Result<String, QmpiFl
     }
     if libs || both {
         let lib = word(&loc.libdir)?;
-        out.push(format!("-L{lib} -Wl,-rpath,{lib} -lmpi_observer_qmpi"));
+        // Before the sources on the command line, as in `mpicc $(...)
+        // tool.c`: a linker that defaults to --as-needed would drop the
+        // library before seeing who needs it.
+        out.push(format!(
+            "-L{lib} -Wl,-rpath,{lib} -Wl,--push-state,--no-as-needed -lmpi_observer_qmpi -Wl,--pop-state"
+        ));
     }
     Ok(out.join(" "))
 }
@@ -168,7 +173,8 @@ mod tests {
         assert_eq!(
             line,
             format!(
-                "-I{} -include mpi_observer_qmpi.h -L{} -Wl,-rpath,{} -lmpi_observer_qmpi",
+                "-I{} -include mpi_observer_qmpi.h -L{} -Wl,-rpath,{} \
+                 -Wl,--push-state,--no-as-needed -lmpi_observer_qmpi -Wl,--pop-state",
                 i.display(),
                 l.display(),
                 l.display()
