@@ -3,8 +3,8 @@
 //!
 //! The spec is read once ([`crate::spec`]); this module renders
 //! `observer-common`'s table and asks [`crate::codegen_shim`] for the shim's
-//! files, so the two generators share one reading and never call each other
-//! back. The output is committed. `cargo xtask codegen --check` regenerates
+//! files and [`crate::codegen_qmpi`] for the QMPI tables and header, so the
+//! generators share one reading and never call each other back. The output is committed. `cargo xtask codegen --check` regenerates
 //! it in memory and fails on any difference, which is how CI catches a stale
 //! table.
 

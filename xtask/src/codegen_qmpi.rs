@@ -130,7 +130,7 @@ fn render_rs(procs: &[Procedure], releases: &[Release], digest: u64) -> Result<S
     writeln!(
         s,
         "/// Procedure ids of our header: `OURS_BASE + FunctionId`.\n\
-         pub(crate) const OURS_BASE: u32 = 0x514D_0000;"
+         pub(crate) const OURS_BASE: u32 = 0x514D_0000;\n"
     )?;
     writeln!(
         s,

@@ -7,6 +7,7 @@
 
 /// Procedure ids of our header: `OURS_BASE + FunctionId`.
 pub(crate) const OURS_BASE: u32 = 0x514D_0000;
+
 /// Known MPICH releases: (`MPICH_VERSION`, per enum value the FunctionId, `u16::MAX` where the
 /// enumerator names no procedure of observer_common's FUNCTIONS).
 pub(crate) const RELEASES: &[(&str, &[u16])] = &[

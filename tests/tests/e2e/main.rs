@@ -16,6 +16,7 @@ mod kmaps;
 mod mpi4py;
 mod observer;
 mod observer_abi;
+mod qmpi_header;
 mod record;
 mod scale;
 mod security;
