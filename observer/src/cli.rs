@@ -24,6 +24,16 @@ pub enum Command {
     Attach(AttachArgs),
     /// Print the absolute path of the layering shim, libmpi_observer_shim.so.
     ShimPath,
+    /// Print, on one line, the flags that build a QMPI tool on any supported
+    /// MPI: `mpicc $(mpi-observer qmpi-flags) tool.c -shared -fPIC -o libtool.so`.
+    QmpiFlags {
+        /// Only the compiler's flags (the header).
+        #[arg(long)]
+        cflags: bool,
+        /// Only the linker's flags (the stub library).
+        #[arg(long)]
+        libs: bool,
+    },
     /// Run CMD with the layering shim preloaded and the tools list set, as in
     /// `mpirun -np 4 mpi-observer run --tools a.so,b.so -- ./app`.
     Run {

@@ -7,7 +7,7 @@
 //! before anything is published, so a bad list never leaves a partial stack.
 
 use core::{
-    ffi::{CStr, c_void},
+    ffi::{CStr, c_char, c_int, c_void},
     sync::atomic::{AtomicBool, Ordering},
 };
 use std::{ffi::CString, sync::Once};
@@ -19,9 +19,10 @@ use crate::{
     config::{ConfigError, KEYWORDS, LIST_VARS, Layer, ToolsList},
     generated::{
         fortran::FORTRAN,
-        next::{GATES, TIMED},
+        next::{GATES, QENTER, TIMED},
     },
     loaded::LinkMap,
+    qmpi::{Instance, LevelKind, MAX_INSTANCES},
     rows::Raw,
     stats,
     table::{self, MAX_LEVELS, ROWS},
@@ -102,6 +103,17 @@ enum Level {
     },
     /// A layer written in Rust inside the shim.
     Builtin(&'static stats::Builtin),
+    /// A QMPI tool's instance (crate::qmpi), id `slot + 1`.
+    Qmpi {
+        /// Its instance slot.
+        slot: usize,
+        /// The name it registered.
+        name: String,
+        /// The file that registered it, for `v`.
+        path: String,
+        /// That object's link map.
+        object: usize,
+    },
     /// The MPI library: C procedures and Fortran bindings.
     Mpi,
 }
@@ -299,7 +311,8 @@ impl Resolver<'_> {
                 let p = dlsym(*handle, n);
                 (!p.is_null() && owner(p).0 == *map).then_some(Raw(p))
             }),
-            Level::Builtin(_) => None,
+            // Their functions come from their init callbacks (`build`).
+            Level::Builtin(_) | Level::Qmpi { .. } => None,
             Level::Fortran if row < FUNCTION_COUNT => None,
             Level::Fortran | Level::Mpi => self.in_mpi_library(row),
         }
@@ -361,6 +374,9 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
         }
     };
     let mut stats = false;
+    // The listed libraries' constructors may register QMPI tools: accepted
+    // whatever the QMPI list says (crate::qmpi).
+    crate::qmpi::loading(true);
     for layer in list.with_fortran() {
         levels.push(match layer {
             Layer::Fortran => Level::Fortran,
@@ -379,6 +395,7 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
             } => match load(&entry, &load_as, short) {
                 Ok(l) => l,
                 Err(e) => {
+                    crate::qmpi::loading(false);
                     if injected {
                         close(&levels);
                     }
@@ -387,17 +404,14 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
             },
         });
     }
+    crate::qmpi::loading(false);
     levels.push(Level::Mpi);
-    let n = levels.len();
     let fail = |levels: &[Level], e: ShimError| {
         if injected {
             close(levels);
         }
         Err(e)
     };
-    if n > MAX_LEVELS {
-        return fail(&levels, ShimError::TooManyLevels { count: n });
-    }
     let tool_maps: Vec<*mut c_void> = levels
         .iter()
         .filter_map(|l| match l {
@@ -430,6 +444,11 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
     if injected && library.is_null() {
         return fail(&levels, ShimError::NoLibrary);
     }
+    let (levels, instance_fns) = with_qmpi(levels, &r, library);
+    let n = levels.len();
+    if n > MAX_LEVELS {
+        return fail(&levels, ShimError::TooManyLevels { count: n });
+    }
     let bottom_at = n - 1;
     let fort_at = levels
         .iter()
@@ -438,9 +457,12 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
     let stats_at = levels.iter().position(|l| matches!(l, Level::Builtin(_)));
     // The library is entered through its gate when a level above it could
     // otherwise see the calls the library makes by name (crate::dispatch).
-    let gated = levels
-        .iter()
-        .any(|l| matches!(l, Level::Tool { .. } | Level::Builtin(_)));
+    let gated = levels.iter().any(|l| {
+        matches!(
+            l,
+            Level::Tool { .. } | Level::Builtin(_) | Level::Qmpi { .. }
+        )
+    });
     let own = match stats_at.map(|s| &levels[s]) {
         Some(Level::Builtin(b)) => (b.wrappers)(),
         _ => Vec::new(),
@@ -452,9 +474,17 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
     for row in 0..ROWS {
         let at = &mut fns[row * n..(row + 1) * n];
         for (l, level) in levels.iter().enumerate() {
-            if !matches!(level, Level::Builtin(_)) {
-                at[l] = r.at(level, row);
-            }
+            at[l] = match level {
+                Level::Builtin(_) => Raw::NONE,
+                Level::Qmpi { slot, .. } if row < FUNCTION_COUNT => {
+                    if instance_fns[*slot][row].is_none() {
+                        Raw::NONE
+                    } else {
+                        QENTER[row][*slot]
+                    }
+                }
+                level => r.at(level, row),
+            };
         }
         raw[row] = at[bottom_at];
         if gated && !raw[row].is_none() && !GATES[row].is_none() {
@@ -520,6 +550,26 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
             now.extend(bind::plan(m, &names, |row, p| from_tool(row, k + p)));
         }
     }
+    // A QMPI tool's library (not the program, which is the application's
+    // own code): its own MPI calls enter below its last instance, so no
+    // level above sees them and none of its functions re-enters itself.
+    let mut qmpi_maps: Vec<*mut c_void> = Vec::new();
+    for (k, level) in levels.iter().enumerate() {
+        if let Level::Qmpi { object, .. } = level
+            && !levels[k + 1..]
+                .iter()
+                .any(|l| matches!(l, Level::Qmpi { object: o, .. } if o == object))
+        {
+            let map = *object as *mut c_void;
+            // SAFETY: a live link map, from dladdr1.
+            let m = unsafe { &*map.cast::<LinkMap>() };
+            if is_program(m) || crate::loaded::is_shim(m) || qmpi_maps.contains(&map) {
+                continue;
+            }
+            qmpi_maps.push(map);
+            now.extend(bind::plan(m, &names, |row, _| from_tool(row, k + 1)));
+        }
+    }
     let mut fort_maps: Vec<*mut c_void> = Vec::new();
     let mut bottom_maps: Vec<*mut c_void> = Vec::new();
     for row in 0..ROWS {
@@ -560,6 +610,14 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
         crate::got::rewrite(core::mem::take(&mut library_slots));
     }
     // Last, the entries: the application's calls enter a bound stack.
+    let kinds: Vec<LevelKind> = levels
+        .iter()
+        .map(|l| match l {
+            Level::Qmpi { slot, .. } => LevelKind::Instance(*slot),
+            _ => LevelKind::Other,
+        })
+        .collect();
+    crate::qmpi::publish(instance_fns, &kinds, &fns);
     for row in 0..ROWS {
         table::publish_entry(row, 0, find(row, 0));
         table::publish_entry(row, 1, find(row, 1));
@@ -569,12 +627,150 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
     }
     let mut bottom = fort_maps;
     bottom.extend(bottom_maps);
+    let mut tools = tool_maps;
+    tools.extend(qmpi_maps.into_iter().filter(|m| !bottom.contains(m)));
     Ok(Built {
         stats,
         bottom,
-        tools: tool_maps,
+        tools,
         library_slots,
     })
+}
+
+/// Whether `map` is the main program's.
+fn is_program(map: &LinkMap) -> bool {
+    // SAFETY: the loader's NUL-terminated name, empty for the program.
+    map.l_name.is_null() || unsafe { *map.l_name } == 0
+}
+
+/// The file name of the object `map`, or "the program".
+fn object_name(map: usize) -> String {
+    // SAFETY: a live link map of the loader's.
+    let m = unsafe { &*(map as *const LinkMap) };
+    if is_program(m) {
+        "the program".to_string()
+    } else {
+        // SAFETY: non-null and NUL-terminated, as above.
+        unsafe { CStr::from_ptr(m.l_name) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// Places the QMPI tools (crate::qmpi) in `levels`: a listed library that
+/// registered names becomes its instances at its place; the instances of
+/// the QMPI list registered elsewhere go just above the MPI library, in
+/// list order. Then checks each tool was built for the running MPI, gives
+/// ids top first, and runs the init callbacks. Returns the levels and
+/// each instance's functions by row. With no QMPI tool, `levels` is
+/// returned as it was and nothing else is done.
+fn with_qmpi(
+    levels: Vec<Level>,
+    r: &Resolver<'_>,
+    library: *mut c_void,
+) -> (Vec<Level>, Vec<Vec<Raw>>) {
+    let list = crate::qmpi::list();
+    let mut placed = Vec::new();
+    let mut out: Vec<(Level, Option<Instance>)> = Vec::with_capacity(levels.len());
+    for level in levels {
+        if let Level::Tool { map, path, .. } = &level {
+            let found = crate::qmpi::instances_of(*map as usize, list.as_deref());
+            if !found.is_empty() {
+                placed.push(*map as usize);
+                let path = path.clone();
+                out.extend(found.into_iter().map(|i| {
+                    let q = Level::Qmpi {
+                        slot: 0,
+                        name: i.name.clone(),
+                        path: path.clone(),
+                        object: i.object,
+                    };
+                    (q, Some(i))
+                }));
+                continue;
+            }
+        }
+        out.push((level, None));
+    }
+    if let Some(l) = &list {
+        let bottom = out.len() - 1;
+        let others = crate::qmpi::listed_elsewhere(l, &placed);
+        let others = others.into_iter().map(|i| {
+            let q = Level::Qmpi {
+                slot: 0,
+                name: i.name.clone(),
+                path: object_name(i.object),
+                object: i.object,
+            };
+            (q, Some(i))
+        });
+        out.splice(bottom..bottom, others);
+    }
+    if out.iter().all(|(_, i)| i.is_none()) {
+        return (out.into_iter().map(|(l, _)| l).collect(), Vec::new());
+    }
+    // The running library, for the procedure numbering and the check of
+    // each tool's build.
+    let mut version = vec![0u8; 8192];
+    let mut len: c_int = 0;
+    let get = r.at(
+        &Level::Mpi,
+        observer_common::FunctionId::GetLibraryVersion as usize,
+    );
+    if !get.is_none() {
+        // SAFETY: the library's MPI_Get_library_version(char *, int *),
+        // which may be called before MPI_Init, writes at most
+        // MPI_MAX_LIBRARY_VERSION_STRING (8192 in MPICH, less elsewhere)
+        // bytes.
+        let f: unsafe extern "C" fn(*mut c_char, *mut c_int) -> c_int =
+            unsafe { core::mem::transmute(get.0) };
+        // SAFETY: as above, into buffers of ours.
+        unsafe { f(version.as_mut_ptr().cast(), &mut len) };
+    }
+    let end = version.iter().position(|b| *b == 0).unwrap_or(0);
+    let lib_path = if library.is_null() {
+        String::new()
+    } else {
+        object_name(library as usize)
+    };
+    crate::qmpi::set_running(&String::from_utf8_lossy(&version[..end]), &lib_path);
+    let mut refused: Vec<usize> = Vec::new();
+    let mut accepted: Vec<usize> = Vec::new();
+    let mut levels = Vec::with_capacity(out.len());
+    let mut instances = Vec::new();
+    for (mut level, inst) in out {
+        let Some(i) = inst else {
+            levels.push(level);
+            continue;
+        };
+        if !accepted.contains(&i.object) && !refused.contains(&i.object) {
+            match crate::qmpi::check_built_for(i.object, &object_name(i.object)) {
+                Ok(()) => accepted.push(i.object),
+                Err(line) => {
+                    crate::qmpi::refuse(&line);
+                    refused.push(i.object);
+                }
+            }
+        }
+        if refused.contains(&i.object) {
+            continue;
+        }
+        if instances.len() == MAX_INSTANCES {
+            crate::qmpi::refuse(&format!(
+                "at most {MAX_INSTANCES} QMPI instances per process: `{}` and those below it are left out",
+                i.name
+            ));
+            refused.push(i.object);
+            continue;
+        }
+        if let Level::Qmpi { slot, .. } = &mut level {
+            *slot = instances.len();
+        }
+        instances.push(i);
+        levels.push(level);
+    }
+    let fns = crate::qmpi::initialise(&instances.iter().collect::<Vec<_>>());
+    (levels, fns)
 }
 
 /// The `v` line: every level, top first, with how many entry points it
@@ -600,6 +796,9 @@ fn report(levels: &[Level], defined: &[usize]) {
                 Level::Fortran => "fortran".to_string(),
                 Level::Tool { entry, path, .. } => format!("{entry} ({path})"),
                 Level::Builtin(b) => format!("{} (built-in)", b.name),
+                Level::Qmpi {
+                    slot, name, path, ..
+                } => format!("qmpi {name} id {} ({path})", slot + 1),
                 Level::Mpi => format!("mpi ({mpi_lib})"),
             };
             format!("[{i}] {what}: {d} entry points")

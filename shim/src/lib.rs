@@ -22,6 +22,8 @@
 //! - [`handwritten`]: Init, Finalize, Pcontrol, Wtime/Wtick, non-`int` returns.
 //! - [`generated`]: everything else, from `cargo xtask codegen`.
 //! - [`stats`]: built-in layers written in Rust (the `stats` keyword).
+//! - [`qmpi`]: MPICH's QMPI tool interface, on every MPI: QMPI tools are
+//!   levels of the same stack (issue 25).
 //! - [`inject`]: the entries `mpi-observer attach --inject` calls in a
 //!   running rank; [`got`]: the slots it rewrote, and ejection.
 //!
@@ -56,6 +58,8 @@ mod handwritten;
 mod inject;
 mod layers;
 mod loaded;
+#[macro_use]
+mod qmpi;
 mod rows;
 mod stats;
 mod table;
@@ -70,4 +74,5 @@ mod generated {
     pub(crate) mod c;
     pub(crate) mod fortran;
     pub(crate) mod next;
+    pub(crate) mod qmpi;
 }

@@ -5,8 +5,12 @@
 //!   `stats` times calls with) and of `CLOCK_MONOTONIC` through the vDSO,
 //!   10^7 back-to-back reads (`shim/bench/clocks.c`).
 //! - Dispatch: ns per `MPI_Comm_rank` without the shim, with the shim and
-//!   0, 1, 2 and 4 pass-through tools (`shim/bench/passthrough.c`), and
-//!   with `stats` (call-site table on and off).
+//!   0, 1, 2 and 4 pass-through tools (`shim/bench/passthrough.c`), with 1
+//!   and 2 instances of a pass-through QMPI tool
+//!   (`shim/bench/qpassthrough.c`, built with the header `mpi-observer
+//!   qmpi-flags` names), and with `stats` (call-site table on and off).
+//!   With [`BEFORE_VAR`] set, the empty list, 2 pass-through tools and
+//!   `stats` also run on that other build's shim, in the same rounds.
 //! - Latency: one-way latency of an 8-byte blocking ping-pong between two
 //!   ranks (`shim/bench/pingpong.c`): bare; the shim with an empty list,
 //!   with two pass-through tools, with `stats`, with `stats` and its
@@ -55,6 +59,10 @@ use crate::{
 /// Names a directory with another build's `mpi-observer` and shim to
 /// measure instead of this tree's.
 const BUILD_VAR: &str = "BENCH_SHIM_BUILD";
+/// Names a directory with another build's shim (say, the commit before a
+/// change) whose dispatch cost is measured beside this build's, in the
+/// same rounds.
+const BEFORE_VAR: &str = "BENCH_SHIM_BEFORE";
 
 /// Rounds; odd, so the median is a run.
 const ROUNDS: usize = 9;
@@ -85,6 +93,8 @@ struct Built {
     pingpong: PathBuf,
     startup: PathBuf,
     tools: Vec<PathBuf>,
+    /// The pass-through QMPI tool.
+    qtool: PathBuf,
     /// Where this MPI's ping-pongs run.
     work: PathBuf,
 }
@@ -99,6 +109,7 @@ fn build(mpi: Mpi, src: &Path, dir: &Path) -> Result<Built> {
         tools: (1..=4)
             .map(|i| dir.join(format!("libpass{i}.so")))
             .collect(),
+        qtool: dir.join("libqpass.so"),
         work: dir.clone(),
     };
     mpi.mpicc(&[], &src.join("dispatch.c"), &b.dispatch)?;
@@ -107,6 +118,22 @@ fn build(mpi: Mpi, src: &Path, dir: &Path) -> Result<Built> {
     for t in &b.tools {
         mpi.mpicc(&["-shared", "-fPIC"], &src.join("passthrough.c"), t)?;
     }
+    // The QMPI tool with the header `qmpi-flags` names; its QMPI_*
+    // references resolve to the preloaded shim when it is loaded.
+    let include = src.join("../include");
+    let include = include.to_string_lossy();
+    mpi.mpicc(
+        &[
+            "-shared",
+            "-fPIC",
+            "-I",
+            &include,
+            "-include",
+            "mpi_observer_qmpi.h",
+        ],
+        &src.join("qpassthrough.c"),
+        &b.qtool,
+    )?;
     Ok(b)
 }
 
@@ -127,7 +154,13 @@ struct Dispatch {
     list: Option<String>,
     env: &'static [(&'static str, &'static str)],
     calls: Option<&'static str>,
+    /// Another build's shim to run instead of this one ([`BEFORE_VAR`]).
+    shim: Option<PathBuf>,
 }
+
+/// The QMPI lists of one and two instances of the pass-through QMPI tool.
+const QMPI_ONE: &[(&str, &str)] = &[("MPIR_CVAR_QMPI_TOOL_LIST", "qpass")];
+const QMPI_TWO: &[(&str, &str)] = &[("MPIR_CVAR_QMPI_TOOL_LIST", "qpass:qpass")];
 
 /// Calls per timed loop of a timed (`stats`) configuration: ten times
 /// dearer than a pass-through stack, so a tenth as many take as long.
@@ -135,37 +168,61 @@ const STATS_CALLS: &str = "200000";
 
 const CALLSITES_OFF: &[(&str, &str)] = &[("MPI_OBSERVER_CALLSITES", "0")];
 
-fn dispatch_configs(b: &Built) -> Vec<Dispatch> {
-    let mut v = vec![Dispatch {
-        name: "no shim".into(),
-        layers: None,
-        list: None,
-        env: &[],
-        calls: None,
-    }];
+fn dispatch_configs(b: &Built, before: Option<&Path>) -> Vec<Dispatch> {
+    let config = |name: String, layers, list: Option<String>, env, calls| Dispatch {
+        name,
+        layers,
+        list,
+        env,
+        calls,
+        shim: None,
+    };
+    let mut v = vec![config("no shim".into(), None, None, &[], None)];
     for n in [0usize, 1, 2, 4] {
-        v.push(Dispatch {
-            name: format!("shim, {n} layers"),
-            layers: Some(n),
-            list: Some(list(&b.tools[..n])),
-            env: &[],
-            calls: None,
-        });
+        v.push(config(
+            format!("shim, {n} layers"),
+            Some(n),
+            Some(list(&b.tools[..n])),
+            &[],
+            None,
+        ));
     }
-    v.push(Dispatch {
-        name: "shim + `stats`".into(),
-        layers: None,
-        list: Some("stats".into()),
-        env: &[],
-        calls: Some(STATS_CALLS),
-    });
-    v.push(Dispatch {
-        name: "shim + `stats`, call-site table off".into(),
-        layers: None,
-        list: Some("stats".into()),
-        env: CALLSITES_OFF,
-        calls: Some(STATS_CALLS),
-    });
+    for (n, env) in [(1, QMPI_ONE), (2, QMPI_TWO)] {
+        v.push(config(
+            format!("shim, {n} QMPI level{}", if n > 1 { "s" } else { "" }),
+            Some(n),
+            Some(b.qtool.display().to_string()),
+            env,
+            None,
+        ));
+    }
+    v.push(config(
+        "shim + `stats`".into(),
+        None,
+        Some("stats".into()),
+        &[],
+        Some(STATS_CALLS),
+    ));
+    v.push(config(
+        "shim + `stats`, call-site table off".into(),
+        None,
+        Some("stats".into()),
+        CALLSITES_OFF,
+        Some(STATS_CALLS),
+    ));
+    if let Some(d) = before {
+        let shim = d.join(profile::SHIM_FILE);
+        for (name, list, calls) in [
+            ("shim, 0 layers", String::new(), None),
+            ("shim, 2 layers", self::list(&b.tools[..2]), None),
+            ("shim + `stats`", "stats".to_string(), Some(STATS_CALLS)),
+        ] {
+            v.push(Dispatch {
+                shim: Some(shim.clone()),
+                ..config(format!("before: {name}"), None, Some(list), &[], calls)
+            });
+        }
+    }
     v
 }
 
@@ -313,7 +370,20 @@ pub fn run(root: &Path) -> Result<()> {
         .iter()
         .map(|&m| build(m, &src, &dir))
         .collect::<Result<_>>()?;
-    let configs: Vec<Vec<Dispatch>> = built.iter().map(dispatch_configs).collect();
+    let before = std::env::var_os(BEFORE_VAR).map(PathBuf::from);
+    if let Some(d) = &before
+        && !d.join(profile::SHIM_FILE).is_file()
+    {
+        bail!(
+            "{BEFORE_VAR}={}: no {} there",
+            d.display(),
+            profile::SHIM_FILE
+        );
+    }
+    let configs: Vec<Vec<Dispatch>> = built
+        .iter()
+        .map(|b| dispatch_configs(b, before.as_deref()))
+        .collect();
     let programs: Vec<(String, PathBuf)> = std::iter::once((
         "`/bin/true` (no MPI)".to_string(),
         PathBuf::from("/bin/true"),
@@ -346,7 +416,8 @@ pub fn run(root: &Path) -> Result<()> {
         for (i, &mpi) in MPIS.iter().enumerate() {
             let b = &built[i];
             for (k, d) in configs[i].iter().enumerate() {
-                let l = d.list.as_deref().map(|l| (shim.as_path(), l));
+                let s = d.shim.as_deref().unwrap_or(&shim);
+                let l = d.list.as_deref().map(|l| (s, l));
                 let mut job = mpi.job_env(1, l, d.env, &b.dispatch);
                 job.args(d.calls);
                 samples[i].dispatch[k].push(measure(job, "dispatch_ns")?);
@@ -436,6 +507,28 @@ pub fn run(root: &Path) -> Result<()> {
             )?;
         }
         writeln!(report)?;
+        // This build against the other one (BEFORE_VAR), same rounds.
+        let find = |name: &str| configs[i].iter().position(|d| d.name == name);
+        let mut compared = Vec::new();
+        for name in ["shim, 0 layers", "shim, 2 layers", "shim + `stats`"] {
+            if let (Some(now), Some(then)) = (find(name), find(&format!("before: {name}"))) {
+                compared.push(format!(
+                    "{name}: {:+.2} ns per call ({:.2} now, {:.2} before)",
+                    med[now] - med[then],
+                    med[now],
+                    med[then]
+                ));
+            }
+        }
+        if let Some(d) = &before {
+            writeln!(
+                report,
+                "`before:` rows ran the shim in `{}` ({BEFORE_VAR}) in the same rounds. This build \
+                 against it: {}.\n",
+                d.display(),
+                compared.join("; ")
+            )?;
+        }
         // Ping-pong latency.
         let pp: Vec<f64> = s.pingpong.iter().map(|v| median(v)).collect();
         let at = |c: Pp| pp[c.index()];

@@ -3,8 +3,8 @@
 //!
 //! The spec is read once ([`crate::spec`]); this module renders
 //! `observer-common`'s table and asks [`crate::codegen_shim`] for the shim's
-//! files, so the two generators share one reading and never call each other
-//! back. The output is committed. `cargo xtask codegen --check` regenerates
+//! files and [`crate::codegen_qmpi`] for the QMPI tables and header, so the
+//! generators share one reading and never call each other back. The output is committed. `cargo xtask codegen --check` regenerates
 //! it in memory and fails on any difference, which is how CI catches a stale
 //! table.
 
@@ -13,7 +13,7 @@ use std::{fmt::Write as _, fs, path::Path};
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    codegen_shim, semantics,
+    codegen_qmpi, codegen_shim, semantics,
     spec::{self, Procedure},
 };
 
@@ -145,7 +145,8 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
     let (procs, digest) = spec::load(root)?;
     let outputs = [(FUNCTIONS_RS, render(&procs, digest)?)]
         .into_iter()
-        .chain(codegen_shim::outputs(&procs, digest)?);
+        .chain(codegen_shim::outputs(&procs, digest)?)
+        .chain(codegen_qmpi::outputs(root, &procs, digest)?);
     let mut stale = Vec::new();
     for (rel, text) in outputs {
         let path = root.join(rel);

@@ -119,10 +119,12 @@ fn render_next(procs: &[Procedure], digest: u64) -> Result<String> {
          //! class): its library gate (`gate!`, crate::dispatch) and its `stats`\n\
          //! timing wrapper (`timed!`, crate::timing). C rows first, by function ID,\n\
          //! then the Fortran rows. Predefined callbacks are not layered, and\n\
-         //! `MPI_Pcontrol`'s varargs cannot be forwarded by either: none.\n\n\
+         //! `MPI_Pcontrol`'s varargs cannot be forwarded by either: none.\n\
+         //! Then, per C row, QMPI's adapters (`qenter!` and `qexit!`,\n\
+         //! crate::qmpi).\n\n\
          use core::ffi::c_int;\n\n\
          use observer_common::{FUNCTION_COUNT, FunctionId as F};\n\n\
-         use crate::{rows::Raw, table::ROWS};\n\n",
+         use crate::{qmpi::MAX_INSTANCES, rows::Raw, table::ROWS};\n\n",
     );
     let fortran = fortran_rows(procs);
     for (name, mac, doc) in [
@@ -150,6 +152,40 @@ fn render_next(procs: &[Procedure], digest: u64) -> Result<String> {
                 format!("FUNCTION_COUNT + {i}")
             };
             writeln!(s, "    {mac}!({row}, {}, ({})),", r.ret, args(r.words))?;
+        }
+        writeln!(s, "];\n")?;
+    }
+    // QMPI's adapters (crate::qmpi), C rows only: QMPI has no Fortran
+    // interface.
+    for (name, mac, ty, none, doc) in [
+        (
+            "QENTER",
+            "qenter",
+            "[[Raw; MAX_INSTANCES]; FUNCTION_COUNT]",
+            "[Raw::NONE; MAX_INSTANCES]",
+            "Each C row's entries into a QMPI instance, by instance slot.",
+        ),
+        (
+            "QEXIT",
+            "qexit",
+            "[Raw; FUNCTION_COUNT]",
+            "Raw::NONE",
+            "Each C row's exit from QMPI to the level an id names.",
+        ),
+    ] {
+        writeln!(s, "/// {doc}\npub(crate) static {name}: {ty} = [")?;
+        for p in procs {
+            if is_predefined_callback(&p.name) || p.name == "MPI_Pcontrol" {
+                writeln!(s, "    {none},")?;
+            } else {
+                writeln!(
+                    s,
+                    "    {mac}!(F::{} as usize, {}, ({})),",
+                    variant(&p.name),
+                    ret(p),
+                    args(p.c_params.len())
+                )?;
+            }
         }
         writeln!(s, "];\n")?;
     }

@@ -10,6 +10,7 @@ mod bench_shim;
 mod bench_shim_profile;
 mod bench_stats;
 mod codegen;
+mod codegen_qmpi;
 mod codegen_shim;
 mod demo;
 mod layout;
@@ -19,7 +20,7 @@ mod spec;
 
 use std::{path::PathBuf, process::Command};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -99,7 +100,11 @@ pub fn cargo() -> Command {
 }
 
 /// Packages built in release mode for the demo and the tests.
-const RELEASE_PACKAGES: &[&str] = &["mpi-observer", "mpi-observer-shim"];
+const RELEASE_PACKAGES: &[&str] = &[
+    "mpi-observer",
+    "mpi-observer-shim",
+    "mpi-observer-qmpi-stubs",
+];
 
 fn build() -> Result<()> {
     let mut c = cargo();
@@ -107,7 +112,15 @@ fn build() -> Result<()> {
     for p in RELEASE_PACKAGES {
         c.args(["-p", p]);
     }
-    setup::run_cmd(&mut c)
+    setup::run_cmd(&mut c)?;
+    // `mpi-observer qmpi-flags` looks for the header in `include/` beside
+    // the executable, as an install has it.
+    let include = workspace_root().join("target/release/include");
+    let header = workspace_root().join(codegen_qmpi::HEADER);
+    std::fs::create_dir_all(&include)
+        .and_then(|()| std::fs::copy(&header, include.join("mpi_observer_qmpi.h")))
+        .with_context(|| format!("copying {} to {}", header.display(), include.display()))?;
+    Ok(())
 }
 
 fn test(filter: Option<String>) -> Result<()> {

@@ -32,6 +32,8 @@ pub struct Procedure {
     pub c_params: Vec<Param>,
     /// `Ret` variant.
     pub ret: &'static str,
+    /// The standard's kind of the return value (`ERROR_CODE`, `WALL_TIME`, ...).
+    pub return_kind: String,
     /// The large-count `_c` form.
     pub large_count: bool,
     /// A large-count `_c` form exists.
@@ -47,6 +49,29 @@ pub struct Param {
     pub direction: String,
     pub root_only: bool,
     pub is_array: bool,
+    /// What the C prototype needs to spell it (`codegen_qmpi`'s typedefs).
+    pub c: CParam,
+}
+
+/// The facts of a parameter that spell it in C, as the standard renders it.
+#[derive(Clone)]
+pub struct CParam {
+    /// Its name in the standard.
+    pub name: String,
+    /// `const`-qualified.
+    pub constant: bool,
+    /// The standard's explicit pointer flag (`None`: decided by kind and
+    /// direction).
+    pub pointer: Option<bool>,
+    /// The length expression of an array: `*` for a C string written as an
+    /// array.
+    pub length: Option<String>,
+    /// The second dimension of a two-dimensional array (`ranges[][3]`).
+    pub dim2: Option<String>,
+    /// The callback type of a `FUNCTION` kind.
+    pub func_type: String,
+    /// Only in the large-count `_c` form.
+    pub large_only: bool,
 }
 
 /// What the shim needs to know of a procedure's Fortran bindings.
@@ -100,6 +125,28 @@ pub fn variant(name: &str) -> String {
             }
         })
         .collect()
+}
+
+/// The C spelling facts of one `apis.json` parameter.
+fn c_param(p: &Value) -> CParam {
+    let text = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    };
+    let (length, dim2) = match &p["length"] {
+        Value::Array(dims) => (dims.first().and_then(text), dims.get(1).and_then(text)),
+        other => (text(other), None),
+    };
+    CParam {
+        name: p["name"].as_str().unwrap_or("").to_string(),
+        constant: p["constant"].as_bool().unwrap_or(false),
+        pointer: p["pointer"].as_bool(),
+        length,
+        dim2,
+        func_type: p["func_type"].as_str().unwrap_or("").to_string(),
+        large_only: p["large_only"].as_bool().unwrap_or(false),
+    }
 }
 
 /// The Fortran facts of one `apis.json` entry.
@@ -166,10 +213,12 @@ pub fn load(root: &Path) -> Result<(Vec<Procedure>, u64)> {
                 direction: p["param_direction"].as_str().unwrap_or("").to_string(),
                 root_only: p["root_only"].as_bool().unwrap_or(false),
                 is_array: !p["length"].is_null(),
+                c: c_param(p),
             })
             .collect();
         let has_large_variant = c_params.iter().any(|p| p.kind.starts_with("POLY"));
-        let ret = match entry["return_kind"].as_str().unwrap_or("") {
+        let return_kind = entry["return_kind"].as_str().unwrap_or("");
+        let ret = match return_kind {
             "ERROR_CODE" | "ERROR_CLASS" | "KEY_INDEX" => "Int",
             "WALL_TIME" | "TICK_RESOLUTION" => "Double",
             "NOTHING" => "Void",
@@ -191,6 +240,7 @@ pub fn load(root: &Path) -> Result<(Vec<Procedure>, u64)> {
                     collective,
                     c_params: c_params.clone(),
                     ret,
+                    return_kind: return_kind.to_string(),
                     large_count: true,
                     has_large_variant: false,
                     fortran,
@@ -206,6 +256,7 @@ pub fn load(root: &Path) -> Result<(Vec<Procedure>, u64)> {
                 collective,
                 c_params,
                 ret,
+                return_kind: return_kind.to_string(),
                 large_count: false,
                 has_large_variant,
                 fortran,

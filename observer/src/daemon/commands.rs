@@ -18,6 +18,9 @@ pub fn run(cli: cli::Cli) -> Result<(), Box<dyn std::error::Error>> {
             crate::attach::symbolizer::serve(crate::attach::symbolizer::CHILD_FD)?
         }
         cli::Command::ShimPath => println!("{}", launcher::shim_path()?.display()),
+        cli::Command::QmpiFlags { cflags, libs } => {
+            println!("{}", crate::collect::qmpi_flags::run(cflags, libs)?)
+        }
         cli::Command::Run { tools, cmd } => match launcher::run(tools.as_deref(), &cmd)? {},
         cli::Command::Sites { library } => {
             let lib = symbols::read_library(&library)?;

@@ -17,6 +17,7 @@ mod mpi4py;
 mod observer;
 mod observer_abi;
 mod qmpi;
+mod qmpi_header;
 mod record;
 mod scale;
 mod security;

@@ -1,0 +1,724 @@
+//! MPICH's QMPI tool interface on every MPI (issue 25): the procedure ids.
+//!
+//! - `shim/src/generated/qmpi.rs`: for each known MPICH release, what
+//!   procedure (observer_common's `FunctionId`) each value of its
+//!   `enum QMPI_Functions_enum` names, from the committed lists in
+//!   `xtask/spec/qmpi/` (a tool built with MPICH's `mpi.h` uses its
+//!   release's numbering), and the base of our own numbering.
+//! - `shim/include/mpi_observer_qmpi.h`: the header a tool is built with
+//!   (`mpi-observer qmpi-flags`). Under MPICH's `mpi.h` it only adds a build
+//!   marker; on Open MPI and the standard ABI it declares QMPI as MPICH does,
+//!   with `MPI_X_T = 0x514D0000 + FunctionId`, and a `QMPI_X_t` typedef per
+//!   C procedure, spelled from [`crate::spec`]'s reading of `apis.json`.
+
+use std::{collections::BTreeSet, fmt::Write as _, fs, path::Path};
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+use crate::spec::{Param, Procedure};
+
+/// The generated tables.
+pub const QMPI_RS: &str = "shim/src/generated/qmpi.rs";
+/// The generated header.
+pub const HEADER: &str = "shim/include/mpi_observer_qmpi.h";
+/// The committed enumerator lists, one file per MPICH release.
+pub const SPEC_DIR: &str = "xtask/spec/qmpi";
+
+/// Procedure ids of our header: `OURS_BASE + FunctionId` ("QM" in hex),
+/// far above any MPICH release's enum, so the shim tells the two
+/// numberings apart by range.
+pub const OURS_BASE: u32 = 0x514D_0000;
+
+/// One MPICH release's `enum QMPI_Functions_enum`.
+pub struct Release {
+    /// `MPICH_VERSION`, e.g. `4.0.2`.
+    pub version: String,
+    /// The enumerators in order: the value of each is its index.
+    pub enumerators: Vec<String>,
+}
+
+/// Reads every `mpich-VERSION.txt` of `xtask/spec/qmpi/`, oldest first.
+pub fn load_releases(root: &Path) -> Result<Vec<Release>> {
+    let dir = root.join(SPEC_DIR);
+    let mut out = Vec::new();
+    for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let Some(version) = name
+            .strip_prefix("mpich-")
+            .and_then(|n| n.strip_suffix(".txt"))
+        else {
+            continue;
+        };
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let enumerators = parse_release(&text)
+            .with_context(|| format!("{}: see {SPEC_DIR}/README.md", path.display()))?;
+        out.push(Release {
+            version: version.to_string(),
+            enumerators,
+        });
+    }
+    ensure!(
+        !out.is_empty(),
+        "no mpich-VERSION.txt in {}: restore them from git",
+        dir.display()
+    );
+    out.sort_by_key(|r| {
+        r.version
+            .split('.')
+            .map(|n| n.parse::<u32>().unwrap_or(u32::MAX))
+            .collect::<Vec<_>>()
+    });
+    Ok(out)
+}
+
+/// One enumerator per line, `MPI_LAST_FUNC_T` left out (its value is the
+/// number of lines).
+fn parse_release(text: &str) -> Result<Vec<String>> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let ok = line.len() > 2
+            && line.starts_with("MPI")
+            && line.ends_with("_T")
+            && line
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        ensure!(
+            ok && line != "MPI_LAST_FUNC_T",
+            "line {}: `{line}` is not an enumerator MPI..._T (MPI_LAST_FUNC_T is left out)",
+            i + 1
+        );
+        ensure!(seen.insert(line), "line {}: `{line}` listed twice", i + 1);
+        out.push(line.to_string());
+    }
+    ensure!(!out.is_empty(), "no enumerators");
+    Ok(out)
+}
+
+/// The procedure an MPICH enumerator names: `MPI_SEND_T` is `MPI_Send`,
+/// `MPI_SEND_C_T` is `MPI_Send_c` (case-insensitive before the `_T`);
+/// `None` for MPICH's extensions (`MPIX_`) and anything else not in
+/// `FUNCTIONS`.
+pub fn procedure_of(enumerator: &str, procs: &[Procedure]) -> Option<usize> {
+    let name = enumerator.strip_suffix("_T")?;
+    procs.iter().position(|p| p.name.eq_ignore_ascii_case(name))
+}
+
+/// Our enumerator for a procedure: `MPI_Send` -> `MPI_SEND_T`.
+fn enumerator(p: &Procedure) -> String {
+    format!("{}_T", p.name.to_ascii_uppercase())
+}
+
+/// Predefined callbacks (`MPI_COMM_DUP_FN`) are macros over internal
+/// symbols, never entry points (the same rule as `codegen_shim`): they keep
+/// an enumerator, as the id space is FunctionId's, but get no typedef.
+fn is_predefined_callback(name: &str) -> bool {
+    let base = name.trim_start_matches("MPI_").trim_end_matches("_c");
+    !base.chars().any(|c| c.is_ascii_lowercase())
+}
+
+fn render_rs(procs: &[Procedure], releases: &[Release], digest: u64) -> Result<String> {
+    let mut s = format!(
+        "// @generated by `cargo xtask codegen` from xtask/spec/qmpi/ and the MPI\n\
+         // Forum's apis.json (FNV-1a {digest:#018x}). Do not edit.\n\n\
+         //! QMPI procedure ids: which `FunctionId` each id names, for our header\n\
+         //! (`shim/include/mpi_observer_qmpi.h`) and for each known MPICH release's\n\
+         //! `enum QMPI_Functions_enum`.\n\n"
+    );
+    writeln!(
+        s,
+        "/// Procedure ids of our header: `OURS_BASE + FunctionId`.\n\
+         pub(crate) const OURS_BASE: u32 = 0x514D_0000;\n"
+    )?;
+    writeln!(
+        s,
+        "/// Known MPICH releases: (`MPICH_VERSION`, per enum value the FunctionId, `u16::MAX` where the\n\
+         /// enumerator names no procedure of observer_common's FUNCTIONS).\n\
+         pub(crate) const RELEASES: &[(&str, &[u16])] = &["
+    )?;
+    for r in releases {
+        writeln!(s, "    (\"{}\", &[", r.version)?;
+        for (i, e) in r.enumerators.iter().enumerate() {
+            match procedure_of(e, procs) {
+                Some(id) => writeln!(s, "        {id}, // {i}: {e}")?,
+                None => writeln!(s, "        u16::MAX, // {i}: {e}")?,
+            }
+        }
+        writeln!(s, "    ]),")?;
+    }
+    writeln!(s, "];")?;
+    Ok(s)
+}
+
+/// A C type the header may name only where this `mpi.h` defines it, with
+/// the feature macro (defined at the top of the header) that says so.
+const GUARDED: &[(&str, &str)] = &[
+    ("MPI_Session", "MPI_OBSERVER_QMPI_HAS_SESSION"),
+    (
+        "MPI_Session_errhandler_function",
+        "MPI_OBSERVER_QMPI_HAS_SESSION",
+    ),
+    ("MPI_T_event_registration", "MPI_OBSERVER_QMPI_HAS_T_EVENT"),
+    ("MPI_T_event_instance", "MPI_OBSERVER_QMPI_HAS_T_EVENT"),
+    ("MPI_T_source_order", "MPI_OBSERVER_QMPI_HAS_T_EVENT"),
+    ("MPI_T_cb_safety", "MPI_OBSERVER_QMPI_HAS_T_EVENT"),
+    ("MPI_T_event_cb_function", "MPI_OBSERVER_QMPI_HAS_T_EVENT"),
+    (
+        "MPI_T_event_free_cb_function",
+        "MPI_OBSERVER_QMPI_HAS_T_EVENT",
+    ),
+    (
+        "MPI_T_event_dropped_cb_function",
+        "MPI_OBSERVER_QMPI_HAS_T_EVENT",
+    ),
+    (
+        "MPI_Datarep_conversion_function_c",
+        "MPI_OBSERVER_QMPI_HAS_LARGE_CALLBACKS",
+    ),
+    (
+        "MPI_User_function_c",
+        "MPI_OBSERVER_QMPI_HAS_LARGE_CALLBACKS",
+    ),
+    ("MPI_Fint", "MPI_OBSERVER_QMPI_HAS_FINT"),
+    ("MPI_F08_status", "MPI_OBSERVER_QMPI_HAS_F08_STATUS"),
+];
+
+/// Which guarded types each non-MPICH `mpi.h` of the README's matrix
+/// defines, checked by compiling `T *x;` with each one's `mpicc`: the
+/// standard ABI's (`mpi_abi.h`, MPICH 5.0.2's wheel) has MPI 4's types but
+/// no Fortran handle type; Open MPI 5 has sessions and `MPI_F08_status`;
+/// Open MPI 4.1 none of them.
+const FEATURES: &str = "\
+#if defined(MPI_ABI_VERSION)
+#define MPI_OBSERVER_QMPI_HAS_SESSION 1
+#define MPI_OBSERVER_QMPI_HAS_T_EVENT 1
+#define MPI_OBSERVER_QMPI_HAS_LARGE_CALLBACKS 1
+#define MPI_OBSERVER_QMPI_HAS_FINT 0
+#define MPI_OBSERVER_QMPI_HAS_F08_STATUS 0
+#elif defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5
+#define MPI_OBSERVER_QMPI_HAS_SESSION 1
+#define MPI_OBSERVER_QMPI_HAS_T_EVENT 0
+#define MPI_OBSERVER_QMPI_HAS_LARGE_CALLBACKS 0
+#define MPI_OBSERVER_QMPI_HAS_FINT 1
+#define MPI_OBSERVER_QMPI_HAS_F08_STATUS 1
+#else
+#define MPI_OBSERVER_QMPI_HAS_SESSION 0
+#define MPI_OBSERVER_QMPI_HAS_T_EVENT 0
+#define MPI_OBSERVER_QMPI_HAS_LARGE_CALLBACKS 0
+#define MPI_OBSERVER_QMPI_HAS_FINT 1
+#define MPI_OBSERVER_QMPI_HAS_F08_STATUS 0
+#endif
+";
+
+/// Types every supported `mpi.h` defines.
+const PORTABLE: &[&str] = &[
+    "int",
+    "char",
+    "void",
+    "double",
+    "MPI_Aint",
+    "MPI_Count",
+    "MPI_Offset",
+    "MPI_Comm",
+    "MPI_Datatype",
+    "MPI_Errhandler",
+    "MPI_File",
+    "MPI_Group",
+    "MPI_Info",
+    "MPI_Message",
+    "MPI_Op",
+    "MPI_Request",
+    "MPI_Status",
+    "MPI_Win",
+    "MPI_T_enum",
+    "MPI_T_cvar_handle",
+    "MPI_T_pvar_handle",
+    "MPI_T_pvar_session",
+    "MPI_Comm_copy_attr_function",
+    "MPI_Comm_delete_attr_function",
+    "MPI_Comm_errhandler_function",
+    "MPI_Copy_function",
+    "MPI_Datarep_conversion_function",
+    "MPI_Datarep_extent_function",
+    "MPI_Delete_function",
+    "MPI_File_errhandler_function",
+    "MPI_Grequest_cancel_function",
+    "MPI_Grequest_free_function",
+    "MPI_Grequest_query_function",
+    "MPI_Type_copy_attr_function",
+    "MPI_Type_delete_attr_function",
+    "MPI_User_function",
+    "MPI_Win_copy_attr_function",
+    "MPI_Win_delete_attr_function",
+    "MPI_Win_errhandler_function",
+];
+
+/// The ISO C type of a kind of the standard, in the small form and, for a
+/// kind that grows in the large-count `_c` form, the large one (the MPI
+/// Forum's binding tool's table, as pympistandard ships it).
+fn kind_type(kind: &str) -> Option<(&'static str, Option<&'static str>)> {
+    let small = |t| Some((t, None));
+    let poly = |s, l| Some((s, Some(l)));
+    match kind {
+        "ACCESS_MODE"
+        | "ARGUMENT_COUNT"
+        | "ARRAY_LENGTH"
+        | "ARRAY_LENGTH_NNI"
+        | "ARRAY_LENGTH_PI"
+        | "ASSERT"
+        | "BIND_TYPE"
+        | "CAT_INDEX"
+        | "COLOR"
+        | "COMBINER"
+        | "COMM_COMPARISON"
+        | "COMM_SIZE"
+        | "COMM_SIZE_PI"
+        | "COORDINATE"
+        | "CVAR_INDEX"
+        | "CVAR_INDEX_SPECIAL"
+        | "DEGREE"
+        | "DIMENSION"
+        | "DISTRIB_ENUM"
+        | "DTYPE_DISTRIBUTION"
+        | "ERROR_CLASS"
+        | "ERROR_CODE"
+        | "EVENT_INDEX"
+        | "FILE_DESCRIPTOR"
+        | "GENERIC_DTYPE_INT"
+        | "GROUP_COMPARISON"
+        | "INDEX"
+        | "INFO_VALUE_LENGTH"
+        | "KEY"
+        | "KEYVAL"
+        | "KEY_INDEX"
+        | "LOCK_TYPE"
+        | "LOGICAL"
+        | "LOGICAL_OPTIONAL"
+        | "MATH"
+        | "NUM_DIMS"
+        | "ORDER"
+        | "PARTITION"
+        | "PROCESS_GRID_SIZE"
+        | "PROFILE_LEVEL"
+        | "PVAR_CLASS"
+        | "PVAR_INDEX"
+        | "RANK"
+        | "RANK_NNI"
+        | "SOURCE_INDEX"
+        | "SPLIT_TYPE"
+        | "STRING_LENGTH"
+        | "TAG"
+        | "THREAD_LEVEL"
+        | "TOOLENUM_INDEX"
+        | "TOOLENUM_SIZE"
+        | "TOOLS_NUM_ELEM_SMALL"
+        | "TOOL_VAR_VALUE"
+        | "TOOL_VAR_VERBOSITY"
+        | "TOPOLOGY_TYPE"
+        | "TYPECLASS"
+        | "TYPECLASS_SIZE"
+        | "UPDATE_MODE"
+        | "UPDATE_NUMBER"
+        | "VARIABLE_SCOPE"
+        | "VERSION"
+        | "WEIGHT" => small("int"),
+        "ATTRIBUTE_VAL" | "ATTRIBUTE_VAL_10" | "BUFFER" | "C_BUFFER" | "C_BUFFER2"
+        | "C_BUFFER3" | "EXTRA_STATE" | "EXTRA_STATE2" | "LOGICAL_VOID" | "NOTHING"
+        | "TOOL_MPI_OBJ" => small("void"),
+        "ARGUMENT_LIST" | "STRING" | "STRING_ARRAY" | "STRING_2DARRAY" => small("char"),
+        "ALLOC_MEM_NUM_BYTES"
+        | "DISPLACEMENT"
+        | "DISPLACEMENT_NNI"
+        | "LOCATION_SMALL"
+        | "RMA_DISPLACEMENT_NNI"
+        | "WINDOW_SIZE"
+        | "WIN_ATTACH_SIZE" => small("MPI_Aint"),
+        "DROPPED_COUNT"
+        | "GENERIC_DTYPE_COUNT"
+        | "NUM_BYTES"
+        | "TOOLS_TICK_COUNT"
+        | "XFER_NUM_ELEM"
+        | "XFER_NUM_ELEM_NNI" => small("MPI_Count"),
+        "OFFSET" => small("MPI_Offset"),
+        "TICK_RESOLUTION" | "WALL_TIME" => small("double"),
+        "COMMUNICATOR" => small("MPI_Comm"),
+        "DATATYPE" => small("MPI_Datatype"),
+        "ERRHANDLER" => small("MPI_Errhandler"),
+        "FILE" => small("MPI_File"),
+        "GROUP" => small("MPI_Group"),
+        "INFO" => small("MPI_Info"),
+        "MESSAGE" => small("MPI_Message"),
+        "OPERATION" => small("MPI_Op"),
+        "REQUEST" => small("MPI_Request"),
+        "SESSION" => small("MPI_Session"),
+        "STATUS" => small("MPI_Status"),
+        "WINDOW" => small("MPI_Win"),
+        "CVAR" => small("MPI_T_cvar_handle"),
+        "PVAR" => small("MPI_T_pvar_handle"),
+        "PVAR_SESSION" => small("MPI_T_pvar_session"),
+        "TOOLS_ENUM" => small("MPI_T_enum"),
+        "EVENT_REGISTRATION" => small("MPI_T_event_registration"),
+        "EVENT_INSTANCE" => small("MPI_T_event_instance"),
+        "SOURCE_ORDERING" => small("MPI_T_source_order"),
+        "CALLBACK_SAFETY" => small("MPI_T_cb_safety"),
+        "EVENT_CB_FUNCTION" => small("MPI_T_event_cb_function"),
+        "EVENT_FREE_CB_FUNCTION" => small("MPI_T_event_free_cb_function"),
+        "EVENT_DROP_CB_FUNCTION" => small("MPI_T_event_dropped_cb_function"),
+        "F08_STATUS" => small("MPI_F08_status"),
+        "F90_COMM" | "F90_DATATYPE" | "F90_ERRHANDLER" | "F90_FILE" | "F90_GROUP" | "F90_INFO"
+        | "F90_MESSAGE" | "F90_OP" | "F90_REQUEST" | "F90_SESSION" | "F90_STATUS" | "F90_WIN" => {
+            small("MPI_Fint")
+        }
+        "POLYDISPLACEMENT" | "POLYRMA_DISPLACEMENT" => poly("int", "MPI_Aint"),
+        "POLYDISPLACEMENT_COUNT"
+        | "POLYDTYPE_NUM_ELEM"
+        | "POLYDTYPE_NUM_ELEM_NNI"
+        | "POLYDTYPE_NUM_ELEM_PI"
+        | "POLYNUM_BYTES"
+        | "POLYNUM_BYTES_NNI"
+        | "POLYNUM_PARAM_VALUES"
+        | "POLYXFER_NUM_ELEM"
+        | "POLYXFER_NUM_ELEM_NNI" => poly("int", "MPI_Count"),
+        "POLYDISPLACEMENT_AINT_COUNT"
+        | "POLYDISPOFFSET"
+        | "POLYDTYPE_PACK_SIZE"
+        | "POLYDTYPE_STRIDE_BYTES"
+        | "POLYLOCATION" => poly("MPI_Aint", "MPI_Count"),
+        _ => None,
+    }
+}
+
+/// The C type of `kind` in the small or large form.
+fn c_type(kind: &str, large: bool) -> Result<&'static str> {
+    let (small, big) = kind_type(kind).with_context(|| {
+        format!("apis.json kind `{kind}` has no C type in codegen_qmpi::kind_type: add it")
+    })?;
+    Ok(if large { big.unwrap_or(small) } else { small })
+}
+
+/// How many `*` the standard writes for a parameter (its binding tool's
+/// rule): buffers, strings, states and statuses are pointers, as is every
+/// output or in-out scalar.
+fn pointer_level(p: &Param) -> usize {
+    let c = &p.c;
+    // `MPI_Info_create_env(int argc, char *argv[], ...)`: an array of
+    // strings, which the binding tool's rule would spell `char argv[]`.
+    if p.kind == "ARGUMENT_LIST" && c.pointer == Some(false) {
+        return 1;
+    }
+    if c.pointer == Some(false) {
+        return 0;
+    }
+    match p.kind.as_str() {
+        "STRING_2DARRAY" => return 2,
+        "ARGUMENT_LIST" => return 3,
+        "STRING" if c.length.as_deref() == Some("*") && c.pointer.is_none() => return 0,
+        "BUFFER" | "C_BUFFER" | "C_BUFFER2" | "C_BUFFER3" | "C_BUFFER4" | "STRING"
+        | "EXTRA_STATE" | "EXTRA_STATE2" | "ATTRIBUTE_VAL" | "STATUS" | "ATTRIBUTE_VAL_10"
+        | "STRING_ARRAY" | "FUNCTION" | "FUNCTION_SMALL" | "POLYFUNCTION" | "TOOL_MPI_OBJ"
+        | "F08_STATUS" | "F90_STATUS" => return 1,
+        _ => {}
+    }
+    let out = p.direction == "out" || p.direction == "inout" || c.pointer == Some(true);
+    usize::from(out && c.length.is_none())
+}
+
+/// The array brackets the standard writes after a parameter's name.
+fn array_suffix(p: &Param) -> String {
+    let c = &p.c;
+    let pointer = c.pointer == Some(true);
+    match p.kind.as_str() {
+        "C_BUFFER4" => String::new(),
+        "STRING_ARRAY" | "STRING_2DARRAY" => "[]".into(),
+        "STRING" if c.length.as_deref() == Some("*") && !pointer => "[]".into(),
+        "STRING" => String::new(),
+        _ => match (&c.length, &c.dim2) {
+            (Some(_), Some(d2)) => format!("[][{d2}]"),
+            (Some(_), None) if !pointer => "[]".into(),
+            _ => String::new(),
+        },
+    }
+}
+
+/// One parameter in C, and the type it names (none for `...`).
+fn c_param(p: &Param, large: bool) -> Result<(String, Option<String>)> {
+    if p.kind == "VARARGS" {
+        return Ok(("...".into(), None));
+    }
+    let base: String = match p.kind.as_str() {
+        "FUNCTION" | "FUNCTION_SMALL" => p.c.func_type.clone(),
+        "POLYFUNCTION" if large => format!("{}_c", p.c.func_type),
+        "POLYFUNCTION" => p.c.func_type.clone(),
+        k => c_type(k, large)?.to_string(),
+    };
+    let text = format!(
+        "{}{base} {}{}{}",
+        if p.c.constant { "const " } else { "" },
+        "*".repeat(pointer_level(p)),
+        p.c.name,
+        array_suffix(p)
+    );
+    Ok((text, Some(base)))
+}
+
+/// A procedure's `QMPI_X_t` typedef, and the feature macros it needs. A
+/// type in neither [`PORTABLE`] nor [`GUARDED`] fails the generator, so a
+/// newer `apis.json` cannot slip in a type some `mpi.h` lacks.
+fn typedef(p: &Procedure) -> Result<(String, Vec<&'static str>)> {
+    let ret = c_type(&p.return_kind, p.large_count)?;
+    let mut types = vec![ret.to_string()];
+    let mut params = vec![
+        "QMPI_Context context".to_string(),
+        "int tool_id".to_string(),
+    ];
+    for param in &p.c_params {
+        if param.c.large_only && !p.large_count {
+            continue;
+        }
+        let (text, base) = c_param(param, p.large_count)?;
+        params.push(text);
+        types.extend(base);
+    }
+    let mut guards = BTreeSet::new();
+    for t in &types {
+        if PORTABLE.contains(&t.as_str()) {
+            continue;
+        }
+        match GUARDED.iter().find(|(g, _)| g == t) {
+            Some((_, feature)) => {
+                guards.insert(*feature);
+            }
+            None => bail!(
+                "{}: C type `{t}` is in neither PORTABLE nor GUARDED of codegen_qmpi: check which \
+                 mpi.h of the matrix define it and add it",
+                p.name
+            ),
+        }
+    }
+    let text = format!(
+        "typedef {ret} (QMPI_{}_t) ({});",
+        &p.name[4..],
+        params.join(", ")
+    );
+    Ok((text, guards.into_iter().collect()))
+}
+
+fn render_header(procs: &[Procedure], digest: u64) -> Result<String> {
+    let mut s = format!(
+        "/* @generated by `cargo xtask codegen` from the MPI Forum's apis.json\n \
+         * (FNV-1a {digest:#018x}) and observer_common's FunctionId. Do not edit.\n \
+         *\n \
+         * MPICH's QMPI tool interface for tools run under mpi-observer's shim, on\n \
+         * every MPI: build a tool with\n \
+         *   mpicc $(mpi-observer qmpi-flags) tool.c -shared -fPIC -o libtool.so\n \
+         * (the flags force-include this header, so a tool written for MPICH's\n \
+         * mpi.h compiles unchanged on Open MPI).\n \
+         *\n \
+         * Under MPICH's own mpi.h, which declares QMPI with its release's procedure\n \
+         * ids, this header only adds the build marker. On Open MPI and the standard\n \
+         * ABI it declares QMPI with MPICH's signatures and the ids\n \
+         * MPI_X_T = 0x514D0000 + observer_common's FunctionId of MPI_X.\n \
+         */\n\
+         #ifndef MPI_OBSERVER_QMPI_H\n\
+         #define MPI_OBSERVER_QMPI_H\n\n\
+         #include <mpi.h>\n\n\
+         #ifdef __cplusplus\n\
+         extern \"C\" {{\n\
+         #endif\n\n"
+    );
+    s.push_str(
+        "/* The MPI this object was built for: the shim reads it from the object that\n \
+         * registers a tool, and leaves out a tool built for another MPI than the\n \
+         * running one. Weak, so every file of a tool may include this header. */\n\
+         #if defined(MPICH_VERSION)\n\
+         #define MPI_OBSERVER_QMPI_BUILT_FOR \"MPICH \" MPICH_VERSION\n\
+         #elif defined(MPI_ABI_VERSION)\n\
+         #define MPI_OBSERVER_QMPI_BUILT_FOR \"MPI ABI\"\n\
+         #elif defined(OPEN_MPI)\n\
+         #define MPI_OBSERVER_QMPI_BUILT_FOR \"Open MPI\"\n\
+         #else\n\
+         #error \"mpi_observer_qmpi.h: this mpi.h is neither MPICH's, Open MPI's nor the standard ABI's (mpi_abi.h)\"\n\
+         #endif\n\
+         #ifdef __cplusplus\n\
+         extern\n\
+         #endif\n\
+         __attribute__((weak, used, visibility(\"default\"))) const char mpi_observer_qmpi_built_for[] =\n    \
+         MPI_OBSERVER_QMPI_BUILT_FOR;\n\n\
+         #ifndef MPICH_VERSION\n\n\
+         typedef struct {\n    void **storage_stack;\n} QMPI_Context;\n\n\
+         #define QMPI_MAX_TOOL_NAME_LENGTH 256\n\n",
+    );
+    writeln!(
+        s,
+        "/* Procedure ids: 0x514D0000 + observer_common's FunctionId of MPI_X. */\n\
+         enum QMPI_Functions_enum {{"
+    )?;
+    for (id, p) in procs.iter().enumerate() {
+        let value = OURS_BASE + u32::try_from(id)?;
+        writeln!(s, "    {} = {value:#010X},", enumerator(p))?;
+    }
+    writeln!(
+        s,
+        "    MPI_LAST_FUNC_T = {:#010X}\n}};\n",
+        OURS_BASE + u32::try_from(procs.len())?
+    )?;
+    s.push_str(
+        "/* Registration and lookup, with MPICH's signatures; the preloaded shim\n \
+         * defines them (libmpi_observer_qmpi.so only has inert stubs to link with). */\n\
+         int QMPI_Register_tool_name(const char *tool_name, void (*init_function_ptr) (int tool_id));\n\
+         int QMPI_Register_tool_storage(int tool_id, void *tool_storage);\n\
+         int QMPI_Register_function(int calling_tool_id, enum QMPI_Functions_enum function_enum,\n                           \
+         void (*function_ptr) (void));\n\
+         int QMPI_Get_function(int calling_tool_id, enum QMPI_Functions_enum function_enum,\n                      \
+         void (**function_ptr) (void), int *next_tool_id);\n\
+         int QMPI_Get_tool_storage(QMPI_Context context, int tool_id, void **storage);\n\
+         int QMPI_Get_calling_address(QMPI_Context context, void **address);\n\n",
+    );
+    s.push_str(
+        "/* Which of the types not every mpi.h defines this one does (checked with the\n \
+         * mpicc of each MPI of the README's matrix): a QMPI_X_t typedef needing a\n \
+         * missing one is left out. */\n",
+    );
+    s.push_str(FEATURES);
+    s.push_str(
+        "\n/* The type of an instance's function for MPI_X: its C binding, after the\n \
+         * context and the instance's id. */\n",
+    );
+    let mut open: Vec<&str> = Vec::new();
+    for p in procs {
+        if is_predefined_callback(&p.name) {
+            continue;
+        }
+        let (text, guards) = typedef(p)?;
+        if guards != open {
+            if !open.is_empty() {
+                writeln!(s, "#endif")?;
+            }
+            if !guards.is_empty() {
+                writeln!(s, "#if {}", guards.join(" && "))?;
+            }
+            open = guards;
+        }
+        writeln!(s, "{text}")?;
+    }
+    if !open.is_empty() {
+        writeln!(s, "#endif")?;
+    }
+    s.push_str(
+        "\n#endif /* !MPICH_VERSION */\n\n\
+         #ifdef __cplusplus\n\
+         }\n\
+         #endif\n\n\
+         #endif /* MPI_OBSERVER_QMPI_H */\n",
+    );
+    Ok(s)
+}
+
+/// The QMPI outputs, as (path relative to the workspace root, text).
+pub fn outputs(
+    root: &Path,
+    procs: &[Procedure],
+    digest: u64,
+) -> Result<Vec<(&'static str, String)>> {
+    let releases = load_releases(root)?;
+    ensure!(
+        u16::try_from(procs.len()).is_ok_and(|n| n < u16::MAX),
+        "{} procedures do not fit the u16 tables",
+        procs.len()
+    );
+    Ok(vec![
+        (QMPI_RS, render_rs(procs, &releases, digest)?),
+        (HEADER, render_header(procs, digest)?),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        spec::{self, variant},
+        workspace_root,
+    };
+
+    fn send_value(r: &Release) -> usize {
+        r.enumerators
+            .iter()
+            .position(|e| e == "MPI_SEND_T")
+            .unwrap()
+    }
+
+    #[test]
+    fn mpich_send_ids_map_to_send() {
+        let root = workspace_root();
+        let (procs, _) = spec::load(&root).unwrap();
+        let releases = load_releases(&root).unwrap();
+        let versions: Vec<_> = releases.iter().map(|r| r.version.as_str()).collect();
+        assert_eq!(versions, ["4.0.2", "5.0.2"]);
+        for (r, want) in releases.iter().zip([423, 501]) {
+            let v = send_value(r);
+            assert_eq!(v, want, "MPI_SEND_T of MPICH {}", r.version);
+            let id = procedure_of(&r.enumerators[v], &procs).unwrap();
+            assert_eq!(variant(&procs[id].name), "Send", "MPICH {}", r.version);
+            let c = r.enumerators.iter().position(|e| e == "MPI_SEND_C_T");
+            if let Some(c) = c {
+                let id = procedure_of(&r.enumerators[c], &procs).unwrap();
+                assert_eq!(procs[id].name, "MPI_Send_c");
+            }
+        }
+    }
+
+    #[test]
+    fn extensions_name_no_procedure() {
+        let (procs, _) = spec::load(&workspace_root()).unwrap();
+        assert_eq!(procedure_of("MPIX_COMM_REVOKE_T", &procs), None);
+        assert_eq!(procedure_of("MPI_NO_SUCH_THING_T", &procs), None);
+        assert_eq!(procedure_of("MPI_SEND", &procs), None);
+    }
+
+    #[test]
+    fn the_generated_table_matches_the_lists() {
+        let root = workspace_root();
+        let (procs, digest) = spec::load(&root).unwrap();
+        let rs = render_rs(&procs, &load_releases(&root).unwrap(), digest).unwrap();
+        let send = procs.iter().position(|p| p.name == "MPI_Send").unwrap();
+        assert!(rs.contains(&format!("        {send}, // 423: MPI_SEND_T\n")));
+        assert!(rs.contains(&format!("        {send}, // 501: MPI_SEND_T\n")));
+        assert!(
+            rs.contains("u16::MAX, // "),
+            "MPIX_ enumerators name nothing"
+        );
+    }
+
+    #[test]
+    fn bad_lists_are_refused_with_the_line() {
+        let e = parse_release("MPI_SEND_T\nMPI_SEND_T\n").unwrap_err();
+        assert!(e.to_string().contains("line 2"), "{e}");
+        let e = parse_release("MPI_SEND_T\nMPI_LAST_FUNC_T\n").unwrap_err();
+        assert!(e.to_string().contains("line 2"), "{e}");
+        let e = parse_release("MPI_SEND_T,\n").unwrap_err();
+        assert!(e.to_string().contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn our_ids_are_base_plus_function_id() {
+        let root = workspace_root();
+        let (procs, digest) = spec::load(&root).unwrap();
+        let h = render_header(&procs, digest).unwrap();
+        let send = procs.iter().position(|p| p.name == "MPI_Send").unwrap();
+        let want = format!("    MPI_SEND_T = {:#010X},\n", OURS_BASE + send as u32);
+        assert!(h.contains(&want), "{want}");
+        let last = format!(
+            "    MPI_LAST_FUNC_T = {:#010X}\n",
+            OURS_BASE + procs.len() as u32
+        );
+        assert!(h.contains(&last), "{last}");
+        assert!(h.contains(
+            "typedef int (QMPI_Send_t) (QMPI_Context context, int tool_id, const void *buf, \
+             int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm);"
+        ));
+        assert!(h.contains("typedef double (QMPI_Wtime_t) (QMPI_Context context, int tool_id);"));
+        assert!(h.contains("typedef MPI_Aint (QMPI_Aint_add_t) (QMPI_Context context, int tool_id, MPI_Aint base, MPI_Aint disp);"));
+    }
+}
