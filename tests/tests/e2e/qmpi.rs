@@ -17,6 +17,8 @@
 //!   below the first QMPI tool the calls it makes itself, through
 //!   `QMPI_Get_function` and directly), `stats`' figures scraped from a
 //!   real daemon are exact, and the `v` layers line shows the order.
+//! - Both placements in one stack, a name listed twice for a library in
+//!   `MPI_TOOLS_ENTRY`: ids count top first, not in the list's order.
 //! - A tool compiled into the executable, named only in the QMPI list.
 //! - Without a QMPI list a tool is inert: its registration succeeds,
 //!   nothing else happens, the job is unharmed.
@@ -612,6 +614,48 @@ fn two_instances(mpi: Mpi) {
 }
 
 e2e::per_mpi!(qmpi_two_instances => two_instances: openmpi, mpich, openmpi5, mpich5, mpich5_abi);
+
+/// Both placements in one stack: `qa` in `MPI_TOOLS_ENTRY` above `stats`
+/// and named twice in the QMPI list, `qb` preloaded and named first in
+/// the list. `qa`'s two instances sit at its place, `qb`'s below `stats`;
+/// ids count top first, whatever the list's order: qa 1 and 2, qb 3.
+fn entry_and_list(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
+    let kit = Kit::new(mpi, "entry-and-list");
+    let (qa, qb) = (kit.qtool("qa"), kit.qtool("qb"));
+    let app = kit.prog();
+    let entry = format!("v,{},stats", qa.display());
+    let ran = kit.run(
+        "both",
+        &[&kit.shim, &qb],
+        &[
+            ("MPI_TOOLS_ENTRY", &entry),
+            ("MPIR_CVAR_QMPI_TOOL_LIST", "qb:qa:qa"),
+        ],
+        &app,
+    );
+    ran.assert_no_refusal();
+    assert_layers(
+        &ran,
+        &[
+            "qmpi qa id 1",
+            "qmpi qa id 2",
+            "stats",
+            "qmpi qb id 3",
+            "mpi",
+        ],
+        &[("qa", "libqa.so"), ("qb", "libqb.so")].into(),
+    );
+    for rank in 0..NP {
+        ran.qreport("qa", rank)
+            .assert_exact(&ran.label, rank, &[1, 2]);
+        ran.qreport("qb", rank).assert_exact(&ran.label, rank, &[3]);
+    }
+}
+
+e2e::per_mpi!(qmpi_entry_and_list => entry_and_list: openmpi, mpich);
 
 /// Where a mixed stack's QMPI tools are named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
