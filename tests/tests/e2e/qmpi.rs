@@ -1,8 +1,8 @@
 //! QMPI tools under the shim (issue 25): MPICH's QMPI tool interface on
 //! every MPI, its instances ordered in one stack with PMPI tools and
 //! `stats`. The tool and the program are in `tests/programs/qmpi/`, built
-//! on every stack with `mpicc $(mpi-observer qmpi-flags)`, the way the
-//! README tells users to.
+//! on every stack with the stack's `mpicc` and what `mpi-observer
+//! qmpi-flags` prints, with warnings as errors.
 //!
 //! - `qcount.c` is a QMPI tool written for MPICH (`#include <mpi.h>` only):
 //!   per instance it counts, through the storage it registered, the calls
@@ -22,13 +22,15 @@
 //! - A tool compiled into the executable, named only in the QMPI list.
 //! - Without a QMPI list a tool is inert: its registration succeeds,
 //!   nothing else happens, the job is unharmed.
-//! - Refusals, one `mpi-observer-shim: QMPI: ` line each and the job
-//!   unharmed: a listed name nobody registered, a registration after the
+//! - Refusals, one `mpi-observer-shim: QMPI: ` line per rank each and the
+//!   job unharmed: a listed name nobody registered, a registration after the
 //!   stack is built, an out-of-range procedure id, a tool built for another
 //!   MPI than the running one.
 //! - Built in the documented order (`mpicc $(mpi-observer qmpi-flags)
-//!   SOURCES`), a tool and a program with a tool inside link on every MPI
-//!   and, without the shim, run with QMPI inert.
+//!   SOURCES`, which `--as-needed` linkers make a test of its own), a tool
+//!   and a program with a tool inside link on every MPI and, without the
+//!   shim, run with QMPI inert, the tool also in a program that has no QMPI
+//!   at all.
 
 use std::{
     collections::BTreeMap,
