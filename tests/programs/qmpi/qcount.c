@@ -23,6 +23,11 @@
  * below its instances). The levels below see two MPI_Comm_rank more per
  * send; the tool itself sees neither.
  *
+ * With QCOUNT_CACHE=NAME, the tool of that name asks QMPI_Get_function
+ * once per instance and function and keeps the answer in the instance's
+ * storage, as tools do to save the lookup: the pointers, called later and
+ * from any thread, must still reach the right level.
+ *
  * With QCOUNT_BAD_ID set, each init callback also registers a function for
  * the id MPI_LAST_FUNC_T (one past the last procedure), which must be
  * refused.
@@ -65,6 +70,9 @@ struct storage {
     int id;
     unsigned long counts[N];
     unsigned long storage_bad, app, elsewhere, noaddr;
+    /* With QCOUNT_CACHE: each function's next level, once asked. */
+    void (*next_fn[N])(void);
+    int next_id[N];
 };
 
 #define MAX_INSTANCES 16
@@ -72,7 +80,7 @@ static struct storage *instances[MAX_INSTANCES];
 static int ninstances;
 static int register_rc = -1, functions_rc, bad_tried, badid_rc;
 static char name[QMPI_MAX_TOOL_NAME_LENGTH];
-static int chatty;
+static int chatty, cache;
 /* The executable's load address, to tell the application's call sites. */
 static void *exe_base;
 
@@ -84,8 +92,9 @@ static void fail(const char *what, int rc) {
 static void add(unsigned long *c) { __atomic_fetch_add(c, 1, __ATOMIC_RELAXED); }
 
 /* Counts call `f` into instance `id`'s storage, found through the context,
- * and notes where the application called from. */
-static void count(QMPI_Context ctx, int id, int f) {
+ * and notes where the application called from. Returns the storage, NULL
+ * if it was another instance's. */
+static struct storage *count(QMPI_Context ctx, int id, int f) {
     void *p = NULL;
     int rc = QMPI_Get_tool_storage(ctx, id, &p);
     if (rc != MPI_SUCCESS || p == NULL)
@@ -96,13 +105,13 @@ static void count(QMPI_Context ctx, int id, int f) {
         for (int i = 0; i < ninstances; i++)
             if (instances[i]->id == id)
                 add(&instances[i]->storage_bad);
-        return;
+        return NULL;
     }
     add(&s->counts[f]);
     void *where = NULL;
     if (QMPI_Get_calling_address(ctx, &where) != MPI_SUCCESS || where == NULL) {
         add(&s->noaddr);
-        return;
+        return s;
     }
     /* A malloc'd string "0x...", as MPICH gives it. */
     char *end = NULL;
@@ -116,60 +125,78 @@ static void count(QMPI_Context ctx, int id, int f) {
         add(&s->app);
     else
         add(&s->elsewhere);
+    return s;
 }
 
-/* The next level's function for `t` below instance `id`. */
-#define NEXT(T, TYPE)                                                                              \
+/* The next level's function for procedure `t` (our index `f`) below
+ * instance `id`: asked each time, or with QCOUNT_CACHE once per instance
+ * (several threads may ask at once: they get the same answer). */
+static void next_level(struct storage *s, int id, int f, enum QMPI_Functions_enum t,
+                       void (**fn)(void), int *next_id) {
+    if (cache && s != NULL) {
+        void (*known)(void) = __atomic_load_n(&s->next_fn[f], __ATOMIC_ACQUIRE);
+        if (known != NULL) {
+            *fn = known;
+            *next_id = __atomic_load_n(&s->next_id[f], __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    int rc = QMPI_Get_function(id, t, fn, next_id);
+    if (rc != MPI_SUCCESS || *fn == NULL)
+        fail("QMPI_Get_function", rc);
+    if (cache && s != NULL) {
+        __atomic_store_n(&s->next_id[f], *next_id, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->next_fn[f], *fn, __ATOMIC_RELEASE);
+    }
+}
+
+#define NEXT(F, T, TYPE)                                                                           \
     TYPE *next;                                                                                    \
     int next_id;                                                                                   \
-    {                                                                                              \
-        int rc = QMPI_Get_function(id, T, (void (**)(void)) & next, &next_id);                     \
-        if (rc != MPI_SUCCESS || next == NULL)                                                     \
-            fail("QMPI_Get_function(" #T ")", rc);                                                 \
-    }
+    next_level(s, id, F, T, (void (**)(void)) & next, &next_id)
 
 static int q_send(QMPI_Context ctx, int id, const void *buf, int n, MPI_Datatype dt, int dest,
                   int tag, MPI_Comm comm) {
-    count(ctx, id, SEND);
+    struct storage *s = count(ctx, id, SEND);
     if (chatty) {
         int r;
-        NEXT(MPI_COMM_RANK_T, QMPI_Comm_rank_t);
+        NEXT(COMM_RANK, MPI_COMM_RANK_T, QMPI_Comm_rank_t);
         next(ctx, next_id, comm, &r);
         MPI_Comm_rank(comm, &r);
     }
-    NEXT(MPI_SEND_T, QMPI_Send_t);
+    NEXT(SEND, MPI_SEND_T, QMPI_Send_t);
     return next(ctx, next_id, buf, n, dt, dest, tag, comm);
 }
 
 static int q_recv(QMPI_Context ctx, int id, void *buf, int n, MPI_Datatype dt, int src, int tag,
                   MPI_Comm comm, MPI_Status *st) {
-    count(ctx, id, RECV);
-    NEXT(MPI_RECV_T, QMPI_Recv_t);
+    struct storage *s = count(ctx, id, RECV);
+    NEXT(RECV, MPI_RECV_T, QMPI_Recv_t);
     return next(ctx, next_id, buf, n, dt, src, tag, comm, st);
 }
 
 static int q_allreduce(QMPI_Context ctx, int id, const void *sb, void *rb, int n,
                        MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
-    count(ctx, id, ALLREDUCE);
-    NEXT(MPI_ALLREDUCE_T, QMPI_Allreduce_t);
+    struct storage *s = count(ctx, id, ALLREDUCE);
+    NEXT(ALLREDUCE, MPI_ALLREDUCE_T, QMPI_Allreduce_t);
     return next(ctx, next_id, sb, rb, n, dt, op, comm);
 }
 
 static int q_barrier(QMPI_Context ctx, int id, MPI_Comm comm) {
-    count(ctx, id, BARRIER);
-    NEXT(MPI_BARRIER_T, QMPI_Barrier_t);
+    struct storage *s = count(ctx, id, BARRIER);
+    NEXT(BARRIER, MPI_BARRIER_T, QMPI_Barrier_t);
     return next(ctx, next_id, comm);
 }
 
 static int q_comm_rank(QMPI_Context ctx, int id, MPI_Comm comm, int *rank) {
-    count(ctx, id, COMM_RANK);
-    NEXT(MPI_COMM_RANK_T, QMPI_Comm_rank_t);
+    struct storage *s = count(ctx, id, COMM_RANK);
+    NEXT(COMM_RANK, MPI_COMM_RANK_T, QMPI_Comm_rank_t);
     return next(ctx, next_id, comm, rank);
 }
 
 static int q_finalize(QMPI_Context ctx, int id) {
-    count(ctx, id, FINALIZE);
-    NEXT(MPI_FINALIZE_T, QMPI_Finalize_t);
+    struct storage *s = count(ctx, id, FINALIZE);
+    NEXT(FINALIZE, MPI_FINALIZE_T, QMPI_Finalize_t);
     return next(ctx, next_id);
 }
 
@@ -220,6 +247,8 @@ __attribute__((constructor)) static void setup(void) {
 #endif
     const char *chat = getenv("QCOUNT_CHATTY");
     chatty = chat != NULL && strcmp(chat, name) == 0;
+    const char *keep = getenv("QCOUNT_CACHE");
+    cache = keep != NULL && strcmp(keep, name) == 0;
     Dl_info exe;
     if (dladdr((void *)getauxval(AT_PHDR), &exe) != 0)
         exe_base = exe.dli_fbase;

@@ -19,6 +19,8 @@
 //!   real daemon are exact, and the `v` layers line shows the order.
 //! - Both placements in one stack, a name listed twice for a library in
 //!   `MPI_TOOLS_ENTRY`: ids count top first, not in the list's order.
+//! - Threads: cached `QMPI_Get_function` pointers called from 4 threads at
+//!   once under `MPI_THREAD_MULTIPLE`, counts exact at every level.
 //! - A tool compiled into the executable, named only in the QMPI list.
 //! - Without a QMPI list a tool is inert: its registration succeeds,
 //!   nothing else happens, the job is unharmed.
@@ -57,6 +59,10 @@ const SENDS: u64 = 4;
 const REDUCES: u64 = 3;
 const RANKS: u64 = 2;
 const BARRIERS: u64 = 2;
+/// With QPROG_THREADS: its threads, and the Allreduces and Barriers each
+/// makes.
+const THREADS: u64 = 4;
+const THREAD_ITERS: u64 = 5;
 
 /// What qcount.c counts, in its report's order.
 const QCOUNTED: [&str; 6] = [
@@ -193,7 +199,7 @@ impl Kit {
     /// qprog.c.
     fn prog(&self) -> PathBuf {
         let out = self.dir.join("qprog");
-        self.build("qmpi/qprog.c", &out, &[]);
+        self.build("qmpi/qprog.c", &out, &["-pthread"]);
         out
     }
 
@@ -204,7 +210,11 @@ impl Kit {
         self.build(
             "qmpi/qprog.c",
             &out,
-            &[program("qmpi/qcount.c").to_str().unwrap(), define.as_str()],
+            &[
+                program("qmpi/qcount.c").to_str().unwrap(),
+                define.as_str(),
+                "-pthread",
+            ],
         );
         out
     }
@@ -659,6 +669,63 @@ fn entry_and_list(mpi: Mpi) {
 
 e2e::per_mpi!(qmpi_entry_and_list => entry_and_list: openmpi, mpich);
 
+/// Threads: qprog.c under `MPI_THREAD_MULTIPLE` with QPROG_THREADS (4
+/// threads making Allreduces and Barriers at once, each on its own
+/// communicator), a PMPI tool and `stats` above two instances of a tool
+/// that asks `QMPI_Get_function` once per instance and function
+/// (QCOUNT_CACHE) and calls the kept pointers from every thread: every
+/// level counts exactly the program's calls.
+fn threads(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
+    let kit = Kit::new(mpi, "threads");
+    let top = kit.ptool("top");
+    let qa = kit.qtool("qa");
+    let app = kit.prog();
+    let entry = format!("v,{},stats", top.display());
+    let ran = kit.run(
+        "threads",
+        &[&kit.shim, &qa],
+        &[
+            ("MPI_TOOLS_ENTRY", &entry),
+            ("MPIR_CVAR_QMPI_TOOL_LIST", "qa:qa"),
+            ("QCOUNT_CACHE", "qa"),
+            ("QPROG_THREADS", "1"),
+        ],
+        &app,
+    );
+    ran.assert_no_refusal();
+    assert_layers(
+        &ran,
+        &["libtop.so", "stats", "qmpi qa id 1", "qmpi qa id 2", "mpi"],
+        &[("qa", "libqa.so")].into(),
+    );
+    let with_threads = |mut m: BTreeMap<String, u64>| {
+        for f in ["MPI_Allreduce", "MPI_Barrier"] {
+            *m.get_mut(f).unwrap() += THREADS * THREAD_ITERS;
+        }
+        m
+    };
+    for (rank, pid) in ran.pids() {
+        let top = read_pcounts(&ran.prefix.with_extension(format!("top.{pid}")));
+        assert_eq!(
+            top,
+            with_threads(expected(rank, &PCOUNTED)),
+            "{} rank {rank}: the PMPI tool",
+            ran.label
+        );
+        ran.qreport("qa", rank).assert_counts(
+            &ran.label,
+            rank,
+            &[1, 2],
+            &with_threads(expected(rank, &QCOUNTED)),
+        );
+    }
+}
+
+e2e::per_mpi!(qmpi_threads => threads: openmpi, mpich, openmpi5, mpich5);
+
 /// Where a mixed stack's QMPI tools are named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Placement {
@@ -1058,7 +1125,7 @@ fn as_documented(mpi: Mpi) {
         &kit.flags,
         &["qmpi/qprog.c", "qmpi/qcount.c"],
         &app,
-        &["-DQTOOL_NAME=\"qin\""],
+        &["-DQTOOL_NAME=\"qin\"", "-pthread"],
     );
     let ran = kit.run(
         "noshim",
@@ -1095,7 +1162,12 @@ fn as_documented(mpi: Mpi) {
     }
 
     let plain = kit.dir.join("qprog-plain");
-    compile(mpi, &program("qmpi/qprog.c"), &plain, &["-DNO_QMPI"]);
+    compile(
+        mpi,
+        &program("qmpi/qprog.c"),
+        &plain,
+        &["-DNO_QMPI", "-pthread"],
+    );
     let ran = kit.run(
         "plain",
         &[&qa],
