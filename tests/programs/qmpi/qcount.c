@@ -29,7 +29,9 @@
  * from any thread, must still reach the right level.
  *
  * With QCOUNT_BAD_ID set, each init callback also registers a function for
- * the id MPI_LAST_FUNC_T (one past the last procedure), which must be
+ * the id MPI_LAST_FUNC_T (one past the last procedure), and each instance
+ * asks QMPI_Get_function for that id in its first MPI_Barrier (lookups
+ * belong in the tool's functions, not in its init callback); both must be
  * refused.
  *
  * At exit, when QCOUNT_OUT is set, it writes "$QCOUNT_OUT.NAME.<pid>":
@@ -37,6 +39,9 @@
  *   inits N                how many init callbacks ran
  *   functions RC           0 if every QMPI_Register_function succeeded
  *   badid RC               (with QCOUNT_BAD_ID) the refused registration's
+ *   badget WHAT            (with QCOUNT_BAD_ID) the bad lookups: refused,
+ *                          answered (one of them was not refused) or
+ *                          not-asked
  *   instance ID MPI_Send=N MPI_Recv=N MPI_Allreduce=N MPI_Barrier=N
  *       MPI_Comm_rank=N MPI_Finalize=N storage_bad=N app=N elsewhere=N
  *       noaddr=N           one line per instance, in id order: its counts,
@@ -73,12 +78,16 @@ struct storage {
     /* With QCOUNT_CACHE: each function's next level, once asked. */
     void (*next_fn[N])(void);
     int next_id[N];
+    /* With QCOUNT_BAD_ID: the bad lookup was made. */
+    int bad_asked;
 };
 
 #define MAX_INSTANCES 16
 static struct storage *instances[MAX_INSTANCES];
 static int ninstances;
 static int register_rc = -1, functions_rc, bad_tried, badid_rc;
+/* -1 if a bad lookup succeeded; whether one was made. */
+static int badget_rc, badget_asked;
 static char name[QMPI_MAX_TOOL_NAME_LENGTH];
 static int chatty, cache;
 /* The executable's load address, to tell the application's call sites. */
@@ -184,6 +193,14 @@ static int q_allreduce(QMPI_Context ctx, int id, const void *sb, void *rb, int n
 
 static int q_barrier(QMPI_Context ctx, int id, MPI_Comm comm) {
     struct storage *s = count(ctx, id, BARRIER);
+    if (bad_tried && s != NULL && !__atomic_exchange_n(&s->bad_asked, 1, __ATOMIC_RELAXED)) {
+        void (*fn)(void) = NULL;
+        int bad_next = -1;
+        /* Each instance's answer: all of them must be refusals. */
+        int rc = QMPI_Get_function(id, MPI_LAST_FUNC_T, &fn, &bad_next);
+        __atomic_fetch_or(&badget_rc, rc == MPI_SUCCESS ? -1 : 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&badget_asked, 1, __ATOMIC_RELAXED);
+    }
     NEXT(BARRIER, MPI_BARRIER_T, QMPI_Barrier_t);
     return next(ctx, next_id, comm);
 }
@@ -268,7 +285,8 @@ __attribute__((destructor)) static void report(void) {
     }
     fprintf(f, "register %d\ninits %d\nfunctions %d\n", register_rc, ninstances, functions_rc);
     if (bad_tried)
-        fprintf(f, "badid %d\n", badid_rc);
+        fprintf(f, "badid %d\nbadget %s\n", badid_rc,
+                !badget_asked ? "not-asked" : badget_rc == 0 ? "refused" : "answered");
     for (int i = 0; i < ninstances; i++) {
         const struct storage *s = instances[i];
         fprintf(f, "instance %d", s->id);
