@@ -119,6 +119,9 @@ static LEVELS: AtomicU32 = AtomicU32::new(0);
 static RELEASE: AtomicU32 = AtomicU32::new(u32::MAX);
 /// The running library, as the marker names it (`MPICH 4.0.2`, ...).
 static RUNNING: Mutex<String> = Mutex::new(String::new());
+/// Set once the refusal of an MPICH numbering the running library does not
+/// have has been said.
+static UNKNOWN_SAID: AtomicBool = AtomicBool::new(false);
 
 /// One line on stderr, `mpi-observer-shim: QMPI: ...`.
 fn say(msg: &str) {
@@ -436,8 +439,12 @@ fn row_of(fid: c_int) -> Result<usize, String> {
     }
     let r = RELEASE.load(Ordering::Acquire);
     let Some((version, table)) = RELEASES.get(r as usize) else {
+        // Said once: a tool registers many procedures, all refused alike.
+        if UNKNOWN_SAID.swap(true, Ordering::AcqRel) {
+            return Err(String::new());
+        }
         return Err(format!(
-            "procedure id {fid} is in an MPICH mpi.h's numbering, but this process runs {} (known MPICH releases: {}); build the tool with `mpicc $(mpi-observer qmpi-flags)` of the running MPI",
+            "procedure id {fid} is in an MPICH mpi.h's numbering, but this process runs {} (known MPICH releases: {}): every id of that numbering is refused; build the tool with `mpicc $(mpi-observer qmpi-flags)` of the running MPI",
             lock(&RUNNING),
             RELEASES
                 .iter()
@@ -556,9 +563,11 @@ pub extern "C" fn QMPI_Register_function(id: c_int, fid: c_int, f: *const c_void
             },
         }
     };
-    say(&format!(
-        "QMPI_Register_function: instance {id}: {why}; not registered"
-    ));
+    if !why.is_empty() {
+        say(&format!(
+            "QMPI_Register_function: instance {id}: {why}; not registered"
+        ));
+    }
     QMPI_ERROR
 }
 
@@ -587,7 +596,9 @@ pub unsafe extern "C" fn QMPI_Get_function(
     let row = match row_of(fid) {
         Ok(r) => r,
         Err(why) => {
-            say(&format!("QMPI_Get_function: {why}"));
+            if !why.is_empty() {
+                say(&format!("QMPI_Get_function: {why}"));
+            }
             return QMPI_ERROR;
         }
     };
