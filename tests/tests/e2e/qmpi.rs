@@ -851,6 +851,8 @@ fn mixed(mpi: Mpi, placement: Placement) {
     job.finish("DONE ");
     let s = final_scrape(&mut d);
     let err = std::fs::read_to_string(&err_file).unwrap();
+    // Job::finish saw every rank's DONE line (qprog.c prints it after its
+    // checks) and keeps the output: what Ran needs of it, rebuilt.
     let out: String = ranks
         .iter()
         .map(|(r, p)| format!("READY {r} {p}\nDONE {r} ok\n"))
