@@ -21,6 +21,7 @@
 //!   `MPI_TOOLS_ENTRY`: ids count top first, not in the list's order.
 //! - Threads: cached `QMPI_Get_function` pointers called from 4 threads at
 //!   once under `MPI_THREAD_MULTIPLE`, counts exact at every level.
+//! - A Fortran program under the QMPI tool (Debian's stacks).
 //! - A tool compiled into the executable, named only in the QMPI list.
 //! - Without a QMPI list a tool is inert: its registration succeeds,
 //!   nothing else happens, the job is unharmed.
@@ -738,6 +739,41 @@ fn threads(mpi: Mpi) {
 }
 
 e2e::per_mpi!(qmpi_threads => threads: openmpi, mpich, openmpi5, mpich5);
+
+/// A Fortran program (`use mpi`), qfort.f90 with qprog.c's calls: through
+/// the shim's Fortran layer, `stats` and two instances of the C QMPI tool
+/// count exactly its calls, found called from the executable. Debian's
+/// stacks only: the PyPI wheels ship no Fortran (callers.rs asserts it).
+fn fortran(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi), Need::Command(mpi.mpifort().leak())]) {
+        return;
+    }
+    let kit = Kit::new(mpi, "fortran");
+    let qa = kit.qtool("qa");
+    let app = kit.dir.join("qfort");
+    compile(mpi, &program("qmpi/qfort.f90"), &app, &["-g"]);
+    let ran = kit.run(
+        "fortran",
+        &[&kit.shim, &qa],
+        &[
+            ("MPI_TOOLS_ENTRY", "v,stats"),
+            ("MPIR_CVAR_QMPI_TOOL_LIST", "qa:qa"),
+        ],
+        &app,
+    );
+    ran.assert_no_refusal();
+    assert_layers(
+        &ran,
+        &["stats", "qmpi qa id 1", "qmpi qa id 2", "mpi"],
+        &[("qa", "libqa.so")].into(),
+    );
+    for rank in 0..NP {
+        ran.qreport("qa", rank)
+            .assert_exact(&ran.label, rank, &[1, 2]);
+    }
+}
+
+e2e::per_mpi!(qmpi_fortran => fortran: openmpi, mpich);
 
 /// Where a mixed stack's QMPI tools are named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
