@@ -87,6 +87,16 @@ const PCOUNTED: [&str; 8] = [
     "MPI_Type_size",
 ];
 
+/// What the mixed tests read of `stats`' figures.
+const STATS_FNS: [&str; 6] = [
+    "MPI_Send",
+    "MPI_Recv",
+    "MPI_Allreduce",
+    "MPI_Barrier",
+    "MPI_Comm_rank",
+    "MPI_Comm_size",
+];
+
 /// qprog.c's calls on `rank`, per function.
 fn program_calls(rank: u32) -> BTreeMap<String, u64> {
     let (sends, recvs) = if rank == 0 { (SENDS, 0) } else { (0, SENDS) };
@@ -814,9 +824,9 @@ fn peer_series(s: &[Sample], name: &str, rank: u32) -> BTreeMap<(String, String)
 }
 
 /// [PMPI tool, QMPI tool, `stats`, QMPI tool] in `placement`: the PMPI
-/// tool, both QMPI instances and `stats` (its figures through a real
-/// daemon's scrape) each see exactly the calls that reach them, and the
-/// `v` line shows the order. The calls: the program's, and on rank 0 (the
+/// tool, both QMPI instances and `stats` (its counts, timings, histogram
+/// and messages through a real daemon's scrape) each see exactly the
+/// calls that reach them, and the `v` line shows the order. The calls: the program's, and on rank 0 (the
 /// sender) the two MPI_Comm_rank `qa` makes in each send (qcount.c's
 /// QCOUNT_CHATTY), which the levels below `qa` see and the ones above it
 /// do not; rank 1 makes none, so every level sees only the program's.
@@ -905,6 +915,8 @@ fn mixed(mpi: Mpi, placement: Placement) {
         &want,
         &[("qa", "libqa.so"), ("qb", "libqb.so")].into(),
     );
+    // Calls per function that stats timed, over the ranks.
+    let mut timed: BTreeMap<String, u64> = BTreeMap::new();
     for (rank, pid) in ranks {
         let label = &ran.label;
         // What a level below `qa` sees: qa's own calls as well.
@@ -926,15 +938,7 @@ fn mixed(mpi: Mpi, placement: Placement) {
             &below_qa(expected(rank, &QCOUNTED)),
         );
         let r = rank.to_string();
-        let stats_fns = [
-            "MPI_Send",
-            "MPI_Recv",
-            "MPI_Allreduce",
-            "MPI_Barrier",
-            "MPI_Comm_rank",
-            "MPI_Comm_size",
-        ];
-        let stats: BTreeMap<String, u64> = stats_fns
+        let stats: BTreeMap<String, u64> = STATS_FNS
             .iter()
             .map(|f| {
                 let n = sum(&s, "mpi_calls_total", &[("rank", &r), ("function", f)]);
@@ -942,10 +946,23 @@ fn mixed(mpi: Mpi, placement: Placement) {
             })
             .collect();
         let want = match placement {
-            Placement::Entry => below_qa(expected(rank, &stats_fns)),
-            Placement::List => expected(rank, &stats_fns),
+            Placement::Entry => below_qa(expected(rank, &STATS_FNS)),
+            Placement::List => expected(rank, &STATS_FNS),
         };
         assert_eq!(stats, want, "{label} rank {rank}: stats' mpi_calls_total");
+        // Timed, each call that reached stats.
+        for (f, n) in &want {
+            let secs = sum(
+                &s,
+                "mpi_call_seconds_total",
+                &[("rank", &r), ("function", f)],
+            );
+            assert!(
+                (*n > 0) == (secs > 0.0) && secs.is_finite(),
+                "{label} rank {rank}: {f}: {n} calls, {secs} s"
+            );
+            *timed.entry(f.clone()).or_insert(0) += n;
+        }
         // qprog.c's messages: SENDS ints from rank 0 to rank 1.
         let dir = if rank == 0 { "send" } else { "recv" };
         let peer = (1 - rank).to_string();
@@ -959,6 +976,15 @@ fn mixed(mpi: Mpi, placement: Placement) {
                 "{label} rank {rank}: stats' {name}"
             );
         }
+    }
+    // The job's histogram has every timed call.
+    for (f, n) in timed {
+        let count = sum(&s, "mpi_call_duration_seconds_count", &[("function", &f)]);
+        assert_eq!(
+            count as u64, n,
+            "{}: {f}: stats' mpi_call_duration_seconds_count",
+            ran.label
+        );
     }
 }
 
