@@ -802,6 +802,7 @@ fn check_tools(run: &SuiteRun) -> Result<String, String> {
     let main_pids: Vec<u32> = run.ranks.iter().filter_map(|r| r.pid).collect();
     let mut calls_total = 0;
     let mut functions = 0;
+    let mut qmpi_functions = 0;
     for &pid in &pids {
         let (Some(c), Some(k)) = (
             reports.get(&("count".to_string(), pid)),
@@ -813,6 +814,8 @@ fn check_tools(run: &SuiteRun) -> Result<String, String> {
         match reports.get(&("qcount".to_string(), pid)) {
             None => errs.push(format!("pid {pid}: the QMPI tool did not report")),
             Some(q) => {
+                qmpi_functions =
+                    qmpi_functions.max(q.keys().filter(|k| k.starts_with("MPI_")).count());
                 if q.get("instances") != Some(&1) {
                     errs.push(format!(
                         "pid {pid}: QMPI instances {:?}, expected 1",
@@ -897,8 +900,9 @@ fn check_tools(run: &SuiteRun) -> Result<String, String> {
         return Err(format!("the C tools disagree:\n  {}", errs.join("\n  ")));
     }
     Ok(format!(
-        "count == check in {} process(es) ({} beside the ranks), {functions} functions, \
+        "count == check (and == the QMPI tool's {} procedures) in {} process(es) ({} beside the ranks), {functions} functions, \
          {calls_total} calls; {}",
+        qmpi_functions,
         pids.len(),
         pids.len().saturating_sub(main_pids.len()),
         per_rank.join("; ")
