@@ -4,9 +4,9 @@
 //! - `shim/src/generated/c.rs`: `MPI_X` and `PMPI_X` for every C procedure
 //!   that takes N words and returns an `int`, and a check naming every
 //!   hand-written `PMPI_X`, so a missing one is a compile error.
-//! - `shim/src/generated/next.rs`: per row, the two functions of the shim
-//!   that need the procedure's signature: its library gate and its `stats`
-//!   timing wrapper.
+//! - `shim/src/generated/next.rs`: per row, the functions of the shim that
+//!   need the procedure's signature: its library gate, its `stats` timing
+//!   wrapper and, for C rows, QMPI's entry and exit adapters.
 //! - `shim/src/generated/fortran.rs`: the Fortran symbol families.
 //!
 //! Everything comes from [`crate::spec`]'s one reading of `apis.json`.
