@@ -461,13 +461,17 @@ fn row_of(fid: c_int) -> Result<usize, String> {
     }
 }
 
-/// Registers a tool name (from its constructor); `caller` is the address
-/// the call returns to, passed by the naked entry below, which tells the
-/// object that registers.
-extern "C" fn register_tool_name(
+/// `QMPI_Register_tool_name(name, init)`, from a tool's constructor. The
+/// object that registers is the one holding `init`: not the caller's
+/// return address, which a constructor's tail call (`-O2`) leaves naming
+/// the dynamic loader.
+///
+/// # Safety
+/// `name` is null or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn QMPI_Register_tool_name(
     name: *const c_char,
     init: Option<InitFn>,
-    caller: usize,
 ) -> c_int {
     if name.is_null() {
         say("QMPI_Register_tool_name: the name is null");
@@ -489,7 +493,7 @@ extern "C" fn register_tool_name(
         ));
         return QMPI_ERROR;
     }
-    let object = crate::layers::owner(caller as *const c_void).0 as usize;
+    let object = crate::layers::owner(init as *const c_void).0 as usize;
     lock(&REGISTERED).push(Registration {
         name: name.clone(),
         init,
@@ -502,20 +506,6 @@ extern "C" fn register_tool_name(
         Some(l) if !l.contains(&name) && !LOADING.load(Ordering::Acquire) => QMPI_ERROR,
         _ => 0,
     }
-}
-
-/// `QMPI_Register_tool_name(name, init)`: hands its return address to
-/// [`register_tool_name`], which places the tool by the object that called.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn QMPI_Register_tool_name() {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "mov rdx, qword ptr [rsp]",
-        "jmp {f}",
-        ".cfi_endproc",
-        f = sym register_tool_name,
-    )
 }
 
 /// `QMPI_Register_tool_storage(id, storage)`, from an init callback.

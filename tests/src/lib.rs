@@ -290,6 +290,24 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target"))
 }
 
+/// `mpi-observer qmpi-flags`, split into words: what `mpicc` needs to build
+/// a QMPI tool, or a program with one inside, on any MPI of the matrix.
+pub fn qmpi_flags() -> Vec<String> {
+    let o = Command::new(observer_bin())
+        .arg("qmpi-flags")
+        .output()
+        .expect("run mpi-observer qmpi-flags");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "mpi-observer qmpi-flags failed (run `cargo xtask build`, which builds \
+         libmpi_observer_qmpi.so and copies the header): {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(out.lines().count(), 1, "one line: {out}");
+    out.split_whitespace().map(String::from).collect()
+}
+
 /// The release `mpi-observer` binary; `cargo xtask test` builds it first.
 pub fn observer_bin() -> PathBuf {
     let p = target_dir().join("release/mpi-observer");

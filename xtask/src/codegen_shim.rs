@@ -4,9 +4,9 @@
 //! - `shim/src/generated/c.rs`: `MPI_X` and `PMPI_X` for every C procedure
 //!   that takes N words and returns an `int`, and a check naming every
 //!   hand-written `PMPI_X`, so a missing one is a compile error.
-//! - `shim/src/generated/next.rs`: per row, the two functions of the shim
-//!   that need the procedure's signature: its library gate and its `stats`
-//!   timing wrapper.
+//! - `shim/src/generated/next.rs`: per row, the functions of the shim that
+//!   need the procedure's signature: its library gate, its `stats` timing
+//!   wrapper and, for C rows, QMPI's entry and exit adapters.
 //! - `shim/src/generated/fortran.rs`: the Fortran symbol families.
 //!
 //! Everything comes from [`crate::spec`]'s one reading of `apis.json`.
@@ -127,43 +127,33 @@ fn render_next(procs: &[Procedure], digest: u64) -> Result<String> {
          use crate::{qmpi::MAX_INSTANCES, rows::Raw, table::ROWS};\n\n",
     );
     let fortran = fortran_rows(procs);
-    for (name, mac, doc) in [
-        ("GATES", "gate", "Each row's library gate."),
-        ("TIMED", "timed", "Each row's `stats` timing wrapper."),
-    ] {
-        writeln!(s, "/// {doc}\npub(crate) static {name}: [Raw; ROWS] = [")?;
-        for p in procs {
-            if is_predefined_callback(&p.name) || p.name == "MPI_Pcontrol" {
-                writeln!(s, "    Raw::NONE,")?;
-            } else {
-                writeln!(
-                    s,
-                    "    {mac}!(F::{} as usize, {}, ({})),",
-                    variant(&p.name),
-                    ret(p),
-                    args(p.c_params.len())
-                )?;
-            }
-        }
-        for (i, r) in fortran.iter().enumerate() {
-            let row = if i == 0 {
-                "FUNCTION_COUNT".to_string()
-            } else {
-                format!("FUNCTION_COUNT + {i}")
-            };
-            writeln!(s, "    {mac}!({row}, {}, ({})),", r.ret, args(r.words))?;
-        }
-        writeln!(s, "];\n")?;
-    }
-    // QMPI's adapters (crate::qmpi), C rows only: QMPI has no Fortran
-    // interface.
-    for (name, mac, ty, none, doc) in [
+    // Per table: its name, the macro per row, its type, a row without one,
+    // its doc, and whether the Fortran rows follow (QMPI's adapters,
+    // crate::qmpi, have C rows only: QMPI has no Fortran interface).
+    let tables = [
+        (
+            "GATES",
+            "gate",
+            "[Raw; ROWS]",
+            "Raw::NONE",
+            "Each row's library gate.",
+            true,
+        ),
+        (
+            "TIMED",
+            "timed",
+            "[Raw; ROWS]",
+            "Raw::NONE",
+            "Each row's `stats` timing wrapper.",
+            true,
+        ),
         (
             "QENTER",
             "qenter",
             "[[Raw; MAX_INSTANCES]; FUNCTION_COUNT]",
             "[Raw::NONE; MAX_INSTANCES]",
             "Each C row's entries into a QMPI instance, by instance slot.",
+            false,
         ),
         (
             "QEXIT",
@@ -171,8 +161,10 @@ fn render_next(procs: &[Procedure], digest: u64) -> Result<String> {
             "[Raw; FUNCTION_COUNT]",
             "Raw::NONE",
             "Each C row's exit from QMPI to the level an id names.",
+            false,
         ),
-    ] {
+    ];
+    for (name, mac, ty, none, doc, with_fortran) in tables {
         writeln!(s, "/// {doc}\npub(crate) static {name}: {ty} = [")?;
         for p in procs {
             if is_predefined_callback(&p.name) || p.name == "MPI_Pcontrol" {
@@ -186,6 +178,14 @@ fn render_next(procs: &[Procedure], digest: u64) -> Result<String> {
                     args(p.c_params.len())
                 )?;
             }
+        }
+        for (i, r) in fortran.iter().enumerate().filter(|_| with_fortran) {
+            let row = if i == 0 {
+                "FUNCTION_COUNT".to_string()
+            } else {
+                format!("FUNCTION_COUNT + {i}")
+            };
+            writeln!(s, "    {mac}!({row}, {}, ({})),", r.ret, args(r.words))?;
         }
         writeln!(s, "];\n")?;
     }

@@ -9,10 +9,12 @@
 //!
 //! - `shim_empty`: an empty tools list (pure pass-through);
 //! - `shim_stats`: the built-in `stats` layer;
-//! - `shim_tools`: `./libm4pcount.so,stats,./libm4pcheck.so`, two C PMPI
-//!   tools built here with the stack's `mpicc` (tests/programs/mpi4py/): both
-//!   wrap the same procedures with `PMPI_` calls, one counting, one checking
-//!   return codes and nesting; their counts in each process must be equal.
+//! - `shim_tools`: `./libm4pcount.so,./libm4pqcount.so,stats,./libm4pcheck.so`,
+//!   two C PMPI tools and a QMPI tool built here with the stack's `mpicc`
+//!   (tests/programs/mpi4py/): the PMPI tools wrap the same procedures with
+//!   `PMPI_` calls, one counting, one checking return codes and nesting; the
+//!   QMPI tool (issue 25) counts a subset through QMPI. Their counts in each
+//!   process must be equal.
 //!
 //! And one with nothing preloaded, where `mpi-observer attach --inject`
 //! loads the shim (`stats`) into both ranks while the suite runs
@@ -39,7 +41,9 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use e2e::{Mpi, Need, compile, mpi4py_test_dir, program, require, scratch, shim, target_dir};
+use e2e::{
+    Mpi, Need, compile, mpi4py_test_dir, program, qmpi_flags, require, scratch, shim, target_dir,
+};
 
 const NP: u32 = 2;
 
@@ -110,7 +114,7 @@ impl Config {
             Config::Bare | Config::Injected => None,
             Config::Empty => Some(""),
             Config::Stats => Some("stats"),
-            Config::Tools => Some("./libm4pcount.so,stats,./libm4pcheck.so"),
+            Config::Tools => Some("./libm4pcount.so,./libm4pqcount.so,stats,./libm4pcheck.so"),
         }
     }
 }
@@ -350,6 +354,14 @@ fn run_suite(mpi: Mpi, config: Config, deadline: Duration) -> SuiteRun {
                 &["-shared", "-fPIC", "-Wall"],
             );
         }
+        let mut flags = qmpi_flags();
+        flags.extend(["-shared", "-fPIC", "-Wall"].map(String::from));
+        compile(
+            mpi,
+            &program("mpi4py/qcount.c"),
+            &dir.join("libm4pqcount.so"),
+            &flags.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
     }
     let python = mpi
         .python()
@@ -778,10 +790,11 @@ fn read_reports(dir: &Path) -> BTreeMap<(String, u32), Report> {
     m
 }
 
-/// The two C tools' reports: in every process each tool reports once, both
-/// saw exactly the same calls, `check` saw no negative return code and no
-/// call before MPI_Init; the NP ranks of the job saw Init and Finalize once
-/// and sent, received, reduced and synchronised.
+/// The C tools' reports: in every process each tool reports once, both
+/// PMPI tools saw exactly the same calls and the QMPI tool (one instance)
+/// the same as they for each procedure it wraps, `check` saw no negative
+/// return code and no call before MPI_Init; the NP ranks of the job saw
+/// Init and Finalize once and sent, received, reduced and synchronised.
 fn check_tools(run: &SuiteRun) -> Result<String, String> {
     let reports = read_reports(&run.dir.join("tools"));
     let pids: BTreeSet<u32> = reports.keys().map(|(_, p)| *p).collect();
@@ -789,6 +802,7 @@ fn check_tools(run: &SuiteRun) -> Result<String, String> {
     let main_pids: Vec<u32> = run.ranks.iter().filter_map(|r| r.pid).collect();
     let mut calls_total = 0;
     let mut functions = 0;
+    let mut qmpi_functions = 0;
     for &pid in &pids {
         let (Some(c), Some(k)) = (
             reports.get(&("count".to_string(), pid)),
@@ -797,6 +811,27 @@ fn check_tools(run: &SuiteRun) -> Result<String, String> {
             errs.push(format!("pid {pid}: only one of the tools reported"));
             continue;
         };
+        match reports.get(&("qcount".to_string(), pid)) {
+            None => errs.push(format!("pid {pid}: the QMPI tool did not report")),
+            Some(q) => {
+                qmpi_functions =
+                    qmpi_functions.max(q.keys().filter(|k| k.starts_with("MPI_")).count());
+                if q.get("instances") != Some(&1) {
+                    errs.push(format!(
+                        "pid {pid}: QMPI instances {:?}, expected 1",
+                        q.get("instances")
+                    ));
+                }
+                for (f, n) in q.iter().filter(|(k, _)| k.starts_with("MPI_")) {
+                    if c.get(f) != Some(n) {
+                        errs.push(format!(
+                            "pid {pid}: {f}: count saw {:?}, the QMPI tool below it {n}",
+                            c.get(f)
+                        ));
+                    }
+                }
+            }
+        }
         let fns: Vec<&String> = c.keys().filter(|k| k.starts_with("MPI_")).collect();
         functions = functions.max(fns.len());
         for f in fns {
@@ -865,8 +900,9 @@ fn check_tools(run: &SuiteRun) -> Result<String, String> {
         return Err(format!("the C tools disagree:\n  {}", errs.join("\n  ")));
     }
     Ok(format!(
-        "count == check in {} process(es) ({} beside the ranks), {functions} functions, \
+        "count == check (and == the QMPI tool's {} procedures) in {} process(es) ({} beside the ranks), {functions} functions, \
          {calls_total} calls; {}",
+        qmpi_functions,
         pids.len(),
         pids.len().saturating_sub(main_pids.len()),
         per_rank.join("; ")

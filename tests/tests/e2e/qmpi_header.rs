@@ -13,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use e2e::{Mpi, Need, observer_bin, require, run_with_timeout, scratch, target_dir};
+use e2e::{Mpi, Need, qmpi_flags, require, run_with_timeout, scratch, target_dir};
 
 /// A QMPI tool as written for MPICH: `#include <mpi.h>` only. Declaring its
 /// function with `QMPI_Send_t` makes the compiler check the header's typedef
@@ -86,23 +86,6 @@ fn built_for(mpi: Mpi) -> &'static str {
         Mpi::Mpich5 => "MPICH 5.0.2",
         Mpi::Mpich5Abi => "MPI ABI",
     }
-}
-
-/// `mpi-observer qmpi-flags`: one line of flags.
-fn qmpi_flags() -> Vec<String> {
-    let o = Command::new(observer_bin())
-        .arg("qmpi-flags")
-        .output()
-        .expect("run mpi-observer qmpi-flags");
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "mpi-observer qmpi-flags failed (run `cargo xtask build`, which builds \
-         libmpi_observer_qmpi.so and copies the header): {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert_eq!(out.lines().count(), 1, "one line: {out}");
-    out.split_whitespace().map(String::from).collect()
 }
 
 /// `mpicc -Wall -Werror $(mpi-observer qmpi-flags) ARGS`, which must build
