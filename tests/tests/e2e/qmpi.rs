@@ -43,7 +43,7 @@ use std::{
 };
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, compile, observer_bin, program, require, run_with_timeout,
+    Daemon, Job, Mpi, Need, Sample, compile, program, qmpi_flags, require, run_with_timeout,
     scratch, shim, sum, wait_for,
 };
 
@@ -127,22 +127,6 @@ fn expected(rank: u32, functions: &[&str]) -> BTreeMap<String, u64> {
     functions.iter().map(|f| (f.to_string(), all[*f])).collect()
 }
 
-/// `mpi-observer qmpi-flags`, split on whitespace as a shell would.
-pub(crate) fn qmpi_flags() -> Vec<String> {
-    let o = Command::new(observer_bin())
-        .arg("qmpi-flags")
-        .output()
-        .expect("run mpi-observer qmpi-flags");
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success() && out.lines().count() == 1,
-        "mpi-observer qmpi-flags must print one line and succeed ({}):\nstdout:\n{out}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out.split_whitespace().map(str::to_string).collect()
-}
-
 /// Compiles `src` (under tests/programs/) to `out` with `mpi`'s compiler
 /// wrapper and the QMPI `flags`, warnings as errors: the header must
 /// compile cleanly everywhere. `-D_GNU_SOURCE` on the command line because
@@ -159,7 +143,7 @@ fn build(mpi: Mpi, flags: &[String], src: &str, out: &Path, extra: &[&str]) {
 /// tests/programs/qmpi/qcount.c as `DIR/libNAME.so`, built with `mpi`'s
 /// compiler wrapper and the QMPI `flags`: a QMPI tool registering NAME,
 /// whose report [`QReport::read`] reads.
-pub(crate) fn qtool(mpi: Mpi, flags: &[String], dir: &Path, name: &str) -> PathBuf {
+fn qtool(mpi: Mpi, flags: &[String], dir: &Path, name: &str) -> PathBuf {
     let out = dir.join(format!("lib{name}.so"));
     build(mpi, flags, "qmpi/qcount.c", &out, &["-shared", "-fPIC"]);
     out
@@ -501,25 +485,25 @@ fn assert_layers(ran: &Ran, want: &[&str], from: &BTreeMap<&str, &str>) {
 
 /// qcount.c's report in one process (format in qcount.c).
 #[derive(Debug, Default)]
-pub(crate) struct QReport {
+struct QReport {
     path: PathBuf,
     /// What `QMPI_Register_tool_name` returned.
-    pub(crate) register: Option<i64>,
+    register: Option<i64>,
     /// How many init callbacks ran.
-    pub(crate) inits: Option<i64>,
+    inits: Option<i64>,
     /// 0 if every `QMPI_Register_function` succeeded.
-    pub(crate) functions: Option<i64>,
+    functions: Option<i64>,
     badid: Option<i64>,
     /// With QCOUNT_BAD_ID: `refused`, `answered` or `not-asked`.
     badget: Option<String>,
     /// Instance id -> its figures (the counts by function name,
     /// `storage_bad`, `app`, `elsewhere`, `noaddr`).
-    pub(crate) instances: BTreeMap<u32, BTreeMap<String, u64>>,
+    instances: BTreeMap<u32, BTreeMap<String, u64>>,
 }
 
 impl QReport {
     /// Reads `$QCOUNT_OUT.NAME.PID`; panics if it is missing or malformed.
-    pub(crate) fn read(path: &Path) -> QReport {
+    fn read(path: &Path) -> QReport {
         let text = std::fs::read_to_string(path)
             .unwrap_or_else(|e| panic!("{}: {e} (the tool wrote no report)", path.display()));
         let mut r = QReport {
