@@ -862,6 +862,34 @@ impl Daemon {
         (body, samples)
     }
 
+    /// Waits until each of `np` ranks shows `stats` figures (some
+    /// `mpi_calls_total`): the daemon has found every rank's segment.
+    pub fn wait_stats_figures(&mut self, np: u32) {
+        wait_for(
+            "every rank's stats figures",
+            Duration::from_secs(30),
+            || {
+                let (_, s) = self.scrape();
+                (0..np)
+                    .all(|r| sum(&s, "mpi_calls_total", &[("rank", &r.to_string())]) > 0.0)
+                    .then_some(())
+            },
+        );
+    }
+
+    /// Waits until the daemon has noticed every rank's exit
+    /// (`mpi_rank_up` all 0) and returns that scrape: the final figures.
+    pub fn final_scrape(&mut self) -> Vec<Sample> {
+        wait_for(
+            "the daemon to notice the exits",
+            Duration::from_secs(20),
+            || {
+                let (_, s) = self.scrape();
+                (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some(s)
+            },
+        )
+    }
+
     /// Sends `sig` and waits for the daemon to exit.
     pub fn stop(self, sig: i32) -> std::process::ExitStatus {
         self.stop_and_log(sig).0

@@ -27,8 +27,7 @@ use std::{
 };
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, compile, program, require, run_with_timeout, scratch, shim,
-    sum, wait_for,
+    Daemon, Job, Mpi, Need, compile, program, require, run_with_timeout, scratch, shim, sum,
 };
 
 /// Every program here runs on 2 ranks.
@@ -708,18 +707,6 @@ fn read_counts(path: &Path) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// Waits until every rank has exited and returns the final scrape.
-fn final_scrape(d: &mut Daemon) -> Vec<Sample> {
-    wait_for(
-        "the daemon to notice the exits",
-        Duration::from_secs(20),
-        || {
-            let (_, s) = d.scrape();
-            (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some(s)
-        },
-    )
-}
-
 /// `top,swallow,extra,mid,stats,bottom` over counts.c: `top` sees exactly
 /// the program's calls; below `swallow` no program `MPI_Comm_rank` arrives
 /// (only swallow's own, after `MPI_Init`); below `extra` every send brings
@@ -749,18 +736,9 @@ fn exact_counts(mpi: Mpi) {
     let job = Job::spawn(kit.launcher(&env, &app), NP, kit.dir.join("go"));
     let ranks = job.ranks.clone();
     let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
-    wait_for(
-        "every rank's stats figures",
-        Duration::from_secs(30),
-        || {
-            let (_, s) = d.scrape();
-            (0..NP)
-                .all(|r| sum(&s, "mpi_calls_total", &[("rank", &r.to_string())]) > 0.0)
-                .then_some(())
-        },
-    );
+    d.wait_stats_figures(NP);
     job.finish("DONE ");
-    let s = final_scrape(&mut d);
+    let s = d.final_scrape();
     for (rank, pid) in ranks {
         let (sends, recvs) = if rank == 0 { (SENDS, 0) } else { (0, SENDS) };
         let program: BTreeMap<String, u64> = COUNTED

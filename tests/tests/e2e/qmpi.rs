@@ -44,7 +44,7 @@ use std::{
 
 use e2e::{
     Daemon, Job, Mpi, Need, Sample, compile, program, qmpi_flags, require, run_with_timeout,
-    scratch, shim, sum, wait_for,
+    scratch, shim, sum,
 };
 
 /// Every job here runs on 2 ranks.
@@ -779,18 +779,6 @@ enum Placement {
     List,
 }
 
-/// Waits until every rank has exited and returns the final scrape.
-fn final_scrape(d: &mut Daemon) -> Vec<Sample> {
-    wait_for(
-        "the daemon to notice the exits",
-        Duration::from_secs(20),
-        || {
-            let (_, s) = d.scrape();
-            (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some(s)
-        },
-    )
-}
-
 /// One rank's non-zero `name` series as (peer, direction) -> value.
 fn peer_series(s: &[Sample], name: &str, rank: u32) -> BTreeMap<(String, String), u64> {
     s.iter()
@@ -868,18 +856,9 @@ fn mixed(mpi: Mpi, placement: Placement) {
     let job = Job::spawn(outer, NP, kit.dir.join("go"));
     let ranks = job.ranks.clone();
     let mut d = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
-    wait_for(
-        "every rank's stats figures",
-        Duration::from_secs(30),
-        || {
-            let (_, s) = d.scrape();
-            (0..NP)
-                .all(|r| sum(&s, "mpi_calls_total", &[("rank", &r.to_string())]) > 0.0)
-                .then_some(())
-        },
-    );
+    d.wait_stats_figures(NP);
     job.finish("DONE ");
-    let s = final_scrape(&mut d);
+    let s = d.final_scrape();
     let err = std::fs::read_to_string(&err_file).unwrap();
     // Job::finish saw every rank's DONE line (qprog.c prints it after its
     // checks) and keeps the output: what Ran needs of it, rebuilt.

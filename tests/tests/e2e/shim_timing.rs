@@ -49,18 +49,6 @@ fn calls(samples: &[Sample], rank: u32) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// Waits until every rank has exited and returns the final scrape.
-fn final_scrape(d: &mut Daemon) -> Vec<Sample> {
-    wait_for(
-        "the daemon to notice the exits",
-        Duration::from_secs(10),
-        || {
-            let (_, s) = d.scrape();
-            (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some(s)
-        },
-    )
-}
-
 /// Time and the histogram come with the counts.
 fn check_time(samples: &[Sample], rank: u32, function: &str, n: u64) {
     let r = rank.to_string();
@@ -106,7 +94,7 @@ fn segment_from_the_start(mpi: Mpi) {
     );
     job.go();
     job.finish("OK ");
-    let s = final_scrape(&mut daemon);
+    let s = daemon.final_scrape();
     assert_eq!(sum(&s, "mpi_observer_probes", &[]), 0.0);
     for rank in 0..NP {
         let seen = calls(&s, rank);
@@ -195,7 +183,7 @@ fn handover_mid_run(mpi: Mpi) {
         (sum(&s, "mpi_observer_probes", &[]) == 0.0).then_some(())
     });
     job.finish("OK ");
-    let s = final_scrape(&mut daemon);
+    let s = daemon.final_scrape();
     for rank in 0..NP {
         let seen = calls(&s, rank);
         let want: BTreeMap<String, u64> = [
