@@ -12,11 +12,14 @@
 #   cluster.sh status   daemons, namespaces and `sinfo`
 #   cluster.sh env      the variables a client needs (eval "$(cluster.sh env)")
 #
-# Everything lives under $STATE (default /tmp/mpiobs-slurm): configuration,
+#   cluster.sh exec N CMD...   run CMD on node N (its net, UTS, mount namespaces)
+#
+# Everything lives under $STATE (default /run/mpiobs-slurm): configuration,
 # munge key and socket, spool directories, logs, job directories.
 set -euo pipefail
 
-STATE=${MPIOBS_SLURM_STATE:-/tmp/mpiobs-slurm}
+# Not under /tmp: each node gets a private /tmp (see in_node).
+STATE=${MPIOBS_SLURM_STATE:-/run/mpiobs-slurm}
 NODES=${MPIOBS_SLURM_NODES:-3}
 # 10.213.200.0/24: outside the 10.213.64-191 range tests/e2e cluster.rs uses.
 NET=${MPIOBS_SLURM_NET:-10.213.200}
@@ -118,9 +121,7 @@ start_munge() {
 		chown munge: "$STATE/munge/munge.key"
 		chmod 0400 "$STATE/munge/munge.key"
 	fi
-	# --force: /tmp is world-writable (sticky), which munged otherwise refuses
-	# for the key's and the socket's directory chain.
-	runuser -u munge -- /usr/sbin/munged --force \
+	runuser -u munge -- /usr/sbin/munged \
 		--key-file="$STATE/munge/munge.key" \
 		--socket="$STATE/munge/munge.socket" \
 		--pid-file="$STATE/munge/munged.pid" \
@@ -156,15 +157,21 @@ start_slurmctld() {
 	/usr/sbin/slurmctld -f "$CONF" -i
 }
 
-# Runs "$@" inside node $1's namespaces (net, UTS with the node's hostname,
-# mount with the cluster's /etc/hosts). nsenter, not `ip netns exec`: that
+# Runs "$@" inside new namespaces for node $1: its network namespace, a UTS
+# namespace with the node's hostname, a mount namespace with the cluster's
+# /etc/hosts and a private /tmp and /dev/shm (Slurm's PMIx plugin makes
+# /tmp/spmix_appdir_UID_JOB.STEP on every node and fails if it exists; MPI
+# libraries keep per-node session files there). nsenter, not `ip netns exec`: that
 # mounts a fresh /sys, hiding /sys/fs/cgroup, and slurmd then refuses to start
 # ("No filesystem mounted on /sys/fs/cgroup") even with no cgroup plugin.
 in_node() {
 	local i=$1
 	shift
 	nsenter --net="/run/netns/$(ns "$i")" unshare --uts --mount --propagation private \
-		sh -c 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"' \
+		sh -c 'hostname "$0" && mount --bind "$1" /etc/hosts &&
+			mount -t tmpfs -o mode=1777 tmpfs /tmp &&
+			mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
+			shift && exec "$@"' \
 		"$(node "$i")" "$STATE/etc/hosts" "$@"
 }
 
@@ -239,6 +246,18 @@ down() {
 	echo "cluster down"
 }
 
+# Runs "$@" in node $1's namespaces, entered through its slurmd: how a
+# per-node daemon (mpi-observer) is started.
+node_exec() {
+	need_root
+	local i=${1:-} pid
+	[ -n "$i" ] && [ $# -ge 2 ] || die "usage: cluster.sh exec N CMD..."
+	shift
+	pid=$(pidfile_pid "$STATE/nodes/$(node "$i")/slurmd.pid")
+	alive "$pid" || die "node$i: slurmd is not running"
+	exec nsenter --target "$pid" --net --uts --mount -- "$@"
+}
+
 status() {
 	local rc=0 pid
 	pid=$(pidfile_pid "$STATE/munge/munged.pid")
@@ -259,6 +278,10 @@ case "${1:-}" in
 up) up ;;
 down) down ;;
 status) status ;;
+exec)
+	shift
+	node_exec "$@"
+	;;
 env) echo "export SLURM_CONF=$CONF" ;;
 *) die "usage: cluster.sh {up|down|status|env}" ;;
 esac
