@@ -17,7 +17,10 @@
  * site default does not replace a MPI_TOOLS_ENTRY the user already set.
  *
  * A bad LIST is one error line from srun/sbatch and the job runs without the
- * shim: the observed job is never refused because of the observer.
+ * shim: the observed job is never refused because of the observer. (Under
+ * sbatch, each srun in the script inherits the option through the job's
+ * environment, SLURM_SPANK__SLURM_SPANK_OPTION_mpi_observer_mpi_observer, and
+ * says it again in the job's output.)
  *
  * "optional" in plugstack.conf: if the package is removed and the file is
  * gone, Slurm carries on without it.
