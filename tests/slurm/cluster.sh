@@ -213,13 +213,21 @@ up() {
 	echo "cluster up in $((SECONDS - t0)) s: SLURM_CONF=$CONF, user $SLURM_USER, jobs in $STATE/jobs"
 }
 
-kill_pidfile() {
-	local pid
-	pid=$(pidfile_pid "$1")
-	alive "$pid" || return 0
-	kill "$pid"
-	for _ in $(seq 1 50); do alive "$pid" || return 0; sleep 0.1; done
-	kill -9 "$pid" 2>/dev/null || true
+# Stops the daemons of the given pid files together (slurmd takes ~3 s to
+# end after SIGTERM; one at a time made `down` take 10 s).
+kill_pidfiles() {
+	local f pid pids=()
+	for f in "$@"; do
+		pid=$(pidfile_pid "$f")
+		alive "$pid" && kill "$pid" 2>/dev/null && pids+=("$pid")
+	done
+	for _ in $(seq 1 100); do
+		local left=0
+		for pid in "${pids[@]}"; do alive "$pid" && left=1; done
+		[ $left = 0 ] && return 0
+		sleep 0.1
+	done
+	for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
 }
 
 down() {
@@ -228,19 +236,21 @@ down() {
 	if [ -e "$CONF" ] && alive "$(pidfile_pid "$STATE/ctld/slurmctld.pid")"; then
 		SLURM_CONF=$CONF scancel --user="$SLURM_USER" 2>/dev/null || true
 	fi
+	local files=()
+	for i in $(seq 1 "$NODES"); do files+=("$STATE/nodes/$(node "$i")/slurmd.pid"); done
+	kill_pidfiles "${files[@]}" "$STATE/ctld/slurmctld.pid"
 	for i in $(seq 1 "$NODES"); do
-		kill_pidfile "$STATE/nodes/$(node "$i")/slurmd.pid"
 		local n
 		n=$(ns "$i")
 		if [ -e "/run/netns/$n" ]; then
-			# What is left in the namespace: slurmstepd, ranks of a killed job.
+			# What is left in the namespace: slurmstepd, ranks of a killed
+			# job, a daemon started with `exec`.
 			for pid in $(ip netns pids "$n"); do kill -9 "$pid" 2>/dev/null || true; done
 			ip netns delete "$n"
 		fi
 		ip link delete "mpiobs-v$i" 2>/dev/null || true
 	done
-	kill_pidfile "$STATE/ctld/slurmctld.pid"
-	kill_pidfile "$STATE/munge/munged.pid"
+	kill_pidfiles "$STATE/munge/munged.pid"
 	ip link delete "$BR" 2>/dev/null || true
 	rm -rf "$STATE"
 	echo "cluster down"
