@@ -45,6 +45,8 @@ enum source { FROM_NONE, FROM_DEFAULT, FROM_OPTION };
 
 static char shim_path[PATH_MAX];
 static char list[LIST_MAX];
+/* The site's default=LIST, which a bare --mpi-observer also means. */
+static char site_list[LIST_MAX];
 static enum source source = FROM_NONE;
 /* Set when the option's value was refused: the step runs without the shim
  * even if a site default would have turned it on. */
@@ -102,14 +104,14 @@ static int option_cb(int val, const char *optarg, int remote)
 	}
 	refused = 0;
 	source = FROM_OPTION;
-	snprintf(list, sizeof(list), "%s", v ? v : "stats");
+	snprintf(list, sizeof(list), "%s", v ? v : site_list[0] ? site_list : "stats");
 	return 0;
 }
 
 static struct spank_option option = {
 	"mpi-observer", "[LIST]",
 	"Observe the step's MPI calls with mpi-observer's shim; LIST is the "
-	"tools list (default stats), off opts out",
+	"tools list (default: the site's, else stats), off opts out",
 	2 /* optional argument */, 0, option_cb
 };
 
@@ -138,6 +140,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		/* Before option processing: an option given on the command line
 		 * (callback after init) replaces it. */
 		snprintf(list, sizeof(list), "%s", site_default);
+		snprintf(site_list, sizeof(site_list), "%s", site_default);
 		source = FROM_DEFAULT;
 	}
 	if (spank_option_register(sp, &option) != ESPANK_SUCCESS) {
