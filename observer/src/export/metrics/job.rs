@@ -82,7 +82,7 @@ fn scheduler(fams: &mut Vec<Family>, ranks: &[RankSnapshot]) {
     let mut info = Family::new(
         "mpi_job_scheduler_info",
         "gauge",
-        "The batch scheduler's facts of the job (scheduler slurm, pbs or flux; step, user, account, partition (PBS: queue), array_job, array_task; \"\" when not given), from its lowest running (else exited) rank on this node: claimed by the ranks' environment, join them on jobid (PromQL: * on(jobid, uid) group_left(partition) mpi_job_scheduler_info).",
+        "The batch scheduler's facts of the job (scheduler slurm, pbs or flux; step, user, account, partition (PBS: queue), array_job, array_task; \"\" when not given), from its lowest running (else exited) rank on this node, claimed by the ranks' environment; one series per job and node: join on (instance, jobid, uid), e.g. mpi_job_calls_total * on(instance, jobid, uid) group_left(partition) mpi_job_scheduler_info.",
     );
     let mut jobs: BTreeMap<&str, &RankSnapshot> = BTreeMap::new();
     for r in ranks.iter().filter(|r| r.identity.scheduler.is_some()) {
