@@ -1032,6 +1032,15 @@ fn report_seed() -> Data {
             sizes_sent: vec![1; HIST_SLOTS],
             sizes_recv: vec![0; HIST_SLOTS],
         }),
+        scheduler: Some(report::SchedulerData {
+            scheduler: "slurm".into(),
+            step: "0".into(),
+            user: "alice".into(),
+            account: "physics".into(),
+            partition: "debug".into(),
+            array_job: "4".into(),
+            array_task: r.to_string(),
+        }),
     };
     Data {
         format: report_format(),
@@ -1160,6 +1169,7 @@ fn any_rank() -> impl Strategy<Value = RankData> {
                 functions,
                 callsites,
                 stats,
+                scheduler: None,
             },
         )
 }

@@ -8,7 +8,9 @@
 //! unknown-bytes series, map update failures and a segment error, another
 //! user's claim of a job and rank, a second claim of a rank by the same user
 //! (labels of its own), a job id verified by its cgroup and one cut to the
-//! label cap, and a job of four ranks, one exited; it is rendered as the bounded `/metrics` (job-level series,
+//! label cap, and a job of four ranks, one exited, with the scheduler's
+//! facts (one needing escaping, one rank disagreeing, and a job whose
+//! environment names another Slurm job than its cgroup); it is rendered as the bounded `/metrics` (job-level series,
 //! a few per rank, two detail ranks per job), with `--per-rank-detail`
 //! (every rank in full, histograms per rank off and on) and as
 //! `/metrics/ranks`. The default one must satisfy the series formula of
@@ -24,7 +26,10 @@ use std::{
 };
 
 use mpi_observer::{
-    attach::identity::{Identity, JobidSource},
+    attach::identity::{
+        Identity, JobidSource,
+        scheduler::{Facts, Scheduler},
+    },
     collect::snapshot::{
         CallsByFunction, Directed, Figures, Health, Labels, LayerCalls, MapFailures, PeerTraffic,
         RawSite, Requests, SegmentProblem, Snapshot,
@@ -172,17 +177,32 @@ fn fixture(render: RenderOptions) -> Fixture {
     state.register(claim(401, 1001, "job-a", JobidSource::Environment));
     state.register(claim(402, 0, "job-a", JobidSource::Environment));
     // A job id its Slurm cgroup verified, and one cut to the label cap.
-    state.register(claim(501, 0, "4242", JobidSource::Cgroup));
+    // Its environment named another Slurm job: only the scheduler is kept.
+    let mut verified = claim(501, 0, "4242", JobidSource::Cgroup);
+    verified.identity.scheduler = Some(std::sync::Arc::new(Facts::bare(Scheduler::Slurm)));
+    verified.identity.scheduler_disowned = true;
+    state.register(verified);
     let long = format!("{}-and-more", "j".repeat(130));
     state.register(claim(502, 0, &long, JobidSource::Launcher));
     // Job C: four ranks, more than --detail-ranks 2, one of them exited:
     // two are detail ranks, the two others carry the minimal series only.
+    // Its scheduler's facts, an account to escape; the last rank claims
+    // another step (counted; the info series has rank 0's).
     for (pid, r) in [(601, 0), (602, 1), (603, 2), (604, 3)] {
         let mut c = rank(pid, r, "job-c", 1_700_000_450_000);
         if pid == 603 {
             c.exited_at = Some(std::time::Instant::now());
             c.exited_wall = Some(at(1_700_000_480_000));
         }
+        c.identity.scheduler = Some(std::sync::Arc::new(Facts {
+            step: if pid == 604 { "1" } else { "0" }.into(),
+            user: "alice".into(),
+            account: "phy\"s\\ics".into(),
+            partition: "debug".into(),
+            array_job: "9".into(),
+            array_task: "2".into(),
+            ..Facts::bare(Scheduler::Slurm)
+        }));
         state.register(c);
     }
 

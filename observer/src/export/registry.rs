@@ -667,6 +667,7 @@ impl State {
     /// every rank held (running or retained); a conflict is counted and
     /// said once.
     fn distinct_labels(&self, identity: &Identity, pid: u32) -> Labels {
+        self.check_scheduler(identity);
         let taken: HashSet<&str> = self
             .ranks
             .values()
@@ -681,6 +682,31 @@ impl State {
             );
         }
         labels
+    }
+
+    /// Counts, and says once per rank, a rank whose scheduler facts differ
+    /// from those of a running rank of its job (job id and uid) already
+    /// held: one series per job and node shows one rank's. Exited ranks do
+    /// not count: a job's next step on this node follows its last.
+    fn check_scheduler(&self, identity: &Identity) {
+        let job = Labels::new(identity).job;
+        let Some(other) = self.ranks.values().find(|r| {
+            r.exited_at.is_none()
+                && r.labels.job == job
+                && r.identity.scheduler != identity.scheduler
+        }) else {
+            return;
+        };
+        self.selfm.scheduler_conflict();
+        eprintln!(
+            "mpi-observer: rank {:?} of job {:?} (uid {}) has other scheduler facts ({:?}) than pid {} ({:?}); the job's lowest rank's are exported",
+            identity.rank,
+            identity.jobid,
+            identity.uid,
+            identity.scheduler.as_deref().map(|f| f.labels()),
+            other.pid,
+            other.identity.scheduler.as_deref().map(|f| f.labels()),
+        );
     }
 
     fn attached_count(&self) -> usize {

@@ -15,7 +15,10 @@ use observer_common::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::collect::snapshot::{RankSnapshot, Snapshot};
+use crate::{
+    attach::identity::scheduler::Facts,
+    collect::snapshot::{RankSnapshot, Snapshot},
+};
 
 /// The `format` of [`Data`]; a reader refuses anything else.
 pub const FORMAT: &str = "mpi-observer-report/1";
@@ -67,6 +70,51 @@ pub struct RankData {
     pub callsites: Vec<SiteData>,
     /// The shim's `stats` layer's figures; absent without it.
     pub stats: Option<StatsData>,
+    /// What the batch scheduler said of the rank's job; absent for a
+    /// launcher's job and in data from daemons that did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<SchedulerData>,
+}
+
+/// The batch scheduler's facts of a job, as one rank's environment gave
+/// them (`mpi_job_scheduler_info`'s labels): claimed, not verified. An
+/// absent fact is left out.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerData {
+    /// "slurm", "pbs" or "flux".
+    pub scheduler: String,
+    /// The job step (Slurm).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub step: String,
+    /// The job's user, as the scheduler named it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    /// The account charged.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub account: String,
+    /// The partition (Slurm) or queue (PBS).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub partition: String,
+    /// The array job's id.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub array_job: String,
+    /// The array task's index.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub array_task: String,
+}
+
+impl From<&Facts> for SchedulerData {
+    fn from(f: &Facts) -> Self {
+        SchedulerData {
+            scheduler: f.scheduler.as_str().into(),
+            step: f.step.clone(),
+            user: f.user.clone(),
+            account: f.account.clone(),
+            partition: f.partition.clone(),
+            array_job: f.array_job.clone(),
+            array_task: f.array_task.clone(),
+        }
+    }
 }
 
 /// One function of one rank.
@@ -218,5 +266,6 @@ fn rank_data(r: &RankSnapshot, host: &str) -> RankData {
         functions,
         callsites,
         stats,
+        scheduler: r.identity.scheduler.as_deref().map(SchedulerData::from),
     }
 }

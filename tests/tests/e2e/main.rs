@@ -20,6 +20,7 @@ mod qmpi;
 mod qmpi_header;
 mod record;
 mod scale;
+mod scheduler_labels;
 mod security;
 mod shim;
 mod shim_symbols;

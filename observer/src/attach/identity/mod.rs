@@ -11,6 +11,7 @@
 //! bounded exposition.
 
 pub mod layout;
+pub mod scheduler;
 
 use std::{
     borrow::Cow,
@@ -70,16 +71,19 @@ pub enum Label {
     Version,
     /// A call site's name.
     Callsite,
+    /// Any of the scheduler's facts ([`scheduler::Facts`]).
+    Scheduler,
 }
 
 impl Label {
     /// Every label, in the order of [`Label::as_str`].
-    pub const ALL: [Label; 5] = [
+    pub const ALL: [Label; 6] = [
         Label::Jobid,
         Label::Rank,
         Label::Size,
         Label::Version,
         Label::Callsite,
+        Label::Scheduler,
     ];
 
     /// The label's name.
@@ -90,6 +94,7 @@ impl Label {
             Label::Size => "size",
             Label::Version => "version",
             Label::Callsite => "callsite",
+            Label::Scheduler => "scheduler",
         }
     }
 }
@@ -148,6 +153,12 @@ pub struct Identity {
     /// Where the job's ranks run, when the launcher said so in a way that
     /// fits this rank ([`crate::attach::identity::layout`]).
     pub layout: Option<std::sync::Arc<crate::attach::identity::layout::Layout>>,
+    /// What the scheduler that named the job says of it; `None` when no
+    /// scheduler did (a launcher's job).
+    pub scheduler: Option<std::sync::Arc<scheduler::Facts>>,
+    /// The environment names another Slurm job than the cgroup does: its
+    /// claimed facts were not taken.
+    pub scheduler_disowned: bool,
 }
 
 impl Identity {
@@ -171,6 +182,8 @@ impl Identity {
             truncated,
             environ_cut: false,
             layout: None,
+            scheduler: None,
+            scheduler_disowned: false,
         }
     }
 }
@@ -184,12 +197,17 @@ pub const RANK_VARS: &[&str] = &[
 ];
 /// Environment variables giving the world size, in order of precedence.
 pub const SIZE_VARS: &[&str] = &["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"];
-/// Environment variables giving the job id, in order of precedence.
-pub const JOB_VARS: &[&str] = &["SLURM_JOB_ID", "PBS_JOBID", "PMIX_NAMESPACE"];
+/// Environment variables giving the job id, in order of precedence: the
+/// batch schedulers', then the launcher's namespace. Flux comes first: it
+/// runs as a job of Slurm or PBS (`srun flux start`), and its jobs' tasks
+/// inherit the allocation's `SLURM_JOB_ID`, which names the allocation,
+/// not the job that started them.
+pub const JOB_VARS: &[&str] = &["FLUX_JOB_ID", "SLURM_JOB_ID", "PBS_JOBID", "PMIX_NAMESPACE"];
 
 /// Reads who `pid` is: its real uid, its Slurm job cgroup if any, and rank,
 /// size and job id from `/proc/PID/environ` (the environment the process
-/// was started with; see [`RANK_VARS`], [`SIZE_VARS`], [`JOB_VARS`]).
+/// was started with; see [`RANK_VARS`], [`SIZE_VARS`], [`JOB_VARS`]), and
+/// the scheduler's facts of the job ([`scheduler`]).
 /// Without a job cgroup or variable, Hydra's control port names the job
 /// (`hydra-PORT`), else the launcher does (`launcher-PID`: the outermost
 /// launcher among its ancestors, else its parent).
@@ -206,15 +224,16 @@ pub fn identity(pid: u32) -> Result<Identity, ProcError> {
             .iter()
             .find_map(|n| env_var(&env, n.as_bytes()).map(String::from_utf8_lossy))
     };
-    let (jobid, source) = match cgroup_job {
-        Some(j) => (j, JobidSource::Cgroup),
-        None => match get(JOB_VARS) {
-            Some(j) => (j.into_owned(), JobidSource::Environment),
-            None => (
-                hydra_job(pid).unwrap_or_else(|| format!("launcher-{}", launcher_pid(pid))),
-                JobidSource::Launcher,
-            ),
-        },
+    let job_var = JOB_VARS
+        .iter()
+        .find_map(|n| env_var(&env, n.as_bytes()).map(|v| (*n, String::from_utf8_lossy(v))));
+    let (jobid, source) = match (&cgroup_job, &job_var) {
+        (Some(j), _) => (j.clone(), JobidSource::Cgroup),
+        (None, Some((_, j))) => (j.to_string(), JobidSource::Environment),
+        (None, None) => (
+            hydra_job(pid).unwrap_or_else(|| format!("launcher-{}", launcher_pid(pid))),
+            JobidSource::Launcher,
+        ),
     };
     let rank = get(RANK_VARS).unwrap_or(Cow::Borrowed("unknown"));
     let size = get(SIZE_VARS).unwrap_or(Cow::Borrowed("unknown"));
@@ -230,7 +249,49 @@ pub fn identity(pid: u32) -> Result<Identity, ProcError> {
     let mut id = Identity::new(&jobid, &rank, &size, uid, source);
     id.environ_cut = environ_cut;
     id.layout = layout.map(std::sync::Arc::new);
+    let slurm_env_job = env_var(&env, b"SLURM_JOB_ID").map(String::from_utf8_lossy);
+    let (facts, disowned) = job_facts(
+        cgroup_job.as_deref(),
+        job_var.as_ref().map(|(n, _)| *n),
+        slurm_env_job.as_deref(),
+        |n| env_var(&env, n.as_bytes()),
+    );
+    if let Some((f, cut)) = facts {
+        if cut {
+            id.truncated.push(Label::Scheduler);
+        }
+        id.scheduler = Some(std::sync::Arc::new(f));
+    }
+    id.scheduler_disowned = disowned;
     Ok(id)
+}
+
+/// The scheduler's facts of a rank's job (and whether a value was cut), and
+/// whether the environment's were refused: with a Slurm job cgroup
+/// (`cgroup_job`), Slurm's, taken from the environment only when its
+/// `SLURM_JOB_ID` (`slurm_env_job`) names that job; else those of the
+/// scheduler whose job variable (`job_var`, the first of [`JOB_VARS`]
+/// present) named the job; none for a launcher's job.
+pub fn job_facts<'e>(
+    cgroup_job: Option<&str>,
+    job_var: Option<&str>,
+    slurm_env_job: Option<&str>,
+    get: impl Fn(&str) -> Option<&'e [u8]>,
+) -> (Option<(scheduler::Facts, bool)>, bool) {
+    use scheduler::{Facts, Scheduler};
+    match cgroup_job {
+        Some(j) if slurm_env_job == Some(j) => (Some(Facts::read(Scheduler::Slurm, get)), false),
+        Some(_) => (
+            Some((Facts::bare(Scheduler::Slurm), false)),
+            slurm_env_job.is_some(),
+        ),
+        None => (
+            job_var
+                .and_then(Scheduler::of_job_var)
+                .map(|s| Facts::read(s, get)),
+            false,
+        ),
+    }
 }
 
 /// The value of `name` in a NUL-separated environment block: its first
@@ -412,6 +473,50 @@ mod tests {
         assert_eq!(env_var(env, b"SLURM_JOB_ID"), Some(&b"42"[..]));
         assert_eq!(env_var(env, b"EMPTY"), None);
         assert_eq!(env_var(env, b"NONE"), None);
+    }
+
+    #[test]
+    fn facts_come_from_the_scheduler_that_named_the_job() {
+        use scheduler::Scheduler;
+        let env: &[u8] = b"SLURM_JOB_ID=42\0SLURM_STEP_ID=1\0SLURM_JOB_ACCOUNT=phys\0PBS_QUEUE=q\0";
+        let get = |n: &str| env_var(env, n.as_bytes());
+        // The environment's job variable.
+        let (f, disowned) = job_facts(None, Some("SLURM_JOB_ID"), Some("42"), get);
+        let (f, cut) = f.unwrap();
+        assert!(!disowned && !cut);
+        assert_eq!((f.scheduler, f.step.as_str()), (Scheduler::Slurm, "1"));
+        assert_eq!((f.account.as_str(), f.partition.as_str()), ("phys", ""));
+        // PBS named the job: Slurm's variables are not its facts.
+        let (f, _) = job_facts(None, Some("PBS_JOBID"), Some("42"), get);
+        let (f, _) = f.unwrap();
+        assert_eq!((f.scheduler, f.account.as_str()), (Scheduler::Pbs, ""));
+        assert_eq!(f.partition, "q");
+        // A launcher's job has no scheduler.
+        assert_eq!(
+            job_facts(None, Some("PMIX_NAMESPACE"), None, get),
+            (None, false)
+        );
+        assert_eq!(job_facts(None, None, None, get), (None, false));
+        // The cgroup's job: the environment's facts only if it names the
+        // same job; another job's are refused, and said.
+        let (f, disowned) = job_facts(Some("42"), Some("SLURM_JOB_ID"), Some("42"), get);
+        assert_eq!(f.unwrap().0.step, "1");
+        assert!(!disowned);
+        let (f, disowned) = job_facts(Some("7"), Some("SLURM_JOB_ID"), Some("42"), get);
+        assert_eq!(f.unwrap().0, scheduler::Facts::bare(Scheduler::Slurm));
+        assert!(disowned);
+        let (f, disowned) = job_facts(Some("7"), None, None, get);
+        assert_eq!(f.unwrap().0, scheduler::Facts::bare(Scheduler::Slurm));
+        assert!(!disowned);
+    }
+
+    #[test]
+    fn flux_names_its_job_before_the_allocation() {
+        let env: &[u8] = b"SLURM_JOB_ID=42\0FLUX_JOB_ID=f3mKbW\0PMIX_NAMESPACE=ns\0";
+        let first = JOB_VARS
+            .iter()
+            .find_map(|n| env_var(env, n.as_bytes()).map(|v| (*n, v)));
+        assert_eq!(first, Some(("FLUX_JOB_ID", &b"f3mKbW"[..])));
     }
 
     #[test]

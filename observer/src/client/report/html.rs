@@ -71,6 +71,13 @@ fn job(o: &mut String, r: &Report) {
         r.totals.ranks,
         esc(&r.hosts.join(", "))
     );
+    if let Some(s) = &r.scheduler {
+        let _ = writeln!(
+            o,
+            "<p id=\"scheduler\">Scheduler: {}</p>",
+            esc(&s.line(&r.jobid))
+        );
+    }
     let _ = writeln!(
         o,
         "<p id=\"totals\">MPI time <b>{:.6} s</b> of {:.6} s counted (<b>{:.2}%</b>), <b>{}</b> calls.</p>",

@@ -19,7 +19,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 pub use crate::export::report::{
-    Data, FORMAT, FunctionData, PeerData, RankData, SiteData, StatsData,
+    Data, FORMAT, FunctionData, PeerData, RankData, SchedulerData, SiteData, StatsData,
 };
 
 impl Data {
@@ -100,6 +100,11 @@ pub struct Report {
     pub uid: Option<u32>,
     /// Nodes its ranks ran on.
     pub hosts: Vec<String>,
+    /// What the batch scheduler said of the job: its lowest rank's facts
+    /// (ranks on other nodes may differ, e.g. in step); absent for a
+    /// launcher's job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<SchedulerData>,
     /// Unix time of the newest data.
     pub taken: f64,
     /// Per rank, by rank.
@@ -301,6 +306,30 @@ fn mean_us(ns: u64, calls: u64) -> f64 {
     }
 }
 
+impl SchedulerData {
+    /// The facts in a line: `slurm job 42 step 0, user alice, account
+    /// physics, partition debug, array job 4 task 1`, absent ones left out.
+    pub fn line(&self, jobid: &str) -> String {
+        let mut s = format!("{} job {jobid}", self.scheduler);
+        let mut add = |sep: &str, name: &str, v: &str| {
+            if !v.is_empty() {
+                s.push_str(&format!("{sep}{name} {v}"));
+            }
+        };
+        add(" ", "step", &self.step);
+        add(", ", "user", &self.user);
+        add(", ", "account", &self.account);
+        add(", ", "partition", &self.partition);
+        add(", ", "array job", &self.array_job);
+        add(
+            if self.array_job.is_empty() { ", " } else { " " },
+            "task",
+            &self.array_task,
+        );
+        s
+    }
+}
+
 impl Report {
     /// The job as a reader names it: its ID, and its uid where known.
     pub fn title(&self) -> String {
@@ -366,6 +395,8 @@ fn job(jobid: &str, ranks: &[(&RankData, f64)], limits: Limits) -> Report {
     hosts.sort();
     hosts.dedup();
     rep.hosts = hosts;
+    // `ranks` come by rank.
+    rep.scheduler = ranks.iter().find_map(|(r, _)| r.scheduler.clone());
     rep.taken = ranks.iter().map(|(_, t)| *t).fold(0.0, f64::max);
 
     // Ranks and totals.

@@ -59,6 +59,7 @@ fn rank(r: u32, barrier_ns: u64, stats: bool) -> RankData {
             },
             sizes_recv: vec![0; HIST_SLOTS],
         }),
+        scheduler: None,
     }
 }
 
@@ -190,4 +191,51 @@ fn one_job_id_claimed_by_two_users_is_two_jobs() {
     // Data without uids (older daemons) still reads and groups by job.
     let old: Data = serde_json::from_str(&serde_json::to_string(&data()).unwrap()).unwrap();
     assert!(old.ranks.iter().all(|r| r.uid.is_none()));
+}
+
+#[test]
+fn the_header_names_the_lowest_ranks_scheduler_facts() {
+    let mut d = data();
+    let facts = |step: &str, task: &str| SchedulerData {
+        scheduler: "slurm".into(),
+        step: step.into(),
+        user: "alice".into(),
+        account: "physics".into(),
+        partition: "debug".into(),
+        array_job: "4".into(),
+        array_task: task.into(),
+    };
+    // Rank 1 comes first in the data; rank 0's facts are the job's.
+    d.ranks[0].scheduler = Some(facts("1", "9"));
+    d.ranks[1].scheduler = Some(facts("0", "2"));
+    let reps = analyse(&[d.clone()], Limits::default());
+    assert_eq!(reps[0].scheduler, Some(facts("0", "2")));
+    let t = text::render(&reps);
+    assert!(
+        t.contains(
+            "\nScheduler: slurm job job7 step 0, user alice, account physics, partition debug, array job 4 task 2\n"
+        ),
+        "{t}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&json(&reps)).unwrap();
+    assert_eq!(j["reports"][0]["scheduler"]["partition"], "debug");
+    // Absent facts are left out, in the line and in the data.
+    d.ranks[1].scheduler = Some(SchedulerData {
+        scheduler: "pbs".into(),
+        partition: "<b>q</b>".into(),
+        ..Default::default()
+    });
+    let reps = analyse(&[d.clone()], Limits::default());
+    assert!(text::render(&reps).contains("\nScheduler: pbs job job7, partition <b>q</b>\n"));
+    assert!(
+        html::render(&reps).contains("Scheduler: pbs job job7, partition &lt;b&gt;q&lt;/b&gt;")
+    );
+    let json = serde_json::to_string(&d).unwrap();
+    assert!(
+        json.contains("\"scheduler\":{\"scheduler\":\"pbs\",\"partition\":\"<b>q</b>\"}"),
+        "{json}"
+    );
+    assert_eq!(Data::parse(json.as_bytes(), "t").unwrap(), d);
+    // Without facts, no line.
+    assert!(!text::render(&analyse(&[data()], Limits::default())).contains("Scheduler:"));
 }

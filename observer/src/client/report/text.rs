@@ -45,6 +45,9 @@ fn one(out: &mut String, r: &Report) {
         r.totals.ranks,
         r.hosts.join(", ")
     );
+    if let Some(s) = &r.scheduler {
+        let _ = writeln!(out, "Scheduler: {}", s.line(&r.jobid));
+    }
     let _ = writeln!(
         out,
         "MPI time {:.6} s of {:.6} s counted ({:.2}%), {} calls",

@@ -66,10 +66,56 @@ pub fn families(
     recent: &Recent,
     departed: &DepartedJobs,
 ) {
+    scheduler(fams, ranks);
     calls(fams, labelled, departed);
     callsites(fams, labelled, departed);
     distribution(fams, ranks, now, recent, departed);
     segments(fams, ranks, node, departed);
+}
+
+/// `mpi_job_scheduler_info`: one series per job and node with the
+/// scheduler's facts of the job, those of its lowest running rank here
+/// that has any, else its lowest exited one (ranks that disagree are counted as they register, see
+/// `mpi_observer_scheduler_conflicts_total`). Every label is always there,
+/// `""` when the scheduler did not say: Prometheus stores that as absent.
+fn scheduler(fams: &mut Vec<Family>, ranks: &[RankSnapshot]) {
+    let mut info = Family::new(
+        "mpi_job_scheduler_info",
+        "gauge",
+        "The batch scheduler's facts of the job (scheduler slurm, pbs or flux; step, user, account, partition (PBS: queue), array_job, array_task; \"\" when not given), from its lowest running (else exited) rank on this node, claimed by the ranks' environment; one series per job and node: join on (instance, jobid, uid), e.g. mpi_job_calls_total * on(instance, jobid, uid) group_left(partition) mpi_job_scheduler_info.",
+    );
+    let mut jobs: BTreeMap<&str, &RankSnapshot> = BTreeMap::new();
+    for r in ranks.iter().filter(|r| r.identity.scheduler.is_some()) {
+        let e = jobs.entry(r.labels.job.as_str()).or_insert(r);
+        if lowest_first(r) < lowest_first(e) {
+            *e = r;
+        }
+    }
+    for (job, r) in &jobs {
+        let Some(f) = &r.identity.scheduler else {
+            continue;
+        };
+        let mut labels = String::with_capacity(256);
+        for (name, v) in f.labels() {
+            let _ = write!(labels, ",{name}=\"{}\"", escape(v));
+        }
+        info.line(T, format_args!("mpi_job_scheduler_info{{{job}{labels}}} 1"));
+    }
+    fams.push(info);
+}
+
+/// The order in which a job's ranks speak for it: running ranks first
+/// (a job's next step on this node follows its last), then numeric world
+/// ranks, lowest first, then by rank label, then pid.
+fn lowest_first(r: &RankSnapshot) -> (bool, bool, u32, &str, u32) {
+    let n = r.identity.rank.parse::<u32>().ok();
+    (
+        !r.running(),
+        n.is_none(),
+        n.unwrap_or(0),
+        r.labels.rank.as_str(),
+        r.pid,
+    )
 }
 
 /// Per (job, function): the ranks' statistics summed, with the job's

@@ -81,6 +81,7 @@ pub struct SelfMetrics {
     /// Ranks registered with the (job, uid, rank) of another rank held.
     pub identity_conflicts: IntCounter,
     label_truncations: IntCounterVec,
+    scheduler_conflicts: IntCounterVec,
     oversized_environments: IntCounter,
     /// Orphaned shim files removed from /dev/shm (crate::os::shm::sweep).
     pub shm_orphans_removed: IntCounter,
@@ -187,13 +188,24 @@ impl SelfMetrics {
         let label_truncations = IntCounterVec::new(
             Opts::new(
                 "mpi_observer_label_truncations_total",
-                "Label values from a process (jobid, rank, size, version, callsite) cut to 128 bytes.",
+                "Label values from a process (jobid, rank, size, version, callsite; scheduler: any of its job's scheduler facts) cut to 128 bytes.",
             ),
             &["label"],
         )
         .expect("valid metric");
         for l in Label::ALL {
             label_truncations.with_label_values(&[l.as_str()]);
+        }
+        let scheduler_conflicts = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_scheduler_conflicts_total",
+                "Ranks whose scheduler facts were not exported: reason=\"ranks\", they differ from those of a rank of the same job already held on this node (mpi_job_scheduler_info shows the lowest rank's; two steps of one job on one node do); reason=\"cgroup\", the environment names another Slurm job than the rank's cgroup (only scheduler=\"slurm\" is exported).",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
+        for reason in ["ranks", "cgroup"] {
+            scheduler_conflicts.with_label_values(&[reason]);
         }
         let oversized_environments = IntCounter::new(
             "mpi_observer_oversized_environments_total",
@@ -217,6 +229,7 @@ impl SelfMetrics {
             Box::new(exec_found.clone()),
             Box::new(identity_conflicts.clone()),
             Box::new(label_truncations.clone()),
+            Box::new(scheduler_conflicts.clone()),
             Box::new(oversized_environments.clone()),
             Box::new(shm_orphans_removed.clone()),
         ] {
@@ -241,6 +254,7 @@ impl SelfMetrics {
             exec_found,
             identity_conflicts,
             label_truncations,
+            scheduler_conflicts,
             oversized_environments,
             shm_orphans_removed,
             budget: BudgetStats::default(),
@@ -264,6 +278,17 @@ impl SelfMetrics {
         if id.environ_cut {
             self.oversized_environments.inc();
         }
+        if id.scheduler_disowned {
+            self.scheduler_conflicts
+                .with_label_values(&["cgroup"])
+                .inc();
+        }
+    }
+
+    /// Counts a rank registered with scheduler facts unlike those of a rank
+    /// of its job already held.
+    pub fn scheduler_conflict(&self) {
+        self.scheduler_conflicts.with_label_values(&["ranks"]).inc();
     }
 
     /// `v` cut to the label cap, the cut counted as one of `label`.

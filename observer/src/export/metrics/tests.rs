@@ -731,3 +731,162 @@ fn a_forgotten_ranks_figures_stay_in_its_jobs_counters() {
     departed.retain(|_| false);
     assert!(departed.iter().next().is_none());
 }
+
+/// The sample lines of `name` in `out`.
+fn lines_of<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
+    out.lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with('{')))
+        .collect()
+}
+
+#[test]
+fn one_scheduler_info_series_per_job_from_its_lowest_running_rank() {
+    use crate::attach::identity::scheduler::{Facts, Scheduler};
+    let slurm = |step: &str, task: &str| {
+        Some(Arc::new(Facts {
+            step: step.into(),
+            user: "alice".into(),
+            account: "physics".into(),
+            partition: "debug".into(),
+            array_job: "4".into(),
+            array_task: task.into(),
+            ..Facts::bare(Scheduler::Slurm)
+        }))
+    };
+    let with = |pid, r: &str, facts: Option<Arc<Facts>>| {
+        let mut id = Identity::new("42", r, "4", 1000, JobidSource::Environment);
+        id.scheduler = facts;
+        rank(pid, id, 10)
+    };
+    // Even pids have exited (see `rank`): exited rank 0 (pid 2) of an
+    // earlier step, then running ranks 3, 1 and 2 (pids 3, 5, 7), rank 1
+    // the lowest running one; and a launcher's job with no scheduler.
+    let ranks = vec![
+        with(2, "0", slurm("0", "1")),
+        with(3, "3", slurm("2", "9")),
+        with(5, "1", slurm("1", "1")),
+        with(7, "2", slurm("1", "1")),
+        rank(
+            9,
+            Identity::new("launcher-77", "0", "1", 1000, JobidSource::Launcher),
+            5,
+        ),
+    ];
+    let snap = Snapshot {
+        ranks,
+        ..Default::default()
+    };
+    let out = render(
+        &snap,
+        &SelfMetrics::new(),
+        RenderOptions {
+            node: Some("n1"),
+            ..Default::default()
+        },
+        || Duration::ZERO,
+    );
+    assert_eq!(
+        lines_of(&out, "mpi_job_scheduler_info"),
+        [
+            "mpi_job_scheduler_info{jobid=\"42\",uid=\"1000\",scheduler=\"slurm\",step=\"1\",user=\"alice\",account=\"physics\",partition=\"debug\",array_job=\"4\",array_task=\"1\"} 1"
+        ],
+        "{out}"
+    );
+    assert!(out.contains("# TYPE mpi_job_scheduler_info gauge\n"));
+    // The join key: the info series' (jobid, uid) is the job series'.
+    assert!(
+        lines_of(&out, "mpi_job_calls_total")
+            .iter()
+            .any(|l| l.starts_with("mpi_job_calls_total{jobid=\"42\",uid=\"1000\",function="))
+    );
+    // Once every rank has exited, the lowest exited one speaks.
+    let mut exited = snap.clone();
+    for r in &mut exited.ranks {
+        r.exited = Some(UNIX_EPOCH);
+    }
+    let out = render(
+        &exited,
+        &SelfMetrics::new(),
+        RenderOptions::default(),
+        || Duration::ZERO,
+    );
+    let info = lines_of(&out, "mpi_job_scheduler_info");
+    assert_eq!(info.len(), 1, "{out}");
+    assert!(info[0].contains(",step=\"0\","), "{out}");
+    // No job with a scheduler: not even the header.
+    let none = Snapshot {
+        ranks: vec![snap.ranks[4].clone()],
+        ..Default::default()
+    };
+    let out = render(&none, &SelfMetrics::new(), RenderOptions::default(), || {
+        Duration::ZERO
+    });
+    assert!(lines_of(&out, "mpi_job_scheduler_info").is_empty(), "{out}");
+    assert!(!out.contains("# TYPE mpi_job_scheduler_info"), "{out}");
+}
+
+#[test]
+fn hostile_scheduler_facts_stay_inside_their_label() {
+    use crate::attach::identity::scheduler::{Facts, Scheduler};
+    let env: &[(&str, &[u8])] = &[
+        ("SLURM_JOB_USER", b"x\"} 1\nmpi_forged{a=\"b"),
+        ("SLURM_JOB_ACCOUNT", b"back\\slash\"quote"),
+        ("SLURM_JOB_PARTITION", b"\x1b]0;title\x07"),
+        ("SLURM_STEP_ID", &[b'7'; 1000]),
+    ];
+    let (facts, cut) = Facts::read(Scheduler::Slurm, |n| {
+        env.iter().find(|(k, _)| *k == n).map(|(_, v)| *v)
+    });
+    assert!(cut);
+    let mut id = Identity::new("j", "0", "1", 0, JobidSource::Environment);
+    id.scheduler = Some(Arc::new(facts));
+    let snap = Snapshot {
+        ranks: vec![rank(1, id, 3)],
+        ..Default::default()
+    };
+    let out = render(&snap, &SelfMetrics::new(), RenderOptions::default(), || {
+        Duration::ZERO
+    });
+    let info = lines_of(&out, "mpi_job_scheduler_info");
+    assert_eq!(info.len(), 1, "{out}");
+    assert!(!out.contains("\nmpi_forged"), "{out}");
+    let l = info[0];
+    assert!(
+        l.contains(",user=\"x\\\"} 1\u{FFFD}mpi_forged{a=\\\"b\","),
+        "{l}"
+    );
+    assert!(l.contains(",account=\"back\\\\slash\\\"quote\","), "{l}");
+    assert!(
+        l.contains(",partition=\"\u{FFFD}]0;title\u{FFFD}\","),
+        "{l}"
+    );
+    assert!(
+        l.contains(&format!(",step=\"{}\",", "7".repeat(LABEL_CAP))),
+        "{l}"
+    );
+    assert!(!l.chars().any(char::is_control), "{l:?}");
+}
+
+#[test]
+fn scheduler_conflicts_are_counted_by_reason() {
+    let m = SelfMetrics::new();
+    let mut out = String::new();
+    m.render(&mut out, Health::default(), Duration::ZERO);
+    for reason in ["ranks", "cgroup"] {
+        assert!(
+            out.contains(&format!(
+                "mpi_observer_scheduler_conflicts_total{{reason=\"{reason}\"}} 0\n"
+            )),
+            "{out}"
+        );
+    }
+    let mut id = Identity::new("j", "0", "1", 0, JobidSource::Cgroup);
+    id.scheduler_disowned = true;
+    m.count_identity(&id);
+    m.scheduler_conflict();
+    m.scheduler_conflict();
+    let mut out = String::new();
+    m.render(&mut out, Health::default(), Duration::ZERO);
+    assert!(out.contains("mpi_observer_scheduler_conflicts_total{reason=\"cgroup\"} 1\n"));
+    assert!(out.contains("mpi_observer_scheduler_conflicts_total{reason=\"ranks\"} 2\n"));
+}
