@@ -1,0 +1,410 @@
+//! The Debian package (`cargo xtask package`: target/debian/mpi-observer.deb)
+//! installed on this machine with dpkg, as a site installs it:
+//!
+//! - every file where the binary looks for it (`shim-path`, `qmpi-flags`),
+//!   the systemd unit verified and reading its options from the conffile
+//!   /etc/default/mpi-observer, the Slurm plugin and its plugstack line;
+//! - a real Open MPI job under the installed shim (`/usr/bin/mpi-observer
+//!   run --tools stats`), observed by the installed daemon started as the
+//!   unit starts it: exact counts;
+//! - an upgrade to a newer version while that daemon observes a job: the
+//!   site's options kept, no figure lost;
+//! - removal while the daemon is attached: the prerm stops it (PID 1 is not
+//!   systemd here, as in CI), no probe is left, the job still ends well, and
+//!   after a purge no file of the package is left.
+//!
+//! The package is installed on the host: each test purges it when it ends,
+//! failed or not ([`Installed`]).
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::Duration,
+};
+
+use e2e::{
+    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile, program, require,
+    run_with_timeout, scratch, sum, target_dir, wait_for,
+};
+
+const PKG: &str = "mpi-observer";
+const BIN: &str = "/usr/bin/mpi-observer";
+const SHIM: &str = "/usr/lib/mpi-observer/libmpi_observer_shim.so";
+const UNIT: &str = "/usr/lib/systemd/system/mpi-observer.service";
+const DEFAULTS: &str = "/etc/default/mpi-observer";
+const PLUGIN: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_mpi_observer.so";
+const PLUGSTACK_DIR: &str = "/etc/slurm/plugstack.conf.d";
+const PLUGSTACK: &str = "/etc/slurm/plugstack.conf.d/mpi-observer.conf";
+const NP: u32 = 4;
+const ITERS: u64 = 50;
+const DPKG_LIMIT: Duration = Duration::from_secs(180);
+
+fn required() -> bool {
+    require(&[
+        Need::Root,
+        Need::Mpi(Mpi::OpenMpi),
+        Need::Command("dpkg"),
+        Need::Command("bpftool"),
+        Need::Command("systemd-analyze"),
+    ])
+}
+
+/// The package `cargo xtask package` built (`cargo xtask test` builds it
+/// before the end-to-end tests).
+fn deb() -> PathBuf {
+    let p = target_dir().join("debian/mpi-observer.deb");
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo xtask package` first",
+        p.display()
+    );
+    p
+}
+
+/// Runs dpkg (stdin closed: a question is a failure, not a hang) and
+/// asserts it succeeded.
+fn dpkg(args: &[&str]) -> Output {
+    let o = run_with_timeout(
+        Command::new("dpkg").args(args).stdin(Stdio::null()),
+        DPKG_LIMIT,
+    );
+    assert!(
+        o.status.success(),
+        "dpkg {args:?} failed ({}):\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// dpkg's state of the package: "installed", "config-files", or "" when it
+/// is unknown (purged or never installed).
+fn status() -> String {
+    let o = Command::new("dpkg-query")
+        .args(["-W", "-f=${db:Status-Status}", PKG])
+        .output()
+        .expect("dpkg-query");
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn purge() {
+    let _ = run_with_timeout(
+        Command::new("dpkg")
+            .args(["--purge", PKG])
+            .stdin(Stdio::null()),
+        DPKG_LIMIT,
+    );
+}
+
+/// The package installed from `deb`; purged when dropped, so a failed test
+/// leaves no install behind. A stale install is purged first.
+struct Installed;
+
+impl Installed {
+    fn new(deb: &Path) -> Installed {
+        if !status().is_empty() {
+            purge();
+        }
+        let guard = Installed;
+        dpkg(&["--install", deb.to_str().unwrap()]);
+        assert_eq!(status(), "installed");
+        guard
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        purge();
+    }
+}
+
+/// The paths in `deb` (files and directories), absolute.
+fn contents(deb: &Path) -> Vec<PathBuf> {
+    let o = dpkg(&["--contents", deb.to_str().unwrap()]);
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .map(|p| PathBuf::from(p.trim_start_matches('.')))
+        .filter(|p| p != Path::new("/"))
+        .collect()
+}
+
+/// The package's paths that do not exist before it is installed: none may
+/// be left after a purge.
+fn new_paths(deb: &Path) -> BTreeSet<PathBuf> {
+    contents(deb)
+        .into_iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_err())
+        .collect()
+}
+
+/// What maintainer scripts and deb-systemd-helper may create besides the
+/// package's files.
+fn extra_paths() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = [
+        PLUGSTACK,
+        "/etc/systemd/system/mpi-observer.service",
+        "/etc/systemd/system/multi-user.target.wants/mpi-observer.service",
+        "/var/lib/systemd/deb-systemd-helper-masked/mpi-observer.service",
+        "/var/lib/systemd/deb-systemd-helper-enabled/mpi-observer.service.dsh-also",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    v.push(PathBuf::from(format!("{PLUGSTACK}.dpkg-new")));
+    v
+}
+
+fn assert_gone(paths: impl IntoIterator<Item = PathBuf>) {
+    let left: Vec<PathBuf> = paths
+        .into_iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// `/usr/bin/mpi-observer ARGS`' stdout, asserting success.
+fn installed_output(args: &[&str]) -> String {
+    let o = run_with_timeout(Command::new(BIN).args(args), Duration::from_secs(30));
+    assert!(
+        o.status.success(),
+        "{BIN} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap().trim().to_string()
+}
+
+/// The installed unit's `KEY=` value.
+fn unit_value(unit: &str, key: &str) -> String {
+    unit.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("the installed unit has no {key}="))
+        .to_string()
+}
+
+/// The site's edit of the conffile: every MPI rank on the machine, no
+/// --listen (the harness adds a free loopback port).
+const SITE_OPTS: &str = "MPI_OBSERVER_OPTS=\"--all\"\n";
+
+/// A script that runs the installed unit's ExecStart as systemd would:
+/// EnvironmentFile= read, `%d` (the credentials directory) replaced by a
+/// directory holding a web config without TLS or passwords (so the test
+/// scrapes plain HTTP), `$MPI_OBSERVER_OPTS` split at spaces. The harness
+/// calls it as `SCRIPT attach ARGS`: the ExecStart has its own `attach`.
+fn unit_launcher(dir: &Path) -> PathBuf {
+    let unit = std::fs::read_to_string(UNIT).unwrap();
+    assert_eq!(unit_value(&unit, "EnvironmentFile"), DEFAULTS);
+    let exec = unit_value(&unit, "ExecStart");
+    assert!(
+        exec.starts_with(&format!("{BIN} attach ")) && exec.ends_with(" $MPI_OBSERVER_OPTS"),
+        "ExecStart: {exec}"
+    );
+    let creds = dir.join("credentials");
+    std::fs::create_dir_all(&creds).unwrap();
+    std::fs::write(
+        creds.join("web-config.yml"),
+        "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n",
+    )
+    .unwrap();
+    let script = dir.join("exec-start.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nset -a\n. {DEFAULTS}\nset +a\nshift\nexec {} \"$@\"\n",
+            exec.replace("%d", creds.to_str().unwrap())
+        ),
+    )
+    .unwrap();
+    let o = Command::new("chmod")
+        .arg("755")
+        .arg(&script)
+        .status()
+        .unwrap();
+    assert!(o.success());
+    script
+}
+
+/// tests/programs/mix.c on [`NP`] Open MPI ranks, each started through the
+/// installed `mpi-observer run --tools stats`, held at its go file.
+fn start_job(dir: &Path) -> Job {
+    let mpi = Mpi::OpenMpi;
+    let exe = dir.join("mix-openmpi");
+    compile(mpi, &program("mix.c"), &exe, &[]);
+    let mut c = mpi.launcher(NP);
+    c.args([BIN, "run", "--tools", "stats", "--"])
+        .arg(&exe)
+        .arg(ITERS.to_string());
+    Job::spawn(c, NP, dir.join("go"))
+}
+
+/// Every rank maps the installed shim.
+fn assert_installed_shim(job: &Job) {
+    for pid in job.pids() {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        assert!(
+            maps.contains(SHIM),
+            "rank pid {pid} does not map {SHIM}:\n{maps}"
+        );
+    }
+}
+
+/// Waits until the daemon sees all [`NP`] ranks of `job` up, with their
+/// shim figures (the stats layer's request gauge).
+fn wait_ranks(d: &mut Daemon, job: &Job) {
+    wait_for(
+        "the installed daemon to see every rank's segment",
+        Duration::from_secs(30),
+        || {
+            let (_, s) = d.scrape();
+            job.pids()
+                .iter()
+                .all(|p| {
+                    let pid = p.to_string();
+                    sum(&s, "mpi_rank_up", &[("pid", &pid)]) == 1.0
+                        && s.iter().any(|x| {
+                            x.name == "mpi_requests_outstanding"
+                                && x.label("pid") == Some(pid.as_str())
+                        })
+                })
+                .then_some(())
+        },
+    );
+}
+
+/// mix.c's exact per-rank counts for a few functions, in `s`.
+fn assert_exact(s: &[Sample]) {
+    for rank in 0..NP {
+        let r = rank.to_string();
+        for f in ["MPI_Allreduce", "MPI_Bcast", "MPI_Sendrecv", "MPI_Barrier"] {
+            assert_eq!(
+                sum(s, "mpi_calls_total", &[("rank", &r), ("function", f)]),
+                ITERS as f64,
+                "rank {rank} {f}"
+            );
+        }
+    }
+}
+
+/// Whether `pid` runs: exists and is not a zombie (the harness reaps its
+/// daemon only when told to stop it).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+#[test]
+fn install_observe_remove_purge() {
+    if !required() {
+        return;
+    }
+    let dir = scratch("package-install");
+    let deb = deb();
+    let fresh = new_paths(&deb);
+    let guard = Installed::new(&deb);
+
+    // The files, where the binary looks for them.
+    for p in [
+        BIN,
+        SHIM,
+        "/usr/lib/mpi-observer/libmpi_observer_qmpi.so",
+        "/usr/share/mpi-observer/include/mpi_observer_qmpi.h",
+        UNIT,
+        DEFAULTS,
+        PLUGIN,
+        "/usr/share/mpi-observer/slurm/plugstack.conf",
+        "/usr/share/mpi-observer/grafana/mpi-job.json",
+        "/usr/share/mpi-observer/prometheus/recording.rules.yml",
+        "/usr/share/mpi-observer/prometheus/alerts.rules.yml",
+    ] {
+        assert!(Path::new(p).is_file(), "{p} is installed");
+    }
+    assert_eq!(installed_output(&["shim-path"]), SHIM);
+    let flags = installed_output(&["qmpi-flags"]);
+    assert!(
+        flags.contains("-I/usr/share/mpi-observer/include ")
+            && flags.contains("-L/usr/lib/mpi-observer "),
+        "qmpi-flags: {flags}"
+    );
+    let conffiles = Command::new("dpkg-query")
+        .args(["-W", "-f=${Conffiles}", PKG])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&conffiles.stdout).contains(DEFAULTS),
+        "{DEFAULTS} is a conffile"
+    );
+    // The SPANK plugin: a shared object with SPANK's entry points, and its
+    // optional plugstack line where Debian's Slurm reads it.
+    let syms = run_with_timeout(
+        Command::new("nm").args(["-D", "--defined-only", PLUGIN]),
+        Duration::from_secs(30),
+    );
+    let syms = String::from_utf8_lossy(&syms.stdout);
+    for s in ["slurm_spank_init", "slurm_spank_task_init", "plugin_name"] {
+        assert!(syms.contains(s), "{PLUGIN} exports {s}:\n{syms}");
+    }
+    if Path::new(PLUGSTACK_DIR).is_dir() {
+        let line = std::fs::read_to_string(PLUGSTACK).expect("the postinst's plugstack line");
+        assert!(
+            line.lines()
+                .any(|l| l == format!("optional {PLUGIN} shim={SHIM}")),
+            "{PLUGSTACK}:\n{line}"
+        );
+    }
+    let o = run_with_timeout(
+        Command::new("systemd-analyze").args(["verify", UNIT]),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "systemd-analyze verify:\n{err}");
+    assert!(
+        !err.contains("mpi-observer.service"),
+        "systemd-analyze verify warns about the unit:\n{err}"
+    );
+
+    // A real job under the installed shim, observed by the installed daemon
+    // as the unit starts it, with the site's options.
+    std::fs::write(DEFAULTS, SITE_OPTS).unwrap();
+    let launcher = unit_launcher(&dir);
+    let job = start_job(&dir);
+    assert_installed_shim(&job);
+    let mut d = Daemon::start_binary(&launcher, &[]);
+    wait_ranks(&mut d, &job);
+    let daemon_pid = d.pid();
+    assert!(
+        std::fs::read_link(format!("/proc/{daemon_pid}/exe")).unwrap() == Path::new(BIN),
+        "the daemon runs the installed binary"
+    );
+    job.finish("OK ");
+    assert_exact(&d.final_scrape());
+
+    // A second job, held with the probes in, while the package goes.
+    let job = start_job(&dir);
+    wait_ranks(&mut d, &job);
+    dpkg(&["--remove", PKG]);
+    assert_eq!(status(), "config-files");
+    wait_for(
+        "the prerm to stop the daemon",
+        Duration::from_secs(40),
+        || (!running(daemon_pid)).then_some(()),
+    );
+    let st = d.stop(e2e::signal::TERM);
+    assert!(
+        st.success(),
+        "the daemon's exit on the prerm's SIGTERM: {st}"
+    );
+    assert_no_probes_left();
+    assert!(!Path::new(BIN).exists() && !Path::new(PLUGSTACK).exists());
+    assert!(Path::new(DEFAULTS).exists(), "remove keeps the conffile");
+    // The job never noticed.
+    job.finish("OK ");
+
+    dpkg(&["--purge", PKG]);
+    assert_eq!(status(), "");
+    drop(guard);
+    assert_gone(fresh.into_iter().chain(extra_paths()));
+}
