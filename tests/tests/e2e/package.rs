@@ -134,6 +134,10 @@ fn contents(deb: &Path) -> Vec<PathBuf> {
 /// The package's paths that do not exist before it is installed: none may
 /// be left after a purge.
 fn new_paths(deb: &Path) -> BTreeSet<PathBuf> {
+    // A stale install (a killed run) would hide them.
+    if !status().is_empty() {
+        purge();
+    }
     contents(deb)
         .into_iter()
         .filter(|p| std::fs::symlink_metadata(p).is_err())
@@ -251,35 +255,44 @@ fn assert_installed_shim(job: &Job) {
 }
 
 /// Waits until the daemon sees all [`NP`] ranks of `job` up, with their
-/// shim figures (the stats layer's request gauge).
-fn wait_ranks(d: &mut Daemon, job: &Job) {
+/// shim figures (the stats layer's request gauge); returns the job's id.
+fn wait_ranks(d: &mut Daemon, job: &Job) -> String {
+    let pid0 = job.pid(0).to_string();
     wait_for(
         "the installed daemon to see every rank's segment",
         Duration::from_secs(30),
         || {
             let (_, s) = d.scrape();
-            job.pids()
+            let jobid = s
                 .iter()
-                .all(|p| {
-                    let pid = p.to_string();
-                    sum(&s, "mpi_rank_up", &[("pid", &pid)]) == 1.0
+                .find(|x| x.name == "mpi_rank_info" && x.label("pid") == Some(pid0.as_str()))?
+                .label("jobid")?
+                .to_string();
+            (0..NP)
+                .all(|r| {
+                    let want = [("jobid", jobid.as_str()), ("rank", &r.to_string())];
+                    sum(&s, "mpi_rank_up", &want) == 1.0
                         && s.iter().any(|x| {
                             x.name == "mpi_requests_outstanding"
-                                && x.label("pid") == Some(pid.as_str())
+                                && want.iter().all(|(k, v)| x.label(k) == Some(v))
                         })
                 })
-                .then_some(())
+                .then_some(jobid)
         },
-    );
+    )
 }
 
-/// mix.c's exact per-rank counts for a few functions, in `s`.
-fn assert_exact(s: &[Sample]) {
+/// mix.c's exact per-rank counts for a few functions of job `jobid`, in `s`.
+fn assert_exact(s: &[Sample], jobid: &str) {
     for rank in 0..NP {
         let r = rank.to_string();
         for f in ["MPI_Allreduce", "MPI_Bcast", "MPI_Sendrecv", "MPI_Barrier"] {
             assert_eq!(
-                sum(s, "mpi_calls_total", &[("rank", &r), ("function", f)]),
+                sum(
+                    s,
+                    "mpi_calls_total",
+                    &[("jobid", jobid), ("rank", &r), ("function", f)]
+                ),
                 ITERS as f64,
                 "rank {rank} {f}"
             );
@@ -373,14 +386,14 @@ fn install_observe_remove_purge() {
     let job = start_job(&dir);
     assert_installed_shim(&job);
     let mut d = Daemon::start_binary(&launcher, &[]);
-    wait_ranks(&mut d, &job);
+    let jobid = wait_ranks(&mut d, &job);
     let daemon_pid = d.pid();
     assert!(
         std::fs::read_link(format!("/proc/{daemon_pid}/exe")).unwrap() == Path::new(BIN),
         "the daemon runs the installed binary"
     );
     job.finish("OK ");
-    assert_exact(&d.final_scrape());
+    assert_exact(&d.final_scrape(), &jobid);
 
     // A second job, held with the probes in, while the package goes.
     let job = start_job(&dir);
@@ -405,6 +418,116 @@ fn install_observe_remove_purge() {
 
     dpkg(&["--purge", PKG]);
     assert_eq!(status(), "");
+    drop(guard);
+    assert_gone(fresh.into_iter().chain(extra_paths()));
+}
+
+/// The package's `field` from its control file.
+fn control_field(deb: &Path, field: &str) -> String {
+    let o = run_with_timeout(
+        Command::new("dpkg-deb").arg("--field").arg(deb).arg(field),
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "dpkg-deb --field {field}");
+    String::from_utf8(o.stdout).unwrap().trim().to_string()
+}
+
+/// `deb` repacked as version `version`, same files: the newer package a
+/// site gets from its next build.
+fn repack(deb: &Path, dir: &Path, version: &str) -> PathBuf {
+    let root = dir.join("repack");
+    let _ = std::fs::remove_dir_all(&root);
+    let ok = |c: &mut Command| {
+        let o = run_with_timeout(c, DPKG_LIMIT);
+        assert!(
+            o.status.success(),
+            "{c:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    ok(Command::new("dpkg-deb")
+        .arg("--raw-extract")
+        .arg(deb)
+        .arg(&root));
+    let control = root.join("DEBIAN/control");
+    let text = std::fs::read_to_string(&control).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("Version: ") {
+                format!("Version: {version}\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&control, text).unwrap();
+    let out = dir.join("mpi-observer-upgrade.deb");
+    // gzip -1: the test's time goes to dpkg, not to compressing.
+    ok(Command::new("dpkg-deb")
+        .args(["-Zgzip", "-z1", "--root-owner-group", "--build"])
+        .arg(&root)
+        .arg(&out));
+    let _ = std::fs::remove_dir_all(&root);
+    out
+}
+
+#[test]
+fn upgrade_while_observing_then_purge() {
+    if !required() {
+        return;
+    }
+    let dir = scratch("package-upgrade");
+    let deb = deb();
+    let fresh = new_paths(&deb);
+    let newer = format!("{}+upgrade1", control_field(&deb, "Version"));
+    let upgrade = repack(&deb, &dir, &newer);
+    let guard = Installed::new(&deb);
+    std::fs::write(DEFAULTS, SITE_OPTS).unwrap();
+    let launcher = unit_launcher(&dir);
+    let job = start_job(&dir);
+    let mut d = Daemon::start_binary(&launcher, &[]);
+    let jobid = wait_ranks(&mut d, &job);
+    let daemon_pid = d.pid();
+
+    // The upgrade, while the daemon observes a job held with its probes in.
+    dpkg(&["--install", upgrade.to_str().unwrap()]);
+    let version = Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}", PKG])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&version.stdout), newer);
+    assert_eq!(
+        std::fs::read_to_string(DEFAULTS).unwrap(),
+        SITE_OPTS,
+        "the site's options survive the upgrade"
+    );
+    assert_eq!(installed_output(&["shim-path"]), SHIM);
+    // Without systemd nothing restarts it (with systemd the postinst's
+    // try-restart does): the old daemon observes on, from its replaced
+    // binary, and loses no figure.
+    assert!(running(daemon_pid), "the daemon survives the upgrade");
+    job.finish("OK ");
+    assert_exact(&d.final_scrape(), &jobid);
+
+    // A second job, held with the probes in, while the package is purged:
+    // the prerm stops the daemon left on the replaced binary too.
+    let job = start_job(&dir);
+    wait_ranks(&mut d, &job);
+    dpkg(&["--purge", PKG]);
+    assert_eq!(status(), "");
+    wait_for(
+        "the prerm to stop the daemon",
+        Duration::from_secs(40),
+        || (!running(daemon_pid)).then_some(()),
+    );
+    let st = d.stop(e2e::signal::TERM);
+    assert!(
+        st.success(),
+        "the daemon's exit on the prerm's SIGTERM: {st}"
+    );
+    assert_no_probes_left();
+    job.finish("OK ");
     drop(guard);
     assert_gone(fresh.into_iter().chain(extra_paths()));
 }
