@@ -5,6 +5,7 @@
 //! because a CI run that skipped its real tests proves nothing.
 
 pub mod http;
+pub mod package;
 pub mod shm;
 pub mod vm;
 

@@ -14,7 +14,7 @@ use crate::{
 /// Where the package is written, under one name whatever the version, so
 /// the package tests (tests/tests/e2e/package.rs) find it.
 pub fn deb_path() -> PathBuf {
-    target_dir().join("debian/mpi-observer.deb")
+    target_dir().join(e2e::package::DEB)
 }
 
 /// Builds the SPANK plugin into `target/release/slurm/`, then the .deb from

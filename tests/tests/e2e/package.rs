@@ -19,26 +19,24 @@
 use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
+    process::Command,
     time::Duration,
 };
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile, program, require,
-    run_with_timeout, scratch, sum, target_dir, wait_for,
+    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile,
+    package::{
+        BIN, DEFAULTS, DPKG_LIMIT, Installed, PKG, PLUGIN, PLUGSTACK, PLUGSTACK_DIR, SHIM, UNIT,
+        deb, dpkg, installed_output, purge, status, unit_launcher,
+    },
+    program, require, run_with_timeout, scratch, sum, wait_for,
 };
 
-const PKG: &str = "mpi-observer";
-const BIN: &str = "/usr/bin/mpi-observer";
-const SHIM: &str = "/usr/lib/mpi-observer/libmpi_observer_shim.so";
-const UNIT: &str = "/usr/lib/systemd/system/mpi-observer.service";
-const DEFAULTS: &str = "/etc/default/mpi-observer";
-const PLUGIN: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_mpi_observer.so";
-const PLUGSTACK_DIR: &str = "/etc/slurm/plugstack.conf.d";
-const PLUGSTACK: &str = "/etc/slurm/plugstack.conf.d/mpi-observer.conf";
 const NP: u32 = 4;
 const ITERS: u64 = 50;
-const DPKG_LIMIT: Duration = Duration::from_secs(180);
+/// The site's edit of the conffile: every MPI rank on the machine, no
+/// --listen (the harness adds a free loopback port).
+const SITE_OPTS: &str = "MPI_OBSERVER_OPTS=\"--all\"\n";
 
 fn required() -> bool {
     require(&[
@@ -48,76 +46,6 @@ fn required() -> bool {
         Need::Command("bpftool"),
         Need::Command("systemd-analyze"),
     ])
-}
-
-/// The package `cargo xtask package` built (`cargo xtask test` builds it
-/// before the end-to-end tests).
-fn deb() -> PathBuf {
-    let p = target_dir().join("debian/mpi-observer.deb");
-    assert!(
-        p.is_file(),
-        "{} is missing: run `cargo xtask package` first",
-        p.display()
-    );
-    p
-}
-
-/// Runs dpkg (stdin closed: a question is a failure, not a hang) and
-/// asserts it succeeded.
-fn dpkg(args: &[&str]) -> Output {
-    let o = run_with_timeout(
-        Command::new("dpkg").args(args).stdin(Stdio::null()),
-        DPKG_LIMIT,
-    );
-    assert!(
-        o.status.success(),
-        "dpkg {args:?} failed ({}):\n{}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-/// dpkg's state of the package: "installed", "config-files", or "" when it
-/// is unknown (purged or never installed).
-fn status() -> String {
-    let o = Command::new("dpkg-query")
-        .args(["-W", "-f=${db:Status-Status}", PKG])
-        .output()
-        .expect("dpkg-query");
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
-
-fn purge() {
-    let _ = run_with_timeout(
-        Command::new("dpkg")
-            .args(["--purge", PKG])
-            .stdin(Stdio::null()),
-        DPKG_LIMIT,
-    );
-}
-
-/// The package installed from `deb`; purged when dropped, so a failed test
-/// leaves no install behind. A stale install is purged first.
-struct Installed;
-
-impl Installed {
-    fn new(deb: &Path) -> Installed {
-        if !status().is_empty() {
-            purge();
-        }
-        let guard = Installed;
-        dpkg(&["--install", deb.to_str().unwrap()]);
-        assert_eq!(status(), "installed");
-        guard
-    }
-}
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        purge();
-    }
 }
 
 /// The paths in `deb` (files and directories), absolute.
@@ -167,67 +95,6 @@ fn assert_gone(paths: impl IntoIterator<Item = PathBuf>) {
         .filter(|p| std::fs::symlink_metadata(p).is_ok())
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
-}
-
-/// `/usr/bin/mpi-observer ARGS`' stdout, asserting success.
-fn installed_output(args: &[&str]) -> String {
-    let o = run_with_timeout(Command::new(BIN).args(args), Duration::from_secs(30));
-    assert!(
-        o.status.success(),
-        "{BIN} {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap().trim().to_string()
-}
-
-/// The installed unit's `KEY=` value.
-fn unit_value(unit: &str, key: &str) -> String {
-    unit.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .unwrap_or_else(|| panic!("the installed unit has no {key}="))
-        .to_string()
-}
-
-/// The site's edit of the conffile: every MPI rank on the machine, no
-/// --listen (the harness adds a free loopback port).
-const SITE_OPTS: &str = "MPI_OBSERVER_OPTS=\"--all\"\n";
-
-/// A script that runs the installed unit's ExecStart as systemd would:
-/// EnvironmentFile= read, `%d` (the credentials directory) replaced by a
-/// directory holding a web config without TLS or passwords (so the test
-/// scrapes plain HTTP), `$MPI_OBSERVER_OPTS` split at spaces. The harness
-/// calls it as `SCRIPT attach ARGS`: the ExecStart has its own `attach`.
-fn unit_launcher(dir: &Path) -> PathBuf {
-    let unit = std::fs::read_to_string(UNIT).unwrap();
-    assert_eq!(unit_value(&unit, "EnvironmentFile"), DEFAULTS);
-    let exec = unit_value(&unit, "ExecStart");
-    assert!(
-        exec.starts_with(&format!("{BIN} attach ")) && exec.ends_with(" $MPI_OBSERVER_OPTS"),
-        "ExecStart: {exec}"
-    );
-    let creds = dir.join("credentials");
-    std::fs::create_dir_all(&creds).unwrap();
-    std::fs::write(
-        creds.join("web-config.yml"),
-        "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n",
-    )
-    .unwrap();
-    let script = dir.join("exec-start.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\nset -a\n. {DEFAULTS}\nset +a\nshift\nexec {} \"$@\"\n",
-            exec.replace("%d", creds.to_str().unwrap())
-        ),
-    )
-    .unwrap();
-    let o = Command::new("chmod")
-        .arg("755")
-        .arg(&script)
-        .status()
-        .unwrap();
-    assert!(o.success());
-    script
 }
 
 /// tests/programs/mix.c on [`NP`] Open MPI ranks, each started through the
