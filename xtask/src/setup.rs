@@ -50,8 +50,10 @@ const PACKAGES: &[&str] = &[
     "libotf2-trace-dev",
     "otf2-tools",
     "python3-otf2",
-    // <slurm/spank.h> for the SPANK plugin the package ships (slurm/).
+    // <slurm/spank.h> and make for the SPANK plugin the package ships
+    // (slurm/, `cargo xtask package`).
     "libslurm-dev",
+    "make",
 ];
 
 /// bpf-linker 0.10.1 links with rustc's own LLVM; 0.11 and later need a
