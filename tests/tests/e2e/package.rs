@@ -351,6 +351,12 @@ fn upgrade_while_observing_then_purge() {
     let upgrade = repack(&deb, &dir, &newer);
     let guard = Installed::new(&deb);
     std::fs::write(DEFAULTS, SITE_OPTS).unwrap();
+    // The site turns the shim on for every job (a default= in the line).
+    let site_line = format!("optional {PLUGIN} shim={SHIM} default=stats\n");
+    let slurm = Path::new(PLUGSTACK_DIR).is_dir();
+    if slurm {
+        std::fs::write(PLUGSTACK, &site_line).unwrap();
+    }
     let launcher = unit_launcher(&dir);
     let job = start_job(&dir);
     let mut d = Daemon::start_binary(&launcher, &[]);
@@ -369,6 +375,13 @@ fn upgrade_while_observing_then_purge() {
         SITE_OPTS,
         "the site's options survive the upgrade"
     );
+    if slurm {
+        assert_eq!(
+            std::fs::read_to_string(PLUGSTACK).unwrap(),
+            site_line,
+            "the site's plugstack line survives the upgrade"
+        );
+    }
     assert_eq!(installed_output(&["shim-path"]), SHIM);
     // Without systemd nothing restarts it (with systemd the postinst's
     // try-restart does): the old daemon observes on, from its replaced
