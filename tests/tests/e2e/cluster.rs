@@ -1451,13 +1451,21 @@ fn systemd_unit_verifies() {
     let dir = scratch("cluster-unit");
     let unit =
         std::fs::read_to_string(dashboards_dir().join("deploy/mpi-observer.service")).unwrap();
-    assert!(
-        unit.contains("ExecStart=/usr/local/bin/mpi-observer attach --all --listen 0.0.0.0:9479")
-    );
+    // The options are the site's, in the package's conffile; TLS and basic
+    // auth stay in the unit.
+    assert!(unit.contains(
+        "ExecStart=/usr/bin/mpi-observer attach --web.config.file %d/web-config.yml $MPI_OBSERVER_OPTS"
+    ));
+    assert!(unit.contains("EnvironmentFile=/etc/default/mpi-observer"));
+    let defaults = std::fs::read_to_string(
+        e2e::workspace_root().join("packaging/debian/mpi-observer.default"),
+    )
+    .unwrap();
+    assert!(defaults.contains("\nMPI_OBSERVER_OPTS=\"--all --listen 0.0.0.0:9479\"\n"));
     assert!(unit.contains("NoNewPrivileges=yes") && unit.contains("DynamicUser=yes"));
     // verify checks that ExecStart exists: point it at the built binary.
     let local = unit.replace(
-        "/usr/local/bin/mpi-observer",
+        "/usr/bin/mpi-observer",
         &observer_bin().display().to_string(),
     );
     let path = dir.join("mpi-observer.service");

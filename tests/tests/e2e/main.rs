@@ -16,6 +16,7 @@ mod kmaps;
 mod mpi4py;
 mod observer;
 mod observer_abi;
+mod package;
 mod qmpi;
 mod qmpi_header;
 mod record;

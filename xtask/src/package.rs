@@ -1,0 +1,65 @@
+//! `cargo xtask package`: the Debian package, built by cargo-deb from
+//! `[package.metadata.deb]` in observer/Cargo.toml, with the release
+//! binaries `cargo xtask build` made and the Slurm SPANK plugin built here.
+
+use std::{path::PathBuf, process::Command};
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+use crate::{
+    setup::{run_cmd, target_dir},
+    workspace_root,
+};
+
+/// Where the package is written, under one name whatever the version, so
+/// the package tests (tests/tests/e2e/package.rs) find it.
+pub fn deb_path() -> PathBuf {
+    target_dir().join(e2e::package::DEB)
+}
+
+/// Builds the SPANK plugin into `target/release/slurm/`, then the .deb from
+/// what is built (`--no-build`: [`crate::build`] ran first). Returns the
+/// package's path.
+pub fn deb() -> Result<PathBuf> {
+    // The plugin's destination in observer/Cargo.toml is Debian's amd64
+    // Slurm plugin directory.
+    let arch = Command::new("dpkg")
+        .arg("--print-architecture")
+        .output()
+        .context("running dpkg --print-architecture")?;
+    let arch = String::from_utf8_lossy(&arch.stdout).trim().to_string();
+    ensure!(
+        arch == "amd64",
+        "the package is described for amd64 (Slurm's plugin directory in observer/Cargo.toml), this machine is {arch}"
+    );
+    let root = workspace_root();
+    let out = target_dir().join("release/slurm");
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    // slurm/Makefile's own rule, run in the output directory; VPATH finds
+    // the source.
+    run_cmd(
+        Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(&out)
+            .arg("-f")
+            .arg(root.join("slurm/Makefile"))
+            .arg(format!("VPATH={}", root.join("slurm").display())),
+    )?;
+    let deb = deb_path();
+    let mut c = crate::cargo();
+    c.args(["deb", "--package", "mpi-observer", "--no-build", "--locked"])
+        .arg("--output")
+        .arg(&deb);
+    let o = c.output().with_context(|| format!("running {c:?}"))?;
+    if !o.status.success() {
+        bail!(
+            "{c:?} failed with {}:\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    eprint!("{}", String::from_utf8_lossy(&o.stderr));
+    ensure!(deb.is_file(), "cargo deb wrote no {}", deb.display());
+    Ok(deb)
+}
