@@ -98,6 +98,26 @@ fn assert_gone(paths: impl IntoIterator<Item = PathBuf>) {
 }
 
 /// tests/programs/mix.c on [`NP`] Open MPI ranks, each started through the
+/// Removes or purges the package (`how`) while the daemon `d` (pid
+/// `daemon_pid`) observes a held job: dpkg leaves the package in `want`
+/// status, its prerm stops the daemon, which exits cleanly, and no probe is
+/// left.
+fn goes_with_a_job_held(d: Daemon, daemon_pid: u32, how: &str, want: &str) {
+    dpkg(&[how, PKG]);
+    assert_eq!(status(), want);
+    wait_for(
+        "the prerm to stop the daemon",
+        Duration::from_secs(40),
+        || (!running(daemon_pid)).then_some(()),
+    );
+    let st = d.stop(e2e::signal::TERM);
+    assert!(
+        st.success(),
+        "the daemon's exit on the prerm's SIGTERM: {st}"
+    );
+    assert_no_probes_left();
+}
+
 /// installed `mpi-observer run --tools stats`, held at its go file.
 fn start_job(dir: &Path) -> Job {
     let mpi = Mpi::OpenMpi;
@@ -265,19 +285,7 @@ fn install_observe_remove_purge() {
     // A second job, held with the probes in, while the package goes.
     let job = start_job(&dir);
     wait_ranks(&mut d, &job);
-    dpkg(&["--remove", PKG]);
-    assert_eq!(status(), "config-files");
-    wait_for(
-        "the prerm to stop the daemon",
-        Duration::from_secs(40),
-        || (!running(daemon_pid)).then_some(()),
-    );
-    let st = d.stop(e2e::signal::TERM);
-    assert!(
-        st.success(),
-        "the daemon's exit on the prerm's SIGTERM: {st}"
-    );
-    assert_no_probes_left();
+    goes_with_a_job_held(d, daemon_pid, "--remove", "config-files");
     assert!(!Path::new(BIN).exists() && !Path::new(PLUGSTACK).exists());
     assert!(Path::new(DEFAULTS).exists(), "remove keeps the conffile");
     // The job never noticed.
@@ -394,19 +402,7 @@ fn upgrade_while_observing_then_purge() {
     // the prerm stops the daemon left on the replaced binary too.
     let job = start_job(&dir);
     wait_ranks(&mut d, &job);
-    dpkg(&["--purge", PKG]);
-    assert_eq!(status(), "");
-    wait_for(
-        "the prerm to stop the daemon",
-        Duration::from_secs(40),
-        || (!running(daemon_pid)).then_some(()),
-    );
-    let st = d.stop(e2e::signal::TERM);
-    assert!(
-        st.success(),
-        "the daemon's exit on the prerm's SIGTERM: {st}"
-    );
-    assert_no_probes_left();
+    goes_with_a_job_held(d, daemon_pid, "--purge", "");
     job.finish("OK ");
     drop(guard);
     assert_gone(fresh.into_iter().chain(extra_paths()));
