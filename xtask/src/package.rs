@@ -36,10 +36,13 @@ pub fn deb() -> Result<PathBuf> {
     let out = target_dir().join("release/slurm");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     // slurm/Makefile's own rule, run in the output directory; VPATH finds
-    // the source.
+    // the source. Always made (`-B`): VPATH also finds a plugin someone
+    // built in the source directory (`make -C slurm`), which would count
+    // as this one and never land here.
     run_cmd(
         Command::new("make")
             .arg("-s")
+            .arg("-B")
             .arg("-C")
             .arg(&out)
             .arg("-f")
