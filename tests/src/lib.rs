@@ -309,6 +309,19 @@ pub fn qmpi_flags() -> Vec<String> {
     out.split_whitespace().map(String::from).collect()
 }
 
+/// A counting tool's figures in one rank process: the `FUNCTION=N` lines
+/// tests/programs/callers/count.c writes at exit.
+pub fn read_counts(path: &Path) -> BTreeMap<String, u64> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e} (the tool wrote no counts)", path.display()));
+    text.lines()
+        .map(|l| {
+            let (k, v) = l.split_once('=').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
 /// The release `mpi-observer` binary; `cargo xtask test` builds it first.
 pub fn observer_bin() -> PathBuf {
     let p = target_dir().join("release/mpi-observer");

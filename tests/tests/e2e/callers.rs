@@ -27,7 +27,8 @@ use std::{
 };
 
 use e2e::{
-    Daemon, Job, Mpi, Need, compile, program, require, run_with_timeout, scratch, shim, sum,
+    Daemon, Job, Mpi, Need, compile, program, read_counts, require, run_with_timeout, scratch,
+    shim, sum,
 };
 
 /// Every program here runs on 2 ranks.
@@ -694,18 +695,6 @@ const COUNTED: [&str; 8] = [
     "MPI_Comm_size",
     "MPI_Type_size",
 ];
-
-/// A counting tool's figures in one rank process.
-fn read_counts(path: &Path) -> BTreeMap<String, u64> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e} (the tool wrote no counts)", path.display()));
-    text.lines()
-        .map(|l| {
-            let (k, v) = l.split_once('=').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
-}
 
 /// `top,swallow,extra,mid,stats,bottom` over counts.c: `top` sees exactly
 /// the program's calls; below `swallow` no program `MPI_Comm_rank` arrives

@@ -43,8 +43,8 @@ use std::{
 };
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, compile, program, qmpi_flags, require, run_with_timeout,
-    scratch, shim, sum,
+    Daemon, Job, Mpi, Need, Sample, compile, program, qmpi_flags, read_counts, require,
+    run_with_timeout, scratch, shim, sum,
 };
 
 /// Every job here runs on 2 ranks.
@@ -589,18 +589,6 @@ impl QReport {
     }
 }
 
-/// A PMPI counting tool's figures (callers/count.c: `FUNCTION=N` lines).
-fn read_pcounts(path: &Path) -> BTreeMap<String, u64> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e} (the tool wrote no counts)", path.display()));
-    text.lines()
-        .map(|l| {
-            let (k, v) = l.split_once('=').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
-}
-
 /// A tool of our own with two instances (its name twice in
 /// `MPIR_CVAR_QMPI_TOOL_LIST`), preloaded after the shim: both instances
 /// count exactly the program's calls in every rank, each in its own
@@ -716,7 +704,7 @@ fn threads(mpi: Mpi) {
         m
     };
     for (rank, pid) in ran.pids() {
-        let top = read_pcounts(&ran.prefix.with_extension(format!("top.{pid}")));
+        let top = read_counts(&ran.prefix.with_extension(format!("top.{pid}")));
         assert_eq!(
             top,
             with_threads(expected(rank, &PCOUNTED)),
@@ -887,7 +875,7 @@ fn mixed(mpi: Mpi, placement: Placement) {
             *m.get_mut("MPI_Comm_rank").unwrap() += 2 * sends_of(rank);
             m
         };
-        let top = read_pcounts(&ran.prefix.with_extension(format!("top.{pid}")));
+        let top = read_counts(&ran.prefix.with_extension(format!("top.{pid}")));
         assert_eq!(
             top,
             expected(rank, &PCOUNTED),
