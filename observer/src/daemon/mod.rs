@@ -9,6 +9,7 @@
 
 pub mod attacher;
 pub mod commands;
+pub mod handover;
 pub mod inject;
 
 use std::{
@@ -269,6 +270,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
         (None, _) => None,
     };
+    let handover = start_handover(&args, &state, &scanner, &watch_stop);
     start_orphan_sweeps(&state);
 
     let mut sigint = signal(SignalKind::interrupt()).expect("signal handler");
@@ -334,6 +336,9 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     if let Some(w) = watcher {
         let _ = w.join();
     }
+    if let Some(h) = handover {
+        let _ = h.join();
+    }
     // No armed trigger outlives the daemon's intent to inject.
     inject::disarm_all(&state);
     let injected: Vec<u32> = {
@@ -364,6 +369,36 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     st.detach_all();
     eprintln!("mpi-observer: detached, exiting");
     Ok(())
+}
+
+/// Listens for the shim's exit knocks ([`handover`]) unless
+/// `--handover-socket none`; a socket that cannot be had costs one line,
+/// and ranks' figures then reach the daemon only if it opened their
+/// segment before they ended.
+fn start_handover(
+    args: &AttachArgs,
+    state: &Arc<Mutex<State>>,
+    scanner: &Scanner,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Option<std::thread::JoinHandle<()>> {
+    if args.handover_socket.as_os_str() == "none" {
+        return None;
+    }
+    match handover::Listener::bind(&args.handover_socket) {
+        Ok(l) => Some(handover::start(
+            l,
+            state.clone(),
+            handover::Config {
+                all: args.all,
+                netns: scanner.netns.clone(),
+            },
+            stop.clone(),
+        )),
+        Err(e) => {
+            eprintln!("mpi-observer: {e}; a shim rank that ends before a scrape loses its figures");
+            None
+        }
+    }
 }
 
 /// Removes the shim's orphaned files from /dev/shm now and every
