@@ -111,8 +111,13 @@ fn run(mode: Mode) {
     // every daemon on the machine).
     let socket = dir.join("handover.sock");
     args.extend(["--handover-socket".into(), socket.to_str().unwrap().into()]);
-    if mode == Mode::Shim {
-        args.push("--no-bpf".into());
+    match mode {
+        Mode::Shim => args.push("--no-bpf".into()),
+        // An exited rank keeps its map entries, reserved against its
+        // user's budget, until --retain-exited lets it go: the default
+        // budget (25,600 entries on a small machine, about 100 ranks)
+        // would refuse the second half of the 200 ranks here.
+        Mode::Ebpf => args.extend(["--user-max-map-entries".into(), "200000".into()]),
     }
     let mut daemon = Daemon::start(&args);
 
