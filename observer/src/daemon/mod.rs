@@ -232,10 +232,12 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     });
     let mut scanner = Scanner::new(args.same_netns);
     let watch_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let events = if std::env::var_os("MPI_OBSERVER_NO_EXEC_EVENTS").is_some() {
-        Err(std::io::Error::other("MPI_OBSERVER_NO_EXEC_EVENTS is set"))
+    let events = if !args.all {
+        Err("no --all".to_string())
+    } else if std::env::var_os("MPI_OBSERVER_NO_EXEC_EVENTS").is_some() {
+        Err("MPI_OBSERVER_NO_EXEC_EVENTS is set".to_string())
     } else {
-        crate::os::procevents::ExecEvents::open()
+        exec_source(&state)
     };
     let watcher = match (&attacher, events) {
         (Some(a), Ok(events)) => {
@@ -264,7 +266,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
         (Some(_), Err(e)) => {
             eprintln!(
-                "mpi-observer: no process events ({e}): new ranks are found by the once-a-second scan only"
+                "mpi-observer: no exec events ({e}): new ranks are found by the once-a-second scan only"
             );
             None
         }
@@ -369,6 +371,35 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     st.detach_all();
     eprintln!("mpi-observer: detached, exiting");
     Ok(())
+}
+
+/// Where `--all` hears of program starts: the eBPF exec tracepoint when
+/// the probes are loaded (any network namespace), else the process
+/// connector (`--no-bpf`: no eBPF at all; the initial namespace only).
+fn exec_source(state: &Mutex<State>) -> Result<crate::os::procevents::Source, String> {
+    use crate::os::procevents::{ExecEvents, Source};
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    let bpf = st.probes.as_mut().map(Probes::exec_events);
+    drop(st);
+    match bpf {
+        Some(Ok((ring, drops))) => Ok(Source::Bpf {
+            ring,
+            drops,
+            seen: 0,
+        }),
+        Some(Err(e)) => {
+            eprintln!(
+                "mpi-observer: {}; exec events come from the process connector",
+                crate::one_line(&e)
+            );
+            ExecEvents::open()
+                .map(Source::Connector)
+                .map_err(|e| format!("process connector: {e}"))
+        }
+        None => ExecEvents::open()
+            .map(Source::Connector)
+            .map_err(|e| format!("process connector: {e}")),
+    }
 }
 
 /// Listens for the shim's exit knocks ([`handover`]) unless
