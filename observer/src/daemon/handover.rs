@@ -568,9 +568,16 @@ mod tests {
             Listener::bind(&p),
             Err(HandoverError::InUse { .. })
         ));
-        // A daemon killed with -9 leaves its socket file behind.
+        // A daemon killed with -9 leaves its socket file behind, with
+        // nobody listening.
+        let fd = first.fd.as_raw_fd();
         std::mem::forget(first);
-        let _ = Listener::bind(&p).map(|_| ());
+        // SAFETY: the descriptor `first` owned, closed once, never used again.
+        unsafe { libc::close(fd) };
+        assert!(p.exists());
+        let again = Listener::bind(&p).expect("a stale socket is replaced");
+        drop(again);
+        assert!(!p.exists(), "the socket file goes with the listener");
         let _ = std::fs::remove_dir_all(&d);
     }
 

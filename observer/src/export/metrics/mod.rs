@@ -164,7 +164,7 @@ impl SelfMetrics {
         .expect("valid metric");
         let exec_events = IntCounter::new(
             "mpi_observer_exec_events_total",
-            "Program starts (exec) reported by the kernel's process connector, each looked at for an MPI library as it starts (attach --all).",
+            "Program starts (exec) reported by the eBPF exec tracepoint (or, under --no-bpf, the kernel's process connector), each looked at for an MPI library as it starts (attach --all).",
         )
         .expect("valid metric");
         let exec_dropped = IntCounter::new(
