@@ -154,6 +154,10 @@ impl ExecEvents {
 }
 
 /// Where exec events come from.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one value per daemon, moved once into the watcher thread"
+)]
 pub enum Source {
     /// The process connector (the initial network namespace only).
     Connector(ExecEvents),
