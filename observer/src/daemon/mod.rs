@@ -4,12 +4,13 @@
 //!
 //! The top of the dependency order: it may use every other folder. The
 //! [`attacher`] thread attaches new processes, [`inject`] is the workflow of
-//! `attach --inject` over the mechanism in [`crate::attach::inject`], and
+//! `attach --inject` over the mechanism in [`crate::attach::inject`],
+//! [`exit_handover`] holds a shim rank's segment when it knocks at exit, and
 //! [`commands`] dispatches the other subcommands.
 
 pub mod attacher;
 pub mod commands;
-pub mod handover;
+pub mod exit_handover;
 pub mod inject;
 
 use std::{
@@ -217,8 +218,6 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     } else {
         "http"
     };
-    eprintln!("mpi-observer: serving {scheme}://{}/metrics", args.listen);
-    let server = tokio::spawn(server::serve(listener, state.clone(), web));
     let attacher = args.all.then(|| {
         let (state, inject) = (state.clone(), inject.clone());
         crate::daemon::attacher::Attacher::start(
@@ -274,6 +273,10 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     };
     let handover = start_handover(&args, &state, &scanner, &watch_stop);
     start_orphan_sweeps(&state);
+    // Served once discovery runs: a job started after /metrics answers is
+    // seen at its exec, not only by the next scan.
+    eprintln!("mpi-observer: serving {scheme}://{}/metrics", args.listen);
+    let server = tokio::spawn(server::serve(listener, state.clone(), web));
 
     let mut sigint = signal(SignalKind::interrupt()).expect("signal handler");
     let mut sigterm = signal(SignalKind::terminate()).expect("signal handler");
@@ -402,7 +405,7 @@ fn exec_source(state: &Mutex<State>) -> Result<crate::os::procevents::Source, St
     }
 }
 
-/// Listens for the shim's exit knocks ([`handover`]) unless
+/// Listens for the shim's exit knocks ([`exit_handover`]) unless
 /// `--handover-socket none`; a socket that cannot be had costs one line,
 /// and ranks' figures then reach the daemon only if it opened their
 /// segment before they ended.
@@ -415,11 +418,11 @@ fn start_handover(
     if args.handover_socket.as_os_str() == "none" {
         return None;
     }
-    match handover::Listener::bind(&args.handover_socket) {
-        Ok(l) => Some(handover::start(
+    match exit_handover::Listener::bind(&args.handover_socket) {
+        Ok(l) => Some(exit_handover::start(
             l,
             state.clone(),
-            handover::Config {
+            exit_handover::Config {
                 all: args.all,
                 netns: scanner.netns.clone(),
             },

@@ -256,7 +256,7 @@ pub struct Rank {
 }
 
 impl Rank {
-    /// Whether its shim segment is held open (crate::daemon::handover).
+    /// Whether its shim segment is held open (crate::daemon::exit_handover).
     pub fn has_segment(&self) -> bool {
         self.segment.is_some()
     }
@@ -827,7 +827,7 @@ impl State {
     }
 
     /// Holds `seg` as rank `pid`'s segment (started at `ticks`) unless it
-    /// has one: the shim's exit handover (crate::daemon::handover).
+    /// has one: the shim's exit handover (crate::daemon::exit_handover).
     pub fn hold_segment(&mut self, pid: u32, ticks: u64, seg: Segment) {
         if let Some(r) = self.ranks.get_mut(&pid)
             && r.ticks == ticks

@@ -36,7 +36,7 @@ mod abi;
 mod coll;
 mod comms;
 mod complete;
-mod handover;
+mod exit_handover;
 pub(crate) mod lifecycle;
 mod p2p;
 mod requests;

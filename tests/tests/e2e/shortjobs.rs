@@ -46,7 +46,9 @@ impl Mode {
 
 /// Job `i`'s launcher command: its library alternates, its id is in
 /// SLURM_JOB_ID (so each job has a `jobid` of its own), its ranks wait
-/// 50 to 750 ms before their calls; with the shim, they knock at `socket`
+/// 150 to 850 ms before their calls (the probes of a rank found at its
+/// exec are in within tens of milliseconds, more on a loaded machine;
+/// calls before that are not seen, which the shim does not suffer); with the shim, they knock at `socket`
 /// at exit.
 fn job(mode: Mode, i: usize, exes: &[(Mpi, PathBuf); 2], socket: &Path) -> Command {
     let (mpi, exe) = &exes[i % 2];
@@ -68,7 +70,7 @@ fn job(mode: Mode, i: usize, exes: &[(Mpi, PathBuf); 2], socket: &Path) -> Comma
             c.args(["-genv", k, &v]);
         }
     }
-    c.arg(exe).arg((50 + (i * 53) % 700).to_string());
+    c.arg(exe).arg((150 + (i * 53) % 700).to_string());
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     c
 }

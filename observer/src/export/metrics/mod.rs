@@ -85,7 +85,7 @@ pub struct SelfMetrics {
     oversized_environments: IntCounter,
     /// Orphaned shim files removed from /dev/shm (crate::os::shm::sweep).
     pub shm_orphans_removed: IntCounter,
-    /// The shim's exit knocks, by outcome (crate::daemon::handover).
+    /// The shim's exit knocks, by outcome (crate::daemon::exit_handover).
     pub handovers: IntCounterVec,
     /// What the series budget kept and dropped, by path.
     pub budget: BudgetStats,
@@ -216,7 +216,7 @@ impl SelfMetrics {
         .expect("valid metric");
         let handovers = IntCounterVec::new(
             Opts::new(
-                "mpi_observer_handovers_total",
+                "mpi_observer_exit_handovers_total",
                 "Exit knocks of shim ranks on the handover socket, by result: held (the rank's segment is held, its final figures kept), no_segment, not_observed (not a process this daemon observes or may attach), queue_full, malformed, stale (served after the shim stopped waiting).",
             ),
             &["result"],

@@ -1,5 +1,5 @@
 //! The exit knock: just before the segment is unlinked, the rank tells the
-//! daemon (`attach`, `observer/src/daemon/handover.rs`) to hold it, so a
+//! daemon (`attach`, `observer/src/daemon/exit_handover.rs`) to hold it, so a
 //! rank that lives 0.2 s keeps its final figures even if no scrape opened
 //! the segment meanwhile.
 //!

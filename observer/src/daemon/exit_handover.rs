@@ -19,7 +19,7 @@
 //! - knocks wait in one bounded queue per uid, served round-robin
 //!   ([`MAX_PENDING`], [`MAX_PER_UID`]); past it, and for a process gone,
 //!   not observed, or of another namespace, the connection is closed
-//!   unanswered and counted in `mpi_observer_handovers_total{result}`;
+//!   unanswered and counted in `mpi_observer_exit_handovers_total{result}`;
 //! - the message is a fixed 8-byte magic, read without blocking; anything
 //!   else is refused.
 
@@ -95,7 +95,7 @@ pub enum HandoverError {
     },
 }
 
-/// What became of a knock, as `mpi_observer_handovers_total`'s `result`.
+/// What became of a knock, as `mpi_observer_exit_handovers_total`'s `result`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// The rank's segment is held (found now or before).
@@ -490,7 +490,7 @@ pub fn start(
     stop: Arc<AtomicBool>,
 ) -> JoinHandle<()> {
     std::thread::Builder::new()
-        .name("handover".into())
+        .name("exit-handover".into())
         .spawn(move || {
             let counter = state
                 .lock()
@@ -529,7 +529,7 @@ pub fn start(
             }
             drop(listener);
         })
-        .expect("spawn the handover thread")
+        .expect("spawn the exit handover thread")
 }
 
 #[cfg(test)]
