@@ -34,6 +34,16 @@ pub const CALLSITES: &str = "MPI_CALLSITES";
 pub const SITE_COUNTS: &str = "MPI_SITE_COUNTS";
 /// Name of the ring buffer of traced calls ([`TraceCall`]).
 pub const TRACE: &str = "MPI_TRACE";
+/// Name of the ring buffer of exec'd pids (one `u64` each), read by
+/// `attach --all`.
+pub const EXECS: &str = "MPI_EXECS";
+/// Name of the per-CPU count of exec events [`EXECS`] had no room for.
+pub const EXEC_DROPS: &str = "MPI_EXEC_DROPS";
+/// Name of the program on `sched/sched_process_exec`.
+pub const EXEC_PROGRAM: &str = "mpi_exec";
+/// Bytes of [`EXECS`]: 16 per event (header and pid), so 16,384 execs
+/// between two reads of the daemon, which reads as they come.
+pub const EXECS_BYTES: u32 = 256 * 1024;
 
 /// Capacity of [`STATS`]: every (process, function) pair a full node may
 /// create, 768 processes times every default function a library has (about

@@ -44,6 +44,12 @@ pub const DIR: &str = "/dev/shm";
 pub const PATH_PREFIX: &str = "/dev/shm/mpi-observer.";
 /// The file-name prefix in [`DIR`].
 pub const NAME_PREFIX: &str = "mpi-observer.";
+/// Where the shim knocks at exit so the daemon holds its segment before it
+/// is unlinked (the daemon's `--handover-socket`, the shim's
+/// `MPI_OBSERVER_HANDOVER_SOCKET`).
+pub const HANDOVER_SOCKET: &str = "/run/mpi-observer/handover.sock";
+/// The knock's one message: a name and a version.
+pub const HANDOVER_MAGIC: &[u8; 8] = b"MPIOHO01";
 
 /// A segment's or trace file's name in [`DIR`]:
 /// `mpi-observer.<uid>.<pid>.<16 hex digits>`, plus

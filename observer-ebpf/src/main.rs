@@ -1,6 +1,7 @@
 //! eBPF programs of mpi-observer: uprobes and uretprobes on the PMPI entry
 //! points of a rank's MPI library. One module per family of calls; all of
-//! them share the timing machinery in [`calls`].
+//! them share the timing machinery in [`calls`]. [`exec`] tells `attach
+//! --all` of program starts.
 #![no_std]
 #![no_main]
 // The BPF target's inline assembly, for the atomic add of calls::add.
@@ -17,6 +18,7 @@ mod bytes;
 mod calls;
 mod collectives;
 mod datatype;
+mod exec;
 mod p2p;
 
 use aya_ebpf::{
@@ -24,7 +26,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use observer_common::maps::{
-    CALLSITES_CAPACITY, CallStats, ERROR_COUNTERS, INFLIGHT_CAPACITY, Inflight,
+    CALLSITES_CAPACITY, CallStats, ERROR_COUNTERS, EXECS_BYTES, INFLIGHT_CAPACITY, Inflight,
     OMPI_TYPES_CAPACITY, PROCS_CAPACITY, ProcConfig, STATS_CAPACITY, SiteCount, SiteKey, SiteStats,
     StatKey, TRACE_BYTES, TypeKey,
 };
@@ -69,6 +71,14 @@ static INFLIGHT: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(INFLIG
 /// `mpi-observer record`, which sizes it at load time.
 #[map(name = "MPI_TRACE")]
 static TRACE: RingBuf = RingBuf::with_byte_size(TRACE_BYTES, 0);
+
+/// Pids of processes that exec'd (exec.rs), for `attach --all`.
+#[map(name = "MPI_EXECS")]
+static EXECS: RingBuf = RingBuf::with_byte_size(EXECS_BYTES, 0);
+
+/// Exec events [`EXECS`] had no room for, per CPU.
+#[map(name = "MPI_EXEC_DROPS")]
+static EXEC_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 #[map(name = "MPI_PROCS")]
 static PROCS: HashMap<u32, ProcConfig> = HashMap::with_max_entries(PROCS_CAPACITY, 0);

@@ -169,6 +169,13 @@ pub struct AttachArgs {
     /// injection armed for its next call (its probes count until then).
     #[arg(long, value_name = "SECS", default_value_t = 30, requires = "inject")]
     pub inject_timeout: u64,
+    /// The socket where shim ranks knock at exit so their segment is held
+    /// before they unlink it (docs/shim.md, "Exit handover"); in a
+    /// directory of root's, made if missing. `none`: no handover. A shim
+    /// knocks at its default path unless the job sets
+    /// MPI_OBSERVER_HANDOVER_SOCKET.
+    #[arg(long, value_name = "PATH", default_value = observer_common::segment::HANDOVER_SOCKET)]
+    pub handover_socket: PathBuf,
     /// Print a live per-rank summary table every second.
     #[arg(long)]
     pub summary: bool,

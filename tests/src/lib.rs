@@ -953,7 +953,13 @@ pub mod signal {
 }
 
 /// Our eBPF program names, as the kernel lists them (truncated to 15 chars).
-pub const PROGRAMS: [&str; 4] = ["mpi_enter", "mpi_p2p_enter", "mpi_coll_enter", "mpi_return"];
+pub const PROGRAMS: [&str; 5] = [
+    "mpi_enter",
+    "mpi_p2p_enter",
+    "mpi_coll_enter",
+    "mpi_return",
+    "mpi_exec",
+];
 
 /// Waits until no program of ours is loaded and no uprobe_multi link is
 /// left: links keep their programs alive, so none means no probe remains.

@@ -405,6 +405,52 @@ impl Probes {
         })
     }
 
+    /// Starts the program on `sched/sched_process_exec` (a raw tracepoint:
+    /// no tracefs needed) and takes its ring
+    /// of exec'd pids and its per-CPU drop count out of the object, for
+    /// `attach --all`'s exec watcher (crate::os::procevents). The program
+    /// lives as long as the object.
+    pub fn exec_events(
+        &mut self,
+    ) -> Result<
+        (
+            aya::maps::RingBuf<MapData>,
+            aya::maps::PerCpuArray<MapData, u64>,
+        ),
+        ProbeError,
+    > {
+        let failed = |e: &dyn std::fmt::Display| ProbeError::Load {
+            reason: format!("{}: {e}", maps::EXEC_PROGRAM),
+        };
+        let prog: &mut aya::programs::RawTracePoint = self
+            .ebpf
+            .program_mut(maps::EXEC_PROGRAM)
+            .ok_or_else(|| failed(&"not in the object"))?
+            .try_into()
+            .map_err(|e| failed(&e))?;
+        prog.load().map_err(|e| failed(&e))?;
+        prog.attach("sched_process_exec").map_err(|e| failed(&e))?;
+        let take = |ebpf: &mut Ebpf, name: &'static str| {
+            ebpf.take_map(name).ok_or(ProbeError::Map {
+                map: name,
+                source: aya::maps::MapError::InvalidName { name: name.into() },
+            })
+        };
+        let ring =
+            aya::maps::RingBuf::try_from(take(&mut self.ebpf, maps::EXECS)?).map_err(|source| {
+                ProbeError::Map {
+                    map: maps::EXECS,
+                    source,
+                }
+            })?;
+        let drops = aya::maps::PerCpuArray::try_from(take(&mut self.ebpf, maps::EXEC_DROPS)?)
+            .map_err(|source| ProbeError::Map {
+                map: maps::EXEC_DROPS,
+                source,
+            })?;
+        Ok((ring, drops))
+    }
+
     /// Traced calls lost because the trace ring was full, summed over CPUs.
     pub fn read_trace_dropped(&self) -> u64 {
         read::error_counter(&self.ebpf, maps::ErrorCounter::TraceDropped)

@@ -14,9 +14,9 @@
 //!   and the next scan finds it again.
 //! - **Paced.** Registering uprobes takes the kernel's global
 //!   `dup_mmap_sem`, which every `fork()` on the node also needs. After each
-//!   attach the thread rests as long as the attach took (at least
-//!   [`MIN_REST`]), so the lock is held at most half the time and forks in
-//!   between go through.
+//!   attach the thread rests as long as registering its probes took (at
+//!   least [`MIN_REST`]), so the lock is held at most half the time and
+//!   forks in between go through.
 
 use std::{
     cmp::Reverse,
@@ -261,7 +261,7 @@ fn run(shared: &Shared, state: &Mutex<State>, on_attached: &OnAttached) {
 
 fn attach_and_rest(shared: &Shared, state: &Mutex<State>, on_attached: &OnAttached, c: Candidate) {
     let started = Instant::now();
-    let result = attach_one(state, c);
+    let (result, registering) = attach_one(state, c);
     let took = started.elapsed();
     // The state lock is never held while the queue's is taken, nor the
     // other way round.
@@ -310,7 +310,11 @@ fn attach_and_rest(shared: &Shared, state: &Mutex<State>, on_attached: &OnAttach
                 .insert((c.pid, c.ticks), c.uid);
         }
     }
-    std::thread::sleep(took.max(MIN_REST));
+    // Only registering the probes holds the kernel's lock; reading the
+    // process and parsing its library (a cold cache's 100 ms) do not, and
+    // resting for them would only delay the next rank's probes past its
+    // first calls.
+    std::thread::sleep(registering.max(MIN_REST));
 }
 
 /// Looks at rank `pid`'s Open MPI datatypes again (without the lock) and
@@ -345,19 +349,23 @@ fn revisit(shared: &Shared, state: &Mutex<State>, pid: u32, ticks: u64, n: usize
 }
 
 /// Prepares `c` without the lock, then commits it under it. `Ok(false)`:
-/// already observed.
-fn attach_one(state: &Mutex<State>, c: Candidate) -> Result<bool, AttachError> {
+/// already observed. The duration is the commit's (the probes'
+/// registration).
+fn attach_one(state: &Mutex<State>, c: Candidate) -> (Result<bool, AttachError>, Duration) {
     let known = |st: &State| st.ranks.get(&c.pid).is_some_and(|r| r.ticks == c.ticks);
     if known(&state.lock().unwrap_or_else(PoisonError::into_inner)) {
-        return Ok(false);
+        return (Ok(false), Duration::ZERO);
     }
     let prepared = registry::prepare(c.pid, c.ticks);
     let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
     if known(&st) {
-        return Ok(false);
+        return (Ok(false), Duration::ZERO);
     }
-    st.commit(prepared, registry::Admission::Found)
-        .map(|()| true)
+    let started = Instant::now();
+    let r = st
+        .commit(prepared, registry::Admission::Found)
+        .map(|()| true);
+    (r, started.elapsed())
 }
 
 #[cfg(test)]

@@ -4,11 +4,13 @@
 //!
 //! The top of the dependency order: it may use every other folder. The
 //! [`attacher`] thread attaches new processes, [`inject`] is the workflow of
-//! `attach --inject` over the mechanism in [`crate::attach::inject`], and
+//! `attach --inject` over the mechanism in [`crate::attach::inject`],
+//! [`exit_handover`] holds a shim rank's segment when it knocks at exit, and
 //! [`commands`] dispatches the other subcommands.
 
 pub mod attacher;
 pub mod commands;
+pub mod exit_handover;
 pub mod inject;
 
 use std::{
@@ -216,8 +218,6 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     } else {
         "http"
     };
-    eprintln!("mpi-observer: serving {scheme}://{}/metrics", args.listen);
-    let server = tokio::spawn(server::serve(listener, state.clone(), web));
     let attacher = args.all.then(|| {
         let (state, inject) = (state.clone(), inject.clone());
         crate::daemon::attacher::Attacher::start(
@@ -231,10 +231,12 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     });
     let mut scanner = Scanner::new(args.same_netns);
     let watch_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let events = if std::env::var_os("MPI_OBSERVER_NO_EXEC_EVENTS").is_some() {
-        Err(std::io::Error::other("MPI_OBSERVER_NO_EXEC_EVENTS is set"))
+    let events = if !args.all {
+        Err("no --all".to_string())
+    } else if std::env::var_os("MPI_OBSERVER_NO_EXEC_EVENTS").is_some() {
+        Err("MPI_OBSERVER_NO_EXEC_EVENTS is set".to_string())
     } else {
-        crate::os::procevents::ExecEvents::open()
+        exec_source(&state)
     };
     let watcher = match (&attacher, events) {
         (Some(a), Ok(events)) => {
@@ -263,13 +265,18 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
         (Some(_), Err(e)) => {
             eprintln!(
-                "mpi-observer: no process events ({e}): new ranks are found by the once-a-second scan only"
+                "mpi-observer: no exec events ({e}): new ranks are found by the once-a-second scan only"
             );
             None
         }
         (None, _) => None,
     };
+    let handover = start_handover(&args, &state, &scanner, &watch_stop);
     start_orphan_sweeps(&state);
+    // Served once discovery runs: a job started after /metrics answers is
+    // seen at its exec, not only by the next scan.
+    eprintln!("mpi-observer: serving {scheme}://{}/metrics", args.listen);
+    let server = tokio::spawn(server::serve(listener, state.clone(), web));
 
     let mut sigint = signal(SignalKind::interrupt()).expect("signal handler");
     let mut sigterm = signal(SignalKind::terminate()).expect("signal handler");
@@ -334,6 +341,9 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     if let Some(w) = watcher {
         let _ = w.join();
     }
+    if let Some(h) = handover {
+        let _ = h.join();
+    }
     // No armed trigger outlives the daemon's intent to inject.
     inject::disarm_all(&state);
     let injected: Vec<u32> = {
@@ -364,6 +374,65 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     st.detach_all();
     eprintln!("mpi-observer: detached, exiting");
     Ok(())
+}
+
+/// Where `--all` hears of program starts: the eBPF exec tracepoint when
+/// the probes are loaded (any network namespace), else the process
+/// connector (`--no-bpf`: no eBPF at all; the initial namespace only).
+fn exec_source(state: &Mutex<State>) -> Result<crate::os::procevents::Source, String> {
+    use crate::os::procevents::{ExecEvents, Source};
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    let bpf = st.probes.as_mut().map(Probes::exec_events);
+    drop(st);
+    match bpf {
+        Some(Ok((ring, drops))) => Ok(Source::Bpf {
+            ring,
+            drops,
+            seen: 0,
+        }),
+        Some(Err(e)) => {
+            eprintln!(
+                "mpi-observer: {}; exec events come from the process connector",
+                crate::one_line(&e)
+            );
+            ExecEvents::open()
+                .map(Source::Connector)
+                .map_err(|e| format!("process connector: {e}"))
+        }
+        None => ExecEvents::open()
+            .map(Source::Connector)
+            .map_err(|e| format!("process connector: {e}")),
+    }
+}
+
+/// Listens for the shim's exit knocks ([`exit_handover`]) unless
+/// `--handover-socket none`; a socket that cannot be had costs one line,
+/// and ranks' figures then reach the daemon only if it opened their
+/// segment before they ended.
+fn start_handover(
+    args: &AttachArgs,
+    state: &Arc<Mutex<State>>,
+    scanner: &Scanner,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Option<std::thread::JoinHandle<()>> {
+    if args.handover_socket.as_os_str() == "none" {
+        return None;
+    }
+    match exit_handover::Listener::bind(&args.handover_socket) {
+        Ok(l) => Some(exit_handover::start(
+            l,
+            state.clone(),
+            exit_handover::Config {
+                all: args.all,
+                netns: scanner.netns.clone(),
+            },
+            stop.clone(),
+        )),
+        Err(e) => {
+            eprintln!("mpi-observer: {e}; a shim rank that ends before a scrape loses its figures");
+            None
+        }
+    }
 }
 
 /// Removes the shim's orphaned files from /dev/shm now and every

@@ -256,6 +256,11 @@ pub struct Rank {
 }
 
 impl Rank {
+    /// Whether its shim segment is held open (crate::daemon::exit_handover).
+    pub fn has_segment(&self) -> bool {
+        self.segment.is_some()
+    }
+
     /// Whether probes are attached to this rank now.
     pub fn is_probed(&self) -> bool {
         self.attachment.is_some()
@@ -828,6 +833,17 @@ impl State {
                 r.injected = true;
                 self.selfm.injected.inc();
             }
+        }
+    }
+
+    /// Holds `seg` as rank `pid`'s segment (started at `ticks`) unless it
+    /// has one: the shim's exit handover (crate::daemon::exit_handover).
+    pub fn hold_segment(&mut self, pid: u32, ticks: u64, seg: Segment) {
+        if let Some(r) = self.ranks.get_mut(&pid)
+            && r.ticks == ticks
+            && r.segment.is_none()
+        {
+            r.segment = Some(seg);
         }
     }
 

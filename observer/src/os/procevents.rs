@@ -1,10 +1,14 @@
-//! New programs as they start, from the kernel's process connector
-//! (netlink, `CONFIG_PROC_EVENTS`): `attach --all` looks at a process a few
+//! New programs as they start: `attach --all` looks at a process a few
 //! milliseconds after its `exec`, when the dynamic loader has mapped its
 //! MPI library, instead of at the next once-a-second scan, which a rank of
-//! a short job can live and die between. The scan stays, as the fallback
-//! for what this misses (a lost event, a library `dlopen`ed seconds
-//! later, a kernel without the connector).
+//! a short job can live and die between. The events come from the eBPF
+//! program on `sched/sched_process_exec` (observer-ebpf's `exec.rs`)
+//! whenever the probes are loaded, in any network namespace; else (with
+//! `--no-bpf`, which promises no eBPF at all) from the kernel's process
+//! connector (netlink, `CONFIG_PROC_EVENTS`), which serves only the
+//! initial network namespace. The scan stays, as the fallback for what
+//! these miss (a lost event, a library `dlopen`ed seconds later, a kernel
+//! without either).
 //!
 //! An exec is only a hint: the process is looked at again after
 //! [`CHECKS`] delays until it maps an MPI library or the delays run out.
@@ -149,6 +153,67 @@ impl ExecEvents {
     }
 }
 
+/// Where exec events come from.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one value per daemon, moved once into the watcher thread"
+)]
+pub enum Source {
+    /// The process connector (the initial network namespace only).
+    Connector(ExecEvents),
+    /// The eBPF exec program's ring of pids and its per-CPU drop count.
+    Bpf {
+        /// The ring (`maps::EXECS`).
+        ring: aya::maps::RingBuf<aya::maps::MapData>,
+        /// Events the ring had no room for (`maps::EXEC_DROPS`).
+        drops: aya::maps::PerCpuArray<aya::maps::MapData, u64>,
+        /// Drops counted so far.
+        seen: u64,
+    },
+}
+
+impl Source {
+    /// What the daemon's line calls it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Source::Connector(_) => "the process connector",
+            Source::Bpf { .. } => "the eBPF exec tracepoint",
+        }
+    }
+
+    /// Waits up to `timeout` for events; returns the pids that exec'd, and
+    /// the events lost since the last call.
+    fn recv(&mut self, timeout: Duration) -> (Vec<u32>, u64) {
+        match self {
+            Source::Connector(ev) => match ev.recv(timeout) {
+                Ok(p) => (p, 0),
+                Err(_) => (Vec::new(), 1),
+            },
+            Source::Bpf { ring, drops, seen } => {
+                let mut pfd = libc::pollfd {
+                    fd: ring.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut pfd, 1, ms) };
+                let mut out = Vec::new();
+                while let Some(item) = ring.next() {
+                    if let Some(b) = item.get(..8) {
+                        let tgid = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+                        out.extend(u32::try_from(tgid).ok());
+                    }
+                }
+                let total: u64 = drops.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(*seen);
+                let new = total.saturating_sub(*seen);
+                *seen = total.max(*seen);
+                (out, new)
+            }
+        }
+    }
+}
+
 /// Appends the thread-group ids of the exec events in one datagram.
 pub fn parse_exec_pids(mut data: &[u8], out: &mut Vec<u32>) {
     let u32_at = |b: &[u8], at: usize| -> Option<u32> {
@@ -190,7 +255,7 @@ pub struct WatchStats {
 /// process is looked at after each of [`CHECKS`], and `found(pid, ticks)`
 /// is called once for one that maps an MPI library.
 pub fn watch(
-    events: ExecEvents,
+    mut events: Source,
     stats: Arc<WatchStats>,
     stop: Arc<AtomicBool>,
     found: impl Fn(u32, u64) + Send + 'static,
@@ -208,23 +273,18 @@ pub fn watch(
                         t.saturating_duration_since(now)
                     })
                     .min(Duration::from_millis(200));
-                match events.recv(wait) {
-                    Ok(pids) => {
-                        stats.execs.fetch_add(pids.len() as u64, Ordering::Relaxed);
-                        for pid in pids {
-                            let Ok(ticks) = crate::os::procfs::start_ticks(pid) else {
-                                continue;
-                            };
-                            if due.len() >= MAX_WATCHED {
-                                stats.dropped.fetch_add(1, Ordering::Relaxed);
-                                continue;
-                            }
-                            due.push(Reverse((Instant::now() + CHECKS[0], pid, ticks, 0)));
-                        }
-                    }
-                    Err(_) => {
+                let (pids, lost) = events.recv(wait);
+                stats.dropped.fetch_add(lost, Ordering::Relaxed);
+                stats.execs.fetch_add(pids.len() as u64, Ordering::Relaxed);
+                for pid in pids {
+                    let Ok(ticks) = crate::os::procfs::start_ticks(pid) else {
+                        continue;
+                    };
+                    if due.len() >= MAX_WATCHED {
                         stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
                     }
+                    due.push(Reverse((Instant::now() + CHECKS[0], pid, ticks, 0)));
                 }
                 let now = Instant::now();
                 while let Some(&Reverse((t, pid, ticks, n))) = due.peek() {
@@ -277,6 +337,41 @@ mod tests {
         parse_exec_pids(&[0xff; 64], &mut out);
         parse_exec_pids(&[], &mut out);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_real_exec_is_seen_by_the_tracepoint_in_another_network_namespace() {
+        // Root only (CAP_BPF): the daemon's case.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("CI").is_none(), "needs root under CI");
+            return;
+        }
+        let mut probes =
+            crate::attach::probes::Probes::load_within(crate::EBPF_OBJECT, 1 << 20, false)
+                .expect("load the eBPF object");
+        let (ring, drops) = probes.exec_events().expect("the exec tracepoint");
+        let mut src = Source::Bpf {
+            ring,
+            drops,
+            seen: 0,
+        };
+        // A program started in a network namespace of its own, where the
+        // process connector tells nothing.
+        let child = std::process::Command::new("unshare")
+            .args(["-n", "/bin/true"])
+            .spawn()
+            .unwrap();
+        let unshare = child.id();
+        let t = Instant::now();
+        let mut pids = Vec::new();
+        while t.elapsed() < Duration::from_secs(5) && pids.len() < 2 {
+            pids.extend(src.recv(Duration::from_millis(100)).0);
+            pids.retain(|&p| p == unshare);
+        }
+        let _ = { child }.wait();
+        // unshare's own exec, then its exec of /bin/true, same pid.
+        assert_eq!(pids, [unshare, unshare], "execs of pid {unshare}");
     }
 
     #[test]

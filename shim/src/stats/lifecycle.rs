@@ -89,10 +89,15 @@ impl Prepared {
 
 /// Unlinks the segment's file: the daemon keeps its own descriptor once it
 /// has found the segment, so the final figures stay readable to it, and
-/// nothing is left behind in `/dev/shm`. The mapping stays (late counters
-/// land in memory nobody else will open).
+/// nothing is left behind in `/dev/shm`. A daemon that has not found it
+/// yet is told first, and opens it before the unlink (the exit knock,
+/// [`super::exit_handover`]). The mapping stays: later counters still land in
+/// the pages the daemon's descriptor reads.
 pub(crate) fn finish() {
     if let Some(s) = state() {
+        if s.created_here() {
+            super::exit_handover::knock();
+        }
         s.unlink();
     }
     trace::finish();

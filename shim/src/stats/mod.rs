@@ -36,6 +36,7 @@ mod abi;
 mod coll;
 mod comms;
 mod complete;
+mod exit_handover;
 pub(crate) mod lifecycle;
 mod p2p;
 mod requests;

@@ -85,6 +85,8 @@ pub struct SelfMetrics {
     oversized_environments: IntCounter,
     /// Orphaned shim files removed from /dev/shm (crate::os::shm::sweep).
     pub shm_orphans_removed: IntCounter,
+    /// The shim's exit knocks, by outcome (crate::daemon::exit_handover).
+    pub handovers: IntCounterVec,
     /// What the series budget kept and dropped, by path.
     pub budget: BudgetStats,
 }
@@ -162,7 +164,7 @@ impl SelfMetrics {
         .expect("valid metric");
         let exec_events = IntCounter::new(
             "mpi_observer_exec_events_total",
-            "Program starts (exec) reported by the kernel's process connector, each looked at for an MPI library as it starts (attach --all).",
+            "Program starts (exec) reported by the eBPF exec tracepoint (or, under --no-bpf, the kernel's process connector), each looked at for an MPI library as it starts (attach --all).",
         )
         .expect("valid metric");
         let exec_dropped = IntCounter::new(
@@ -212,8 +214,17 @@ impl SelfMetrics {
             "Ranks whose environment exceeded 1 MiB: only its first 1 MiB was searched for the job and rank.",
         )
         .expect("valid metric");
+        let handovers = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_exit_handovers_total",
+                "Exit knocks of shim ranks on the handover socket, by result: held (the rank's segment is held, its final figures kept), no_segment, not_observed (not a process this daemon observes or may attach), queue_full, malformed, stale (served after the shim stopped waiting).",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
         for m in [
-            Box::new(segment_errors.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(handovers.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(segment_errors.clone()),
             Box::new(attached.clone()),
             Box::new(probes.clone()),
             Box::new(attach_failures.clone()),
@@ -257,6 +268,7 @@ impl SelfMetrics {
             scheduler_conflicts,
             oversized_environments,
             shm_orphans_removed,
+            handovers,
             budget: BudgetStats::default(),
         }
     }
