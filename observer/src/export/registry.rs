@@ -108,6 +108,9 @@ pub enum Admission {
     Found,
 }
 
+/// How often, at most, exited ranks' map entries are released.
+const RELEASE_EVERY: Duration = Duration::from_secs(1);
+
 /// Call-site map entries reserved per probed process when call sites are
 /// recorded: what the probes may create for it.
 pub const SITES_PER_PROCESS: usize = 1_024;
@@ -253,6 +256,11 @@ pub struct Rank {
     /// datatypes (found as it started): what to look at them again with,
     /// until they check out (see [`State::datatypes_pending`]).
     pending_datatypes: Option<(std::sync::Arc<symbols::Library>, procfs::MappedLib)>,
+    /// It exited, its final figures are kept in [`State`]'s
+    /// `exited_figures`, and its map entries are freed (and its budget
+    /// with them): a user's retained short jobs never crowd out their
+    /// next ones.
+    released: bool,
 }
 
 impl Rank {
@@ -302,6 +310,7 @@ impl Rank {
             lib_path: "/synthetic/libmpi.so.40".into(),
             sites: RankSites::default(),
             pending_datatypes: None,
+            released: false,
         }
     }
 
@@ -409,6 +418,9 @@ pub struct State {
     /// The final figures of exited ranks, as the first collection after
     /// their exit saw them: folded into `departed` when they are forgotten.
     exited_figures: std::collections::HashMap<u32, RankSnapshot>,
+    /// When [`State::notice_exits`] last collected to release exited
+    /// ranks' map entries.
+    last_release: Instant,
     /// Call-site names, cached by file and offset for every rank.
     pub names: Names,
     /// Call sites with series of their own per (rank, function).
@@ -443,6 +455,7 @@ impl State {
             window: FractionWindow::default(),
             departed: DepartedJobs::default(),
             exited_figures: Default::default(),
+            last_release: Instant::now(),
             names: Names::new(),
             callsite_budget: SiteBudget::default(),
             host: crate::os::host::hostname(),
@@ -615,6 +628,7 @@ impl State {
                 lib_path: p.map.path.clone(),
                 sites: p.sites,
                 pending_datatypes,
+                released: false,
             },
         );
         self.selfm.attached.set(self.attached_count() as i64);
@@ -764,7 +778,45 @@ impl State {
                 self.selfm.injected.dec();
             }
         }
+        // Exited ranks' final figures, kept, and their map entries freed
+        // now, not after --retain-exited (see `release_exited`); at most
+        // once a second, as a collection holds the state a while.
+        if self.probes.is_some()
+            && self.last_release.elapsed() >= RELEASE_EVERY
+            && self
+                .ranks
+                .values()
+                .any(|r| r.exited_at.is_some() && !r.released)
+        {
+            self.last_release = Instant::now();
+            self.collect();
+        }
         exited
+    }
+
+    /// Frees the map entries of the exited ranks whose final figures
+    /// [`State::collect`] has kept, and the budget they held: from then on
+    /// a snapshot shows those kept figures. Without this, a user's many
+    /// short jobs filled their map budget with ranks long gone, and their
+    /// next ranks were refused for the whole of --retain-exited.
+    fn release_exited(&mut self) {
+        let done: Vec<u32> = self
+            .ranks
+            .values()
+            .filter(|r| {
+                r.exited_at.is_some() && !r.released && self.exited_figures.contains_key(&r.pid)
+            })
+            .map(|r| r.pid)
+            .collect();
+        for pid in done {
+            if let Some(p) = self.probes.as_mut() {
+                p.forget(pid);
+            }
+            if let Some(r) = self.ranks.get_mut(&pid) {
+                r.released = true;
+                r.reserved = Cost::default();
+            }
+        }
     }
 
     /// Forgets ranks that exited longer than `retain` ago, and the
@@ -970,10 +1022,17 @@ impl State {
         let mut names = self.names.session();
         let budget = self.callsite_budget;
         let bytes = self.bytes;
+        let kept = &self.exited_figures;
         let ranks = self
             .ranks
             .values_mut()
             .map(|r| {
+                // Gone from the maps: its final figures as kept.
+                if r.released
+                    && let Some(k) = kept.get(&r.pid)
+                {
+                    return k.clone();
+                }
                 let add = r.figures.as_ref().is_some_and(|f| f.injected) && !r.adopted;
                 let raw = rank_sites(sites.remove(&r.pid), r.figures.as_ref(), add);
                 let callsites =
@@ -1034,6 +1093,7 @@ impl State {
                 .entry(r.pid)
                 .or_insert_with(|| r.clone());
         }
+        self.release_exited();
         snap
     }
 
