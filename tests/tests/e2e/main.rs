@@ -26,6 +26,7 @@ mod security;
 mod shim;
 mod shim_symbols;
 mod shim_timing;
+mod slurm;
 mod stats;
 mod stats_abi;
 mod stats_unknown_abi;
