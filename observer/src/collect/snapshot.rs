@@ -92,7 +92,33 @@ impl Labels {
         }
         unreachable!("a finite set leaves some suffix free")
     }
+
+    /// The labels of a rank of another step of a job whose rank label a
+    /// rank of an earlier (or concurrent) step holds on this node: the rank
+    /// followed by `#stepSTEP`, the same on every node and in every run, so
+    /// a job's second `srun` reads as what it is. `None` when the identity
+    /// names no step, the step is not a short plain value (at most
+    /// [`STEP_SUFFIX_CAP`] bytes of `[0-9A-Za-z_+.-]`), or that label is
+    /// taken too: [`Labels::distinct`] decides then.
+    pub fn of_step(identity: &Identity, taken: &HashSet<&str>) -> Option<Labels> {
+        let step = identity.scheduler.as_deref().map(|f| f.step.as_str())?;
+        let plain = !step.is_empty()
+            && step.len() <= STEP_SUFFIX_CAP
+            && step
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_+.-".contains(&b));
+        if !plain {
+            return None;
+        }
+        let suffix = format!("#step{step}");
+        let rank = format!("{}{suffix}", cut(&identity.rank, LABEL_CAP - suffix.len()));
+        let l = Labels::with_rank(identity, &rank);
+        (!taken.contains(l.rank.as_str())).then_some(l)
+    }
 }
+
+/// The longest step value [`Labels::of_step`] puts in a rank label.
+pub const STEP_SUFFIX_CAP: usize = 16;
 
 /// A rank's stats segment as of this collection.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use std::{process::Command, time::Duration};
 
 use e2e::{
     Daemon, Job, Mpi, Need, Prometheus, Sample, assert_no_probes_left, compile, observer_bin,
-    program, promtool_check, require, run_with_timeout, scratch, signal, sum,
+    program, promtool_check, require, run_with_timeout, scratch, signal, sum, wait_for,
 };
 
 /// MPI_Barrier (and MPI_Allreduce) calls of each rank.
@@ -286,5 +286,88 @@ fn scheduler_facts_are_one_info_series_per_job_joined_on_jobid() {
 
     let status = daemon.stop(signal::TERM);
     assert!(status.success(), "daemon exit on TERM: {status}");
+    assert_no_probes_left();
+}
+
+/// A batch job's two `srun` steps on one node: step 1's ranks arrive while
+/// step 0's are retained, get `rank="R#step1"` (not `#pidPID`), no
+/// identity conflict is counted, both steps' figures are exact, and the
+/// report lists each rank with its step.
+#[test]
+fn a_jobs_second_step_is_labelled_by_its_step() {
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Root, Need::Mpi(mpi), Need::Command("bpftool")]) {
+        return;
+    }
+    let dir = scratch("scheduler-steps");
+    let exe = dir.join("claim");
+    compile(mpi, &program("identity/claim.c"), &exe, &[]);
+    const JOB: &str = "779";
+    let mut daemon = Daemon::start(&["--all".into(), "--retain-exited".into(), "300".into()]);
+    let ranks = |s: &[Sample]| -> Vec<(String, f64)> {
+        let mut v: Vec<(String, f64)> = s
+            .iter()
+            .filter(|x| {
+                x.name == "mpi_calls_total"
+                    && x.label("jobid") == Some(JOB)
+                    && x.label("function") == Some("MPI_Barrier")
+            })
+            .map(|x| (x.label("rank").unwrap_or_default().to_string(), x.value))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    for (step, iters) in [("0", ITERS), ("1", 2 * ITERS)] {
+        let mut c = with_vars(mpi, 2, &[("SLURM_JOB_ID", JOB), ("SLURM_STEP_ID", step)]);
+        c.arg(&exe).arg(iters.to_string());
+        let job = Job::spawn(c, 2, dir.join(format!("go-{step}")));
+        let pids = job.pids();
+        wait_for(
+            "--all to attach to the step",
+            Duration::from_secs(20),
+            || {
+                let (_, s) = daemon.scrape();
+                pids.iter()
+                    .all(|p| {
+                        s.iter().any(|x| {
+                            x.name == "mpi_rank_info" && x.label("pid") == Some(&p.to_string())
+                        })
+                    })
+                    .then_some(())
+            },
+        );
+        job.go();
+        job.finish("OK ");
+    }
+    let s = wait_for("both steps' exits", Duration::from_secs(10), || {
+        let (_, s) = daemon.scrape();
+        (sum(&s, "mpi_rank_up", &[("jobid", JOB)]) == 0.0).then_some(s)
+    });
+    assert_eq!(
+        ranks(&s),
+        [
+            ("0".to_string(), ITERS as f64),
+            ("0#step1".to_string(), 2.0 * ITERS as f64),
+            ("1".to_string(), ITERS as f64),
+            ("1#step1".to_string(), 2.0 * ITERS as f64),
+        ]
+    );
+    assert_eq!(sum(&s, "mpi_observer_identity_conflicts_total", &[]), 0.0);
+    let report = run_with_timeout(
+        Command::new(observer_bin()).args([
+            "report",
+            "--url",
+            &format!("http://{}", daemon.addr),
+            "--job",
+            JOB,
+        ]),
+        Duration::from_secs(60),
+    );
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(report.status.success(), "{text}");
+    assert_eq!(text.matches(", step 0").count(), 2, "{text}");
+    assert_eq!(text.matches(", step 1").count(), 2, "{text}");
+    let status = daemon.stop(signal::INT);
+    assert!(status.success(), "{status}");
     assert_no_probes_left();
 }

@@ -96,7 +96,7 @@ fn job(o: &mut String, r: &Report) {
         let _ = writeln!(
             o,
             "<tr class=\"rank\" data-rank=\"{}\"><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.6}</td>\
-             <td class=\"n\">{:.6}</td><td class=\"n\">{:.2}</td><td class=\"n calls\">{}</td><td>{}{}</td></tr>",
+             <td class=\"n\">{:.6}</td><td class=\"n\">{:.2}</td><td class=\"n calls\">{}</td><td>{}{}{}</td></tr>",
             esc(&l.rank),
             esc(&l.rank),
             esc(&l.host),
@@ -106,7 +106,8 @@ fn job(o: &mut String, r: &Report) {
             l.mpi_percent,
             l.calls,
             esc(&l.source),
-            if l.running { " (running)" } else { "" }
+            if l.running { " (running)" } else { "" },
+            esc(&super::step_note(l))
         );
     }
     o.push_str("</tbody></table>\n");

@@ -12,7 +12,11 @@ pub mod command;
 pub mod html;
 pub mod text;
 
-use std::{collections::BTreeMap, fs, io, path::Path};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs, io,
+    path::Path,
+};
 
 use observer_common::maps::HIST_SLOTS;
 use serde::Serialize;
@@ -137,6 +141,10 @@ pub struct Report {
 pub struct RankLine {
     /// Rank.
     pub rank: String,
+    /// Its job step, when the job's ranks ran in more than one (a batch
+    /// job's `srun` after `srun`): the rank alone does not say which.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub step: String,
     /// Node.
     pub host: String,
     /// Process ID.
@@ -400,6 +408,8 @@ fn job(jobid: &str, ranks: &[(&RankData, f64)], limits: Limits) -> Report {
     rep.taken = ranks.iter().map(|(_, t)| *t).fold(0.0, f64::max);
 
     // Ranks and totals.
+    let step = |r: &RankData| r.scheduler.as_ref().map(|s| s.step.clone());
+    let steps: BTreeSet<Option<String>> = ranks.iter().map(|(r, _)| step(r)).collect();
     for (r, taken) in ranks {
         let end = r.exited.unwrap_or(*taken);
         let wall = (end - r.since).max(0.0);
@@ -408,6 +418,11 @@ fn job(jobid: &str, ranks: &[(&RankData, f64)], limits: Limits) -> Report {
         let mpi = mpi_ns as f64 / 1e9;
         rep.ranks.push(RankLine {
             rank: r.rank.clone(),
+            step: if steps.len() > 1 {
+                step(r).unwrap_or_default()
+            } else {
+                String::new()
+            },
             host: r.host.clone(),
             pid: r.pid,
             wall_seconds: wall,
@@ -653,3 +668,13 @@ pub fn json(reports: &[Report]) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// What a rank line adds after its source when the job ran in several
+/// steps: `, step S`.
+fn step_note(l: &RankLine) -> String {
+    if l.step.is_empty() {
+        String::new()
+    } else {
+        format!(", step {}", l.step)
+    }
+}

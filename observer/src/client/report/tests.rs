@@ -239,3 +239,41 @@ fn the_header_names_the_lowest_ranks_scheduler_facts() {
     // Without facts, no line.
     assert!(!text::render(&analyse(&[data()], Limits::default())).contains("Scheduler:"));
 }
+
+#[test]
+fn a_job_of_two_steps_says_each_ranks_step() {
+    let step = |s: &str| {
+        Some(SchedulerData {
+            scheduler: "slurm".into(),
+            step: s.into(),
+            ..Default::default()
+        })
+    };
+    let mut d = data();
+    let (mut second, mut third) = (d.ranks[0].clone(), d.ranks[1].clone());
+    d.ranks[0].scheduler = step("0");
+    d.ranks[1].scheduler = step("0");
+    second.scheduler = step("1");
+    second.pid += 100;
+    third.scheduler = step("1");
+    third.pid += 100;
+    d.ranks.extend([second, third]);
+    let r = &analyse(&[d.clone()], Limits::default())[0];
+    let lines: Vec<(&str, &str)> = r
+        .ranks
+        .iter()
+        .map(|l| (l.rank.as_str(), l.step.as_str()))
+        .collect();
+    assert_eq!(lines.len(), 4);
+    for want in [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")] {
+        assert!(lines.contains(&want), "{want:?} in {lines:?}");
+    }
+    let t = text::render(std::slice::from_ref(r));
+    assert!(t.contains(", step 1"), "{t}");
+    assert!(html::render(std::slice::from_ref(r)).contains(", step 0"));
+    // One step: no step note.
+    d.ranks.truncate(2);
+    let r = &analyse(&[d], Limits::default())[0];
+    assert!(r.ranks.iter().all(|l| l.step.is_empty()));
+    assert!(!text::render(std::slice::from_ref(r)).contains(", step"));
+}

@@ -63,7 +63,7 @@ fn one(out: &mut String, r: &Report) {
     for l in &r.ranks {
         let _ = writeln!(
             out,
-            "{:>6} {:<16} {:>8} {:>14.6} {:>14.6} {:>7.2} {:>12}  {}{}",
+            "{:>6} {:<16} {:>8} {:>14.6} {:>14.6} {:>7.2} {:>12}  {}{}{}",
             l.rank,
             fit(&l.host, 16),
             l.pid,
@@ -72,7 +72,8 @@ fn one(out: &mut String, r: &Report) {
             l.mpi_percent,
             l.calls,
             l.source,
-            if l.running { " (running)" } else { "" }
+            if l.running { " (running)" } else { "" },
+            super::step_note(l)
         );
     }
 

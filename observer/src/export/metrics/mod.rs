@@ -182,7 +182,7 @@ impl SelfMetrics {
         .expect("valid metric");
         let identity_conflicts = IntCounter::new(
             "mpi_observer_identity_conflicts_total",
-            "Ranks registered with the job, uid and rank of a rank already held: the later one's rank label gets #pidPID appended.",
+            "Ranks registered with the job, uid, rank and step of a rank already held: the later one's rank label gets #pidPID appended (another step's gets #stepS, uncounted).",
         )
         .expect("valid metric");
         let label_truncations = IntCounterVec::new(
