@@ -31,7 +31,8 @@
 //! - a job array and a two-step job (`sbatch -A physics`): the scheduler
 //!   labels through Prometheus, and each job's report (text and HTML) in its
 //!   directory (`sbatch -D`), owned by `mpiobs`, naming the job and ranks,
-//!   with the job's exact MPI_Allreduce count. Their ranks (steady.c) also
+//!   with the job's exact MPI_Allreduce count; the second step's ranks are
+//!   `R#step1` (no identity conflict) and the report says each rank's step. Their ranks (steady.c) also
 //!   hold after their counted phase until Prometheus has the final figures:
 //!   until the daemon gets a shim rank's last figures at its exit, a rank
 //!   ending between two reads of its segment leaves the report short.
@@ -715,12 +716,42 @@ fn site_deployment_on_a_slurm_cluster() {
         );
         std::fs::write(batch.join(format!("stop-two-{step}")), "stop").unwrap();
     }
+    // Step 1's ranks on a node holding step 0's (retained): their own
+    // step's rank, no identity conflict.
+    let ranks: BTreeSet<String> =
+        wait_series(&prom, &format!("mpi_rank_info{{jobid=\"{two}\"}}"), 6)
+            .iter()
+            .map(|m| m["rank"].as_str().unwrap().to_string())
+            .collect();
+    let want: BTreeSet<String> = ["0", "1", "2", "0#step1", "1#step1", "2#step1"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(ranks, want, "job {two}'s ranks over its two steps");
+    prom.wait_query(
+        "sum(mpi_observer_identity_conflicts_total) == 0",
+        Duration::from_secs(30),
+    );
     cl.wait_gone(&array, Duration::from_secs(120));
     cl.wait_gone(&two, Duration::from_secs(120));
     for (jobid, _) in &tasks {
         assert_reports(&batch, jobid, uid, "2 ranks on node", 2 * ITERS);
     }
-    assert_reports(&batch, &two, uid, "", 6 * ITERS);
+    assert_reports(
+        &batch,
+        &two,
+        uid,
+        "6 ranks on node1, node2, node3)",
+        6 * ITERS,
+    );
+    let text = std::fs::read_to_string(batch.join(format!("mpi-observer-{two}.txt"))).unwrap();
+    for step in ["0", "1"] {
+        assert_eq!(
+            text.matches(&format!(", step {step}\n")).count(),
+            3,
+            "three ranks of step {step} in the report:\n{text}"
+        );
+    }
     drop(prom);
 
     phase("batch jobs and reports checked");
