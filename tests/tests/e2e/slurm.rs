@@ -31,11 +31,10 @@
 //! - a job array and a two-step job (`sbatch -A physics`): the scheduler
 //!   labels through Prometheus, and each job's report (text and HTML) in its
 //!   directory (`sbatch -D`), owned by `mpiobs`, naming the job and ranks,
-//!   with the job's exact MPI_Allreduce count; the second step's ranks are
-//!   `R#step1` (no identity conflict) and the report says each rank's step. Their ranks (steady.c) also
-//!   hold after their counted phase until Prometheus has the final figures:
-//!   until the daemon gets a shim rank's last figures at its exit, a rank
-//!   ending between two reads of its segment leaves the report short.
+//!   with the job's exact MPI_Allreduce count (the array's tasks run through
+//!   and end between two reads of their daemon: a shim rank's final figures
+//!   reach the report); the second step's ranks are `R#step1` (no identity
+//!   conflict) and the report says each rank's step.
 //!
 //! The module takes about 45 s here (2 cores): MPI start-up dominates.
 
@@ -381,10 +380,9 @@ fn tasks_with_shim(cl: &SlurmCluster, dir: &Path, option: Option<&str>) -> usize
 /// step S held at its go file `go-NAME-S` and again, its counted phase done,
 /// at `stop-NAME-S` (`S`: the array task id in an array).
 ///
-/// The second hold lets the daemons read each rank's final figures while
-/// it lives: until the daemon gets a shim rank's last figures at its exit
-/// (issue 26, "no job missed"), one that ends between two reads of its
-/// segment would leave the report short.
+/// The second hold lets the test read a step's labels while it runs (a
+/// job's info series has its lowest running rank's step); the array's
+/// tasks get their stop file with their go file and run through.
 fn batch_script(dir: &Path, name: &str, exe: &Path, steps: usize) -> PathBuf {
     let mut s = String::from("#!/bin/sh\nset -e\n");
     for step in 0..steps {
@@ -675,7 +673,7 @@ fn site_deployment_on_a_slurm_cluster() {
         seen,
         ["1", "2", "3"].iter().map(|s| s.to_string()).collect()
     );
-    // Each task's counted phase, its final figures read, then its end.
+    // A job's MPI_Allreduce calls over its nodes.
     let allreduce = |jobid: &str, want: u64| {
         prom.wait_query(
             &format!(
@@ -684,12 +682,15 @@ fn site_deployment_on_a_slurm_cluster() {
             Duration::from_secs(60),
         );
     };
+    // The array's tasks run through without the second hold: each ends
+    // between two reads of its daemon, and its final figures must still
+    // reach Prometheus and its report.
     for t in 1..=3 {
+        std::fs::write(batch.join(format!("stop-array-{t}")), "stop").unwrap();
         std::fs::write(batch.join(format!("go-array-{t}")), "go").unwrap();
     }
-    for (jobid, t) in &tasks {
+    for (jobid, _) in &tasks {
         allreduce(jobid, 2 * ITERS);
-        std::fs::write(batch.join(format!("stop-array-{t}")), "stop").unwrap();
     }
     // The two steps, one after the other, on the 3 nodes each.
     for step in ["0", "1"] {
