@@ -32,6 +32,12 @@ BR=mpiobs-br
 NS_PREFIX=mpiobs-
 CTL_HOST=$(hostname -s)
 CONF=$STATE/etc/slurm.conf
+# slurm.conf's Epilog= and PlugStackConfig=: by default a no-op epilog and
+# an empty plugstack.conf in $STATE/etc (kept if present, so a test can
+# write its own); the Slurm e2e test names the installed package's instead
+# (/usr/lib/mpi-observer/slurm-epilog, Debian's /etc/slurm/plugstack.conf).
+EPILOG=${MPIOBS_SLURM_EPILOG:-$STATE/etc/epilog.sh}
+PLUGSTACK=${MPIOBS_SLURM_PLUGSTACK:-$STATE/etc/plugstack.conf}
 # CPUs per node: no more than the machine has, or slurmd drains the node
 # ("low socket*core*thread count").
 CPUS=$(nproc)
@@ -95,8 +101,8 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=600
 MailProg=/bin/true
-PlugStackConfig=$STATE/etc/plugstack.conf
-Epilog=$STATE/etc/epilog.sh
+PlugStackConfig=$PLUGSTACK
+Epilog=$EPILOG
 EOF
 	for i in $(seq 1 "$NODES"); do
 		echo "NodeName=$(node "$i") NodeAddr=$(addr "$i") NodeHostname=$(node "$i") CPUs=$CPUS State=UNKNOWN" >>"$CONF"
@@ -293,5 +299,5 @@ exec)
 	node_exec "$@"
 	;;
 env) echo "export SLURM_CONF=$CONF" ;;
-*) die "usage: cluster.sh {up|down|status|env}" ;;
+*) die "usage: cluster.sh {up|down|status|env|exec N CMD...}" ;;
 esac

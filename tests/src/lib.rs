@@ -7,6 +7,7 @@
 pub mod http;
 pub mod package;
 pub mod shm;
+pub mod slurm;
 pub mod vm;
 
 use std::{

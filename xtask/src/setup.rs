@@ -54,6 +54,12 @@ const PACKAGES: &[&str] = &[
     // (slurm/, `cargo xtask package`).
     "libslurm-dev",
     "make",
+    // The real Slurm cluster the Slurm e2e test runs jobs on
+    // (tests/slurm/cluster.sh, tests/tests/e2e/slurm.rs).
+    "slurmctld",
+    "slurmd",
+    "munge",
+    "slurm-client",
 ];
 
 /// bpf-linker 0.10.1 links with rustc's own LLVM; 0.11 and later need a

@@ -14,7 +14,7 @@ pub mod exit_handover;
 pub mod inject;
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     io::{IsTerminal as _, Write as _},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -520,9 +520,13 @@ fn start_injection(state: &Arc<Mutex<State>>, req: &inject::Request, pid: u32) {
 /// exec events (crate::os::procevents): MPI processes not seen before go to the
 /// attacher.
 struct Scanner {
-    /// Processes found not to be MPI, with their start ticks, so they are
-    /// not re-read every scan.
-    not_mpi: HashSet<(u32, u64)>,
+    /// Processes found not to be MPI, by pid and start ticks, with their
+    /// command name then, so their maps are not re-read every scan. exec
+    /// keeps the pid and start time but changes the name: a process seen
+    /// between fork and exec (slurmstepd's task before it execs the rank,
+    /// a wrapper script that execs MPI later) is looked at again once its
+    /// name changes, instead of being missed for its whole life.
+    not_mpi: HashMap<(u32, u64), String>,
     /// With --same-netns, the daemon's network namespace.
     netns: Option<std::path::PathBuf>,
 }
@@ -530,7 +534,7 @@ struct Scanner {
 impl Scanner {
     fn new(same_netns: bool) -> Scanner {
         Scanner {
-            not_mpi: HashSet::new(),
+            not_mpi: HashMap::new(),
             netns: same_netns
                 .then(|| procfs::net_namespace(std::process::id()))
                 .flatten(),
@@ -552,10 +556,11 @@ impl Scanner {
             let Ok(ticks) = procfs::start_ticks(pid) else {
                 continue;
             };
-            if known.contains(&(pid, ticks))
-                || self.not_mpi.contains(&(pid, ticks))
-                || attacher.is_pending(pid, ticks)
-            {
+            if known.contains(&(pid, ticks)) || attacher.is_pending(pid, ticks) {
+                continue;
+            }
+            let comm = procfs::comm(pid);
+            if self.not_mpi.get(&(pid, ticks)) == Some(&comm) {
                 continue;
             }
             if self.netns.is_some() && procfs::net_namespace(pid) != self.netns {
@@ -573,14 +578,14 @@ impl Scanner {
                     // again while they live, which spares a read of
                     // /proc/PID/maps per process and scan. One that dlopens
                     // MPI later is missed.
-                    self.not_mpi.insert((pid, ticks));
+                    self.not_mpi.insert((pid, ticks), comm);
                 }
                 Err(_) => {}
             }
         }
         // Forget entries of processes that are gone, so the set stays small.
         self.not_mpi
-            .retain(|(pid, ticks)| procfs::alive(*pid, *ticks));
+            .retain(|(pid, ticks), _| procfs::alive(*pid, *ticks));
         if dropped > 0 {
             state
                 .lock()

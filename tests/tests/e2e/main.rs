@@ -27,6 +27,7 @@ mod shim;
 mod shim_symbols;
 mod shim_timing;
 mod shortjobs;
+mod slurm;
 mod stats;
 mod stats_abi;
 mod stats_unknown_abi;

@@ -1,0 +1,786 @@
+//! mpi-observer deployed on a real Slurm cluster as the README's
+//! "Deploying on a Slurm cluster" says, step by step (issue 26): Debian's
+//! slurmctld, slurmd and munge on this machine, three compute nodes each in
+//! namespaces of their own ([`e2e::slurm`], tests/slurm/cluster.sh), jobs
+//! submitted with `srun` and `sbatch` by the unprivileged user `mpiobs`.
+//!
+//! The README's commands are the ones this test runs; keep them in step:
+//! - the .deb (`cargo xtask package`) installed with `dpkg -i` (once on the
+//!   host: the nodes share its root file system, as nodes booting one image
+//!   do), and at the end purged: no file, no daemon, no probe left;
+//! - `/etc/default/mpi-observer` edited (`MPI_OBSERVER_OPTS`,
+//!   `MPI_OBSERVER_EPILOG_HTML=yes`), one daemon per node started from the
+//!   installed unit's ExecStart (PID 1 is not systemd here) in the node's
+//!   namespaces, listening on `0.0.0.0:9479` (`--same-netns`: the nodes
+//!   share one pid namespace; a real node does not need it);
+//! - Slurm's configuration: Debian's `/etc/slurm/plugstack.conf` (which
+//!   includes the postinst's `plugstack.conf.d/mpi-observer.conf`, then
+//!   edited to `default=stats`), `Epilog=/usr/lib/mpi-observer/slurm-epilog`;
+//! - a real Prometheus scraping the three daemons, asserted through
+//!   `/api/v1/query`, the scheduler facts joined in PromQL.
+//!
+//! What is asserted:
+//! - Open MPI through `srun --mpi=pmix` and MPICH through `srun --mpi=pmi2`,
+//!   6 ranks on 3 nodes, exact per-rank counts through `--mpi-observer=stats`
+//!   (the shim in every rank) and through the probes (`--mpi-observer=off`
+//!   under a site's `default=stats`: no shim in any rank's /proc/PID/maps).
+//!   Until ranks are found at exec by eBPF, the program holds at its go file
+//!   until each node's daemon has them: the once-a-second scan is the only
+//!   discovery in a node's network namespace (no process connector there);
+//! - a bad `--mpi-observer` value: one line on srun's stderr, the job runs;
+//! - a job array and a two-step job (`sbatch -A physics`): the scheduler
+//!   labels through Prometheus, and each job's report (text and HTML) in its
+//!   directory (`sbatch -D`), owned by `mpiobs`, naming the job and ranks,
+//!   with the job's exact MPI_Allreduce count (the array's tasks run through
+//!   and end between two reads of their daemon: a shim rank's final figures
+//!   reach the report); the second step's ranks are `R#step1` (no identity
+//!   conflict) and the report says each rank's step.
+//!
+//! The module takes about 45 s here (2 cores): MPI start-up dominates.
+
+use std::{
+    collections::BTreeSet,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use e2e::{
+    Job, Mpi, Need, Prometheus, Sample, assert_no_probes_left, compile, http_get, mix_expected,
+    package::{
+        DEFAULTS, Installed, PKG, PLUGIN, PLUGSTACK, SHIM, deb, dpkg, status, unit_launcher,
+    },
+    parse_metrics, program, require, run_with_timeout, scratch,
+    slurm::{NODES, PARTITION, STATE, SlurmCluster, USER, node_addr, node_name},
+    sum, url_encode, wait_for,
+};
+use serde_json::Value;
+
+/// Rounds of mix.c's counted phase.
+const ITERS: u64 = 30;
+/// Ranks of the srun jobs: two per node.
+const NP: u32 = 6;
+/// The daemons' port, in each node's network namespace.
+const PORT: u16 = 9479;
+/// The installed Epilog.
+const EPILOG: &str = "/usr/lib/mpi-observer/slurm-epilog";
+/// Debian's plugstack.conf (`include /etc/slurm/plugstack.conf.d/*.conf`).
+const DEBIAN_PLUGSTACK: &str = "/etc/slurm/plugstack.conf";
+/// The account the batch jobs are charged to.
+const ACCOUNT: &str = "physics";
+/// The site's options, as the README's step sets them.
+const OPTS: &str = "MPI_OBSERVER_OPTS=\"--all --same-netns --listen 0.0.0.0:9479\"";
+
+fn required() -> bool {
+    require(&[
+        Need::Root,
+        Need::Mpi(Mpi::OpenMpi),
+        Need::Mpi(Mpi::Mpich),
+        Need::Command("dpkg"),
+        Need::Command("bpftool"),
+        Need::Command("slurmctld"),
+        Need::Command("slurmd"),
+        Need::Command("munged"),
+        Need::Command("srun"),
+        Need::Command("prometheus"),
+        Need::Command("nsenter"),
+        Need::Command("runuser"),
+        Need::Command("setpriv"),
+    ])
+}
+
+/// The package's paths that do not exist before it is installed: none may
+/// be left after the purge.
+fn new_paths(deb: &Path) -> BTreeSet<PathBuf> {
+    let o = dpkg(&["--contents", deb.to_str().unwrap()]);
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .map(|p| PathBuf::from(p.trim_start_matches('.')))
+        .filter(|p| p != Path::new("/") && std::fs::symlink_metadata(p).is_err())
+        .collect()
+}
+
+/// The installed /etc/default/mpi-observer with the site's edits: the
+/// options, and HTML reports from the Epilog too.
+fn edit_defaults() {
+    let text = std::fs::read_to_string(DEFAULTS).unwrap();
+    assert!(
+        text.contains("\nMPI_OBSERVER_EPILOG_HTML=no\n"),
+        "{DEFAULTS} offers the HTML report:\n{text}"
+    );
+    let edited: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("MPI_OBSERVER_OPTS=") {
+                format!("{OPTS}\n")
+            } else if l.starts_with("MPI_OBSERVER_EPILOG_HTML=") {
+                "MPI_OBSERVER_EPILOG_HTML=yes\n".to_string()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(DEFAULTS, edited).unwrap();
+}
+
+/// Node `i`'s daemon's /metrics, parsed.
+fn scrape(i: usize) -> Vec<Sample> {
+    let (code, body) = http_get(&format!("{}:{PORT}", node_addr(i)), "/metrics")
+        .unwrap_or_else(|e| panic!("scraping node{i}: {e}"));
+    assert_eq!(code, 200, "node{i}'s /metrics");
+    parse_metrics(&body)
+}
+
+/// Every node's scrape.
+fn scrape_all() -> Vec<Vec<Sample>> {
+    (1..=NODES).map(scrape).collect()
+}
+
+/// One node's daemon, started as the unit starts it (the installed
+/// ExecStart through [`unit_launcher`]'s script) in the node's namespaces,
+/// its stderr in a log file. A thread reaps it as soon as it exits: the
+/// package's prerm waits for the daemons it signals to be gone from /proc,
+/// which a zombie is not.
+struct NodeDaemon {
+    node: usize,
+    pid: u32,
+    log: PathBuf,
+    exited: std::sync::mpsc::Receiver<std::process::ExitStatus>,
+    /// Its exit seen: its pid is no longer ours to signal.
+    reaped: bool,
+}
+
+impl NodeDaemon {
+    fn start(cl: &SlurmCluster, node: usize, launcher: &Path, dir: &Path) -> NodeDaemon {
+        let log = dir.join(format!("daemon-node{node}.log"));
+        let mut child = cl
+            .exec(node)
+            .arg(launcher)
+            .arg("attach")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start a node's daemon");
+        let pid = child.id();
+        let (tx, exited) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            if let Ok(st) = child.wait() {
+                let _ = tx.send(st);
+            }
+        });
+        NodeDaemon {
+            node,
+            pid,
+            log,
+            exited,
+            reaped: false,
+        }
+    }
+
+    /// Panics with its log if it exited.
+    fn assert_running(&self) {
+        if let Ok(st) = self.exited.try_recv() {
+            panic!(
+                "node{}'s daemon exited ({st}):\n{}",
+                self.node,
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+    }
+
+    /// Waits until it exits (someone else signalled it).
+    fn wait_exit(mut self, limit: Duration) -> std::process::ExitStatus {
+        let st = self
+            .exited
+            .recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("node{}'s daemon still runs after {limit:?}", self.node));
+        self.reaped = true;
+        st
+    }
+}
+
+impl Drop for NodeDaemon {
+    fn drop(&mut self) {
+        if !self.reaped && self.exited.try_recv().is_err() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.pid.to_string()])
+                .status();
+            let _ = self.exited.recv_timeout(Duration::from_secs(10));
+        }
+    }
+}
+
+/// Whether process `pid` maps the shim.
+fn maps_shim(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/maps: {e}"))
+        .contains("libmpi_observer_shim")
+}
+
+/// One Prometheus instant query's result vector.
+fn query(prom: &Prometheus, expr: &str) -> Vec<Value> {
+    let (code, body) = http_get(
+        &prom.addr,
+        &format!("/api/v1/query?query={}", url_encode(expr)),
+    )
+    .expect("query Prometheus");
+    assert_eq!(code, 200, "{expr}: {body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until `expr` returns exactly `n` series; returns their labels.
+fn wait_series(prom: &Prometheus, expr: &str, n: usize) -> Vec<Value> {
+    wait_for(
+        &format!("Prometheus: {n} series of {expr}"),
+        Duration::from_secs(60),
+        || {
+            let r = query(prom, expr);
+            (r.len() == n).then(|| r.into_iter().map(|s| s["metric"].clone()).collect())
+        },
+    )
+}
+
+/// A 6-rank mix.c job on the 3 nodes through `srun` as `mpiobs`, held at
+/// its go file (in `dir`, which every node sees).
+fn srun_job(cl: &SlurmCluster, dir: &Path, mpi: Mpi, exe: &Path, option: &str) -> Job {
+    let plugin = if mpi.is_open_mpi() { "pmix" } else { "pmi2" };
+    let mut c = cl.as_user(dir, "srun");
+    c.args([
+        "-N3",
+        &format!("-n{NP}"),
+        &format!("--mpi={plugin}"),
+        option,
+    ])
+    .arg(exe)
+    .arg(ITERS.to_string());
+    Job::spawn(c, NP, dir.join(format!("go-{}", mpi.name())))
+}
+
+/// Waits until each rank of `job` is observed by its node's daemon (the one
+/// whose `mpi_rank_info` has its pid): attached with probes, or holding its
+/// shim segment (the stats layer's request gauge). Returns the job's id and,
+/// per rank, its node.
+fn wait_observed(job: &Job, shim: bool) -> (String, Vec<usize>) {
+    let start = Instant::now();
+    loop {
+        let all = scrape_all();
+        let mut jobid: Option<String> = None;
+        let mut nodes = Vec::new();
+        let mut missing = Vec::new();
+        for (rank, pid) in &job.ranks {
+            let p = pid.to_string();
+            let found = all.iter().enumerate().find_map(|(i, s)| {
+                s.iter()
+                    .find(|x| x.name == "mpi_rank_info" && x.label("pid") == Some(&p))
+                    .map(|x| (i, x))
+            });
+            let Some((i, info)) = found else {
+                missing.push(format!("rank {rank} pid {pid}: not seen"));
+                continue;
+            };
+            let id = info.label("jobid").unwrap_or_default().to_string();
+            assert_eq!(info.label("rank"), Some(rank.to_string().as_str()));
+            let s = &all[i];
+            let want = [("jobid", id.as_str()), ("rank", &rank.to_string())];
+            let ready = if shim {
+                s.iter().any(|x| {
+                    x.name == "mpi_requests_outstanding"
+                        && want.iter().all(|(k, v)| x.label(k) == Some(v))
+                })
+            } else {
+                sum(s, "mpi_rank_up", &want) == 1.0
+            };
+            if !ready {
+                missing.push(format!("rank {rank} pid {pid}: not ready on node{}", i + 1));
+            }
+            assert_eq!(jobid.get_or_insert(id.clone()), &id, "one job id");
+            nodes.push(i + 1);
+        }
+        let probes: f64 = all
+            .iter()
+            .map(|s| sum(s, "mpi_observer_attached_processes", &[]))
+            .sum();
+        if missing.is_empty() && (shim || probes >= NP as f64) {
+            return (jobid.unwrap(), nodes);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "30 s on, the node daemons do not observe every rank ({probes} attached): {missing:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Runs `job` to its end and asserts mix.c's exact per-rank counts, each
+/// rank on its own node's daemon only.
+fn assert_exact(job: Job, jobid: &str, nodes: &[usize]) {
+    job.finish("OK ");
+    let all = wait_for(
+        "every daemon to notice the job's end",
+        Duration::from_secs(30),
+        || {
+            let all = scrape_all();
+            all.iter()
+                .all(|s| sum(s, "mpi_rank_up", &[("jobid", jobid)]) == 0.0)
+                .then_some(all)
+        },
+    );
+    for (rank, node) in (0..NP).zip(nodes) {
+        let r = rank.to_string();
+        for (i, s) in all.iter().enumerate() {
+            let want = [("jobid", jobid), ("rank", r.as_str())];
+            let calls = sum(s, "mpi_calls_total", &want);
+            if i + 1 != *node {
+                assert_eq!(calls, 0.0, "rank {rank} of job {jobid} on node{}", i + 1);
+                continue;
+            }
+            for (f, (n, ..)) in mix_expected(rank, ITERS, true) {
+                if f == "MPI_Finalize" {
+                    continue;
+                }
+                assert_eq!(
+                    sum(s, "mpi_calls_total", &[want[0], want[1], ("function", f)]),
+                    n as f64,
+                    "job {jobid} rank {rank} (node{node}) {f}"
+                );
+            }
+        }
+    }
+}
+
+/// `srun ARGS` as `mpiobs`: its output, asserting success.
+fn srun(cl: &SlurmCluster, dir: &Path, args: &[&str]) -> (String, String) {
+    let o = run_with_timeout(cl.as_user(dir, "srun").args(args), Duration::from_secs(60));
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).to_string(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    );
+    assert!(o.status.success(), "srun {args:?}: {}\n{err}", o.status);
+    (out, err)
+}
+
+/// How many of 3 tasks (one per node) map the shim: each prints its own
+/// /proc/self/maps' shim lines.
+fn tasks_with_shim(cl: &SlurmCluster, dir: &Path, option: Option<&str>) -> usize {
+    let mut args = vec!["-N3", "-n3"];
+    args.extend(option);
+    args.extend([
+        "sh",
+        "-c",
+        "grep -c libmpi_observer_shim /proc/self/maps || true",
+    ]);
+    let (out, _) = srun(cl, dir, &args);
+    out.lines().filter(|l| l.trim() != "0").count()
+}
+
+/// A batch script: `steps` srun steps of steady.c (MPICH, `--mpi=pmi2`),
+/// step S held at its go file `go-NAME-S` and again, its counted phase done,
+/// at `stop-NAME-S` (`S`: the array task id in an array).
+///
+/// The second hold lets the test read a step's labels while it runs (a
+/// job's info series has its lowest running rank's step); the array's
+/// tasks get their stop file with their go file and run through.
+fn batch_script(dir: &Path, name: &str, exe: &Path, steps: usize) -> PathBuf {
+    let mut s = String::from("#!/bin/sh\nset -e\n");
+    for step in 0..steps {
+        let s_ = format!("{name}-${{SLURM_ARRAY_TASK_ID:-{step}}}");
+        s.push_str(&format!(
+            "srun --mpi=pmi2 {} {ITERS} \"$PWD/go-{s_}\" \"$PWD/stop-{s_}\"\n",
+            exe.display()
+        ));
+    }
+    let p = dir.join(format!("{name}.sh"));
+    std::fs::write(&p, s).unwrap();
+    let ok = Command::new("chmod").arg("755").arg(&p).status().unwrap();
+    assert!(ok.success());
+    p
+}
+
+/// The labels of an info series, as (name, value), without Prometheus's
+/// own (`__name__`, `instance`, `job`).
+fn facts(m: &Value) -> Vec<(String, String)> {
+    m.as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| !["__name__", "instance", "job"].contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// Asserts job `jobid`'s report files in `dir`: the text one names the job,
+/// its user's uid, then `ranks` (its ranks and nodes), and counts
+/// `allreduce` MPI_Allreduce calls; the HTML one is a document; both are
+/// `mpiobs`'s.
+fn assert_reports(dir: &Path, jobid: &str, uid: u32, ranks: &str, allreduce: u64) {
+    for ext in ["txt", "html"] {
+        let p = dir.join(format!("mpi-observer-{jobid}.{ext}"));
+        let md = std::fs::symlink_metadata(&p)
+            .unwrap_or_else(|e| panic!("{}: {e} (the Epilog's report)", p.display()));
+        assert!(md.is_file() && md.len() > 0, "{}", p.display());
+        assert_eq!(
+            (md.uid(), md.gid()),
+            (uid, uid),
+            "{} is mpiobs's",
+            p.display()
+        );
+        let text = std::fs::read_to_string(&p).unwrap();
+        if ext == "txt" {
+            let head = format!("job {jobid} of uid {uid} ({ranks}");
+            assert!(
+                text.contains(&head),
+                "{} names {head:?}:\n{text}",
+                p.display()
+            );
+            // The final figures: every rank's exit seen, its calls in
+            // ("Top functions": name, calls, ...).
+            let calls = text.lines().find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some("MPI_Allreduce")).then(|| w.next()?.parse::<u64>().ok())?
+            });
+            assert!(
+                calls == Some(allreduce) && !text.contains("(running)"),
+                "{}: {allreduce} MPI_Allreduce calls, every rank ended:\n{text}",
+                p.display()
+            );
+        } else {
+            assert!(
+                text.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("<!doctype html"),
+                "{}",
+                p.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn site_deployment_on_a_slurm_cluster() {
+    if !required() {
+        return;
+    }
+    let t0 = Instant::now();
+    // Where the module's time goes (CI's budget is tight).
+    let phase = |what: &str| eprintln!("slurm: {what} at {:.1} s", t0.elapsed().as_secs_f64());
+    let dir = scratch("slurm");
+    let deb = deb();
+    if !status().is_empty() {
+        e2e::package::purge();
+    }
+    let fresh = new_paths(&deb);
+
+    // 1. The package, and the site's options.
+    let package = Installed::new(&deb);
+    assert!(Path::new(EPILOG).is_file(), "{EPILOG} is installed");
+    let line = std::fs::read_to_string(PLUGSTACK).expect("the postinst's plugstack line");
+    assert!(
+        line.lines()
+            .any(|l| l == format!("optional {PLUGIN} shim={SHIM}")),
+        "{PLUGSTACK}:\n{line}"
+    );
+    edit_defaults();
+
+    phase("installed");
+    // 2. Slurm, configured as the README says.
+    let cl = SlurmCluster::up(&[
+        ("MPIOBS_SLURM_EPILOG", EPILOG),
+        ("MPIOBS_SLURM_PLUGSTACK", DEBIAN_PLUGSTACK),
+    ]);
+    let uid = cl.uid();
+
+    phase("cluster up");
+    // 3. One daemon per node, as the unit starts it.
+    let launcher = unit_launcher(&dir);
+    let daemons: Vec<NodeDaemon> = (1..=NODES)
+        .map(|i| NodeDaemon::start(&cl, i, &launcher, &dir))
+        .collect();
+    for (i, d) in (1..=NODES).zip(daemons.iter()) {
+        wait_for(
+            &format!("node{i}'s daemon to serve /metrics"),
+            Duration::from_secs(60),
+            || {
+                d.assert_running();
+                http_get(&format!("{}:{PORT}", node_addr(i)), "/metrics")
+                    .ok()
+                    .filter(|(c, _)| *c == 200)
+            },
+        );
+        let node = scrape(i);
+        assert_eq!(
+            sum(&node, "mpi_observer_node_info", &[("node", &node_name(i))]),
+            1.0,
+            "node{i}'s daemon is in node{i}"
+        );
+    }
+
+    phase("daemons up");
+    // 4. A real Prometheus scraping the three.
+    let prom_dir = dir.join("prometheus");
+    std::fs::create_dir_all(&prom_dir).unwrap();
+    let targets: Vec<String> = (1..=NODES)
+        .map(|i| format!("{}:{PORT}", node_addr(i)))
+        .collect();
+    let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
+    let prom = Prometheus::start(&prom_dir, &targets);
+
+    // The programs, where every node and mpiobs see them.
+    let work = cl.user_dir("srun");
+    let exe = |mpi: Mpi| {
+        let exe = work.join(format!("mix-{}", mpi.name()));
+        compile(mpi, &program("mix.c"), &exe, &[]);
+        exe
+    };
+    let (ompi, mpich) = (exe(Mpi::OpenMpi), exe(Mpi::Mpich));
+
+    phase("programs built");
+    // 5. Per job: the plugstack line as installed registers the option and
+    // changes nothing else; a bad value gets one line and the job runs.
+    assert_eq!(tasks_with_shim(&cl, &work, None), 0);
+    let (out, err) = srun(
+        &cl,
+        &work,
+        // --quiet: not srun's "job N queued and waiting for resources"
+        // while an earlier job's Epilog runs; errors are still printed.
+        &[
+            "--quiet",
+            "-N1",
+            "-n1",
+            "--mpi-observer=a b",
+            "sh",
+            "-c",
+            "echo \"[$LD_PRELOAD]\"",
+        ],
+    );
+    assert_eq!(out.trim(), "[]", "no shim after a bad value");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line on srun's stderr: {err}");
+    assert!(
+        lines[0].contains("mpi-observer: invalid --mpi-observer value \"a b\""),
+        "{err}"
+    );
+
+    phase("bad value checked");
+    // 6. --mpi-observer=stats: the shim in every rank, exact counts.
+    for (mpi, exe) in [(Mpi::OpenMpi, &ompi), (Mpi::Mpich, &mpich)] {
+        let job = srun_job(&cl, &work, mpi, exe, "--mpi-observer=stats");
+        for pid in job.pids() {
+            assert!(maps_shim(pid), "{mpi:?} rank pid {pid} maps the shim");
+        }
+        let (jobid, nodes) = wait_observed(&job, true);
+        assert_eq!(
+            nodes.iter().collect::<BTreeSet<_>>().len(),
+            NODES,
+            "{mpi:?}: ranks on every node: {nodes:?}"
+        );
+        assert_exact(job, &jobid, &nodes);
+    }
+
+    phase("stats jobs exact");
+    // 7. The site's default (default=stats), and opting out of it: no shim
+    // in any rank, exact counts through the probes.
+    std::fs::write(
+        PLUGSTACK,
+        format!("optional {PLUGIN} shim={SHIM} default=stats\n"),
+    )
+    .unwrap();
+    assert_eq!(tasks_with_shim(&cl, &work, None), 3, "default=stats");
+    assert_eq!(tasks_with_shim(&cl, &work, Some("--mpi-observer=off")), 0);
+    for (mpi, exe) in [(Mpi::OpenMpi, &ompi), (Mpi::Mpich, &mpich)] {
+        let job = srun_job(&cl, &work, mpi, exe, "--mpi-observer=off");
+        for pid in job.pids() {
+            assert!(!maps_shim(pid), "{mpi:?} rank pid {pid} opted out");
+        }
+        let (jobid, nodes) = wait_observed(&job, false);
+        assert_exact(job, &jobid, &nodes);
+    }
+
+    phase("probe jobs exact");
+    // 8. Batch jobs (the site default on): a job array and a two-step job,
+    // charged to an account; the scheduler's facts through Prometheus, each
+    // job's report in its directory.
+    let batch = cl.user_dir("batch");
+    let bexe = batch.join("steady-mpich");
+    compile(Mpi::Mpich, &program("cluster/steady.c"), &bexe, &[]);
+    let array_sh = batch_script(&batch, "array", &bexe, 1);
+    let two_sh = batch_script(&batch, "two", &bexe, 2);
+    let d = batch.to_str().unwrap();
+    let array = cl.sbatch(
+        &batch,
+        &[
+            "-A",
+            ACCOUNT,
+            "-D",
+            d,
+            "--array=1-3",
+            "-N1",
+            "-n2",
+            array_sh.to_str().unwrap(),
+        ],
+    );
+    let two = cl.sbatch(
+        &batch,
+        &[
+            "-A",
+            ACCOUNT,
+            "-D",
+            d,
+            "-N3",
+            "-n3",
+            two_sh.to_str().unwrap(),
+        ],
+    );
+    // Prometheus stores a fact the scheduler did not give ("") as absent.
+    let common = |jobid: &str, step: &str, array_job: &str, task: &str| {
+        [
+            ("account".to_string(), ACCOUNT.to_string()),
+            ("array_job".to_string(), array_job.to_string()),
+            ("array_task".to_string(), task.to_string()),
+            ("jobid".to_string(), jobid.to_string()),
+            ("partition".to_string(), PARTITION.to_string()),
+            ("scheduler".to_string(), "slurm".to_string()),
+            ("step".to_string(), step.to_string()),
+            ("uid".to_string(), uid.to_string()),
+            ("user".to_string(), USER.to_string()),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .collect::<Vec<_>>()
+    };
+    // The array: one series per task (each on one node), labels exact.
+    let series = wait_series(
+        &prom,
+        &format!("mpi_job_scheduler_info{{array_job=\"{array}\"}}"),
+        3,
+    );
+    let tasks = cl.array_tasks(&array);
+    assert_eq!(tasks.len(), 3, "array {array}'s tasks: {tasks:?}");
+    let mut seen = BTreeSet::new();
+    for m in &series {
+        let f = facts(m);
+        let jobid = m["jobid"].as_str().unwrap();
+        let task = m["array_task"].as_str().unwrap();
+        assert!(
+            tasks.iter().any(|(j, t)| j == jobid && t == task),
+            "task {task} is job {jobid}: {tasks:?}"
+        );
+        assert_eq!(f, common(jobid, "0", &array, task), "{m}");
+        seen.insert(task.to_string());
+    }
+    assert_eq!(
+        seen,
+        ["1", "2", "3"].iter().map(|s| s.to_string()).collect()
+    );
+    // A job's MPI_Allreduce calls over its nodes.
+    let allreduce = |jobid: &str, want: u64| {
+        prom.wait_query(
+            &format!(
+                "sum(mpi_job_calls_total{{jobid=\"{jobid}\",function=\"MPI_Allreduce\"}}) == {want}"
+            ),
+            Duration::from_secs(60),
+        );
+    };
+    // The array's tasks run through without the second hold: each ends
+    // between two reads of its daemon, and its final figures must still
+    // reach Prometheus and its report.
+    for t in 1..=3 {
+        std::fs::write(batch.join(format!("stop-array-{t}")), "stop").unwrap();
+        std::fs::write(batch.join(format!("go-array-{t}")), "go").unwrap();
+    }
+    for (jobid, _) in &tasks {
+        allreduce(jobid, 2 * ITERS);
+    }
+    // The two steps, one after the other, on the 3 nodes each.
+    for step in ["0", "1"] {
+        let series = wait_series(
+            &prom,
+            &format!("mpi_job_scheduler_info{{jobid=\"{two}\",step=\"{step}\"}}"),
+            NODES,
+        );
+        for m in &series {
+            assert_eq!(facts(m), common(&two, step, "", ""), "{m}");
+        }
+        std::fs::write(batch.join(format!("go-two-{step}")), "go").unwrap();
+        // The join a site writes: a job's calls with its account and
+        // partition, over its nodes (step 0's ranks, then both steps').
+        let steps = if step == "0" { 1 } else { 2 };
+        prom.wait_query(
+            &format!(
+                "sum by (account, partition) (mpi_job_calls_total{{jobid=\"{two}\",function=\"MPI_Allreduce\"}} \
+                 * on(instance, jobid, uid) group_left(account, partition) \
+                 mpi_job_scheduler_info{{account=\"{ACCOUNT}\",partition=\"{PARTITION}\"}}) == {}",
+                steps * 3 * ITERS
+            ),
+            Duration::from_secs(60),
+        );
+        std::fs::write(batch.join(format!("stop-two-{step}")), "stop").unwrap();
+    }
+    // Step 1's ranks on a node holding step 0's (retained): their own
+    // step's rank, no identity conflict.
+    let ranks: BTreeSet<String> =
+        wait_series(&prom, &format!("mpi_rank_info{{jobid=\"{two}\"}}"), 6)
+            .iter()
+            .map(|m| m["rank"].as_str().unwrap().to_string())
+            .collect();
+    let want: BTreeSet<String> = ["0", "1", "2", "0#step1", "1#step1", "2#step1"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(ranks, want, "job {two}'s ranks over its two steps");
+    prom.wait_query(
+        "sum(mpi_observer_identity_conflicts_total) == 0",
+        Duration::from_secs(30),
+    );
+    cl.wait_gone(&array, Duration::from_secs(120));
+    cl.wait_gone(&two, Duration::from_secs(120));
+    for (jobid, _) in &tasks {
+        assert_reports(&batch, jobid, uid, "2 ranks on node", 2 * ITERS);
+    }
+    assert_reports(
+        &batch,
+        &two,
+        uid,
+        "6 ranks on node1, node2, node3)",
+        6 * ITERS,
+    );
+    let text = std::fs::read_to_string(batch.join(format!("mpi-observer-{two}.txt"))).unwrap();
+    for step in ["0", "1"] {
+        assert_eq!(
+            text.matches(&format!(", step {step}\n")).count(),
+            3,
+            "three ranks of step {step} in the report:\n{text}"
+        );
+    }
+    drop(prom);
+
+    phase("batch jobs and reports checked");
+    // 9. The package goes: its prerm stops the node daemons, no probe and no
+    // file is left.
+    dpkg(&["--purge", PKG]);
+    assert_eq!(status(), "");
+    phase("purged");
+    for d in daemons {
+        let st = d.wait_exit(Duration::from_secs(40));
+        assert!(
+            st.success(),
+            "a node daemon's exit on the prerm's SIGTERM: {st}"
+        );
+    }
+    assert_no_probes_left();
+    drop(package);
+    let left: Vec<PathBuf> = fresh
+        .into_iter()
+        .chain([PathBuf::from(PLUGSTACK)])
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    phase("no probe, no file left");
+    drop(cl);
+    assert!(
+        !Path::new(STATE).exists(),
+        "cluster.sh down removes {STATE}"
+    );
+    phase("cluster down");
+}
