@@ -9,6 +9,7 @@
 
 pub mod attacher;
 pub mod commands;
+pub mod handover;
 pub mod inject;
 
 use std::{
@@ -139,14 +140,12 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         .map(web_config::load)
         .transpose()?;
     let listener = server::bind(args.listen).await?;
-    let probes = if args.no_bpf {
-        None
+    // A planned restart's predecessor may have handed its probes over.
+    let (probes, adoption) = if args.no_bpf {
+        (None, None)
     } else {
-        Some(Probes::load_within(
-            EBPF_OBJECT,
-            args.map_memory,
-            args.callsites,
-        )?)
+        let (p, a) = Probes::load_adopting(EBPF_OBJECT, args.map_memory, args.callsites)?;
+        (Some(p), Some(a))
     };
     let render = RenderOptions {
         per_rank_histograms: args.per_rank_histograms,
@@ -188,6 +187,9 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             map_entries: args.user_max_map_entries.unwrap_or(d.map_entries),
             site_entries: d.site_entries,
         };
+    }
+    if let Some(a) = adoption {
+        handover::adopt(&state, a);
     }
     for &pid in &args.pid {
         let t = Instant::now();
@@ -336,6 +338,17 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     }
     // No armed trigger outlives the daemon's intent to inject.
     inject::disarm_all(&state);
+    // A planned restart (handover.rs): the next daemon takes the probes
+    // and the injected shims over as they are.
+    if handover::requested() && handover::hand_over(&state) {
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(path) = &args.report_file
+            && !st.ranks.is_empty()
+        {
+            write_report(&mut st, path);
+        }
+        return Ok(());
+    }
     let injected: Vec<u32> = {
         let st = state.lock().unwrap_or_else(|p| p.into_inner());
         st.ranks

@@ -261,6 +261,11 @@ impl Rank {
         self.attachment.is_some()
     }
 
+    /// Its probes, if attached now (a planned restart pins their links).
+    pub fn attachment(&self) -> Option<&Attachment> {
+        self.attachment.as_ref()
+    }
+
     /// Uprobes plus uretprobes attached to this rank now.
     pub fn probes(&self) -> usize {
         self.attachment.as_ref().map_or(0, |a| a.probes)

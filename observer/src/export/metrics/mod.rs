@@ -85,6 +85,9 @@ pub struct SelfMetrics {
     oversized_environments: IntCounter,
     /// Orphaned shim files removed from /dev/shm (crate::os::shm::sweep).
     pub shm_orphans_removed: IntCounter,
+    /// Ranks an earlier daemon handed over at a planned restart, by
+    /// outcome: their probes adopted, or dropped (attached afresh).
+    pub handover: IntCounterVec,
     /// What the series budget kept and dropped, by path.
     pub budget: BudgetStats,
 }
@@ -212,6 +215,17 @@ impl SelfMetrics {
             "Ranks whose environment exceeded 1 MiB: only its first 1 MiB was searched for the job and rank.",
         )
         .expect("valid metric");
+        let handover = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_handover_ranks_total",
+                "Ranks whose probes an earlier daemon pinned at a planned restart (a package upgrade): outcome=\"adopted\", their probes and figures carried on; outcome=\"dropped\", their probes were removed (another map layout, the rank gone, a pin unusable) and a live one was attached afresh, counting from then.",
+            ),
+            &["outcome"],
+        )
+        .expect("valid metric");
+        for outcome in ["adopted", "dropped"] {
+            handover.with_label_values(&[outcome]);
+        }
         for m in [
             Box::new(segment_errors.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(attached.clone()),
@@ -232,6 +246,7 @@ impl SelfMetrics {
             Box::new(scheduler_conflicts.clone()),
             Box::new(oversized_environments.clone()),
             Box::new(shm_orphans_removed.clone()),
+            Box::new(handover.clone()),
         ] {
             registry.register(m).expect("unique metric names");
         }
@@ -257,6 +272,7 @@ impl SelfMetrics {
             scheduler_conflicts,
             oversized_environments,
             shm_orphans_removed,
+            handover,
             budget: BudgetStats::default(),
         }
     }
