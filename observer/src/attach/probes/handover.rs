@@ -388,7 +388,8 @@ impl Probes {
         if std::fs::symlink_metadata(&dir).is_ok() {
             pins::remove_tree(&dir);
         }
-        let tmp = base.join(format!("{:016x}.{}", self.layout, std::process::id()));
+        // bpffs refuses names with a dot.
+        let tmp = base.join(format!("{:016x}_{}", self.layout, std::process::id()));
         pins::remove_tree(&tmp);
         let pin_all = || -> Result<usize, PinError> {
             pins::make_dir(&tmp)?;
