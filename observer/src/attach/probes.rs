@@ -183,6 +183,9 @@ pub struct Attachment {
     pub probes: usize,
     /// Predefined datatype entries loaded for this process.
     type_keys: Vec<TypeKey>,
+    /// When its probes went in, if before this daemon started (adopted at
+    /// a planned restart): its figures count from then.
+    pub since: Option<std::time::SystemTime>,
     /// Predefined datatypes of this process not loaded: beyond
     /// [`maps::OMPI_TYPES_PER_PROCESS`], or the map was full. Their calls
     /// count with unknown bytes.

@@ -167,7 +167,7 @@ pub fn hand_over(state: &Mutex<State>) -> bool {
         .ranks
         .values()
         .filter(|r| r.exited_at.is_none())
-        .filter_map(|r| Some((r.pid, r.ticks, r.attachment()?)))
+        .filter_map(|r| Some((r.pid, r.ticks, r.attached_at, r.attachment()?)))
         .collect();
     match probes.hand_over(&ranks) {
         Ok(links) => {

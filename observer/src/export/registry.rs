@@ -601,7 +601,11 @@ impl State {
                 version: self.selfm.capped(Label::Version, &p.lib.version),
                 comm: p.comm,
                 started_at: procfs::ticks_to_time(p.ticks),
-                attached_at: SystemTime::now(),
+                // An adopted rank's figures count from its first attach.
+                attached_at: attachment
+                    .as_ref()
+                    .and_then(|a| a.since)
+                    .unwrap_or_else(SystemTime::now),
                 exited_at: None,
                 exited_wall: None,
                 attachment,

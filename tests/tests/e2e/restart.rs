@@ -129,6 +129,21 @@ fn wait_for_opt<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<
     }
 }
 
+/// When the figures of the rank of `pid` count from, as `d`'s report data
+/// says (`since`, seconds since the epoch).
+fn counted_since(d: &Daemon, pid: u32) -> f64 {
+    let (code, body) = e2e::http_get(&d.addr, "/report.json").expect("report data");
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["pid"] == pid)
+        .and_then(|r| r["since"].as_f64())
+        .unwrap_or_else(|| panic!("no rank of pid {pid} in the report data: {body}"))
+}
+
 /// Waits until `d` has probes in every rank of `probed` (and sees them).
 fn wait_probed(d: &mut Daemon, probed: &Job) {
     wait_for(
@@ -219,6 +234,12 @@ fn restart(mismatch: bool) {
     phase(&mut shimmed, &dir, "shim", 1);
     wait_calls(&mut a, &[&probed, &shimmed], CALLS, "daemon A, phase 1");
 
+    let since_a: Vec<f64> = probed
+        .pids()
+        .iter()
+        .map(|p| counted_since(&a, *p))
+        .collect();
+
     // The upgrade's stop: the prerm named A, systemd sends SIGTERM.
     request_restart(a.pid());
     let (st, log) = a.stop_and_log(signal::TERM);
@@ -282,6 +303,19 @@ fn restart(mismatch: bool) {
         f64::from(dropped)
     );
     assert!(pins().is_empty(), "B must remove the pins: {:?}", pins());
+    // The report says from when the probed ranks' figures count: A's
+    // attach when adopted (to the second), B's when attached afresh.
+    for (pid, a_since) in probed.pids().iter().zip(&since_a) {
+        let b_since = counted_since(&b, *pid);
+        if mismatch {
+            assert!(
+                b_since > *a_since + 0.2,
+                "pid {pid}: {b_since} vs {a_since}"
+            );
+        } else {
+            assert_eq!(b_since, a_since.floor(), "pid {pid}");
+        }
+    }
     let log = b.log();
     for pid in &pids {
         let lines: Vec<_> = log

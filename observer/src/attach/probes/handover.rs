@@ -41,6 +41,8 @@ const MAX_ENTRIES: usize = 1 << 16;
 /// One rank's links as pinned.
 pub(super) struct Pinned {
     ticks: u64,
+    /// When the earlier daemon attached them, in seconds since the epoch.
+    since: u64,
     links: Vec<OwnedFd>,
     probes: usize,
 }
@@ -113,14 +115,19 @@ fn map_pins(dir: &Path, names: &[String]) -> Option<Vec<(String, PathBuf)>> {
         .collect()
 }
 
-/// A link pin's name: `PID-TICKS-PROBES-INDEX`.
-fn link_name(pid: u32, ticks: u64, probes: usize, i: usize) -> String {
-    format!("{pid}-{ticks}-{probes}-{i}")
+/// A link pin's name: `PID-TICKS-PROBES-INDEX-SINCE`, SINCE the attach
+/// in seconds since the epoch.
+fn link_name(pid: u32, ticks: u64, probes: usize, i: usize, since: u64) -> String {
+    format!("{pid}-{ticks}-{probes}-{i}-{since}")
 }
 
-fn parse_link_name(name: &str) -> Option<(u32, u64, usize, usize)> {
+/// The parts of a link pin's name: pid, ticks, probes, index, since.
+type LinkName = (u32, u64, usize, usize, u64);
+
+fn parse_link_name(name: &str) -> Option<LinkName> {
     let mut it = name.split('-');
     let v = (
+        it.next()?.parse().ok()?,
         it.next()?.parse().ok()?,
         it.next()?.parse().ok()?,
         it.next()?.parse().ok()?,
@@ -230,19 +237,21 @@ impl Probes {
     /// Opens the links pinned in `dir/links/` and keeps those of live ranks
     /// configured in the (adopted) maps; drops the rest.
     fn take_links(&mut self, dir: &Path, adoption: &mut Adoption) {
-        let mut found: BTreeMap<(u32, u64), (usize, BTreeMap<usize, OwnedFd>)> = BTreeMap::new();
+        let mut found: BTreeMap<(u32, u64), (usize, u64, BTreeMap<usize, OwnedFd>)> =
+            BTreeMap::new();
         let mut broken: HashSet<(u32, u64)> = HashSet::new();
         if let Ok(rd) = std::fs::read_dir(dir.join("links")) {
             for e in rd.take(MAX_ENTRIES).filter_map(Result::ok) {
                 let name = e.file_name();
-                let Some((pid, ticks, probes, i)) = name.to_str().and_then(parse_link_name) else {
+                let Some((pid, ticks, probes, i, since)) = name.to_str().and_then(parse_link_name)
+                else {
                     continue;
                 };
                 match pins::get(&e.path()) {
                     Ok(fd) => {
                         let r = found.entry((pid, ticks)).or_default();
-                        r.0 = probes;
-                        r.1.insert(i, fd);
+                        (r.0, r.1) = (probes, since);
+                        r.2.insert(i, fd);
                     }
                     Err(_) => {
                         broken.insert((pid, ticks));
@@ -250,7 +259,7 @@ impl Probes {
                 }
             }
         }
-        for ((pid, ticks), (probes, links)) in found {
+        for ((pid, ticks), (probes, since, links)) in found {
             let why = if broken.contains(&(pid, ticks)) {
                 Some("a pinned link cannot be opened")
             } else if !procfs::alive(pid, ticks) {
@@ -269,6 +278,7 @@ impl Probes {
                 pid,
                 Pinned {
                     ticks,
+                    since,
                     links: links.into_values().collect(),
                     probes,
                 },
@@ -309,6 +319,7 @@ impl Probes {
             probes: p.probes,
             type_keys,
             types_dropped: 0,
+            since: Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(p.since)),
         })
     }
 
@@ -380,7 +391,11 @@ impl Probes {
     /// attachment) for the next daemon, under `pins::DIR/<layout>/`,
     /// complete or not at all (made under a temporary name, then renamed).
     /// The caller then exits without detaching. Returns the links pinned.
-    pub fn hand_over(&self, ranks: &[(u32, u64, &Attachment)]) -> Result<usize, PinError> {
+    /// `since` is when each rank's probes went in.
+    pub fn hand_over(
+        &self,
+        ranks: &[(u32, u64, std::time::SystemTime, &Attachment)],
+    ) -> Result<usize, PinError> {
         let base = pins::base_dir()?;
         let dir = base.join(format!("{:016x}", self.layout));
         // One nobody adopted (the daemon started without this layout's
@@ -406,9 +421,12 @@ impl Probes {
                 pins::pin(fd, &tmp.join("maps").join(name))?;
             }
             let mut n = 0;
-            for (pid, ticks, att) in ranks {
+            for (pid, ticks, since, att) in ranks {
+                let since = since
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
                 for (i, l) in att.links.iter().enumerate() {
-                    let name = link_name(*pid, *ticks, att.probes, i);
+                    let name = link_name(*pid, *ticks, att.probes, i, since);
                     pins::pin(l.as_fd(), &tmp.join("links").join(name))?;
                     n += 1;
                 }
@@ -434,11 +452,14 @@ mod tests {
 
     #[test]
     fn link_names_round_trip() {
-        let n = link_name(4242, 987_654_321, 96, 3);
-        assert_eq!(parse_link_name(&n), Some((4242, 987_654_321, 96, 3)));
-        assert_eq!(parse_link_name("1-2-3"), None);
-        assert_eq!(parse_link_name("1-2-3-4-5"), None);
-        assert_eq!(parse_link_name("../x-1-2-3"), None);
+        let n = link_name(4242, 987_654_321, 96, 3, 1_800_000_000);
+        assert_eq!(
+            parse_link_name(&n),
+            Some((4242, 987_654_321, 96, 3, 1_800_000_000))
+        );
+        assert_eq!(parse_link_name("1-2-3-4"), None);
+        assert_eq!(parse_link_name("1-2-3-4-5-6"), None);
+        assert_eq!(parse_link_name("../x-1-2-3-4"), None);
     }
 
     #[test]
