@@ -47,6 +47,9 @@ pub(super) struct Pinned {
     probes: usize,
 }
 
+/// One rank's pinned links as read back: probes, since, links by index.
+type Found = (usize, u64, BTreeMap<usize, OwnedFd>);
+
 /// What a daemon found pinned at start.
 #[derive(Debug, Default)]
 pub struct Adoption {
@@ -237,8 +240,7 @@ impl Probes {
     /// Opens the links pinned in `dir/links/` and keeps those of live ranks
     /// configured in the (adopted) maps; drops the rest.
     fn take_links(&mut self, dir: &Path, adoption: &mut Adoption) {
-        let mut found: BTreeMap<(u32, u64), (usize, u64, BTreeMap<usize, OwnedFd>)> =
-            BTreeMap::new();
+        let mut found: BTreeMap<(u32, u64), Found> = BTreeMap::new();
         let mut broken: HashSet<(u32, u64)> = HashSet::new();
         if let Ok(rd) = std::fs::read_dir(dir.join("links")) {
             for e in rd.take(MAX_ENTRIES).filter_map(Result::ok) {
