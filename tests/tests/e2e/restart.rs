@@ -13,6 +13,13 @@
 //! - **`kill -9`** of A: no probe is left and the job's results are right.
 //!
 //! After B stops (a plain stop), no probe and no pin is left.
+//!
+//! And through the package: reinstalling the `.deb` (an upgrade to the
+//! same version runs the old prerm's `upgrade` too) names the running
+//! installed daemon in the restart request; the SIGTERM systemd's
+//! `try-restart` would send (PID 1 is not systemd here) makes it hand
+//! over; the installed daemon started from the unit's ExecStart adopts; a
+//! removal leaves no pin, no probe and no request.
 
 use std::{
     path::{Path, PathBuf},
@@ -20,8 +27,9 @@ use std::{
 };
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile, program, require, scratch,
-    shim_launcher, signal, sum, wait_for,
+    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile,
+    package::{self, DEFAULTS, Installed, PKG},
+    program, require, scratch, shim_launcher, signal, sum, wait_for,
 };
 
 /// Ranks per job.
@@ -210,6 +218,18 @@ fn uprobe_multi_links() -> usize {
         .count()
 }
 
+/// The restart request's lines (pid, start ticks), if there is one.
+fn request_lines() -> Vec<(u32, u64)> {
+    std::fs::read_to_string(REQUEST)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (p, t) = l.split_once(' ')?;
+            Some((p.parse().ok()?, t.trim().parse().ok()?))
+        })
+        .collect()
+}
+
 /// A planned restart (or, with `mismatch`, a restart onto a daemon whose
 /// maps are sized otherwise) between phases 1 and 3, phase 2 made while
 /// no daemon runs.
@@ -370,4 +390,89 @@ fn kill9_leaves_no_probe_and_the_job_right() {
     phase(&mut probed, &dir, "probed", 2);
     phase(&mut probed, &dir, "probed", 3);
     finish(probed, &dir, "probed");
+}
+
+#[test]
+fn package_upgrade_hands_over() {
+    let mpi = Mpi::OpenMpi;
+    if !required(mpi) || !require(&[Need::Command("dpkg")]) {
+        return;
+    }
+    let dir = scratch("restart-package");
+    let deb = package::deb();
+    let exe = exe(&dir, mpi);
+    let _request = RequestGuard;
+    let guard = Installed::new(&deb);
+    std::fs::write(DEFAULTS, "MPI_OBSERVER_OPTS=\"--all\"\n").unwrap();
+    let launcher = package::unit_launcher(&dir);
+    let mut probed = start(mpi, &exe, &dir, "probed", false);
+    let mut a = Daemon::start_binary(&launcher, &[]);
+    wait_probed(&mut a, &probed);
+    phase(&mut probed, &dir, "probed", 1);
+    wait_calls(&mut a, &[&probed], CALLS, "installed daemon A, phase 1");
+
+    // The upgrade: the old prerm names A.
+    package::dpkg(&["--install", deb.to_str().unwrap()]);
+    assert_eq!(package::status(), "installed");
+    assert_eq!(
+        request_lines(),
+        vec![(a.pid(), ticks(a.pid()))],
+        "the prerm's restart request must name the running daemon"
+    );
+    // What systemd's try-restart in the postinst would do: SIGTERM, then
+    // the unit's ExecStart again.
+    let (st, log) = a.stop_and_log(signal::TERM);
+    assert!(
+        st.success(),
+        "daemon A's exit on the upgrade's restart: {st}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("restart requested: the probes of 2 ranks")),
+        "{}",
+        log.join("\n")
+    );
+    phase(&mut probed, &dir, "probed", 2);
+    let mut b = Daemon::start_binary(&launcher, &[]);
+    phase(&mut probed, &dir, "probed", 3);
+    let s = wait_calls(&mut b, &[&probed], 3 * CALLS, "installed daemon B");
+    assert_eq!(
+        sum(
+            &s,
+            "mpi_observer_handover_ranks_total",
+            &[("outcome", "adopted")]
+        ),
+        f64::from(NP)
+    );
+    assert!(pins().is_empty(), "B must remove the pins: {:?}", pins());
+
+    // Removal with the probes in: the request goes first, so the prerm's
+    // SIGTERM is a plain stop; no pin, probe or request is left.
+    let daemon_pid = b.pid();
+    package::dpkg(&["--remove", PKG]);
+    wait_for(
+        "the prerm to stop daemon B",
+        Duration::from_secs(40),
+        || {
+            std::fs::read_to_string(format!("/proc/{daemon_pid}/stat"))
+                .ok()
+                .is_none_or(|s| s.contains(") Z"))
+                .then_some(())
+        },
+    );
+    let (st, log) = b.stop_and_log(signal::TERM);
+    assert!(st.success(), "daemon B's exit on removal: {st}");
+    assert!(
+        log.iter().any(|l| l.contains("detached, exiting")),
+        "a removal is a plain stop:\n{}",
+        log.join("\n")
+    );
+    assert_no_probes_left();
+    assert!(pins().is_empty(), "pins left: {:?}", pins());
+    assert!(
+        !Path::new(REQUEST).exists(),
+        "the request must go with the package"
+    );
+    finish(probed, &dir, "probed");
+    drop(guard);
 }
