@@ -93,7 +93,7 @@ pub fn adopt(state: &Arc<Mutex<State>>, adoption: Adoption) {
     }
     let lock = || state.lock().unwrap_or_else(|p| p.into_inner());
     let mut dropped = adoption.lost.len() as u64;
-    for line in &adoption.lost {
+    for (_, line) in &adoption.lost {
         eprintln!("mpi-observer: {line}");
     }
     let mut adopted = 0;
@@ -133,7 +133,13 @@ pub fn adopt(state: &Arc<Mutex<State>>, adoption: Adoption) {
         let Some(probes) = st.probes.as_mut() else {
             return;
         };
-        let gone = probes.forget_unowned(&keep);
+        // Those already said and counted (a rank gone meanwhile) are not
+        // again.
+        let gone: Vec<u32> = probes
+            .forget_unowned(&keep)
+            .into_iter()
+            .filter(|p| !adoption.lost.iter().any(|(l, _)| l == p))
+            .collect();
         if !gone.is_empty() {
             dropped += gone.len() as u64;
             eprintln!(

@@ -10,6 +10,8 @@
 //! - **a layout mismatch** (B sized its maps otherwise): B drops the pinned
 //!   probes, says so per rank and counts them; the ranks are attached
 //!   afresh (their probe counts restart: explicit, not silent);
+//! - **a rank gone meanwhile** (it ended while no daemon ran): B drops its
+//!   pinned probes, says so and counts it;
 //! - **`kill -9`** of A: no probe is left and the job's results are right.
 //!
 //! After B stops (a plain stop), no probe and no pin is left.
@@ -284,6 +286,8 @@ fn restart(mismatch: bool) {
         args.extend(["--map-memory".to_string(), "8MiB".to_string()]);
     }
     let mut b = Daemon::start(&args);
+    // Adopted before B serves; attached afresh (a mismatch) by its scan.
+    wait_probed(&mut b, &probed);
     phase(&mut probed, &dir, "probed", 3);
     phase(&mut shimmed, &dir, "shim", 3);
     let pids: Vec<String> = probed.pids().iter().map(u32::to_string).collect();
@@ -368,6 +372,51 @@ fn planned_restart_loses_no_call() {
 #[test]
 fn restart_onto_another_layout_says_counts_restart() {
     restart(true);
+}
+
+#[test]
+fn rank_gone_while_no_daemon_runs_is_said_and_counted() {
+    let mpi = Mpi::OpenMpi;
+    if !required(mpi) {
+        return;
+    }
+    let dir = scratch("restart-gone");
+    let exe = exe(&dir, mpi);
+    let _request = RequestGuard;
+    let mut probed = start(mpi, &exe, &dir, "probed", false);
+    let pids = probed.pids();
+    let mut a = Daemon::start(&["--all".to_string()]);
+    wait_probed(&mut a, &probed);
+    phase(&mut probed, &dir, "probed", 1);
+    request_restart(a.pid());
+    let st = a.stop(signal::TERM);
+    assert!(st.success(), "daemon A's exit on a restart: {st}");
+    phase(&mut probed, &dir, "probed", 2);
+    phase(&mut probed, &dir, "probed", 3);
+    finish(probed, &dir, "probed");
+    let mut b = Daemon::start(&["--all".to_string()]);
+    let (_, s) = b.scrape();
+    assert_eq!(
+        sum(
+            &s,
+            "mpi_observer_handover_ranks_total",
+            &[("outcome", "dropped")]
+        ),
+        f64::from(NP)
+    );
+    assert!(pins().is_empty(), "B must remove the pins: {:?}", pins());
+    let (st, log) = b.stop_and_log(signal::TERM);
+    assert!(st.success(), "daemon B's exit: {st}");
+    for pid in pids {
+        let n = log
+            .iter()
+            .filter(|l| {
+                l.contains(&format!("pid {pid}: ")) && l.contains("exited while no daemon ran")
+            })
+            .count();
+        assert_eq!(n, 1, "one line for pid {pid}:\n{}", log.join("\n"));
+    }
+    assert_no_probes_left();
 }
 
 #[test]

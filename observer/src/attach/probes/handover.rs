@@ -56,8 +56,9 @@ pub struct Adoption {
     /// Ranks (pid, start ticks) whose links were adopted, each waiting for
     /// its registration ([`Probes::attach`]).
     pub ranks: Vec<(u32, u64)>,
-    /// Why each rank's pinned probes were dropped instead: one line each.
-    pub lost: Vec<String>,
+    /// Ranks whose pinned probes were dropped instead, each with its
+    /// line saying why.
+    pub lost: Vec<(u32, String)>,
     /// The pin directory could not be used at all, and why.
     pub unavailable: Option<String>,
     /// The maps are an earlier daemon's: they may hold processes no rank
@@ -189,21 +190,26 @@ impl Probes {
                     continue;
                 }
                 for (pid, _) in pinned_ranks(&path) {
-                    adoption
-                        .lost
-                        .push(lost_line(pid, "another map layout: a different version"));
+                    adoption.lost.push((
+                        pid,
+                        lost_line(pid, "another map layout: a different version"),
+                    ));
                 }
                 pins::remove_tree(&path);
             }
         }
         let present = std::fs::symlink_metadata(&mine).is_ok();
-        let usable = present && pins::check_dir(&mine).is_ok();
+        let usable = present
+            && [mine.clone(), mine.join("maps"), mine.join("links")]
+                .iter()
+                .all(|d| pins::check_dir(d).is_ok());
         let pin_paths = usable.then(|| map_pins(&mine, &names)).flatten();
         if present && pin_paths.is_none() {
             for (pid, _) in pinned_ranks(&mine) {
-                adoption
-                    .lost
-                    .push(lost_line(pid, "its maps' pins are missing or not ours"));
+                adoption.lost.push((
+                    pid,
+                    lost_line(pid, "its maps' pins are missing or not ours"),
+                ));
             }
             pins::remove_tree(&mine);
         }
@@ -221,9 +227,10 @@ impl Probes {
             Ok(p) => p,
             Err(e) => {
                 for (pid, _) in pinned_ranks(&mine) {
-                    adoption
-                        .lost
-                        .push(lost_line(pid, &format!("its maps cannot be reused: {e}")));
+                    adoption.lost.push((
+                        pid,
+                        lost_line(pid, &format!("its maps cannot be reused: {e}")),
+                    ));
                 }
                 pins::remove_tree(&mine);
                 let p = Self::load_within(object, stats_budget, callsites)?;
@@ -272,7 +279,7 @@ impl Probes {
                 None
             };
             if let Some(why) = why {
-                adoption.lost.push(lost_line(pid, why));
+                adoption.lost.push((pid, lost_line(pid, why)));
                 drop(links);
                 continue;
             }
@@ -289,14 +296,11 @@ impl Probes {
         }
         for (pid, _) in broken {
             if !adoption.ranks.iter().any(|(p, _)| *p == pid)
-                && !adoption
-                    .lost
-                    .iter()
-                    .any(|l| l.starts_with(&format!("pid {pid}:")))
+                && !adoption.lost.iter().any(|(p, _)| *p == pid)
             {
                 adoption
                     .lost
-                    .push(lost_line(pid, "a pinned link cannot be opened"));
+                    .push((pid, lost_line(pid, "a pinned link cannot be opened")));
             }
         }
     }
