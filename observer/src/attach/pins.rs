@@ -76,6 +76,23 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// [`DIR`] if there is one to look in: bpffs mounted at [`ROOT`] and the
+/// directory there; `Ok(None)` if not (nothing was handed over), an error
+/// if it is not trusted. Makes and mounts nothing.
+pub fn existing_dir() -> Result<Option<PathBuf>, PinError> {
+    let dir = PathBuf::from(DIR);
+    if !is_bpffs(Path::new(ROOT)) || std::fs::symlink_metadata(&dir).is_err() {
+        return Ok(None);
+    }
+    check_dir(&dir)?;
+    Ok(Some(dir))
+}
+
+/// Removes [`DIR`] if it is empty, so a completed handover leaves nothing.
+pub fn remove_dir_if_empty() {
+    let _ = std::fs::remove_dir(DIR);
+}
+
 /// [`DIR`], checked: bpffs mounted at [`ROOT`] (mounted here if it is not,
 /// which takes CAP_SYS_ADMIN), the directory made if absent, and trusted.
 pub fn base_dir() -> Result<PathBuf, PinError> {

@@ -88,7 +88,7 @@ fn parse_request(text: &str) -> Vec<(u32, u64)> {
 pub fn adopt(state: &Arc<Mutex<State>>, adoption: Adoption) {
     if let Some(why) = &adoption.unavailable {
         eprintln!(
-            "mpi-observer: no probes can be handed over at a restart: {why}; a restart then detaches them"
+            "mpi-observer: the probes an earlier daemon handed over cannot be looked for: {why}; any it pinned stay until that directory is removed"
         );
     }
     let lock = || state.lock().unwrap_or_else(|p| p.into_inner());

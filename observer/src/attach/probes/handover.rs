@@ -173,8 +173,12 @@ impl Probes {
         let (layout, names) = layout(object, &sizes, percpu).map_err(|e| ProbeError::Load {
             reason: e.to_string(),
         })?;
-        let base = match pins::base_dir() {
-            Ok(b) => b,
+        let base = match pins::existing_dir() {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                let p = Self::load_within(object, stats_budget, callsites)?;
+                return Ok((p, adoption));
+            }
             Err(e) => {
                 adoption.unavailable = Some(e.to_string());
                 let p = Self::load_within(object, stats_budget, callsites)?;
@@ -214,6 +218,7 @@ impl Probes {
             pins::remove_tree(&mine);
         }
         let Some(pin_paths) = pin_paths else {
+            pins::remove_dir_if_empty();
             let p = Self::load_within(object, stats_budget, callsites)?;
             return Ok((p, adoption));
         };
@@ -233,6 +238,7 @@ impl Probes {
                     ));
                 }
                 pins::remove_tree(&mine);
+                pins::remove_dir_if_empty();
                 let p = Self::load_within(object, stats_budget, callsites)?;
                 return Ok((p, adoption));
             }
@@ -241,6 +247,7 @@ impl Probes {
         probes.take_links(&mine, &mut adoption);
         // The pins go now: the maps are ours, the links held.
         pins::remove_tree(&mine);
+        pins::remove_dir_if_empty();
         Ok((probes, adoption))
     }
 
