@@ -15,6 +15,7 @@ pub mod functions;
 pub mod identity;
 pub mod inject;
 pub mod multi;
+pub mod pins;
 pub mod probes;
 pub mod symbolizer;
 pub mod symbols;

@@ -3,7 +3,10 @@
 //! handful of uprobe_multi links per process (see [`crate::attach::multi`]); and
 //! reading back the maps they fill ([`read`]).
 
+mod handover;
 mod read;
+
+pub use handover::{Adoption, LAYOUT_VERSION};
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -180,6 +183,9 @@ pub struct Attachment {
     pub probes: usize,
     /// Predefined datatype entries loaded for this process.
     type_keys: Vec<TypeKey>,
+    /// When its probes went in, if before this daemon started (adopted at
+    /// a planned restart): its figures count from then.
+    pub since: Option<std::time::SystemTime>,
     /// Predefined datatypes of this process not loaded: beyond
     /// [`maps::OMPI_TYPES_PER_PROCESS`], or the map was full. Their calls
     /// count with unknown bytes.
@@ -206,6 +212,43 @@ pub struct Probes {
     percpu_stats: bool,
     /// Predefined datatypes not loaded, over every attach so far.
     types_dropped: u64,
+    /// The hash of the maps' layout (see [`handover`]): a daemon adopts
+    /// another's pinned maps only if theirs is the same.
+    layout: u64,
+    /// Links an earlier daemon pinned for a planned restart, by pid, not
+    /// yet claimed by [`Probes::attach`].
+    adopted: HashMap<u32, handover::Pinned>,
+}
+
+/// The maps given a size at load (name, max entries), and whether
+/// statistics go to the per-CPU map ([`BENCH_PERCPU_STATS`]).
+fn map_sizes(
+    stats_budget: u64,
+    callsites: bool,
+    trace_bytes: u32,
+) -> ([(&'static str, u32); 4], bool) {
+    let capacity = maps::stats_capacity_within(stats_budget);
+    let site_capacity = if callsites {
+        maps::CALLSITES_CAPACITY
+    } else {
+        1
+    };
+    let percpu_stats = std::env::var_os(BENCH_PERCPU_STATS).is_some_and(|v| v == "1");
+    // Only the map written gets the capacity; the other keeps one entry.
+    let (shared, percpu) = if percpu_stats {
+        (1, capacity)
+    } else {
+        (capacity, 1)
+    };
+    (
+        [
+            (maps::STATS, shared),
+            (maps::STATS_PERCPU, percpu),
+            (maps::CALLSITES, site_capacity),
+            (maps::TRACE, trace_bytes),
+        ],
+        percpu_stats,
+    )
 }
 
 /// Environment variable that makes the probes keep their statistics in the
@@ -237,7 +280,7 @@ impl Probes {
         stats_budget: u64,
         callsites: bool,
     ) -> Result<Self, ProbeError> {
-        Self::load_with(object, stats_budget, callsites, maps::TRACE_BYTES)
+        Self::load_with(object, stats_budget, callsites, maps::TRACE_BYTES, None)
     }
 
     /// Loads the object for `mpi-observer record`: the default statistics
@@ -245,39 +288,37 @@ impl Probes {
     /// pages) that processes attached with [`ProcConfig::trace`] send
     /// their completed calls to; read it with [`Probes::take_trace`].
     pub fn load_tracing(object: &[u8], trace_bytes: u32) -> Result<Self, ProbeError> {
-        Self::load_with(object, maps::STATS_MEMORY_BUDGET, false, trace_bytes)
+        Self::load_with(object, maps::STATS_MEMORY_BUDGET, false, trace_bytes, None)
     }
 
+    /// Loads the object with its maps sized; with `pinned` (map name, pin
+    /// path), those maps are the pinned ones (a handover whose layout is
+    /// ours, see [`handover`]) instead of new ones.
     fn load_with(
         object: &[u8],
         stats_budget: u64,
         callsites: bool,
         trace_bytes: u32,
+        pinned: Option<&[(String, std::path::PathBuf)]>,
     ) -> Result<Self, ProbeError> {
-        let capacity = maps::stats_capacity_within(stats_budget);
-        let site_capacity = if callsites {
-            maps::CALLSITES_CAPACITY
-        } else {
-            1
-        };
-        let percpu_stats = std::env::var_os(BENCH_PERCPU_STATS).is_some_and(|v| v == "1");
-        // Only the map written gets the capacity; the other keeps one entry.
-        let (shared, percpu) = if percpu_stats {
-            (1, capacity)
-        } else {
-            (capacity, 1)
-        };
+        let (sizes, percpu_stats) = map_sizes(stats_budget, callsites, trace_bytes);
+        let (capacity, site_capacity) = (maps::stats_capacity_within(stats_budget), sizes[2].1);
         let percpu_flag = u32::from(percpu_stats);
-        let ebpf = EbpfLoader::new()
-            .override_global(maps::PERCPU_STATS, &percpu_flag, true)
-            .map_max_entries(maps::STATS, shared)
-            .map_max_entries(maps::STATS_PERCPU, percpu)
-            .map_max_entries(maps::CALLSITES, site_capacity)
-            .map_max_entries(maps::TRACE, trace_bytes)
-            .load(object)
-            .map_err(|e| ProbeError::Load {
+        let (layout, _) =
+            handover::layout(object, &sizes, percpu_stats).map_err(|e| ProbeError::Load {
                 reason: e.to_string(),
             })?;
+        let mut loader = EbpfLoader::new();
+        loader.override_global(maps::PERCPU_STATS, &percpu_flag, true);
+        for (name, size) in sizes {
+            loader.map_max_entries(name, size);
+        }
+        for (name, path) in pinned.unwrap_or_default() {
+            loader.map_pin_path(name.as_str(), path.as_path());
+        }
+        let ebpf = loader.load(object).map_err(|e| ProbeError::Load {
+            reason: e.to_string(),
+        })?;
         let progs = multi::load_programs(object, &ebpf, &PROGRAMS).map_err(|e| {
             if let (Some(_), MultiError::Load { log, .. }) =
                 (std::env::var_os("MPI_OBSERVER_VERIFIER_LOG"), &e)
@@ -298,6 +339,8 @@ impl Probes {
             callsites_capacity: site_capacity,
             percpu_stats,
             types_dropped: 0,
+            layout,
+            adopted: HashMap::new(),
         })
     }
 
@@ -478,6 +521,9 @@ impl Probes {
         datatypes: &BTreeMap<u64, u64>,
         functions: &[u16],
     ) -> Result<Attachment, ProbeError> {
+        if let Some(att) = self.claim(pid) {
+            return Ok(att);
+        }
         // An earlier detach of this pid must not remove the new config.
         for (p, _) in &mut self.closing {
             if *p == Some(pid) {

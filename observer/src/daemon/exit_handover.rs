@@ -496,7 +496,7 @@ pub fn start(
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .selfm
-                .handovers
+                .exit_handovers
                 .clone();
             let count = |o: Outcome| counter.with_label_values(&[o.as_str()]).inc();
             let mut queue: BTreeMap<u32, VecDeque<Knock>> = BTreeMap::new();

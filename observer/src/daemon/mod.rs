@@ -11,6 +11,7 @@
 pub mod attacher;
 pub mod commands;
 pub mod exit_handover;
+pub mod handover;
 pub mod inject;
 
 use std::{
@@ -141,14 +142,12 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         .map(web_config::load)
         .transpose()?;
     let listener = server::bind(args.listen).await?;
-    let probes = if args.no_bpf {
-        None
+    // A planned restart's predecessor may have handed its probes over.
+    let (probes, adoption) = if args.no_bpf {
+        (None, None)
     } else {
-        Some(Probes::load_within(
-            EBPF_OBJECT,
-            args.map_memory,
-            args.callsites,
-        )?)
+        let (p, a) = Probes::load_adopting(EBPF_OBJECT, args.map_memory, args.callsites)?;
+        (Some(p), Some(a))
     };
     let render = RenderOptions {
         per_rank_histograms: args.per_rank_histograms,
@@ -190,6 +189,9 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             map_entries: args.user_max_map_entries.unwrap_or(d.map_entries),
             site_entries: d.site_entries,
         };
+    }
+    if let Some(a) = adoption {
+        handover::adopt(&state, a);
     }
     for &pid in &args.pid {
         let t = Instant::now();
@@ -271,7 +273,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
         (None, _) => None,
     };
-    let handover = start_handover(&args, &state, &scanner, &watch_stop);
+    let knocks = start_exit_handover(&args, &state, &scanner, &watch_stop);
     start_orphan_sweeps(&state);
     // Served once discovery runs: a job started after /metrics answers is
     // seen at its exec, not only by the next scan.
@@ -341,11 +343,22 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     if let Some(w) = watcher {
         let _ = w.join();
     }
-    if let Some(h) = handover {
+    if let Some(h) = knocks {
         let _ = h.join();
     }
     // No armed trigger outlives the daemon's intent to inject.
     inject::disarm_all(&state);
+    // A planned restart (handover.rs): the next daemon takes the probes
+    // and the injected shims over as they are.
+    if handover::requested() && handover::hand_over(&state) {
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(path) = &args.report_file
+            && !st.ranks.is_empty()
+        {
+            write_report(&mut st, path);
+        }
+        return Ok(());
+    }
     let injected: Vec<u32> = {
         let st = state.lock().unwrap_or_else(|p| p.into_inner());
         st.ranks
@@ -409,7 +422,7 @@ fn exec_source(state: &Mutex<State>) -> Result<crate::os::procevents::Source, St
 /// `--handover-socket none`; a socket that cannot be had costs one line,
 /// and ranks' figures then reach the daemon only if it opened their
 /// segment before they ended.
-fn start_handover(
+fn start_exit_handover(
     args: &AttachArgs,
     state: &Arc<Mutex<State>>,
     scanner: &Scanner,

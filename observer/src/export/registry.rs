@@ -274,6 +274,11 @@ impl Rank {
         self.attachment.is_some()
     }
 
+    /// Its probes, if attached now (a planned restart pins their links).
+    pub fn attachment(&self) -> Option<&Attachment> {
+        self.attachment.as_ref()
+    }
+
     /// Uprobes plus uretprobes attached to this rank now.
     pub fn probes(&self) -> usize {
         self.attachment.as_ref().map_or(0, |a| a.probes)
@@ -614,7 +619,11 @@ impl State {
                 version: self.selfm.capped(Label::Version, &p.lib.version),
                 comm: p.comm,
                 started_at: procfs::ticks_to_time(p.ticks),
-                attached_at: SystemTime::now(),
+                // An adopted rank's figures count from its first attach.
+                attached_at: attachment
+                    .as_ref()
+                    .and_then(|a| a.since)
+                    .unwrap_or_else(SystemTime::now),
                 exited_at: None,
                 exited_wall: None,
                 attachment,

@@ -20,6 +20,7 @@ mod package;
 mod qmpi;
 mod qmpi_header;
 mod record;
+mod restart;
 mod scale;
 mod scheduler_labels;
 mod security;

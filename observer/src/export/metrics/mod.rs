@@ -86,7 +86,10 @@ pub struct SelfMetrics {
     /// Orphaned shim files removed from /dev/shm (crate::os::shm::sweep).
     pub shm_orphans_removed: IntCounter,
     /// The shim's exit knocks, by outcome (crate::daemon::exit_handover).
-    pub handovers: IntCounterVec,
+    pub exit_handovers: IntCounterVec,
+    /// Ranks an earlier daemon handed over at a planned restart, by
+    /// outcome: their probes adopted, or dropped (attached afresh).
+    pub restart_handovers: IntCounterVec,
     /// What the series budget kept and dropped, by path.
     pub budget: BudgetStats,
 }
@@ -214,7 +217,7 @@ impl SelfMetrics {
             "Ranks whose environment exceeded 1 MiB: only its first 1 MiB was searched for the job and rank.",
         )
         .expect("valid metric");
-        let handovers = IntCounterVec::new(
+        let exit_handovers = IntCounterVec::new(
             Opts::new(
                 "mpi_observer_exit_handovers_total",
                 "Exit knocks of shim ranks on the handover socket, by result: held (the rank's segment is held, its final figures kept), no_segment, not_observed (not a process this daemon observes or may attach), queue_full, malformed, stale (served after the shim stopped waiting).",
@@ -222,8 +225,19 @@ impl SelfMetrics {
             &["result"],
         )
         .expect("valid metric");
+        let restart_handovers = IntCounterVec::new(
+            Opts::new(
+                "mpi_observer_handover_ranks_total",
+                "Ranks whose probes an earlier daemon pinned at a planned restart (a package upgrade): outcome=\"adopted\", their probes and figures carried on; outcome=\"dropped\", their probes were removed (another map layout, the rank gone, a pin unusable) and a live one was attached afresh, counting from then.",
+            ),
+            &["outcome"],
+        )
+        .expect("valid metric");
+        for outcome in ["adopted", "dropped"] {
+            restart_handovers.with_label_values(&[outcome]);
+        }
         for m in [
-            Box::new(handovers.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(exit_handovers.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(segment_errors.clone()),
             Box::new(attached.clone()),
             Box::new(probes.clone()),
@@ -243,6 +257,7 @@ impl SelfMetrics {
             Box::new(scheduler_conflicts.clone()),
             Box::new(oversized_environments.clone()),
             Box::new(shm_orphans_removed.clone()),
+            Box::new(restart_handovers.clone()),
         ] {
             registry.register(m).expect("unique metric names");
         }
@@ -268,7 +283,8 @@ impl SelfMetrics {
             scheduler_conflicts,
             oversized_environments,
             shm_orphans_removed,
-            handovers,
+            exit_handovers,
+            restart_handovers,
             budget: BudgetStats::default(),
         }
     }
