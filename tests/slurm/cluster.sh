@@ -165,7 +165,9 @@ start_slurmctld() {
 
 # Runs "$@" inside new namespaces for node $1: its network namespace, a UTS
 # namespace with the node's hostname, a mount namespace with the cluster's
-# /etc/hosts and a private /tmp and /dev/shm (Slurm's PMIx plugin makes
+# /etc/hosts and a private /tmp, /dev/shm and /run/mpi-observer (the
+# daemon's handover socket and restart request, one per node as on a real
+# cluster; the host's /run is shared otherwise). Slurm's PMIx plugin makes
 # /tmp/spmix_appdir_UID_JOB.STEP on every node and fails if it exists; MPI
 # libraries keep per-node session files there). nsenter, not `ip netns exec`: that
 # mounts a fresh /sys, hiding /sys/fs/cgroup, and slurmd then refuses to start
@@ -177,6 +179,8 @@ in_node() {
 		sh -c 'hostname "$0" && mount --bind "$1" /etc/hosts &&
 			mount -t tmpfs -o mode=1777 tmpfs /tmp &&
 			mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
+			mkdir -p /run/mpi-observer &&
+			mount -t tmpfs -o mode=0755 tmpfs /run/mpi-observer &&
 			shift && exec "$@"' \
 		"$(node "$i")" "$STATE/etc/hosts" "$@"
 }

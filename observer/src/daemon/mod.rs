@@ -619,3 +619,47 @@ fn print_summary(st: &mut State) {
     let _ = writeln!(out, "{table}");
     let _ = out.flush();
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::os::procevents::Source;
+
+    // Here, not in os::procevents: the exec tracepoint comes with the
+    // probes' object (attach::probes), which os may not use.
+    #[test]
+    fn a_real_exec_is_seen_by_the_tracepoint_in_another_network_namespace() {
+        // Root only (CAP_BPF): the daemon's case.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("CI").is_none(), "needs root under CI");
+            return;
+        }
+        let mut probes =
+            crate::attach::probes::Probes::load_within(crate::EBPF_OBJECT, 1 << 20, false)
+                .expect("load the eBPF object");
+        let (ring, drops) = probes.exec_events().expect("the exec tracepoint");
+        let mut src = Source::Bpf {
+            ring,
+            drops,
+            seen: 0,
+        };
+        // A program started in a network namespace of its own, where the
+        // process connector tells nothing.
+        let child = std::process::Command::new("unshare")
+            .args(["-n", "/bin/true"])
+            .spawn()
+            .unwrap();
+        let unshare = child.id();
+        let t = Instant::now();
+        let mut pids = Vec::new();
+        while t.elapsed() < Duration::from_secs(5) && pids.len() < 2 {
+            pids.extend(src.recv(Duration::from_millis(100)).0);
+            pids.retain(|&p| p == unshare);
+        }
+        let _ = { child }.wait();
+        // unshare's own exec, then its exec of /bin/true, same pid.
+        assert_eq!(pids, [unshare, unshare], "execs of pid {unshare}");
+    }
+}

@@ -31,7 +31,7 @@ use std::{
 use e2e::{
     Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile,
     package::{self, DEFAULTS, Installed, PKG},
-    program, require, scratch, shim_launcher, signal, sum, wait_for,
+    program, require, scratch, shim_launcher, signal, sum, uprobe_multi_links, wait_for,
 };
 
 /// Ranks per job.
@@ -206,18 +206,6 @@ fn pins() -> Vec<PathBuf> {
         }
     }
     out
-}
-
-fn uprobe_multi_links() -> usize {
-    let out = std::process::Command::new("bpftool")
-        .args(["link", "show"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        // Older bpftool prints the link type's number (12) for uprobe_multi.
-        .filter(|l| l.contains("uprobe_multi") || l.contains(" type 12 "))
-        .count()
 }
 
 /// The restart request's lines (pid, start ticks), if there is one.

@@ -578,6 +578,24 @@ fn site_deployment_on_a_slurm_cluster() {
         assert_exact(job, &jobid, &nodes);
     }
 
+    // Every shim rank knocked at its exit on its own node's handover
+    // socket (cluster.sh gives each node its /run/mpi-observer), and its
+    // node's daemon held its segment.
+    let all = scrape_all();
+    let knocks = |result: &str| -> f64 {
+        all.iter()
+            .map(|s| {
+                sum(
+                    s,
+                    "mpi_observer_exit_handovers_total",
+                    &[("result", result)],
+                )
+            })
+            .sum()
+    };
+    assert_eq!(knocks("held"), 2.0 * NP as f64, "exit knocks held");
+    assert_eq!(knocks("not_observed"), 0.0, "exit knocks refused");
+
     phase("stats jobs exact");
     // 7. The site's default (default=stats), and opting out of it: no shim
     // in any rank, exact counts through the probes.

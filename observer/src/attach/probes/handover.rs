@@ -68,8 +68,10 @@ pub struct Adoption {
 
 /// The hash of the maps' layout `object` gets with `sizes` (name, max
 /// entries) and the per-CPU statistics switch, and the names of the maps
-/// a handover pins (all but the sections' `.rodata` and the like, which
-/// each daemon makes afresh).
+/// a handover pins: all but the sections' `.rodata` and the like, and the
+/// exec tracepoint's ring and drop counts, which each daemon makes afresh
+/// (a daemon's discovery is its own, and `Probes::exec_events` takes them
+/// out of the object's maps).
 pub(super) fn layout(
     object: &[u8],
     sizes: &[(&str, u32)],
@@ -79,7 +81,7 @@ pub(super) fn layout(
     let mut names: Vec<String> = obj
         .maps
         .keys()
-        .filter(|n| !n.starts_with('.'))
+        .filter(|n| !n.starts_with('.') && !EXEC_MAPS.contains(&n.as_str()))
         .cloned()
         .collect();
     names.sort();
@@ -106,6 +108,9 @@ pub(super) fn layout(
     }
     Ok((pins::fnv1a(&bytes), names))
 }
+
+/// The exec tracepoint's maps: not handed over.
+const EXEC_MAPS: [&str; 2] = [maps::EXECS, maps::EXEC_DROPS];
 
 /// The pins of `names` in `dir/maps/`, or `None` unless every one is there.
 fn map_pins(dir: &Path, names: &[String]) -> Option<Vec<(String, PathBuf)>> {
