@@ -312,14 +312,29 @@ struct Knock {
     at: Instant,
 }
 
-/// Accepts every waiting connection into `queue` (per uid, bounded).
+/// Connections accepted per round at most: a flood of connects cannot keep
+/// the thread accepting (and the daemon's stop waiting) for ever.
+const ACCEPT_BATCH: usize = 64;
+
+/// What [`accept_all`] met.
+#[derive(PartialEq)]
+enum Accepted {
+    /// The backlog is empty, or the batch is done.
+    Done,
+    /// Out of descriptors: the listener stays readable, so the caller
+    /// rests before it tries again.
+    OutOfDescriptors,
+}
+
+/// Accepts up to [`ACCEPT_BATCH`] waiting connections into `queue` (per
+/// uid, bounded).
 fn accept_all(
     listener: &Listener,
     queue: &mut BTreeMap<u32, VecDeque<Knock>>,
     pending: &mut usize,
     count: &dyn Fn(Outcome),
-) {
-    loop {
+) -> Accepted {
+    for _ in 0..ACCEPT_BATCH {
         // SAFETY: accept4 on our listening socket, no address wanted.
         let raw = unsafe {
             libc::accept4(
@@ -330,7 +345,12 @@ fn accept_all(
             )
         };
         if raw < 0 {
-            return;
+            let e = std::io::Error::last_os_error().raw_os_error();
+            return if e == Some(libc::EMFILE) || e == Some(libc::ENFILE) {
+                Accepted::OutOfDescriptors
+            } else {
+                Accepted::Done
+            };
         }
         // SAFETY: a descriptor accept4 just gave us.
         let conn = unsafe { OwnedFd::from_raw_fd(raw) };
@@ -352,12 +372,14 @@ fn accept_all(
             count(Outcome::NotObserved);
             continue;
         }
-        let q = queue.entry(cred.uid).or_default();
-        if *pending >= MAX_PENDING || q.len() >= MAX_PER_UID {
+        // The bounds before any entry is made: a uid refused here must
+        // leave no empty queue behind.
+        let queued = queue.get(&cred.uid).map_or(0, VecDeque::len);
+        if *pending >= MAX_PENDING || queued >= MAX_PER_UID {
             count(Outcome::QueueFull);
             continue;
         }
-        q.push_back(Knock {
+        queue.entry(cred.uid).or_default().push_back(Knock {
             conn,
             pid: cred.pid as u32,
             uid: cred.uid,
@@ -365,21 +387,26 @@ fn accept_all(
         });
         *pending += 1;
     }
+    Accepted::Done
 }
 
 /// How long a connection may take to say its magic: the shim sends it
 /// right after it connects, but the daemon may accept in between.
 const SAY_WAIT: Duration = Duration::from_millis(50);
 
-/// Whether `conn` carries the magic, within [`SAY_WAIT`].
-fn is_knock(conn: &OwnedFd) -> bool {
+/// Whether `k` carries the magic, within [`SAY_WAIT`] of its accept (not
+/// of its turn: connections that never speak cost the thread 50 ms per
+/// batch accepted together, not 50 ms each).
+fn is_knock(k: &Knock) -> bool {
+    let conn = &k.conn;
     let mut pfd = libc::pollfd {
         fd: conn.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
+    let left = SAY_WAIT.saturating_sub(k.at.elapsed());
     // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut pfd, 1, SAY_WAIT.as_millis() as libc::c_int) };
+    unsafe { libc::poll(&mut pfd, 1, left.as_millis() as libc::c_int) };
     let mut buf = [0u8; 16];
     // SAFETY: receives into our buffer, without blocking.
     let got = unsafe {
@@ -401,7 +428,7 @@ fn serve(state: &Mutex<State>, config: &Config, k: &Knock) -> Outcome {
     if k.at.elapsed() > STALE {
         return Outcome::Stale;
     }
-    if !is_knock(&k.conn) {
+    if !is_knock(k) {
         return Outcome::Malformed;
     }
     let Ok(ticks) = procfs::start_ticks(k.pid) else {
@@ -512,16 +539,22 @@ pub fn start(
                     // SAFETY: one valid pollfd.
                     unsafe { libc::poll(&mut pfd, 1, 200) };
                 }
-                accept_all(&listener, &mut queue, &mut pending, &count);
+                if accept_all(&listener, &mut queue, &mut pending, &count)
+                    == Accepted::OutOfDescriptors
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
                 // The next uid after the last one served.
                 let uid = last_uid
                     .and_then(|l| queue.range(l + 1..).next().map(|(u, _)| *u))
                     .or_else(|| queue.keys().next().copied());
                 let Some(uid) = uid else { continue };
                 last_uid = Some(uid);
-                let q = queue.get_mut(&uid).expect("a uid with knocks");
-                let k = q.pop_front().expect("non-empty");
-                if q.is_empty() {
+                let Some(k) = queue.get_mut(&uid).and_then(VecDeque::pop_front) else {
+                    queue.remove(&uid);
+                    continue;
+                };
+                if queue.get(&uid).is_some_and(VecDeque::is_empty) {
                     queue.remove(&uid);
                 }
                 pending -= 1;
@@ -599,17 +632,47 @@ mod tests {
         let mut queue = BTreeMap::new();
         let mut pending = 0;
         let full = std::cell::Cell::new(0);
-        accept_all(&l, &mut queue, &mut pending, &|o| {
-            assert_eq!(o, Outcome::QueueFull);
-            full.set(full.get() + 1);
-        });
+        // A batch at a time.
+        for _ in 0..conns.len().div_ceil(ACCEPT_BATCH) + 1 {
+            accept_all(&l, &mut queue, &mut pending, &|o| {
+                assert_eq!(o, Outcome::QueueFull);
+                full.set(full.get() + 1);
+            });
+        }
         assert_eq!(pending, MAX_PER_UID.min(conns.len()));
         assert_eq!(pending + full.get(), conns.len());
         // SAFETY: geteuid cannot fail.
         let me = unsafe { libc::geteuid() };
         assert!(queue[&me].iter().all(|k| k.pid == std::process::id()));
         // A knock without the magic is not one.
-        assert!(!is_knock(&queue.get(&me).unwrap()[0].conn));
+        assert!(!is_knock(&queue.get(&me).unwrap()[0]));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_knock_refused_for_a_full_queue_leaves_no_empty_queue() {
+        // Other users' knocks fill the whole queue; this uid's knock is
+        // refused and must not leave an empty queue for the round-robin
+        // (which took a queue it picked to be non-empty).
+        let d = dir("full");
+        let p = d.join("s");
+        let l = Listener::bind(&p).unwrap();
+        let (sa, len) = sockaddr(&p).unwrap();
+        let c = seqpacket().unwrap();
+        // SAFETY: a valid sockaddr_un of length `len`.
+        assert_eq!(
+            unsafe { libc::connect(c.as_raw_fd(), (&raw const sa).cast(), len) },
+            0
+        );
+        let mut queue = BTreeMap::new();
+        let mut pending = MAX_PENDING;
+        let full = std::cell::Cell::new(0);
+        accept_all(&l, &mut queue, &mut pending, &|o| {
+            assert_eq!(o, Outcome::QueueFull);
+            full.set(full.get() + 1);
+        });
+        assert_eq!(full.get(), 1);
+        assert!(queue.is_empty(), "no queue made for a refused knock");
         let _ = std::fs::remove_dir_all(&d);
     }
 }
