@@ -33,6 +33,10 @@ pub const REQUEST: &str = "/run/mpi-observer/restart";
 /// The request file's size cap.
 const MAX_REQUEST: u64 = 64 * 1024;
 
+/// How old a restart request may be: the prerm writes it moments before
+/// the upgrade's restart.
+const REQUEST_FRESH: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
 /// Whether [`REQUEST`] asks this process to hand over at its stop.
 pub fn requested() -> bool {
     let me = std::process::id();
@@ -64,6 +68,15 @@ fn read_request(path: &Path) -> Option<Vec<(u32, u64)>> {
         .ok()?;
     let m = f.metadata().ok()?;
     if !m.file_type().is_file() || !trusted(&m) || m.len() > MAX_REQUEST {
+        return None;
+    }
+    // A request left by an upgrade that failed before its restart must
+    // not turn a later plain stop into a handover nobody takes.
+    if m.modified()
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age > REQUEST_FRESH)
+    {
         return None;
     }
     let mut text = String::new();
@@ -223,6 +236,17 @@ mod tests {
         std::fs::set_permissions(&real, std::os::unix::fs::PermissionsExt::from_mode(0o666))
             .unwrap();
         assert_eq!(read_request(&real), None, "writable by others");
+        std::fs::set_permissions(&real, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        // Left by an upgrade that failed before its restart.
+        let old = std::time::SystemTime::now() - REQUEST_FRESH - std::time::Duration::from_secs(1);
+        std::fs::File::options()
+            .write(true)
+            .open(&real)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        assert_eq!(read_request(&real), None, "stale");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
