@@ -660,10 +660,8 @@ mod tests {
         let (sa, len) = sockaddr(&p).unwrap();
         let c = seqpacket().unwrap();
         // SAFETY: a valid sockaddr_un of length `len`.
-        assert_eq!(
-            unsafe { libc::connect(c.as_raw_fd(), (&raw const sa).cast(), len) },
-            0
-        );
+        let rc = unsafe { libc::connect(c.as_raw_fd(), (&raw const sa).cast(), len) };
+        assert_eq!(rc, 0);
         let mut queue = BTreeMap::new();
         let mut pending = MAX_PENDING;
         let full = std::cell::Cell::new(0);

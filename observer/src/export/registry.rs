@@ -580,8 +580,16 @@ impl State {
         }
         // A new process reusing the pid of an exited rank: the maps are
         // keyed by pid, so the old rank's figures, probes and datatype
-        // entries must go before the new ones go in.
+        // entries must go before the new ones go in; its final figures go
+        // to its job's departed sums first, as at its expiry.
         if self.ranks.contains_key(&pid) {
+            let last = match self.exited_figures.remove(&pid) {
+                Some(r) => Some(r),
+                None => self.collect().ranks.into_iter().find(|r| r.pid == pid),
+            };
+            if let Some(r) = last {
+                self.fold_departed(&r);
+            }
             self.forget(pid);
         }
         let config = datatypes::proc_config(&p.lib, &p.datatypes, self.bytes);
@@ -803,6 +811,18 @@ impl State {
         exited
     }
 
+    /// Folds `r`, the final figures of a rank about to be forgotten, into
+    /// its job's [`DepartedJobs`], so the job's counters never fall.
+    fn fold_departed(&mut self, r: &RankSnapshot) {
+        let node = self.render.node();
+        let held = |rank: &str| {
+            self.ranks
+                .values()
+                .any(|h| h.labels.job == r.labels.job && h.identity.rank == rank)
+        };
+        self.departed.fold(r, held, node);
+    }
+
     /// Frees the map entries of the exited ranks whose final figures
     /// [`State::collect`] has kept, and the budget they held: from then on
     /// a snapshot shows those kept figures. Without this, a user's many
@@ -848,15 +868,9 @@ impl State {
             // Exited and expired between two collections: read them now.
             self.collect();
         }
-        let node = self.render.node();
         for pid in &expired {
             if let Some(r) = self.exited_figures.remove(pid) {
-                let held = |rank: &str| {
-                    self.ranks
-                        .values()
-                        .any(|h| h.labels.job == r.labels.job && h.identity.rank == rank)
-                };
-                self.departed.fold(&r, held, node);
+                self.fold_departed(&r);
             }
         }
         for pid in expired {
