@@ -283,6 +283,10 @@ impl Probes {
         for ((pid, ticks), (probes, since, links)) in found {
             let why = if broken.contains(&(pid, ticks)) {
                 Some("a pinned link cannot be opened")
+            } else if links.keys().copied().ne(0..links.len()) {
+                // Its links are pinned 0..n: one missing would count some
+                // of its calls and not others.
+                Some("one of its pinned links is missing")
             } else if !procfs::alive(pid, ticks) {
                 Some("it exited while no daemon ran, so its last figures are not exported")
             } else if self.config(pid).is_none() {
