@@ -100,11 +100,12 @@ fn many_sites_source() -> String {
          int main(int argc, char **argv) {{\n\
          MPI_Init(&argc, &argv);\n\
          int rank; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n\
-         if (argc < 2) MPI_Abort(MPI_COMM_WORLD, 2);\n\
+         if (argc < 3) MPI_Abort(MPI_COMM_WORLD, 2);\n\
          printf(\"READY %d %d\\n\", rank, (int)getpid()); fflush(stdout);\n\
          while (access(argv[1], F_OK) != 0) usleep(20000);\n\
          for (long r = 0; r < {ROUNDS}; r++)\n\
            for (long i = 0; i < {SITES}; i++) site(i);\n\
+         while (access(argv[2], F_OK) != 0) usleep(20000);\n\
          printf(\"OK %d\\n\", rank); fflush(stdout);\n\
          MPI_Finalize();\n  return 0;\n}}\n"
     );
@@ -169,7 +170,12 @@ fn call_sites_beyond_the_cap_are_refused_and_counted() {
     compile(mpi, &src, &exe, &["-O0"]);
     let mut c = mpi.launcher(1);
     c.arg(&exe);
-    let job = Job::spawn(c, 1, dir.join(format!("go-{}", std::process::id())));
+    let job = Job::spawn_held(
+        c,
+        1,
+        dir.join(format!("go-{}", std::process::id())),
+        dir.join(format!("stop-{}", std::process::id())),
+    );
     let pid = job.pid(0);
     let mut args = job.pid_args();
     args.extend(
@@ -178,14 +184,13 @@ fn call_sites_beyond_the_cap_are_refused_and_counted() {
             .map(|s| s.to_string()),
     );
     let mut d = Daemon::start(&args);
-    job.finish("OK ");
-    let s = final_scrape(&mut d, 1);
-    assert_eq!(
-        sum(&s, "mpi_calls_total", &[("function", "MPI_Barrier")]) as u64,
-        SITES * ROUNDS,
-        "every call counted, refused sites or not"
-    );
-    // The rank has exited but is retained: its entries are still there.
+    job.go();
+    // Every call made, the rank held alive: its entries are in the maps.
+    let s = wait_for("every call counted", Duration::from_secs(60), || {
+        let (_, s) = d.scrape();
+        (sum(&s, "mpi_calls_total", &[("function", "MPI_Barrier")]) as u64 == SITES * ROUNDS)
+            .then_some(s)
+    });
     let sites = map_entries("MPI_CALLSITES", pid);
     assert_eq!(
         sites.len() as u64,
@@ -215,6 +220,30 @@ fn call_sites_beyond_the_cap_are_refused_and_counted() {
         ),
         0.0,
         "a refusal is not a full map"
+    );
+    job.finish("OK ");
+    let s = final_scrape(&mut d, 1);
+    assert_eq!(
+        sum(&s, "mpi_calls_total", &[("function", "MPI_Barrier")]) as u64,
+        SITES * ROUNDS,
+        "every call counted, refused sites or not, kept after the exit"
+    );
+    // Retained with its figures kept, its map entries freed.
+    wait_for(
+        "the exited rank's entries to be freed",
+        Duration::from_secs(10),
+        || {
+            ["MPI_CALLSITES", "MPI_SITE_COUNTS"]
+                .iter()
+                .all(|m| map_entries(m, pid).is_empty())
+                .then_some(())
+        },
+    );
+    let (_, s) = d.scrape();
+    assert_eq!(
+        sum(&s, "mpi_calls_total", &[("function", "MPI_Barrier")]) as u64,
+        SITES * ROUNDS,
+        "the kept figures, after the entries went"
     );
     assert!(d.stop(signal::TERM).success());
     assert_no_probes_left();
