@@ -16,7 +16,8 @@
 //!   config (TLS and basic auth), as the Slurm Epilog does; a wrong CA, a
 //!   wrong password, no CA, an auth file others may read and plain HTTP to
 //!   the TLS port are each one line and exit 1; a password in the URL
-//!   works with a one-line warning.
+//!   works with a one-line warning; `top --endpoint https://...` reads it
+//!   the same way.
 //!
 //! The daemons run with `--no-bpf`: the server is the same either way, and
 //! loaded BPF programs would trip the probe-leak checks
@@ -1155,5 +1156,30 @@ fn report_reads_a_tls_daemon_with_an_auth_file() {
         }
         assert!(!err.contains(PASSWORD), "{what}: no password: {err}");
     }
+
+    // `top` reads the same way: its first reading (before it asks for a
+    // terminal, which it has none of here) succeeds with the CA and the
+    // password, and a wrong password is one line.
+    let top = |auth: &Path| -> String {
+        let o = run_with_timeout(
+            Command::new(observer_bin())
+                .args(["top", "--endpoint", &url, "--ca-file"])
+                .arg(&ca)
+                .arg("--auth-file")
+                .arg(auth)
+                .stdin(Stdio::null())
+                .env_remove("MPI_OBSERVER_AUTH_FILE"),
+            Duration::from_secs(30),
+        );
+        assert_eq!(o.status.code(), Some(1), "top without a terminal");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let err = top(&auth);
+    assert!(err.contains("top needs a terminal"), "{err}");
+    let err = top(&wrong_auth);
+    assert!(
+        err.trim_end().lines().count() == 1 && err.contains("401") && err.contains("--auth-file"),
+        "{err}"
+    );
     daemon.assert_running();
 }
