@@ -352,7 +352,12 @@ fn tls_config(path: &Path) -> Result<Arc<rustls::ClientConfig>, FetchError> {
         why,
     };
     // Certificates are public: a symbolic link (/etc/ssl/certs) is fine.
-    let data = read_capped(fs::File::open(path), MAX_CA_FILE).map_err(&err)?;
+    // Non-blocking: a FIFO is refused, not waited on.
+    let open = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path);
+    let data = read_capped(open, MAX_CA_FILE).map_err(&err)?;
     let certs = CertificateDer::pem_slice_iter(&data)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| {
