@@ -239,10 +239,20 @@ pub struct ReportArgs {
     /// Snapshot files written by `attach --report-file` (one per node).
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    /// A live daemon's address, http://HOST:PORT (its --listen); repeat for
-    /// several nodes.
+    /// A live daemon's address, http://HOST:PORT or https://HOST:PORT (its
+    /// --listen); repeat for several nodes.
     #[arg(long, value_name = "URL")]
     pub url: Vec<String>,
+    /// For https:// URLs: the CA certificate (PEM) that signed the
+    /// daemons' certificates; the servers are verified against it only.
+    #[arg(long, value_name = "PATH")]
+    pub ca_file: Option<PathBuf>,
+    /// A file holding one line `user:password` for the daemons' basic
+    /// authentication, readable by its owner only (mode 0600); default:
+    /// the file MPI_OBSERVER_AUTH_FILE names. Not the URL: a password on
+    /// the command line is readable by every local user.
+    #[arg(long, value_name = "PATH")]
+    pub auth_file: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
@@ -311,6 +321,16 @@ pub struct TopArgs {
     /// node it scrapes.
     #[arg(long, value_name = "URL", conflicts_with = "endpoint")]
     pub prometheus: Option<String>,
+    /// For https:// URLs: the CA certificate (PEM) that signed the
+    /// daemons' certificates; the server is verified against it only.
+    #[arg(long, value_name = "PATH")]
+    pub ca_file: Option<PathBuf>,
+    /// A file holding one line `user:password` for the server's basic
+    /// authentication, readable by its owner only (mode 0600); default:
+    /// the file MPI_OBSERVER_AUTH_FILE names. Not the URL: a password on
+    /// the command line is readable by every local user.
+    #[arg(long, value_name = "PATH")]
+    pub auth_file: Option<PathBuf>,
     /// Seconds between readings.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub interval: f64,

@@ -521,7 +521,7 @@ fn report_bad_input_is_one_line() {
     let closed = format!("http://127.0.0.1:{}", free_port());
     one_line(report(&["--url", &closed]), "no answer from");
     one_line(report(&[]), "give a snapshot file");
-    one_line(report(&["--url", "https://127.0.0.1:1"]), "plain HTTP only");
+    one_line(report(&["--url", "https://127.0.0.1:1"]), "give --ca-file");
     // Something that is not an observer: a server answering garbage.
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();

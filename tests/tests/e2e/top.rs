@@ -472,7 +472,7 @@ fn a_bad_source_is_one_line_and_exit_1() {
         ),
         (
             vec!["--endpoint".into(), "https://node7:9479".into()],
-            "plain HTTP only",
+            "give --ca-file",
         ),
     ];
     for (args, want) in &cases {

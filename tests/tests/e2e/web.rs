@@ -11,6 +11,13 @@
 //!   and `mpi_observer_scrapes_total` does not move for them.
 //! - gzip when asked; `promtool check metrics` clean; a bad config is one
 //!   line and exit 1; a non-loopback address without TLS or auth warns.
+//! - `mpi-observer report --url https://... --ca-file --auth-file` reads
+//!   a real job's exact figures from a daemon serving the shipped web
+//!   config (TLS and basic auth), as the Slurm Epilog does; a wrong CA, a
+//!   wrong password, no CA, an auth file others may read and plain HTTP to
+//!   the TLS port are each one line and exit 1; a password in the URL
+//!   works with a one-line warning; `top --endpoint https://...` reads it
+//!   the same way.
 //!
 //! The daemons run with `--no-bpf`: the server is the same either way, and
 //! loaded BPF programs would trip the probe-leak checks
@@ -27,10 +34,10 @@ use std::{
 
 use base64::Engine as _;
 use e2e::{
-    Need, free_port,
+    Job, Mpi, Need, compile, free_port,
     http::{self, Request, Response},
-    http_get, observer_bin, parse_metrics, promtool_check, require, run_with_timeout, scratch,
-    wait_for, workspace_root,
+    http_get, observer_bin, parse_metrics, program, promtool_check, require, run_with_timeout,
+    scratch, shim_launcher, wait_for, workspace_root,
 };
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject as _};
 
@@ -180,7 +187,13 @@ impl WebDaemon {
     fn start(listen_host: &str, args: &[&str]) -> WebDaemon {
         let port = free_port();
         let mut child = Command::new(observer_bin())
-            .args(["attach", "--all", "--no-bpf", "--retain-exited", "1"])
+            .args(["attach", "--all", "--no-bpf"])
+            // Exited ranks go soon, unless the test keeps them.
+            .args(if args.contains(&"--retain-exited") {
+                &[][..]
+            } else {
+                &["--retain-exited", "1"][..]
+            })
             .args(["--listen", &format!("{listen_host}:{port}")])
             .args(args)
             .stdout(Stdio::null())
@@ -931,4 +944,242 @@ fn mutual_tls_requires_a_client_certificate() {
         "{:?}",
         daemon.lines()
     );
+}
+
+/// `mpi-observer report ARGS` (the test's environment, less
+/// MPI_OBSERVER_AUTH_FILE unless `env` sets it): status, stdout, stderr.
+fn report(args: &[&str], env: &[(&str, &Path)]) -> (bool, String, String) {
+    let mut c = Command::new(observer_bin());
+    c.arg("report")
+        .args(args)
+        .env_remove("MPI_OBSERVER_AUTH_FILE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = run_with_timeout(&mut c, Duration::from_secs(30));
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The daemon's figures for the job through `report --url https://...
+/// --ca-file --auth-file`, as the Slurm Epilog reads them when the unit
+/// keeps TLS and basic auth on: exact once the job has ended; each wrong
+/// setting is one line naming what to do, and exit 1.
+#[test]
+fn report_reads_a_tls_daemon_with_an_auth_file() {
+    const JOB: &str = "4242";
+    const ITERS: u64 = 25;
+    let mpi = Mpi::OpenMpi;
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
+    let dir = scratch("web-report");
+    make_certs(&dir);
+    let cfg = web_config(&dir, PASSWORD);
+    let exe = dir.join("claim");
+    compile(mpi, &program("identity/claim.c"), &exe, &[]);
+    let daemon = WebDaemon::start(
+        "127.0.0.1",
+        &[
+            "--web.config.file",
+            cfg.to_str().unwrap(),
+            "--retain-exited",
+            "300",
+        ],
+    );
+    let set_mode = |p: &Path, mode: u32| {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let auth = dir.join("auth");
+    std::fs::write(&auth, format!("{USER}:{PASSWORD}\n")).unwrap();
+    set_mode(&auth, 0o600);
+    let ca = dir.join("ca.crt");
+    let url = format!("https://{}", daemon.addr);
+    let good = [
+        "--url",
+        url.as_str(),
+        "--ca-file",
+        ca.to_str().unwrap(),
+        "--auth-file",
+        auth.to_str().unwrap(),
+        "--job",
+        JOB,
+        "--format",
+        "json",
+    ];
+    let parsed = |out: &str| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(out).expect("report JSON");
+        v["reports"][0].clone()
+    };
+
+    // Two ranks under the shim's stats layer, held before their calls.
+    let mut launcher = shim_launcher(mpi, 2, "stats");
+    launcher.args(["-x", &format!("SLURM_JOB_ID={JOB}")]);
+    launcher.arg(&exe).arg(ITERS.to_string());
+    let job = Job::spawn(launcher, 2, dir.join("go"));
+    wait_for("the job in the report", Duration::from_secs(30), || {
+        let (ok, out, _) = report(&good, &[]);
+        (ok && parsed(&out)["ranks"]
+            .as_array()
+            .is_some_and(|r| r.len() == 2))
+        .then_some(())
+    });
+    job.go();
+    job.finish("OK ");
+    let r = wait_for(
+        "the job's final figures in the report",
+        Duration::from_secs(30),
+        || {
+            let (ok, out, err) = report(&good, &[]);
+            assert!(ok, "report over https: {err}");
+            assert_eq!(err, "", "no warning with --auth-file");
+            let r = parsed(&out);
+            let done = r["ranks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|x| x["running"] == false);
+            done.then_some(r)
+        },
+    );
+    let barrier = r["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "MPI_Barrier")
+        .unwrap_or_else(|| panic!("MPI_Barrier in the report: {r}"));
+    assert_eq!(barrier["calls"], 2 * ITERS, "{r}");
+
+    // The text report, by host name (the certificate names localhost),
+    // with the auth file from the environment, as scripts give it.
+    let port = daemon.addr.rsplit_once(':').unwrap().1;
+    let by_name = format!("https://localhost:{port}");
+    let (ok, out, err) = report(
+        &[
+            "--url",
+            &by_name,
+            "--ca-file",
+            ca.to_str().unwrap(),
+            "--job",
+            JOB,
+        ],
+        &[("MPI_OBSERVER_AUTH_FILE", &auth)],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains(JOB) && out.contains("MPI_Barrier"), "{out}");
+
+    // A password in the URL still works, with one line of warning.
+    let with_password = format!("https://{USER}:{PASSWORD}@{}", daemon.addr);
+    let (ok, out, err) = report(
+        &[
+            "--url",
+            &with_password,
+            "--ca-file",
+            ca.to_str().unwrap(),
+            "--job",
+            JOB,
+        ],
+        &[],
+    );
+    assert!(ok && out.contains("MPI_Barrier"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one warning: {err}");
+    assert!(
+        err.contains("warning") && err.contains("--auth-file") && !err.contains(PASSWORD),
+        "{err}"
+    );
+
+    // Each wrong setting: one line that says what to do, exit 1, no report.
+    let other = dir.join("other-ca");
+    std::fs::create_dir_all(&other).unwrap();
+    make_certs(&other);
+    let wrong_auth = dir.join("wrong-auth");
+    std::fs::write(&wrong_auth, format!("{USER}:wrong\n")).unwrap();
+    set_mode(&wrong_auth, 0o600);
+    let open_auth = dir.join("open-auth");
+    std::fs::write(&open_auth, format!("{USER}:{PASSWORD}\n")).unwrap();
+    set_mode(&open_auth, 0o644);
+    let plain = format!("http://{}", daemon.addr);
+    let with = |url: &str, ca: &Path, auth: &Path| -> Vec<String> {
+        [
+            "--url",
+            url,
+            "--ca-file",
+            ca.to_str().unwrap(),
+            "--auth-file",
+            auth.to_str().unwrap(),
+            "--job",
+            JOB,
+        ]
+        .map(String::from)
+        .into()
+    };
+    for (what, args, want) in [
+        (
+            "a CA that did not sign the daemon's certificate",
+            with(&url, &other.join("ca.crt"), &auth),
+            &["TLS with", "invalid peer certificate", "--ca-file"][..],
+        ),
+        (
+            "a wrong password",
+            with(&url, &ca, &wrong_auth),
+            &["401", "--auth-file"][..],
+        ),
+        (
+            "an auth file others may read",
+            with(&url, &ca, &open_auth),
+            &["--auth-file", "mode 0644", "chmod 600"][..],
+        ),
+        (
+            "plain HTTP to the TLS port",
+            with(&plain, &ca, &auth),
+            &["400", "https://"][..],
+        ),
+        (
+            "https without a CA",
+            ["--url", url.as_str(), "--auth-file", auth.to_str().unwrap()]
+                .map(String::from)
+                .into(),
+            &["give --ca-file"][..],
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, out, err) = report(&args, &[]);
+        assert!(!ok, "{what}: must fail");
+        assert_eq!(out, "", "{what}: no report");
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line: {err}");
+        for w in want {
+            assert!(err.contains(w), "{what}: `{w}` in {err}");
+        }
+        assert!(!err.contains(PASSWORD), "{what}: no password: {err}");
+    }
+
+    // `top` reads the same way: its first reading (before it asks for a
+    // terminal, which it has none of here) succeeds with the CA and the
+    // password, and a wrong password is one line.
+    let top = |auth: &Path| -> String {
+        let o = run_with_timeout(
+            Command::new(observer_bin())
+                .args(["top", "--endpoint", &url, "--ca-file"])
+                .arg(&ca)
+                .arg("--auth-file")
+                .arg(auth)
+                .stdin(Stdio::null())
+                .env_remove("MPI_OBSERVER_AUTH_FILE"),
+            Duration::from_secs(30),
+        );
+        assert_eq!(o.status.code(), Some(1), "top without a terminal");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let err = top(&auth);
+    assert!(err.contains("top needs a terminal"), "{err}");
+    let err = top(&wrong_auth);
+    assert!(
+        err.trim_end().lines().count() == 1 && err.contains("401") && err.contains("--auth-file"),
+        "{err}"
+    );
+    daemon.assert_running();
 }

@@ -5,7 +5,7 @@ use std::{fs, io::Write as _, time::Duration};
 use super::{Data, Limits, ReportError, analyse, html, json, text};
 use crate::{
     cli::{ReportArgs, ReportFormat},
-    client::http_get::{self, Url},
+    client::http_get::{self, Client, Url},
 };
 
 /// Runs `mpi-observer report`.
@@ -19,10 +19,24 @@ pub fn run(args: &ReportArgs) -> Result<(), ReportError> {
     for path in &args.files {
         data.push(Data::read(path)?);
     }
-    for url in &args.url {
-        let u = Url::parse(url)?.with_path("/report.json");
-        let body = http_get::get(&u, Duration::from_secs(args.timeout))?;
-        data.push(Data::parse(&body, url)?);
+    let urls = args
+        .url
+        .iter()
+        .map(|u| Url::parse(u).map(|u| u.with_path("/report.json")))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The files are read once, and only when a URL needs them.
+    let client = if urls.is_empty() {
+        Client::default()
+    } else {
+        Client::new(args.ca_file.as_deref(), args.auth_file.as_deref())?
+    };
+    for u in &urls {
+        if u.has_password() {
+            eprintln!("{}", http_get::password_warning(u));
+        }
+        let body = client.get(u, Duration::from_secs(args.timeout))?;
+        // Named without the password.
+        data.push(Data::parse(&body, &u.shown())?);
     }
     let limits = Limits {
         top: args.top,

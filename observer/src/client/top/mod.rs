@@ -35,7 +35,7 @@ use self::{
     model::Frame,
     source::{Reading, Source, SourceError},
 };
-use crate::cli::TopArgs;
+use crate::{cli::TopArgs, client::http_get::Client};
 
 /// Why `top` did not start, or stopped.
 #[derive(Debug, Error)]
@@ -74,12 +74,14 @@ pub fn run(args: &TopArgs) -> Result<(), TopError> {
         Some(url) => Source::prometheus(url)?,
         None => Source::endpoint(&args.endpoint)?,
     };
+    let client = Client::new(args.ca_file.as_deref(), args.auth_file.as_deref())
+        .map_err(SourceError::from)?;
     if !(0.1..=3600.0).contains(&args.interval) {
         return Err(TopError::Interval(args.interval));
     }
     let interval = Duration::from_secs_f64(args.interval);
     // The first reading decides whether the source is usable at all.
-    let first = source.read()?;
+    let first = source.read(&client)?;
     if !std::io::stdout().is_terminal() {
         return Err(TopError::NoTerminal("standard output"));
     }
@@ -97,7 +99,7 @@ pub fn run(args: &TopArgs) -> Result<(), TopError> {
     let done = Arc::new(AtomicBool::new(false));
     let reader = {
         let done = done.clone();
-        thread::spawn(move || read_loop(&source, interval, first.at, &tx, &done))
+        thread::spawn(move || read_loop(&source, &client, interval, first.at, &tx, &done))
     };
     let result = ui(&mut app, &rx, args.exit_when_done);
     done.store(true, Ordering::Relaxed);
@@ -110,6 +112,7 @@ pub fn run(args: &TopArgs) -> Result<(), TopError> {
 /// Reads every `interval`, from `last`, until told to stop.
 fn read_loop(
     source: &Source,
+    client: &Client,
     interval: Duration,
     mut last: Instant,
     tx: &mpsc::Sender<Result<Reading, SourceError>>,
@@ -124,7 +127,7 @@ fn read_loop(
             thread::sleep((next - Instant::now()).min(Duration::from_millis(50)));
         }
         last = Instant::now();
-        if tx.send(source.read()).is_err() {
+        if tx.send(source.read(client)).is_err() {
             return;
         }
     }

@@ -1,7 +1,7 @@
 //! Where `top` reads from: one observer's `/metrics/ranks` (the text
 //! exposition of every rank in full, parsed here; its bounded `/metrics`
 //! has only the detail ranks' per-function series) or a Prometheus
-//! server's instant-query API, over plain HTTP with the crate's small
+//! server's instant-query API, over HTTP or HTTPS with the crate's small
 //! blocking client ([`crate::client::http_get`]).
 //!
 //! Each reading is one GET for an observer, two instant queries for
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::client::http_get::{self, FetchError, Url};
+use crate::client::http_get::{self, Client, FetchError, Url};
 use crate::export::names;
 
 /// How long one request may take, connection included.
@@ -34,15 +34,6 @@ pub enum SourceError {
     /// The URL is unusable, the server does not answer, or not with 200.
     #[error(transparent)]
     Fetch(#[from] FetchError),
-    /// An `https://` URL.
-    #[error(
-        "`{url}`: top speaks plain HTTP only; read a TLS observer through Prometheus \
-         (--prometheus), or run top on its node against a plain-HTTP loopback --listen"
-    )]
-    Tls {
-        /// The URL as given.
-        url: String,
-    },
     /// A 200 answer that is not an observer's exposition.
     #[error(
         "{url} answers, but is not an mpi-observer's /metrics (no mpi_observer_ metrics, no /metrics/ranks); \
@@ -161,10 +152,10 @@ impl Source {
 
     /// Reads once: one GET for an observer, two instant queries for
     /// Prometheus.
-    pub fn read(&self) -> Result<Reading, SourceError> {
+    pub fn read(&self, client: &Client) -> Result<Reading, SourceError> {
         match self {
             Source::Endpoint(url) => {
-                let body = match http_get::get(url, TIMEOUT) {
+                let body = match client.get(url, TIMEOUT) {
                     // No such path: not an observer (or one from before
                     // /metrics/ranks).
                     Err(FetchError::Status { status, .. }) if status.contains(" 404") => {
@@ -196,9 +187,9 @@ impl Source {
                 })
             }
             Source::Prometheus(url) => {
-                let values = query(url, &values_query())?;
+                let values = query(client, url, &values_query())?;
                 let at = Instant::now();
-                let rates = query(url, &rates_query())?;
+                let rates = query(client, url, &rates_query())?;
                 Ok(Reading {
                     at,
                     samples: values,
@@ -209,17 +200,18 @@ impl Source {
     }
 }
 
-/// Parses a URL `top` can read: plain HTTP only.
+/// Parses a URL `top` can read: http:// or https://.
 fn parse(url: &str) -> Result<Url, SourceError> {
-    if url.starts_with("https://") {
-        return Err(SourceError::Tls { url: url.into() });
+    let u = Url::parse(url)?;
+    if u.has_password() {
+        eprintln!("{}", http_get::password_warning(&u));
     }
-    Ok(Url::parse(url)?)
+    Ok(u)
 }
 
 /// One instant query; the samples are named by `__name__`, or by
 /// [`RATE_NAME_LABEL`] for rates.
-fn query(base: &Url, expr: &str) -> Result<Vec<Sample>, SourceError> {
+fn query(client: &Client, base: &Url, expr: &str) -> Result<Vec<Sample>, SourceError> {
     let url = base.with_path(&format!(
         "{}/api/v1/query?query={}",
         base.path,
@@ -229,7 +221,7 @@ fn query(base: &Url, expr: &str) -> Result<Vec<Sample>, SourceError> {
         url: base.shown(),
         why,
     };
-    let body = match http_get::get(&url, TIMEOUT) {
+    let body = match client.get(&url, TIMEOUT) {
         Ok(b) => b,
         // Not found, or an error page: not Prometheus's API. 401 keeps its
         // own hint (credentials in the URL).
