@@ -8,18 +8,30 @@
 //! - the .deb (`cargo xtask package`) installed with `dpkg -i` (once on the
 //!   host: the nodes share its root file system, as nodes booting one image
 //!   do), and at the end purged: no file, no daemon, no probe left;
+//! - the site's TLS files in `/etc/mpi-observer/` (0700; root's, 0600):
+//!   the package's example web config with bcrypt hashes for two users
+//!   (`prometheus`, `epilog`), one certificate from a test CA (rcgen,
+//!   [`e2e::tls`]) naming every node's name and address, its key, the CA
+//!   (`ca.crt`) and the Epilog's `epilog.auth`; left by the purge (the
+//!   site's), removed by the test;
 //! - `/etc/default/mpi-observer` edited (`MPI_OBSERVER_OPTS`,
-//!   `MPI_OBSERVER_EPILOG_HTML=yes`), one daemon per node started from the
-//!   installed unit's ExecStart (PID 1 is not systemd here) in the node's
-//!   namespaces, listening on `0.0.0.0:9479` (`--same-netns`: the nodes
-//!   share one pid namespace; a real node does not need it);
+//!   `MPI_OBSERVER_EPILOG_HTML=yes`, `MPI_OBSERVER_EPILOG_CA`,
+//!   `MPI_OBSERVER_EPILOG_AUTH_FILE`), one daemon per node started from the
+//!   installed unit's ExecStart (PID 1 is not systemd here) with its
+//!   `LoadCredential=` files, so serving HTTPS with basic auth, in the
+//!   node's namespaces, listening on `0.0.0.0:9479` (`--same-netns`: the
+//!   nodes share one pid namespace; a real node does not need it);
 //! - Slurm's configuration: Debian's `/etc/slurm/plugstack.conf` (which
 //!   includes the postinst's `plugstack.conf.d/mpi-observer.conf`, then
 //!   edited to `default=stats`), `Epilog=/usr/lib/mpi-observer/slurm-epilog`;
-//! - a real Prometheus scraping the three daemons, asserted through
-//!   `/api/v1/query`, the scheduler facts joined in PromQL.
+//! - a real Prometheus scraping the three daemons over HTTPS with the CA
+//!   and a password (the package's `deploy/scrape-tls.yml`), asserted
+//!   through `/api/v1/query`, the scheduler facts joined in PromQL.
 //!
 //! What is asserted:
+//! - each daemon serves HTTPS only: plain HTTP gets 400, HTTPS without a
+//!   password 401, the Epilog's user 200 (so the reports below were read
+//!   through https with the CA and the Epilog's password file);
 //! - Open MPI through `srun --mpi=pmix` and MPICH through `srun --mpi=pmi2`,
 //!   6 ranks on 3 nodes, exact per-rank counts through `--mpi-observer=stats`
 //!   (the shim in every rank) and through the probes (`--mpi-observer=off`
