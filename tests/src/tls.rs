@@ -53,10 +53,14 @@ pub fn make_certs_for(dir: &Path, names: &[&str]) {
     // rcgen takes an address for an IP entry, anything else for a DNS one.
     let mut server =
         CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
-    server.distinguished_name.push(
-        DnType::CommonName,
-        names.first().copied().unwrap_or("server"),
-    );
+    // The first host name as the subject (SANs are what clients check).
+    let cn = names
+        .iter()
+        .find(|n| n.parse::<std::net::IpAddr>().is_err())
+        .or(names.first())
+        .copied()
+        .unwrap_or("server");
+    server.distinguished_name.push(DnType::CommonName, cn);
     server.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let key = KeyPair::generate().unwrap();
