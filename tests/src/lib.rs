@@ -8,6 +8,7 @@ pub mod http;
 pub mod package;
 pub mod shm;
 pub mod slurm;
+pub mod tls;
 pub mod vm;
 
 use std::{
@@ -1081,13 +1082,27 @@ impl Prometheus {
     /// Starts it with its configuration and data in `dir`, and waits until
     /// it is ready and every target is up.
     pub fn start(dir: &Path, targets: &[&str]) -> Prometheus {
+        Prometheus::start_with(
+            dir,
+            "scrape_configs:\n  - job_name: mpi-observer\n",
+            targets,
+        )
+    }
+
+    /// As [`Prometheus::start`], its one scrape job being `scrape`: the
+    /// `scrape_configs:` section up to the job's targets, which follow it
+    /// (`    static_configs:` ...). For instance
+    /// dashboards/deploy/scrape-tls.yml's, for daemons serving HTTPS with
+    /// basic auth.
+    pub fn start_with(dir: &Path, scrape: &str, targets: &[&str]) -> Prometheus {
         let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         let cfg = dir.join("prometheus.yml");
         std::fs::write(
             &cfg,
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n\
-                 scrape_configs:\n  - job_name: mpi-observer\n    static_configs:\n      - targets: [{}]\n",
+                 {}\n    static_configs:\n      - targets: [{}]\n",
+                scrape.trim_end(),
                 targets.join(", ")
             ),
         )

@@ -132,13 +132,6 @@ pub fn unit_value(unit: &str, key: &str) -> String {
 /// scrapes plain HTTP), `$MPI_OBSERVER_OPTS` split at spaces. The harness
 /// calls it as `SCRIPT attach ARGS`: the ExecStart has its own `attach`.
 pub fn unit_launcher(dir: &Path) -> PathBuf {
-    let unit = std::fs::read_to_string(UNIT).unwrap();
-    assert_eq!(unit_value(&unit, "EnvironmentFile"), DEFAULTS);
-    let exec = unit_value(&unit, "ExecStart");
-    assert!(
-        exec.starts_with(&format!("{BIN} attach ")) && exec.ends_with(" $MPI_OBSERVER_OPTS"),
-        "ExecStart: {exec}"
-    );
     let creds = dir.join("credentials");
     std::fs::create_dir_all(&creds).unwrap();
     std::fs::write(
@@ -146,6 +139,53 @@ pub fn unit_launcher(dir: &Path) -> PathBuf {
         "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n",
     )
     .unwrap();
+    launcher(dir, &creds)
+}
+
+/// As [`unit_launcher`], but `%d` holds what the unit's `LoadCredential=`
+/// lines load, copied now as systemd copies them at start (each
+/// `NAME:PATH` to `%d/NAME`, mode 0400): the site's web config,
+/// certificate and key from /etc/mpi-observer/, so the daemon serves what
+/// the installed unit serves, HTTPS with basic authentication. Panics
+/// when a file is missing or not a regular file, as the unit would fail to
+/// start.
+pub fn unit_launcher_with_credentials(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let unit = std::fs::read_to_string(UNIT).unwrap();
+    let creds = dir.join("credentials");
+    let _ = std::fs::remove_dir_all(&creds);
+    std::fs::create_dir_all(&creds).unwrap();
+    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut loaded = 0;
+    for l in unit.lines() {
+        let Some(v) = l.strip_prefix("LoadCredential=") else {
+            continue;
+        };
+        let (name, src) = v
+            .split_once(':')
+            .unwrap_or_else(|| panic!("LoadCredential={v}: no NAME:PATH"));
+        let md = std::fs::symlink_metadata(src).unwrap_or_else(|e| {
+            panic!("{src} (the unit's LoadCredential={v}): {e}: install the site's files first")
+        });
+        assert!(md.is_file(), "{src}: not a regular file");
+        let to = creds.join(name);
+        std::fs::copy(src, &to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o400)).unwrap();
+        loaded += 1;
+    }
+    assert!(loaded > 0, "the installed unit has no LoadCredential=");
+    launcher(dir, &creds)
+}
+
+/// `dir/exec-start.sh`: the installed unit's ExecStart with `%d` = `creds`.
+fn launcher(dir: &Path, creds: &Path) -> PathBuf {
+    let unit = std::fs::read_to_string(UNIT).unwrap();
+    assert_eq!(unit_value(&unit, "EnvironmentFile"), DEFAULTS);
+    let exec = unit_value(&unit, "ExecStart");
+    assert!(
+        exec.starts_with(&format!("{BIN} attach ")) && exec.ends_with(" $MPI_OBSERVER_OPTS"),
+        "ExecStart: {exec}"
+    );
     let script = dir.join("exec-start.sh");
     std::fs::write(
         &script,

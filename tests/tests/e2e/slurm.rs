@@ -8,18 +8,30 @@
 //! - the .deb (`cargo xtask package`) installed with `dpkg -i` (once on the
 //!   host: the nodes share its root file system, as nodes booting one image
 //!   do), and at the end purged: no file, no daemon, no probe left;
+//! - the site's TLS files in `/etc/mpi-observer/` (0700; root's, 0600):
+//!   the package's example web config with bcrypt hashes for two users
+//!   (`prometheus`, `epilog`), one certificate from a test CA (rcgen,
+//!   [`e2e::tls`]) naming every node's name and address, its key, the CA
+//!   (`ca.crt`) and the Epilog's `epilog.auth`; left by the purge (the
+//!   site's), removed by the test;
 //! - `/etc/default/mpi-observer` edited (`MPI_OBSERVER_OPTS`,
-//!   `MPI_OBSERVER_EPILOG_HTML=yes`), one daemon per node started from the
-//!   installed unit's ExecStart (PID 1 is not systemd here) in the node's
-//!   namespaces, listening on `0.0.0.0:9479` (`--same-netns`: the nodes
-//!   share one pid namespace; a real node does not need it);
+//!   `MPI_OBSERVER_EPILOG_HTML=yes`, `MPI_OBSERVER_EPILOG_CA`,
+//!   `MPI_OBSERVER_EPILOG_AUTH_FILE`), one daemon per node started from the
+//!   installed unit's ExecStart (PID 1 is not systemd here) with its
+//!   `LoadCredential=` files, so serving HTTPS with basic auth, in the
+//!   node's namespaces, listening on `0.0.0.0:9479` (`--same-netns`: the
+//!   nodes share one pid namespace; a real node does not need it);
 //! - Slurm's configuration: Debian's `/etc/slurm/plugstack.conf` (which
 //!   includes the postinst's `plugstack.conf.d/mpi-observer.conf`, then
 //!   edited to `default=stats`), `Epilog=/usr/lib/mpi-observer/slurm-epilog`;
-//! - a real Prometheus scraping the three daemons, asserted through
-//!   `/api/v1/query`, the scheduler facts joined in PromQL.
+//! - a real Prometheus scraping the three daemons over HTTPS with the CA
+//!   and a password (the package's `deploy/scrape-tls.yml`), asserted
+//!   through `/api/v1/query`, the scheduler facts joined in PromQL.
 //!
 //! What is asserted:
+//! - each daemon serves HTTPS only: plain HTTP gets 400, HTTPS without a
+//!   password 401, the Epilog's user 200 (so the reports below were read
+//!   through https with the CA and the Epilog's password file);
 //! - Open MPI through `srun --mpi=pmix` and MPICH through `srun --mpi=pmi2`,
 //!   6 ranks on 3 nodes, exact per-rank counts through `--mpi-observer=stats`
 //!   (the shim in every rank) and through the probes (`--mpi-observer=off`
@@ -49,11 +61,14 @@ use std::{
 use e2e::{
     Job, Mpi, Need, Prometheus, Sample, assert_no_probes_left, compile, http_get, mix_expected,
     package::{
-        DEFAULTS, Installed, PKG, PLUGIN, PLUGSTACK, SHIM, deb, dpkg, status, unit_launcher,
+        DEFAULTS, Installed, PKG, PLUGIN, PLUGSTACK, SHIM, deb, dpkg, status,
+        unit_launcher_with_credentials,
     },
     parse_metrics, program, require, run_with_timeout, scratch,
     slurm::{NODES, PARTITION, STATE, SlurmCluster, USER, node_addr, node_name},
-    sum, url_encode, wait_for,
+    sum,
+    tls::{WEB_USER, basic, get_tls, make_certs_for, tls_client, web_config_users},
+    url_encode, wait_for,
 };
 use serde_json::Value;
 
@@ -71,6 +86,21 @@ const DEBIAN_PLUGSTACK: &str = "/etc/slurm/plugstack.conf";
 const ACCOUNT: &str = "physics";
 /// The site's options, as the README's step sets them.
 const OPTS: &str = "MPI_OBSERVER_OPTS=\"--all --same-netns --listen 0.0.0.0:9479\"";
+/// The site's TLS files and passwords (README, "Install from a package"),
+/// which the unit's `LoadCredential=` lines name.
+const SITE: &str = "/etc/mpi-observer";
+/// The CA that signed the nodes' certificate, for the Epilog
+/// (`MPI_OBSERVER_EPILOG_CA`) and Prometheus.
+const CA: &str = "/etc/mpi-observer/ca.crt";
+/// The Epilog's `user:password` (`MPI_OBSERVER_EPILOG_AUTH_FILE`).
+const EPILOG_AUTH: &str = "/etc/mpi-observer/epilog.auth";
+/// The web config's users: Prometheus (and this test's own scrapes), and
+/// the Epilog.
+const SCRAPE_PASSWORD: &str = "slurm-scrape-s3cret";
+const EPILOG_USER: &str = "epilog";
+const EPILOG_PASSWORD: &str = "slurm-epilog-s3cret";
+/// Says that [`SITE`] is this test's, so a killed run's may be swept.
+const SITE_MARK: &str = ".mpi-observer-e2e-slurm";
 
 fn required() -> bool {
     require(&[
@@ -102,35 +132,163 @@ fn new_paths(deb: &Path) -> BTreeSet<PathBuf> {
         .collect()
 }
 
-/// The installed /etc/default/mpi-observer with the site's edits: the
-/// options, and HTML reports from the Epilog too.
+/// The installed /etc/default/mpi-observer with the site's edits (README
+/// steps 2 and 4): the options, HTML reports from the Epilog too, and how
+/// the Epilog reads the daemons (the CA, its password file).
 fn edit_defaults() {
     let text = std::fs::read_to_string(DEFAULTS).unwrap();
-    assert!(
-        text.contains("\nMPI_OBSERVER_EPILOG_HTML=no\n"),
-        "{DEFAULTS} offers the HTML report:\n{text}"
-    );
+    let edits = [
+        ("MPI_OBSERVER_OPTS=", OPTS.to_string()),
+        (
+            "MPI_OBSERVER_EPILOG_HTML=no",
+            "MPI_OBSERVER_EPILOG_HTML=yes".into(),
+        ),
+        (
+            "MPI_OBSERVER_EPILOG_CA=",
+            format!("MPI_OBSERVER_EPILOG_CA={CA}"),
+        ),
+        (
+            "MPI_OBSERVER_EPILOG_AUTH_FILE=",
+            format!("MPI_OBSERVER_EPILOG_AUTH_FILE={EPILOG_AUTH}"),
+        ),
+    ];
+    let mut done = vec![false; edits.len()];
     let edited: String = text
         .lines()
         .map(|l| {
-            if l.starts_with("MPI_OBSERVER_OPTS=") {
-                format!("{OPTS}\n")
-            } else if l.starts_with("MPI_OBSERVER_EPILOG_HTML=") {
-                "MPI_OBSERVER_EPILOG_HTML=yes\n".to_string()
-            } else {
-                format!("{l}\n")
+            // The shipped value is replaced: `KEY=` alone for the Epilog's,
+            // whatever follows for the options.
+            let hit = edits
+                .iter()
+                .position(|(k, _)| l == *k || (k.ends_with("OPTS=") && l.starts_with(k)));
+            match hit {
+                Some(i) => {
+                    done[i] = true;
+                    format!("{}\n", edits[i].1)
+                }
+                None => format!("{l}\n"),
             }
         })
         .collect();
+    for ((k, _), d) in edits.iter().zip(done) {
+        assert!(d, "{DEFAULTS} has a line {k:?} to edit:\n{text}");
+    }
     std::fs::write(DEFAULTS, edited).unwrap();
 }
 
-/// Node `i`'s daemon's /metrics, parsed.
+/// The site's files in [`SITE`], installed as the README says (the
+/// directory 0700, every file root's and 0600 but the CA's certificate):
+/// the web config from the package's example with two users (Prometheus,
+/// the Epilog), one certificate for every node's name and address (the
+/// Epilog asks `https://nodeN:9479`, Prometheus and this test the
+/// addresses), its key, the CA, the Epilog's password file. Removed when
+/// dropped: the package's purge leaves it, as it does a site's.
+struct SiteFiles;
+
+impl SiteFiles {
+    fn install(dir: &Path) -> SiteFiles {
+        let site = Path::new(SITE);
+        if std::fs::symlink_metadata(site).is_ok() {
+            assert!(
+                site.join(SITE_MARK).is_file(),
+                "{SITE} exists and is not a killed run's of this test: \
+                 refusing to replace a site's TLS files; move it away to run the test"
+            );
+            eprintln!("slurm: sweeping a stale {SITE}");
+            std::fs::remove_dir_all(site).unwrap();
+        }
+        let made = dir.join("site");
+        std::fs::create_dir_all(&made).unwrap();
+        let names: Vec<String> = (1..=NODES)
+            .flat_map(|i| [node_name(i), node_addr(i)])
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        make_certs_for(&made, &names);
+        web_config_users(
+            Path::new("/usr/share/mpi-observer/deploy/web-config.yml"),
+            &made,
+            &[(WEB_USER, SCRAPE_PASSWORD), (EPILOG_USER, EPILOG_PASSWORD)],
+        );
+        std::fs::write(
+            made.join("epilog.auth"),
+            format!("{EPILOG_USER}:{EPILOG_PASSWORD}\n"),
+        )
+        .unwrap();
+        let guard = SiteFiles;
+        let install = |args: &[&str]| {
+            let o = Command::new("install").args(args).status().unwrap();
+            assert!(o.success(), "install {args:?}");
+        };
+        install(&["-d", "-m", "0700", SITE]);
+        std::fs::write(site.join(SITE_MARK), "").unwrap();
+        for (f, mode) in [
+            ("web-config.yml", "0600"),
+            ("tls.crt", "0600"),
+            ("tls.key", "0600"),
+            ("epilog.auth", "0600"),
+            ("ca.crt", "0644"),
+        ] {
+            install(&["-m", mode, made.join(f).to_str().unwrap(), SITE]);
+        }
+        guard
+    }
+}
+
+impl Drop for SiteFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(SITE);
+    }
+}
+
+/// An HTTPS client trusting the site's CA only.
+fn client() -> &'static std::sync::Arc<rustls::ClientConfig> {
+    static CLIENT: std::sync::OnceLock<std::sync::Arc<rustls::ClientConfig>> =
+        std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| tls_client(Path::new(CA)))
+}
+
+/// `path` of node `i`'s daemon over HTTPS as `user`, as Prometheus
+/// reads it: the answer's status and body.
+fn get_node(i: usize, path: &str, auth: Option<(&str, &str)>) -> std::io::Result<(u16, String)> {
+    let headers: Vec<(&str, String)> = auth.map(|(u, p)| basic(u, p)).into_iter().collect();
+    let r = get_tls(
+        client(),
+        &format!("{}:{PORT}", node_addr(i)),
+        path,
+        &headers,
+    )?;
+    Ok((r.status, r.text()))
+}
+
+/// Node `i`'s daemon's /metrics over HTTPS as Prometheus, parsed.
 fn scrape(i: usize) -> Vec<Sample> {
-    let (code, body) = http_get(&format!("{}:{PORT}", node_addr(i)), "/metrics")
+    let (code, body) = get_node(i, "/metrics", Some((WEB_USER, SCRAPE_PASSWORD)))
         .unwrap_or_else(|e| panic!("scraping node{i}: {e}"));
     assert_eq!(code, 200, "node{i}'s /metrics");
     parse_metrics(&body)
+}
+
+/// The installed scrape-tls.yml (README step 5), its CA and password
+/// files copied into `dir` for Prometheus: its `scrape_configs:` up to the
+/// targets.
+fn scrape_tls(dir: &Path) -> String {
+    const SNIPPET: &str = "/usr/share/mpi-observer/deploy/scrape-tls.yml";
+    const CA_AT: &str = "/etc/prometheus/mpi-observer-ca.crt";
+    const PASSWORD_AT: &str = "/etc/prometheus/mpi-observer.password";
+    let snippet = std::fs::read_to_string(SNIPPET).unwrap();
+    for (path, what) in [(CA_AT, "CA"), (PASSWORD_AT, "password file")] {
+        assert!(snippet.contains(path), "{SNIPPET} names its {what} {path}");
+    }
+    assert!(
+        snippet.contains(&format!("username: {WEB_USER}")),
+        "{SNIPPET} scrapes as {WEB_USER}"
+    );
+    let (ca, password) = (dir.join("mpi-observer-ca.crt"), dir.join("password"));
+    std::fs::copy(CA, &ca).unwrap();
+    std::fs::write(&password, SCRAPE_PASSWORD).unwrap();
+    snippet
+        .replace(CA_AT, ca.to_str().unwrap())
+        .replace(PASSWORD_AT, password.to_str().unwrap())
 }
 
 /// Every node's scrape.
@@ -188,6 +346,16 @@ impl NodeDaemon {
                 std::fs::read_to_string(&self.log).unwrap_or_default()
             );
         }
+    }
+
+    /// Panics unless a line of its log contains `line`.
+    fn assert_log(&self, line: &str) {
+        let log = std::fs::read_to_string(&self.log).unwrap();
+        assert!(
+            log.lines().any(|l| l.contains(line)),
+            "node{}'s daemon says {line:?}:\n{log}",
+            self.node
+        );
     }
 
     /// Waits until it exits (someone else signalled it).
@@ -482,6 +650,8 @@ fn site_deployment_on_a_slurm_cluster() {
         "{PLUGSTACK}:\n{line}"
     );
     edit_defaults();
+    // The TLS files and passwords the unit loads, and the Epilog's.
+    let site = SiteFiles::install(&dir);
 
     phase("installed");
     // 2. Slurm, configured as the README says.
@@ -492,18 +662,19 @@ fn site_deployment_on_a_slurm_cluster() {
     let uid = cl.uid();
 
     phase("cluster up");
-    // 3. One daemon per node, as the unit starts it.
-    let launcher = unit_launcher(&dir);
+    // 3. One daemon per node, as the unit starts it: its web config,
+    // certificate and key loaded from /etc/mpi-observer/.
+    let launcher = unit_launcher_with_credentials(&dir);
     let daemons: Vec<NodeDaemon> = (1..=NODES)
         .map(|i| NodeDaemon::start(&cl, i, &launcher, &dir))
         .collect();
     for (i, d) in (1..=NODES).zip(daemons.iter()) {
         wait_for(
-            &format!("node{i}'s daemon to serve /metrics"),
+            &format!("node{i}'s daemon to serve /metrics over HTTPS"),
             Duration::from_secs(60),
             || {
                 d.assert_running();
-                http_get(&format!("{}:{PORT}", node_addr(i)), "/metrics")
+                get_node(i, "/metrics", Some((WEB_USER, SCRAPE_PASSWORD)))
                     .ok()
                     .filter(|(c, _)| *c == 200)
             },
@@ -514,6 +685,23 @@ fn site_deployment_on_a_slurm_cluster() {
             1.0,
             "node{i}'s daemon is in node{i}"
         );
+        // Only HTTPS with a password gets anything: the reports below came
+        // that way. Plain HTTP is refused, and so is HTTPS without a
+        // password; the Epilog's user is one of the web config's.
+        d.assert_log("mpi-observer: serving https://0.0.0.0:9479/metrics");
+        let addr = format!("{}:{PORT}", node_addr(i));
+        for path in ["/metrics", "/report.json"] {
+            let (code, body) = http_get(&addr, path).unwrap();
+            assert!(
+                code == 400 && body.contains("HTTPS") && !body.contains("mpi_"),
+                "node{i}: plain HTTP {path}: {code} {body}"
+            );
+            let (code, _) = get_node(i, path, None).unwrap();
+            assert_eq!(code, 401, "node{i}: HTTPS {path} without a password");
+        }
+        let (code, body) =
+            get_node(i, "/report.json", Some((EPILOG_USER, EPILOG_PASSWORD))).unwrap();
+        assert_eq!(code, 200, "node{i}: the Epilog's user: {body}");
     }
 
     phase("daemons up");
@@ -524,7 +712,7 @@ fn site_deployment_on_a_slurm_cluster() {
         .map(|i| format!("{}:{PORT}", node_addr(i)))
         .collect();
     let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
-    let prom = Prometheus::start(&prom_dir, &targets);
+    let prom = Prometheus::start_with(&prom_dir, &scrape_tls(&prom_dir), &targets);
 
     // The programs, where every node and mpiobs see them.
     let work = cl.user_dir("srun");
@@ -775,9 +963,13 @@ fn site_deployment_on_a_slurm_cluster() {
 
     phase("batch jobs and reports checked");
     // 9. The package goes: its prerm stops the node daemons, no probe and no
-    // file is left.
+    // file of its own is left; the site's TLS files stay.
     dpkg(&["--purge", PKG]);
     assert_eq!(status(), "");
+    assert!(
+        Path::new(SITE).join("tls.key").is_file(),
+        "the purge leaves the site's {SITE}"
+    );
     phase("purged");
     for d in daemons {
         let st = d.wait_exit(Duration::from_secs(40));
@@ -794,6 +986,7 @@ fn site_deployment_on_a_slurm_cluster() {
         .filter(|p| std::fs::symlink_metadata(p).is_ok())
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+    drop(site);
     phase("no probe, no file left");
     drop(cl);
     assert!(

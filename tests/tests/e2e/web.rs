@@ -2,10 +2,10 @@
 //! `mpi-observer attach` against real clients.
 //!
 //! - A real Prometheus scrapes the daemon over HTTPS with basic auth
-//!   (`--web.config.file`, certificates made here with rcgen): `up` is 1
-//!   with the right password, 0 with a wrong one or over plain HTTP; direct
-//!   requests without or with a wrong password get 401; the files are
-//!   reread when they change.
+//!   (`--web.config.file`, certificates made with rcgen by [`e2e::tls`]):
+//!   `up` is 1 with the right password, 0 with a wrong one or over plain
+//!   HTTP; direct requests without or with a wrong password get 401; the
+//!   files are reread when they change.
 //! - 3,000 half-sent requests held open cost no collection: a scrape still
 //!   answers within a second, the daemon's threads and memory stay bounded,
 //!   and `mpi_observer_scrapes_total` does not move for them.
@@ -25,36 +25,27 @@
 
 use std::{
     io::{BufRead as _, Read as _, Write as _},
-    net::{SocketAddr, TcpStream},
-    path::{Path, PathBuf},
+    net::TcpStream,
+    path::Path,
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use base64::Engine as _;
 use e2e::{
     Job, Mpi, Need, compile, free_port,
     http::{self, Request, Response},
     http_get, observer_bin, parse_metrics, program, promtool_check, require, run_with_timeout,
-    scratch, shim_launcher, wait_for, workspace_root,
+    scratch, shim_launcher,
+    tls::{
+        WEB_USER as USER, basic, get_tls, make_certs, tls_client, tls_client_with_cert, web_config,
+    },
+    wait_for, workspace_root,
 };
-use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject as _};
 
-const USER: &str = "prometheus";
 const PASSWORD: &str = "s3cret-scrape";
 
 // ------------------------------------------------------------ HTTP clients
-
-fn basic(user: &str, password: &str) -> (&'static str, String) {
-    (
-        "Authorization",
-        format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
-        ),
-    )
-}
 
 /// How long a request may take to connect, and between reads.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -68,69 +59,6 @@ fn get(addr: &str, path: &str, headers: &[(&str, String)]) -> std::io::Result<Re
             ..Request::get(path)
         },
         LIMIT,
-    )
-}
-
-/// A TLS client that trusts only the test CA.
-fn tls_client(ca: &Path) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca).expect("the CA file") {
-        roots.add(c.expect("a CA certificate")).unwrap();
-    }
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth(),
-    )
-}
-
-/// A TLS client that trusts the test CA and presents `cert` and `key`.
-fn tls_client_with_cert(ca: &Path, cert: &Path, key: &Path) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca).expect("the CA file") {
-        roots.add(c.expect("a CA certificate")).unwrap();
-    }
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(key).unwrap();
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .unwrap(),
-    )
-}
-
-/// GET over HTTPS (verifying the server as 127.0.0.1) with extra headers.
-fn get_tls(
-    client: &Arc<rustls::ClientConfig>,
-    addr: &str,
-    path: &str,
-    headers: &[(&str, String)],
-) -> std::io::Result<Response> {
-    let tcp = TcpStream::connect_timeout(&addr.parse().unwrap(), LIMIT)?;
-    tcp.set_read_timeout(Some(LIMIT))?;
-    let ip: std::net::IpAddr = addr.parse::<SocketAddr>().unwrap().ip();
-    let conn = rustls::ClientConnection::new(client.clone(), ServerName::IpAddress(ip.into()))
-        .map_err(std::io::Error::other)?;
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
-    http::exchange(
-        &mut tls,
-        addr,
-        &Request {
-            headers,
-            ..Request::get(path)
-        },
     )
 }
 
@@ -274,77 +202,6 @@ fn run_daemon(args: &[&str]) -> (std::process::ExitStatus, String) {
         Duration::from_secs(30),
     );
     (o.status, String::from_utf8_lossy(&o.stderr).into_owned())
-}
-
-// ------------------------------------------------------------ certificates
-
-/// A test CA (`ca.crt`) and a server certificate for 127.0.0.1 and
-/// localhost signed by it (`tls.crt`, `tls.key`), in `dir`.
-fn make_certs(dir: &Path) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
-        IsCa, KeyPair, KeyUsagePurpose,
-    };
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "mpi-observer test CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let mut server =
-        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-    server
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
-    server.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let key = KeyPair::generate().unwrap();
-    let cert = server.signed_by(&key, &ca).unwrap();
-    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
-    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
-    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
-    // A client certificate from the same CA, for mutual TLS.
-    let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
-    client
-        .distinguished_name
-        .push(DnType::CommonName, "prometheus");
-    client.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let client_key = KeyPair::generate().unwrap();
-    let client = client.signed_by(&client_key, &ca).unwrap();
-    std::fs::write(dir.join("client.crt"), client.pem()).unwrap();
-    std::fs::write(dir.join("client.key"), client_key.serialize_pem()).unwrap();
-    // A key that is not the certificate's.
-    std::fs::write(
-        dir.join("other.key"),
-        KeyPair::generate().unwrap().serialize_pem(),
-    )
-    .unwrap();
-}
-
-/// The shipped example, dashboards/deploy/web-config.yml, with the test's
-/// password hash in place of its placeholder. Its paths are relative, so
-/// they resolve to the certificates next to it.
-fn web_config(dir: &Path, password: &str) -> PathBuf {
-    let example =
-        std::fs::read_to_string(workspace_root().join("dashboards/deploy/web-config.yml")).unwrap();
-    let hash = bcrypt::hash(password, 10).unwrap();
-    let mut replaced = 0;
-    let text: Vec<String> = example
-        .lines()
-        .map(|l| {
-            if l.trim_start().starts_with(&format!("{USER}:")) {
-                replaced += 1;
-                format!("  {USER}: '{hash}'")
-            } else {
-                l.to_string()
-            }
-        })
-        .collect();
-    assert_eq!(replaced, 1, "the example has one `{USER}:` user line");
-    let path = dir.join("web-config.yml");
-    std::fs::write(&path, text.join("\n") + "\n").unwrap();
-    path
 }
 
 // ------------------------------------------------------------------ tests
