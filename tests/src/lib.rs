@@ -8,6 +8,7 @@ pub mod http;
 pub mod package;
 pub mod shm;
 pub mod slurm;
+pub mod systemd;
 pub mod tls;
 pub mod vm;
 

@@ -29,9 +29,11 @@ use std::{
 };
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile,
+    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile, free_port,
     package::{self, DEFAULTS, Installed, PKG},
-    program, require, scratch, shim_launcher, signal, sum, uprobe_multi_links, wait_for,
+    parse_metrics, program, require, scratch, shim_launcher, signal, sum,
+    systemd::Systemd,
+    uprobe_multi_links, wait_for,
 };
 
 /// Ranks per job.
@@ -111,10 +113,20 @@ fn allreduce(s: &[Sample], pid: u32) -> Option<f64> {
 /// Waits until `d` shows `want` MPI_Allreduce calls for every rank of
 /// every job in `jobs`; the last scrape.
 fn wait_calls(d: &mut Daemon, jobs: &[&Job], want: u64, what: &str) -> Vec<Sample> {
+    wait_calls_by(|| d.scrape().1, jobs, want, what)
+}
+
+/// [`wait_calls`] for a daemon `scrape` reads.
+fn wait_calls_by(
+    mut scrape: impl FnMut() -> Vec<Sample>,
+    jobs: &[&Job],
+    want: u64,
+    what: &str,
+) -> Vec<Sample> {
     let pids: Vec<u32> = jobs.iter().flat_map(|j| j.pids()).collect();
     let mut last = Vec::new();
     let r = wait_for_opt(Duration::from_secs(30), || {
-        let (_, s) = d.scrape();
+        let s = scrape();
         let ok = pids.iter().all(|p| allreduce(&s, *p) == Some(want as f64));
         last = s;
         ok.then_some(())
@@ -517,4 +529,193 @@ fn package_upgrade_hands_over() {
     );
     finish(probed, &dir, "probed");
     drop(guard);
+}
+
+/// The installed unit's name.
+const UNIT_NAME: &str = "mpi-observer.service";
+
+/// The site's directory of the unit's credentials.
+const SITE_DIR: &str = "/etc/mpi-observer";
+
+/// The three files the unit's `LoadCredential=` reads from [`SITE_DIR`],
+/// made for the test and removed after it (unless the machine had them).
+/// The web config serves plain HTTP on loopback (TLS and basic auth have
+/// their own tests in web.rs); the certificate and key are placeholders
+/// that config does not use, but the unit does not start without them.
+struct SiteFiles(bool);
+
+impl SiteFiles {
+    fn new() -> SiteFiles {
+        if Path::new(SITE_DIR).exists() {
+            return SiteFiles(false);
+        }
+        std::fs::create_dir(SITE_DIR).unwrap();
+        let files = [
+            (
+                "web-config.yml",
+                "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n",
+            ),
+            ("tls.crt", ""),
+            ("tls.key", ""),
+        ];
+        for (name, text) in files {
+            std::fs::write(Path::new(SITE_DIR).join(name), text).unwrap();
+        }
+        SiteFiles(true)
+    }
+}
+
+impl Drop for SiteFiles {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = std::fs::remove_dir_all(SITE_DIR);
+        }
+    }
+}
+
+/// dpkg ARGS inside `sd`'s namespaces, so its maintainer scripts talk to
+/// that systemd; asserts success.
+fn dpkg_in(sd: &Systemd, args: &[&str]) {
+    let mut argv = vec!["dpkg"];
+    argv.extend_from_slice(args);
+    let o = sd.run(&argv, package::DPKG_LIMIT);
+    assert!(
+        o.status.success(),
+        "dpkg {args:?} under the test bed's systemd ({}):\n{}{}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+        sd.journal(UNIT_NAME)
+    );
+}
+
+/// The package installed under `sd`; purged there when dropped (systemd
+/// stops the unit first), and on the host too if that failed.
+struct InstalledUnder<'a>(&'a Systemd);
+
+impl Drop for InstalledUnder<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.run(&["dpkg", "--purge", PKG], package::DPKG_LIMIT);
+        package::purge();
+    }
+}
+
+/// `key`'s value in the `/proc/PID/status` of `pid` inside `sd`.
+fn status_field(sd: &Systemd, pid: &str, key: &str) -> String {
+    let o = sd.run(
+        &["cat", &format!("/proc/{pid}/status")],
+        Duration::from_secs(10),
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap_or_else(|| panic!("no {key} in the status of {pid}: {text}"))
+        .trim()
+        .to_string()
+}
+
+/// The package's unit under a real systemd (tests/src/systemd.rs: PID 1 of
+/// a private pid and mount namespace), as a site runs it: installed and
+/// upgraded by dpkg, whose scripts talk to that systemd. The daemon runs as
+/// the unit's dynamic user with its sandbox; the upgrade's `try-restart`
+/// hands the probes of a held job over to the new daemon (ExecStartPre's
+/// pin directory, ReadWritePaths=), which exports every call of the three
+/// phases; the removal stops it with no probe, pin or request left.
+#[test]
+fn package_upgrade_under_systemd_hands_over() {
+    let mpi = Mpi::OpenMpi;
+    if !required(mpi)
+        || !require(&[
+            Need::Command("dpkg"),
+            Need::Command("unshare"),
+            Need::Command("nsenter"),
+            Need::Command("systemctl"),
+        ])
+    {
+        return;
+    }
+    let dir = scratch("restart-systemd");
+    let deb = package::deb();
+    let exe = exe(&dir, mpi);
+    let sd = Systemd::boot(&dir.join("systemd"), &[UNIT_NAME]);
+    let _site = SiteFiles::new();
+    dpkg_in(&sd, &["--install", deb.to_str().unwrap()]);
+    let _installed = InstalledUnder(&sd);
+    let addr = format!("127.0.0.1:{}", free_port());
+    std::fs::write(
+        DEFAULTS,
+        format!("MPI_OBSERVER_OPTS=\"--all --listen {addr}\"\n"),
+    )
+    .unwrap();
+    sd.systemctl(&["start", UNIT_NAME]);
+    let a = sd.property(UNIT_NAME, "MainPID");
+    // The unit's sandbox: an unprivileged dynamic user.
+    let uids = status_field(&sd, &a, "Uid");
+    assert!(
+        uids.split_whitespace().all(|u| u != "0"),
+        "the unit's daemon must not run as root: Uid {uids}"
+    );
+    let scrape = || {
+        e2e::http_get(&addr, "/metrics")
+            .map(|(_, body)| parse_metrics(&body))
+            .unwrap_or_default()
+    };
+
+    let mut c = mpi.launcher(NP);
+    c.arg(&exe).arg(CALLS.to_string());
+    let mut probed = Job::spawn(sd.wrap(&c), NP, dir.join("go-probed"));
+    wait_for(
+        "the unit's daemon to attach its probes to every rank",
+        Duration::from_secs(60),
+        || {
+            let s = scrape();
+            probed
+                .pids()
+                .iter()
+                .all(|p| allreduce(&s, *p).is_some())
+                .then_some(())
+        },
+    );
+    phase(&mut probed, &dir, "probed", 1);
+    wait_calls_by(scrape, &[&probed], CALLS, "the unit's daemon A, phase 1");
+
+    // The upgrade: the prerm names A, the postinst's try-restart stops it
+    // (a handover) and starts B.
+    dpkg_in(&sd, &["--install", deb.to_str().unwrap()]);
+    let b = sd.property(UNIT_NAME, "MainPID");
+    assert_ne!(a, b, "the upgrade must restart the unit");
+    let journal = sd.journal(UNIT_NAME);
+    assert!(
+        journal.contains("restart requested: the probes of 2 ranks"),
+        "A must hand its probes over:\n{journal}"
+    );
+    phase(&mut probed, &dir, "probed", 2);
+    phase(&mut probed, &dir, "probed", 3);
+    let s = wait_calls_by(scrape, &[&probed], 3 * CALLS, "the unit's daemon B");
+    assert_eq!(
+        sum(
+            &s,
+            "mpi_observer_handover_ranks_total",
+            &[("outcome", "adopted")]
+        ),
+        f64::from(NP),
+        "B must adopt both ranks:\n{}",
+        sd.journal(UNIT_NAME)
+    );
+    assert!(pins().is_empty(), "B must remove the pins: {:?}", pins());
+
+    // Removal with the probes in: systemd stops B, a plain stop.
+    dpkg_in(&sd, &["--remove", PKG]);
+    assert_eq!(sd.property(UNIT_NAME, "ActiveState"), "inactive");
+    assert_no_probes_left();
+    assert!(
+        !Path::new(PINS).exists(),
+        "the postrm must remove {PINS}: {:?}",
+        pins()
+    );
+    assert!(
+        !sd.run_path(REQUEST).exists(),
+        "the request must go with the package"
+    );
+    finish(probed, &dir, "probed");
 }
