@@ -537,39 +537,45 @@ const UNIT_NAME: &str = "mpi-observer.service";
 /// The site's directory of the unit's credentials.
 const SITE_DIR: &str = "/etc/mpi-observer";
 
-/// The three files the unit's `LoadCredential=` reads from [`SITE_DIR`],
-/// made for the test and removed after it (unless the machine had them).
-/// The web config serves plain HTTP on loopback (TLS and basic auth have
-/// their own tests in web.rs); the certificate and key are placeholders
-/// that config does not use, but the unit does not start without them.
-struct SiteFiles(bool);
+/// The password of the web config's user in [`SiteFiles`].
+const PASSWORD: &str = "unit test password";
+
+/// The three files the unit's `LoadCredential=` reads from [`SITE_DIR`]
+/// (web-config.yml, tls.crt, tls.key), made as the README tells a site:
+/// a certificate for 127.0.0.1 from a test CA, the shipped web config with
+/// a bcrypt hash for [`e2e::tls::WEB_USER`]. Removed after the test; a
+/// machine that has the directory already fails the test, untouched.
+struct SiteFiles {
+    /// The CA that signed the daemon's certificate, for the scrapes.
+    ca: PathBuf,
+}
 
 impl SiteFiles {
-    fn new() -> SiteFiles {
-        if Path::new(SITE_DIR).exists() {
-            return SiteFiles(false);
-        }
+    fn new(dir: &Path) -> SiteFiles {
+        let certs = dir.join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        e2e::tls::make_certs(&certs);
+        e2e::tls::web_config(&certs, PASSWORD);
+        let ca = certs.join("ca.crt");
+        assert!(
+            !Path::new(SITE_DIR).exists(),
+            "{SITE_DIR} exists: this test installs its own site files there; move it away"
+        );
         std::fs::create_dir(SITE_DIR).unwrap();
-        let files = [
-            (
-                "web-config.yml",
-                "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n",
-            ),
-            ("tls.crt", ""),
-            ("tls.key", ""),
-        ];
-        for (name, text) in files {
-            std::fs::write(Path::new(SITE_DIR).join(name), text).unwrap();
+        let site = SiteFiles { ca };
+        for name in ["web-config.yml", "tls.crt", "tls.key"] {
+            let to = Path::new(SITE_DIR).join(name);
+            std::fs::copy(certs.join(name), &to).unwrap();
+            std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
         }
-        SiteFiles(true)
+        site
     }
 }
 
 impl Drop for SiteFiles {
     fn drop(&mut self) {
-        if self.0 {
-            let _ = std::fs::remove_dir_all(SITE_DIR);
-        }
+        let _ = std::fs::remove_dir_all(SITE_DIR);
     }
 }
 
@@ -638,7 +644,7 @@ fn package_upgrade_under_systemd_hands_over() {
     let deb = package::deb();
     let exe = exe(&dir, mpi);
     let sd = Systemd::boot(&dir.join("systemd"), &[UNIT_NAME]);
-    let _site = SiteFiles::new();
+    let site = SiteFiles::new(&dir);
     dpkg_in(&sd, &["--install", deb.to_str().unwrap()]);
     let _installed = InstalledUnder(&sd);
     let addr = format!("127.0.0.1:{}", free_port());
@@ -655,9 +661,15 @@ fn package_upgrade_under_systemd_hands_over() {
         uids.split_whitespace().all(|u| u != "0"),
         "the unit's daemon must not run as root: Uid {uids}"
     );
+    // As Prometheus scrapes it: HTTPS verified against the site's CA, basic
+    // auth.
+    let client = e2e::tls::tls_client(&site.ca);
+    let auth = [e2e::tls::basic(e2e::tls::WEB_USER, PASSWORD)];
     let scrape = || {
-        e2e::http_get(&addr, "/metrics")
-            .map(|(_, body)| parse_metrics(&body))
+        e2e::tls::get_tls(&client, &addr, "/metrics", &auth)
+            .ok()
+            .filter(|r| r.status == 200)
+            .map(|r| parse_metrics(&r.text()))
             .unwrap_or_default()
     };
 
