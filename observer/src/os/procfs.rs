@@ -155,11 +155,20 @@ pub enum Liveness {
 /// Whether the process `pid` that started at `ticks` still runs, with the
 /// difference between "gone" and "cannot tell" kept (see [`Liveness`]).
 pub fn liveness(pid: u32, ticks: u64) -> Liveness {
-    match stat(pid) {
-        Ok(s) if s.start_ticks != ticks || s.is_dead() => Liveness::Exited,
-        Ok(_) => Liveness::Alive,
-        Err(ProcError::NoSuchProcess { .. }) => Liveness::Exited,
-        Err(ProcError::Unreadable { .. }) => Liveness::Unknown,
+    Liveness::of(&stat(pid), ticks)
+}
+
+impl Liveness {
+    /// What a read of `/proc/PID/stat` says of the process that started at
+    /// `ticks`: gone (no such pid, a zombie, dead, the pid reused), alive,
+    /// or unknown (the read itself failed).
+    pub fn of(stat: &Result<Stat, ProcError>, ticks: u64) -> Liveness {
+        match stat {
+            Ok(s) if s.start_ticks != ticks || s.is_dead() => Liveness::Exited,
+            Ok(_) => Liveness::Alive,
+            Err(ProcError::NoSuchProcess { .. }) => Liveness::Exited,
+            Err(ProcError::Unreadable { .. }) => Liveness::Unknown,
+        }
     }
 }
 
