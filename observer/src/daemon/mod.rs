@@ -655,7 +655,7 @@ mod tests {
         let t = Instant::now();
         let mut pids = Vec::new();
         while t.elapsed() < Duration::from_secs(5) && pids.len() < 2 {
-            pids.extend(src.recv(Duration::from_millis(100)).0);
+            pids.extend(src.recv(Duration::from_millis(100)).pids);
             pids.retain(|&p| p == unshare);
         }
         let _ = { child }.wait();
