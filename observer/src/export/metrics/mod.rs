@@ -227,7 +227,7 @@ impl SelfMetrics {
         let exit_handovers = IntCounterVec::new(
             Opts::new(
                 "mpi_observer_exit_handovers_total",
-                "Exit knocks of shim ranks on the handover socket, by result: held (the rank's segment is held, its final figures kept), no_segment, not_observed (not a process this daemon observes or may attach), queue_full, malformed, stale (served after the shim stopped waiting).",
+                "Exit knocks of shim ranks on the handover socket, by result: held (the rank's segment is held, its final figures kept), no_segment, not_observed (not a process this daemon observes or may attach), queue_full, malformed, stale (served after the shim stopped waiting), not_mpi (judged not MPI before: closed without a look), refused (refused by a budget, or its attach failed, before), uid_mismatch (the process's real, effective, saved and filesystem uids are not all the uid that knocked).",
             ),
             &["result"],
         )
