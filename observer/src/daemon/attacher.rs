@@ -299,6 +299,9 @@ fn attach_and_rest(shared: &Shared, state: &Mutex<State>, on_attached: &OnAttach
         Err(AttachError::Refused { .. }) => {}
         // Gone before it could be attached: nothing to say.
         Err(AttachError::Proc(crate::os::procfs::ProcError::NoSuchProcess { .. })) => {}
+        // A rank of a short job, ended as it was attached: said, counted
+        // apart from failures, and not remembered (its pid is free).
+        Err(e @ AttachError::Exited { .. }) => eprintln!("mpi-observer: {e}"),
         Err(e) => {
             eprintln!("mpi-observer: pid {}: {}", c.pid, crate::one_line(&e));
             // Not offered again by every scan (one line, one count), until

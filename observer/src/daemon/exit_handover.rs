@@ -11,15 +11,24 @@
 //! regular file), attaching the rank first if `--all` had not yet.
 //!
 //! Only a knock crosses the socket, no data and no descriptor: who knocks
-//! is the kernel's word (`SO_PEERCRED`), and the daemon only ever looks at
-//! that process, which must still run with that uid. A knock is therefore
-//! worth no more than the once-a-second scan's look at the same process,
-//! only sooner. Hostile input (docs/security.md, "The handover socket"):
+//! is the kernel's word (`SO_PEERCRED`, the effective uid at connect), and
+//! the daemon only ever looks at that process, whose real, effective,
+//! saved and filesystem uids must all still be that uid (a setuid program
+//! hands over nobody's figures). A knock is therefore worth no more than
+//! the once-a-second scan's look at the same process, only sooner.
+//! Hostile input (docs/security.md, "The handover socket"):
 //! - a directory of root's, not writable by others, holds the socket;
 //! - knocks wait in one bounded queue per uid, served round-robin
 //!   ([`MAX_PENDING`], [`MAX_PER_UID`]); past it, and for a process gone,
-//!   not observed, or of another namespace, the connection is closed
-//!   unanswered and counted in `mpi_observer_exit_handovers_total{result}`;
+//!   not observed, of mixed uids, or of another namespace, the connection
+//!   is closed unanswered and counted in
+//!   `mpi_observer_exit_handovers_total{result}`;
+//! - a process the scan (or an earlier knock) judged not MPI, or that a
+//!   budget refused, is answered at once, without a look at its maps
+//!   ([`super::not_mpi`], `State::refused`);
+//! - attaching an unknown knocker (`--all`) is done by a thread of its own,
+//!   one at a time, users round-robin ([`MAX_ATTACH_WAITING`]), so a slow
+//!   attach never holds up the knocks of ranks already observed;
 //! - the message is a fixed 8-byte magic, read without blocking; anything
 //!   else is refused.
 
@@ -41,9 +50,10 @@ use std::{
 
 use thiserror::Error;
 
+use super::not_mpi::NotMpi;
 use crate::{
     collect::segment::Segment,
-    export::registry::{self, State},
+    export::registry::{self, AttachError, State},
     os::procfs,
 };
 
@@ -61,6 +71,11 @@ pub const MAX_PER_UID: usize = 256;
 pub const SHIM_WAIT: Duration = Duration::from_millis(250);
 /// A knock older than this is not served: the shim stopped waiting.
 const STALE: Duration = Duration::from_millis(250);
+/// Knocks waiting for their process to be attached, all users together:
+/// more would go stale before their turn ([`STALE`]) anyway.
+pub const MAX_ATTACH_WAITING: usize = 64;
+/// Knocks of one uid waiting for an attach.
+pub const MAX_ATTACH_WAITING_PER_UID: usize = 16;
 
 /// Why the handover socket could not be set up.
 #[derive(Debug, Error)]
@@ -111,6 +126,15 @@ pub enum Outcome {
     Malformed,
     /// Waited past the shim's patience.
     Stale,
+    /// Judged not MPI before (by the scan or an earlier knock): closed
+    /// unanswered, its maps not read again.
+    NotMpi,
+    /// Refused by a budget before (or its attach failed): closed
+    /// unanswered until one of its user's ranks exits and frees room.
+    Refused,
+    /// The process's real, effective, saved and filesystem uids are not
+    /// all the uid that knocked (a setuid program): closed unanswered.
+    UidMismatch,
 }
 
 impl Outcome {
@@ -123,6 +147,9 @@ impl Outcome {
             Outcome::QueueFull => "queue_full",
             Outcome::Malformed => "malformed",
             Outcome::Stale => "stale",
+            Outcome::NotMpi => "not_mpi",
+            Outcome::Refused => "refused",
+            Outcome::UidMismatch => "uid_mismatch",
         }
     }
 }
@@ -134,6 +161,8 @@ pub struct Config {
     pub all: bool,
     /// With `--same-netns`, the daemon's network namespace.
     pub netns: Option<PathBuf>,
+    /// Processes judged not MPI, shared with the scan.
+    pub not_mpi: Arc<NotMpi>,
 }
 
 /// The listening socket; its file is removed when dropped.
@@ -420,80 +449,159 @@ fn is_knock(k: &Knock) -> bool {
     usize::try_from(got).is_ok_and(|n| buf[..n] == MAGIC[..])
 }
 
-/// Serves one knock: the process must run with the uid that knocked; an
-/// observed rank has its segment opened now if it was not, an unknown one
-/// is attached first under `--all`. The answer byte is sent only once the
-/// segment is held (or found missing).
-fn serve(state: &Mutex<State>, config: &Config, k: &Knock) -> Outcome {
+/// What the knock thread makes of a knock on its own.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    /// Served: answered (or closed) now.
+    Done(Outcome),
+    /// An unknown process under `--all`, started at these ticks: for the
+    /// attach thread ([`attach_knocker`]).
+    Attach(u64),
+}
+
+/// Whether all four uids of a process (`/proc/PID/status`) are `claimed`.
+fn uids_are(uids: [u32; 4], claimed: u32) -> bool {
+    uids.iter().all(|&u| u == claimed)
+}
+
+/// `Some(held)` if `pid` (started at `ticks`) is an observed rank, `held`
+/// whether its segment is held.
+fn known(st: &State, pid: u32, ticks: u64) -> Option<bool> {
+    st.ranks
+        .get(&pid)
+        .filter(|r| r.ticks == ticks)
+        .map(|r| r.has_segment())
+}
+
+/// Opens an observed rank's segment (without the lock) and holds it
+/// (under it).
+fn hold_now(state: &Mutex<State>, pid: u32, ticks: u64) -> Outcome {
+    match Segment::open(pid).ok().flatten() {
+        Some(seg) => {
+            let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
+            st.hold_segment(pid, ticks, seg);
+            Outcome::Held
+        }
+        None => Outcome::NoSegment,
+    }
+}
+
+/// Judges one knock on the knock thread, reading no more than the
+/// process's stat and status (and, for a rank observed, its segment): the
+/// process must run with the uid that knocked, all four of its uids; an
+/// observed rank has its segment opened now if it was not; one judged not
+/// MPI or refused before is closed at once; an unknown one under `--all`
+/// goes to the attach thread.
+fn judge(state: &Mutex<State>, config: &Config, k: &Knock) -> Verdict {
     if k.at.elapsed() > STALE {
-        return Outcome::Stale;
+        return Verdict::Done(Outcome::Stale);
     }
     if !is_knock(k) {
-        return Outcome::Malformed;
+        return Verdict::Done(Outcome::Malformed);
     }
     let Ok(ticks) = procfs::start_ticks(k.pid) else {
-        return Outcome::NotObserved;
+        return Verdict::Done(Outcome::NotObserved);
     };
-    if procfs::uid(k.pid).ok() != Some(k.uid) {
-        return Outcome::NotObserved;
+    match procfs::uids(k.pid) {
+        Ok(uids) if uids_are(uids, k.uid) => {}
+        Ok(_) => return Verdict::Done(Outcome::UidMismatch),
+        Err(_) => return Verdict::Done(Outcome::NotObserved),
     }
     if config
         .netns
         .as_ref()
         .is_some_and(|n| procfs::net_namespace(k.pid).as_ref() != Some(n))
     {
-        return Outcome::NotObserved;
+        return Verdict::Done(Outcome::NotObserved);
     }
-    let known = |st: &State| {
-        st.ranks
-            .get(&k.pid)
-            .filter(|r| r.ticks == ticks)
-            .map(|r| r.has_segment())
+    let (held, refused) = {
+        let st = state.lock().unwrap_or_else(PoisonError::into_inner);
+        (
+            known(&st, k.pid, ticks),
+            st.refused.contains_key(&(k.pid, ticks)),
+        )
     };
-    let held = known(&state.lock().unwrap_or_else(PoisonError::into_inner));
-    let outcome = match held {
+    Verdict::Done(match held {
         Some(true) => Outcome::Held,
-        Some(false) => {
-            // Opened without the lock, kept under it.
-            match Segment::open(k.pid).ok().flatten() {
-                Some(seg) => {
-                    let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
-                    st.hold_segment(k.pid, ticks, seg);
-                    Outcome::Held
-                }
-                None => Outcome::NoSegment,
-            }
+        Some(false) => hold_now(state, k.pid, ticks),
+        None if refused => Outcome::Refused,
+        None if !config.all => Outcome::NotObserved,
+        None if config.not_mpi.settled(k.pid, ticks, &procfs::comm(k.pid)) => Outcome::NotMpi,
+        None => return Verdict::Attach(ticks),
+    })
+}
+
+/// Attaches an unknown knocker (found by neither the exec events nor the
+/// scan in time), which opens its segment; on the attach thread. What it
+/// finds not MPI, or fails to attach, is remembered so its next knock
+/// costs no look.
+fn attach_knocker(state: &Mutex<State>, config: &Config, k: &Knock, ticks: u64) -> Outcome {
+    if k.at.elapsed() > STALE {
+        return Outcome::Stale;
+    }
+    // The attacher may have been quicker.
+    let held = known(
+        &state.lock().unwrap_or_else(PoisonError::into_inner),
+        k.pid,
+        ticks,
+    );
+    match held {
+        Some(true) => return Outcome::Held,
+        Some(false) => return hold_now(state, k.pid, ticks),
+        None => {}
+    }
+    let prepared = match registry::prepare(k.pid, ticks) {
+        // Not a failure to count: the scan judges such processes too.
+        Err(AttachError::NoMpiLibrary { comm, .. } | AttachError::Static { comm, .. }) => {
+            config.not_mpi.insert(k.pid, ticks, comm);
+            return Outcome::NotObserved;
         }
-        None if config.all => {
-            // Not attached yet (found by neither the events nor the scan
-            // in time): attached now, which opens its segment.
-            let prepared = registry::prepare(k.pid, ticks);
-            let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
-            match known(&st) {
-                Some(true) => Outcome::Held,
-                Some(false) => Outcome::NoSegment,
-                None => match st.commit(prepared, registry::Admission::Found) {
-                    Ok(()) => {
-                        drop(st);
-                        eprintln!(
-                            "mpi-observer: attached to pid {} ({}, uid {}) at its exit handover",
-                            k.pid,
-                            procfs::comm(k.pid),
-                            k.uid
-                        );
-                        let st = state.lock().unwrap_or_else(PoisonError::into_inner);
-                        if known(&st) == Some(true) {
-                            Outcome::Held
-                        } else {
-                            Outcome::NoSegment
-                        }
-                    }
-                    Err(_) => Outcome::NotObserved,
-                },
-            }
-        }
-        None => Outcome::NotObserved,
+        p => p,
     };
+    let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
+    match known(&st, k.pid, ticks) {
+        Some(true) => return Outcome::Held,
+        Some(false) => return Outcome::NoSegment,
+        None => {}
+    }
+    match st.commit(prepared, registry::Admission::Found) {
+        Ok(()) => {
+            let held = known(&st, k.pid, ticks) == Some(true);
+            drop(st);
+            eprintln!(
+                "mpi-observer: attached to pid {} ({}, uid {}) at its exit handover",
+                k.pid,
+                procfs::comm(k.pid),
+                k.uid
+            );
+            if held {
+                Outcome::Held
+            } else {
+                Outcome::NoSegment
+            }
+        }
+        // Counted by the budget, which said its line.
+        Err(AttachError::Refused { .. }) => Outcome::Refused,
+        Err(e @ AttachError::Exited { .. }) => {
+            drop(st);
+            eprintln!("mpi-observer: {e}");
+            Outcome::NotObserved
+        }
+        Err(e) => {
+            // As the attacher does: not tried again (one line, one count)
+            // until one of its user's ranks exits and frees room.
+            st.refused.insert((k.pid, ticks), k.uid);
+            drop(st);
+            eprintln!("mpi-observer: pid {}: {}", k.pid, crate::one_line(&e));
+            Outcome::NotObserved
+        }
+    }
+}
+
+/// Sends the answer byte once the segment is held (or found missing);
+/// any other outcome closes the connection unanswered (when `k` drops),
+/// which ends the shim's wait as surely.
+fn answer(k: &Knock, outcome: Outcome) {
     if outcome == Outcome::Held || outcome == Outcome::NoSegment {
         // SAFETY: sends one byte of ours, without blocking or SIGPIPE.
         unsafe {
@@ -505,7 +613,95 @@ fn serve(state: &Mutex<State>, config: &Config, k: &Knock) -> Outcome {
             )
         };
     }
-    outcome
+}
+
+/// Items waiting per uid, served round-robin, bounded in all and per uid.
+struct Fair<T> {
+    by_uid: BTreeMap<u32, VecDeque<T>>,
+    len: usize,
+    last_uid: Option<u32>,
+    cap: usize,
+    per_uid: usize,
+}
+
+impl<T> Fair<T> {
+    fn new(cap: usize, per_uid: usize) -> Fair<T> {
+        Fair {
+            by_uid: BTreeMap::new(),
+            len: 0,
+            last_uid: None,
+            cap,
+            per_uid,
+        }
+    }
+
+    /// Queues `t` for `uid`; gives it back if a bound is reached (no empty
+    /// queue is left behind).
+    fn push(&mut self, uid: u32, t: T) -> Result<(), T> {
+        if self.len >= self.cap || self.by_uid.get(&uid).map_or(0, VecDeque::len) >= self.per_uid {
+            return Err(t);
+        }
+        self.by_uid.entry(uid).or_default().push_back(t);
+        self.len += 1;
+        Ok(())
+    }
+
+    /// The next item of the uid after the one served last.
+    fn pop(&mut self) -> Option<T> {
+        let uid = self
+            .last_uid
+            .and_then(|l| self.by_uid.range(l + 1..).next().map(|(u, _)| *u))
+            .or_else(|| self.by_uid.keys().next().copied())?;
+        self.last_uid = Some(uid);
+        let q = self.by_uid.get_mut(&uid)?;
+        let t = q.pop_front();
+        if q.is_empty() {
+            self.by_uid.remove(&uid);
+        }
+        self.len -= usize::from(t.is_some());
+        t
+    }
+}
+
+/// The attach thread's inbox.
+struct Attaches {
+    waiting: Mutex<(Fair<(Knock, u64)>, bool)>,
+    wake: std::sync::Condvar,
+}
+
+/// Runs the attach thread: takes knocks needing an attach, round-robin
+/// between users, until closed. One at a time, as the attacher does:
+/// registering uprobes takes the kernel's `dup_mmap_sem`, which every
+/// fork on the node needs.
+fn start_attaches(
+    state: Arc<Mutex<State>>,
+    config: Config,
+    inbox: Arc<Attaches>,
+    counter: prometheus::IntCounterVec,
+) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("exit-handover-attach".into())
+        .spawn(move || {
+            loop {
+                let next = {
+                    let mut w = inbox.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+                    loop {
+                        if w.1 {
+                            return;
+                        }
+                        if let Some(n) = w.0.pop() {
+                            break n;
+                        }
+                        w = inbox.wake.wait(w).unwrap_or_else(PoisonError::into_inner);
+                    }
+                };
+                let (k, ticks) = next;
+                let o = attach_knocker(&state, &config, &k, ticks);
+                answer(&k, o);
+                counter.with_label_values(&[o.as_str()]).inc();
+            }
+        })
+        .expect("spawn the exit handover's attach thread")
 }
 
 /// Runs the handover on a thread of its own until `stop` is set: accepts
@@ -526,6 +722,21 @@ pub fn start(
                 .exit_handovers
                 .clone();
             let count = |o: Outcome| counter.with_label_values(&[o.as_str()]).inc();
+            let inbox = Arc::new(Attaches {
+                waiting: Mutex::new((
+                    Fair::new(MAX_ATTACH_WAITING, MAX_ATTACH_WAITING_PER_UID),
+                    false,
+                )),
+                wake: std::sync::Condvar::new(),
+            });
+            let attaches = config.all.then(|| {
+                start_attaches(
+                    state.clone(),
+                    config.clone(),
+                    inbox.clone(),
+                    counter.clone(),
+                )
+            });
             let mut queue: BTreeMap<u32, VecDeque<Knock>> = BTreeMap::new();
             let mut pending = 0usize;
             let mut last_uid: Option<u32> = None;
@@ -558,7 +769,36 @@ pub fn start(
                     queue.remove(&uid);
                 }
                 pending -= 1;
-                count(serve(&state, &config, &k));
+                match judge(&state, &config, &k) {
+                    Verdict::Done(o) => {
+                        answer(&k, o);
+                        count(o);
+                    }
+                    Verdict::Attach(ticks) => {
+                        let uid = k.uid;
+                        let pushed = inbox
+                            .waiting
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .0
+                            .push(uid, (k, ticks));
+                        match pushed {
+                            Ok(()) => inbox.wake.notify_one(),
+                            Err(_) => count(Outcome::QueueFull),
+                        }
+                    }
+                }
+            }
+            // The attach under way ends; the knocks still waiting are
+            // closed unanswered: nothing new is attached from here on.
+            inbox
+                .waiting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .1 = true;
+            inbox.wake.notify_all();
+            if let Some(t) = attaches {
+                let _ = t.join();
             }
             drop(listener);
         })
@@ -647,6 +887,126 @@ mod tests {
         // A knock without the magic is not one.
         assert!(!is_knock(&queue.get(&me).unwrap()[0]));
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A knock from this process, claiming `uid`, its magic said.
+    fn knock_from_me(uid: u32) -> (Knock, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: socketpair into an array of two.
+        let rc = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        // SAFETY: two descriptors socketpair just made, each owned once.
+        let (ours, theirs) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: sends our constant.
+        let sent = unsafe { libc::send(theirs.as_raw_fd(), MAGIC.as_ptr().cast(), MAGIC.len(), 0) };
+        assert_eq!(sent, MAGIC.len() as isize);
+        let k = Knock {
+            conn: ours,
+            pid: std::process::id(),
+            uid,
+            at: Instant::now(),
+        };
+        (k, theirs)
+    }
+
+    fn config(all: bool) -> Config {
+        Config {
+            all,
+            netns: None,
+            not_mpi: Arc::default(),
+        }
+    }
+
+    fn state() -> Mutex<State> {
+        Mutex::new(State::new(
+            None,
+            Vec::new(),
+            true,
+            crate::export::metrics::RenderOptions::default(),
+        ))
+    }
+
+    #[test]
+    fn a_knocker_judged_before_costs_no_look_and_an_unknown_one_goes_to_the_attach_thread() {
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let pid = std::process::id();
+        let ticks = procfs::start_ticks(pid).unwrap();
+        let st = state();
+        // Unknown, under --all: to be attached (the look at its maps), not
+        // on this thread.
+        let c = config(true);
+        assert_eq!(judge(&st, &c, &knock_from_me(me).0), Verdict::Attach(ticks));
+        // Without --all: not observed, no look either.
+        assert_eq!(
+            judge(&st, &config(false), &knock_from_me(me).0),
+            Verdict::Done(Outcome::NotObserved)
+        );
+        // Judged not MPI (by the scan): answered at once.
+        c.not_mpi.insert(pid, ticks, procfs::comm(pid));
+        assert_eq!(
+            judge(&st, &c, &knock_from_me(me).0),
+            Verdict::Done(Outcome::NotMpi)
+        );
+        // The attach thread's look at a process that is not MPI is
+        // remembered, so the next knock costs none.
+        let c = config(true);
+        let (k, _peer) = knock_from_me(me);
+        assert_eq!(attach_knocker(&st, &c, &k, ticks), Outcome::NotObserved);
+        assert!(c.not_mpi.settled(pid, ticks, &procfs::comm(pid)));
+        // Refused by a budget: answered at once, --all or not.
+        st.lock().unwrap().refused.insert((pid, ticks), me);
+        for all in [true, false] {
+            assert_eq!(
+                judge(&st, &config(all), &knock_from_me(me).0),
+                Verdict::Done(Outcome::Refused)
+            );
+        }
+        assert_eq!(
+            st.lock().unwrap().selfm.attach_failures.get(),
+            0,
+            "a process that is not MPI is no attach failure"
+        );
+    }
+
+    #[test]
+    fn a_knock_claiming_another_uid_than_all_four_is_refused() {
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let st = state();
+        // The kernel's SO_PEERCRED said another uid than the process's
+        // four (a setuid program that knocked as its owner).
+        assert_eq!(
+            judge(&st, &config(true), &knock_from_me(me.wrapping_add(1)).0),
+            Verdict::Done(Outcome::UidMismatch)
+        );
+        assert!(uids_are([7, 7, 7, 7], 7));
+        for mixed in [[8, 7, 7, 7], [7, 8, 7, 7], [7, 7, 8, 7], [7, 7, 7, 8]] {
+            assert!(!uids_are(mixed, 7), "{mixed:?}");
+        }
+    }
+
+    #[test]
+    fn knocks_waiting_for_an_attach_are_served_round_robin_and_bounded() {
+        let mut f = Fair::new(5, 3);
+        for (uid, t) in [(5, 1), (5, 2), (5, 3), (7, 4)] {
+            f.push(uid, t).unwrap();
+        }
+        assert_eq!(f.push(5, 6), Err(6), "uid 5 has its 3");
+        f.push(9, 5).unwrap();
+        assert_eq!(f.push(11, 7), Err(7), "5 in all");
+        let order: Vec<u32> = std::iter::from_fn(|| f.pop()).collect();
+        assert_eq!(order, [1, 4, 5, 2, 3]);
+        assert_eq!(f.len, 0);
+        assert!(f.by_uid.is_empty(), "no empty queue left");
     }
 
     #[test]

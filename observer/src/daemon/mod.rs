@@ -13,9 +13,10 @@ pub mod commands;
 pub mod exit_handover;
 pub mod handover;
 pub mod inject;
+pub mod not_mpi;
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashSet,
     io::{IsTerminal as _, Write as _},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -438,6 +439,7 @@ fn start_exit_handover(
             exit_handover::Config {
                 all: args.all,
                 netns: scanner.netns.clone(),
+                not_mpi: scanner.not_mpi.clone(),
             },
             stop.clone(),
         )),
@@ -533,13 +535,10 @@ fn start_injection(state: &Arc<Mutex<State>>, req: &inject::Request, pid: u32) {
 /// exec events (crate::os::procevents): MPI processes not seen before go to the
 /// attacher.
 struct Scanner {
-    /// Processes found not to be MPI, by pid and start ticks, with their
-    /// command name then, so their maps are not re-read every scan. exec
-    /// keeps the pid and start time but changes the name: a process seen
-    /// between fork and exec (slurmstepd's task before it execs the rank,
-    /// a wrapper script that execs MPI later) is looked at again once its
-    /// name changes, instead of being missed for its whole life.
-    not_mpi: HashMap<(u32, u64), String>,
+    /// Processes found not to be MPI, so their maps are not re-read every
+    /// scan ([`not_mpi`]); shared with the exit handover, whose knocks
+    /// from them cost no look either.
+    not_mpi: Arc<not_mpi::NotMpi>,
     /// With --same-netns, the daemon's network namespace.
     netns: Option<std::path::PathBuf>,
 }
@@ -547,7 +546,7 @@ struct Scanner {
 impl Scanner {
     fn new(same_netns: bool) -> Scanner {
         Scanner {
-            not_mpi: HashMap::new(),
+            not_mpi: Arc::default(),
             netns: same_netns
                 .then(|| procfs::net_namespace(std::process::id()))
                 .flatten(),
@@ -573,7 +572,7 @@ impl Scanner {
                 continue;
             }
             let comm = procfs::comm(pid);
-            if self.not_mpi.get(&(pid, ticks)) == Some(&comm) {
+            if self.not_mpi.holds(pid, ticks, &comm) {
                 continue;
             }
             if self.netns.is_some() && procfs::net_namespace(pid) != self.netns {
@@ -591,14 +590,13 @@ impl Scanner {
                     // again while they live, which spares a read of
                     // /proc/PID/maps per process and scan. One that dlopens
                     // MPI later is missed.
-                    self.not_mpi.insert((pid, ticks), comm);
+                    self.not_mpi.insert(pid, ticks, comm);
                 }
                 Err(_) => {}
             }
         }
         // Forget entries of processes that are gone, so the set stays small.
-        self.not_mpi
-            .retain(|(pid, ticks), _| procfs::alive(*pid, *ticks));
+        self.not_mpi.forget_exited();
         if dropped > 0 {
             state
                 .lock()
@@ -655,7 +653,7 @@ mod tests {
         let t = Instant::now();
         let mut pids = Vec::new();
         while t.elapsed() < Duration::from_secs(5) && pids.len() < 2 {
-            pids.extend(src.recv(Duration::from_millis(100)).0);
+            pids.extend(src.recv(Duration::from_millis(100)).pids);
             pids.retain(|&p| p == unshare);
         }
         let _ = { child }.wait();

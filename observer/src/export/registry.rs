@@ -96,6 +96,30 @@ pub enum AttachError {
         /// The budget it would exceed.
         budget: Budget,
     },
+    /// The process ended (or was already ending) while it was being
+    /// attached: whatever failed (its maps read, a uprobe_multi link made
+    /// on /proc/PID/root/...) failed because it was gone, not because of a
+    /// fault of ours. Counted in `mpi_observer_attach_exited_total`, not as
+    /// an attach failure.
+    #[error("rank {pid} exited before its probes were in")]
+    Exited {
+        /// The pid.
+        pid: u32,
+    },
+}
+
+impl AttachError {
+    /// `self`, or [`AttachError::Exited`] if `pid` (started at `ticks`) is
+    /// gone or a zombie now, as `/proc/PID/stat` said right after the
+    /// failure (`live`). A budget's refusal stays one: it was decided, not
+    /// failed. Unknown liveness (the read failed) keeps the error as it is.
+    pub fn or_exited(self, pid: u32, live: procfs::Liveness) -> AttachError {
+        match self {
+            AttachError::Refused { .. } | AttachError::Exited { .. } => self,
+            _ if live == procfs::Liveness::Exited => AttachError::Exited { pid },
+            _ => self,
+        }
+    }
 }
 
 /// How a process came to be attached.
@@ -144,6 +168,10 @@ pub struct Prepared {
 /// and maps. Takes no lock and may take a while: the attacher runs it on a
 /// thread of its own.
 pub fn prepare(pid: u32, ticks: u64) -> Result<Prepared, AttachError> {
+    prepare_inner(pid, ticks).map_err(|e| e.or_exited(pid, procfs::liveness(pid, ticks)))
+}
+
+fn prepare_inner(pid: u32, ticks: u64) -> Result<Prepared, AttachError> {
     let map = procfs::mpi_library(pid)?.ok_or_else(|| AttachError::no_library(pid))?;
     let uid = procfs::uid(pid)?;
     let identity = identity::identity(pid)?;
@@ -499,11 +527,16 @@ impl State {
             if self.ranks.get(&p.pid).is_some_and(|r| r.ticks == p.ticks) {
                 return Ok(());
             }
+            let (pid, ticks) = (p.pid, p.ticks);
+            // A rank exiting as its links are made fails them (its
+            // /proc/PID/root/... is gone): looked at right after.
             self.try_commit(p, admission)
+                .map_err(|e| e.or_exited(pid, procfs::liveness(pid, ticks)))
         });
         if let Err(e) = &result {
             match e {
                 AttachError::Refused { uid, budget, .. } => self.selfm.refused(*uid, *budget),
+                AttachError::Exited { .. } => self.selfm.attach_exited.inc(),
                 _ => self.selfm.attach_failures.inc(),
             }
         }
@@ -1189,6 +1222,62 @@ mod tests {
             .1
             .trim_end_matches('"')
             .into()
+    }
+
+    #[test]
+    fn an_attach_error_of_a_rank_gone_or_a_zombie_is_its_exit() {
+        use crate::attach::multi::MultiError;
+        use procfs::{Liveness, ProcError, Stat};
+        let link = || {
+            AttachError::Probe(crate::attach::probes::ProbeError::Attach {
+                pid: 41,
+                source: MultiError::Link {
+                    program: "mpi_enter",
+                    path: "/proc/41/root/usr/lib/libmpi.so.40".into(),
+                    source: std::io::Error::from_raw_os_error(libc::ENOENT),
+                },
+            })
+        };
+        let stat = |state| {
+            Ok(Stat {
+                state,
+                ppid: 1,
+                start_ticks: 7,
+            })
+        };
+        let gone = Err(ProcError::NoSuchProcess { pid: 41 });
+        let unreadable = Err(ProcError::Unreadable {
+            pid: 41,
+            file: "stat",
+            source: std::io::Error::from_raw_os_error(libc::EMFILE),
+        });
+        // Gone, a zombie, dead, or the pid now someone else's: its exit.
+        for (s, ticks) in [
+            (&gone, 7),
+            (&stat('Z'), 7),
+            (&stat('X'), 7),
+            (&stat('R'), 8),
+        ] {
+            let e = link().or_exited(41, Liveness::of(s, ticks));
+            assert!(matches!(e, AttachError::Exited { pid: 41 }), "{s:?}: {e}");
+            assert_eq!(e.to_string(), "rank 41 exited before its probes were in");
+        }
+        // Running, or /proc unreadable: the failure stays one.
+        for s in [&stat('R'), &stat('S'), &stat('D'), &unreadable] {
+            let e = link().or_exited(41, Liveness::of(s, 7));
+            assert!(e.to_string().contains("uprobe_multi"), "{s:?}: {e}");
+        }
+        // A budget's refusal is a decision, not a failure, whatever became
+        // of the process.
+        let refused = AttachError::Refused {
+            pid: 41,
+            uid: 1000,
+            budget: Budget::Processes,
+        };
+        assert!(matches!(
+            refused.or_exited(41, Liveness::Exited),
+            AttachError::Refused { .. }
+        ));
     }
 
     #[test]

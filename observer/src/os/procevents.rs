@@ -39,6 +39,11 @@ pub const CHECKS: [Duration; 6] = [
 ];
 /// Processes watched at once.
 pub const MAX_WATCHED: usize = 65_536;
+/// Exec events taken per wake-up at most: a user's fork/exec storm cannot
+/// keep the watcher draining for ever (its due checks, and its stop, wait
+/// meanwhile). What is left stays in the ring or the socket for the next
+/// wake-up; what overflows them the kernel counts as dropped.
+pub const MAX_DRAIN: usize = 4_096;
 
 const NETLINK_CONNECTOR: libc::c_int = 11;
 const CN_IDX_PROC: u32 = 1;
@@ -115,7 +120,8 @@ impl ExecEvents {
         Ok(ExecEvents { fd })
     }
 
-    /// Waits up to `timeout` for events; returns the pids that exec'd.
+    /// Waits up to `timeout` for events; returns the pids that exec'd (up
+    /// to [`MAX_DRAIN`] events and one datagram's worth more).
     /// `Err` with `ENOBUFS` means the kernel dropped events.
     pub fn recv(&self, timeout: Duration) -> io::Result<Vec<u32>> {
         let mut pfd = libc::pollfd {
@@ -131,7 +137,7 @@ impl ExecEvents {
         }
         let mut out = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
-        loop {
+        while out.len() < MAX_DRAIN {
             // SAFETY: receives into our buffer, without blocking.
             let got = unsafe {
                 libc::recv(
@@ -150,6 +156,7 @@ impl ExecEvents {
             }
             parse_exec_pids(&buf[..got as usize], &mut out);
         }
+        Ok(out)
     }
 }
 
@@ -181,13 +188,27 @@ impl Source {
         }
     }
 
-    /// Waits up to `timeout` for events; returns the pids that exec'd, and
-    /// the events lost since the last call.
-    pub(crate) fn recv(&mut self, timeout: Duration) -> (Vec<u32>, u64) {
+    /// Waits up to `timeout` for events; returns the pids that exec'd
+    /// (each once), the events taken (at most about [`MAX_DRAIN`]) and the
+    /// events lost since the last call.
+    pub(crate) fn recv(&mut self, timeout: Duration) -> Drained {
         match self {
             Source::Connector(ev) => match ev.recv(timeout) {
-                Ok(p) => (p, 0),
-                Err(_) => (Vec::new(), 1),
+                Ok(p) => {
+                    let events = p.len();
+                    let mut p = p.into_iter().map(Some);
+                    let (pids, _) = drain(|| p.next(), usize::MAX);
+                    Drained {
+                        pids,
+                        events,
+                        lost: 0,
+                    }
+                }
+                Err(_) => Drained {
+                    pids: Vec::new(),
+                    events: 0,
+                    lost: 1,
+                },
             },
             Source::Bpf { ring, drops, seen } => {
                 let mut pfd = libc::pollfd {
@@ -198,20 +219,60 @@ impl Source {
                 let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
                 // SAFETY: one valid pollfd.
                 unsafe { libc::poll(&mut pfd, 1, ms) };
-                let mut out = Vec::new();
-                while let Some(item) = ring.next() {
-                    if let Some(b) = item.get(..8) {
-                        let tgid = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
-                        out.extend(u32::try_from(tgid).ok());
-                    }
-                }
+                let (pids, events) = drain(
+                    || {
+                        let item = ring.next()?;
+                        let tgid = item
+                            .get(..8)
+                            .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+                        Some(tgid.and_then(|t| u32::try_from(t).ok()))
+                    },
+                    MAX_DRAIN,
+                );
                 let total: u64 = drops.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(*seen);
-                let new = total.saturating_sub(*seen);
+                let lost = total.saturating_sub(*seen);
                 *seen = total.max(*seen);
-                (out, new)
+                Drained { pids, events, lost }
             }
         }
     }
+}
+
+/// What one wake-up of [`Source::recv`] took.
+pub(crate) struct Drained {
+    /// The pids that exec'd, each once, in the order first seen.
+    pub pids: Vec<u32>,
+    /// The events taken (a process that execs twice counts twice).
+    pub events: usize,
+    /// Events the kernel dropped since the last wake-up.
+    pub lost: u64,
+}
+
+impl Drained {
+    /// Whether the drain stopped at its cap, events perhaps left behind.
+    pub fn full(&self) -> bool {
+        self.events >= MAX_DRAIN
+    }
+}
+
+/// Takes events from `next` (`None`: no more; `Some(None)`: one that names
+/// no pid) until it is empty or `cap` were taken; returns the pids, each
+/// once (an exec chain, or a storm re-exec'ing one process, is looked at
+/// once per drain), and the events taken.
+fn drain(mut next: impl FnMut() -> Option<Option<u32>>, cap: usize) -> (Vec<u32>, usize) {
+    let mut seen = std::collections::HashSet::new();
+    let mut pids = Vec::new();
+    let mut taken = 0;
+    while taken < cap {
+        let Some(event) = next() else { break };
+        taken += 1;
+        if let Some(pid) = event
+            && seen.insert(pid)
+        {
+            pids.push(pid);
+        }
+    }
+    (pids, taken)
 }
 
 /// Appends the thread-group ids of the exec events in one datagram.
@@ -273,10 +334,13 @@ pub fn watch(
                         t.saturating_duration_since(now)
                     })
                     .min(Duration::from_millis(200));
-                let (pids, lost) = events.recv(wait);
-                stats.dropped.fetch_add(lost, Ordering::Relaxed);
-                stats.execs.fetch_add(pids.len() as u64, Ordering::Relaxed);
-                for pid in pids {
+                let drained = events.recv(wait);
+                stats.dropped.fetch_add(drained.lost, Ordering::Relaxed);
+                stats
+                    .execs
+                    .fetch_add(drained.events as u64, Ordering::Relaxed);
+                let full = drained.full();
+                for pid in drained.pids {
                     let Ok(ticks) = crate::os::procfs::start_ticks(pid) else {
                         continue;
                     };
@@ -302,6 +366,11 @@ pub fn watch(
                     } else if let Some(d) = CHECKS.get(n + 1) {
                         due.push(Reverse((now + (*d - CHECKS[n]), pid, ticks, n + 1)));
                     }
+                }
+                if full {
+                    // More waits in the ring: the next poll returns at
+                    // once, and the other threads get the CPU in between.
+                    std::thread::yield_now();
                 }
             }
         })
@@ -337,6 +406,29 @@ mod tests {
         parse_exec_pids(&[0xff; 64], &mut out);
         parse_exec_pids(&[], &mut out);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_drain_stops_at_its_cap_and_names_each_pid_once() {
+        // A storm: 10,000 events, re-execs of 3 processes among them, and
+        // events naming no pid.
+        let mut storm = (0..10_000u32).map(|i| match i % 5 {
+            0 => Some(Some(7)),
+            1 => Some(Some(8)),
+            2 => Some(None),
+            3 => Some(Some(7)),
+            _ => Some(Some(1000 + i)),
+        });
+        let (pids, taken) = drain(|| storm.next().flatten(), MAX_DRAIN);
+        assert_eq!(taken, MAX_DRAIN, "stopped at the cap");
+        assert_eq!(&pids[..3], [7, 8, 1004], "in the order first seen");
+        let distinct: std::collections::HashSet<_> = pids.iter().collect();
+        assert_eq!(distinct.len(), pids.len(), "each pid once");
+        assert_eq!(pids.len(), 2 + MAX_DRAIN / 5);
+        // The rest stayed where it was, for the next wake-up.
+        assert_eq!(storm.count(), 10_000 - MAX_DRAIN);
+        // An empty source: nothing, at once.
+        assert_eq!(drain(|| None, MAX_DRAIN), (Vec::new(), 0));
     }
 
     #[test]

@@ -155,11 +155,20 @@ pub enum Liveness {
 /// Whether the process `pid` that started at `ticks` still runs, with the
 /// difference between "gone" and "cannot tell" kept (see [`Liveness`]).
 pub fn liveness(pid: u32, ticks: u64) -> Liveness {
-    match stat(pid) {
-        Ok(s) if s.start_ticks != ticks || s.is_dead() => Liveness::Exited,
-        Ok(_) => Liveness::Alive,
-        Err(ProcError::NoSuchProcess { .. }) => Liveness::Exited,
-        Err(ProcError::Unreadable { .. }) => Liveness::Unknown,
+    Liveness::of(&stat(pid), ticks)
+}
+
+impl Liveness {
+    /// What a read of `/proc/PID/stat` says of the process that started at
+    /// `ticks`: gone (no such pid, a zombie, dead, the pid reused), alive,
+    /// or unknown (the read itself failed).
+    pub fn of(stat: &Result<Stat, ProcError>, ticks: u64) -> Liveness {
+        match stat {
+            Ok(s) if s.start_ticks != ticks || s.is_dead() => Liveness::Exited,
+            Ok(_) => Liveness::Alive,
+            Err(ProcError::NoSuchProcess { .. }) => Liveness::Exited,
+            Err(ProcError::Unreadable { .. }) => Liveness::Unknown,
+        }
     }
 }
 
@@ -172,6 +181,26 @@ pub fn uid(pid: u32) -> Result<u32, ProcError> {
         .find_map(|l| l.strip_prefix("Uid:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .ok_or(ProcError::NoSuchProcess { pid })
+}
+
+/// The four uids of process `pid` (real, effective, saved, filesystem),
+/// from `/proc/PID/status`'s `Uid:` line.
+pub fn uids(pid: u32) -> Result<[u32; 4], ProcError> {
+    let text = read(pid, "status")?;
+    parse_uids(&String::from_utf8_lossy(&text)).ok_or(ProcError::NoSuchProcess { pid })
+}
+
+/// The `Uid:` line's four fields; `None` unless there are exactly four.
+pub fn parse_uids(status: &str) -> Option<[u32; 4]> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let mut f = line.split_whitespace().map(str::parse::<u32>);
+    let uids = [
+        f.next()?.ok()?,
+        f.next()?.ok()?,
+        f.next()?.ok()?,
+        f.next()?.ok()?,
+    ];
+    f.next().is_none().then_some(uids)
 }
 
 /// The thread ids of process `pid`.
@@ -455,6 +484,20 @@ mod tests {
         let own = stat(std::process::id()).unwrap();
         assert_eq!(own.ppid, std::os::unix::process::parent_id());
         assert!(!own.is_dead());
+    }
+
+    #[test]
+    fn the_four_uids_are_read_whole_or_not_at_all() {
+        let status = "Name:\tsu\nUmask:\t0022\nUid:\t1000\t0\t0\t0\nGid:\t1000\t1000\t1000\t1000\n";
+        assert_eq!(parse_uids(status), Some([1000, 0, 0, 0]));
+        assert_eq!(parse_uids("Uid:\t1000\t1000\t1000\n"), None);
+        assert_eq!(parse_uids("Uid:\t1\t2\t3\t4\t5\n"), None);
+        assert_eq!(parse_uids("Uid:\t1\t2\t3\tx\n"), None);
+        assert_eq!(parse_uids("Gid:\t1\t2\t3\t4\n"), None);
+        // SAFETY: getuid and geteuid cannot fail.
+        let (r, e) = unsafe { (libc::getuid(), libc::geteuid()) };
+        let own = uids(std::process::id()).unwrap();
+        assert_eq!((own[0], own[1]), (r, e));
     }
 
     #[test]

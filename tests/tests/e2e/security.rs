@@ -458,3 +458,101 @@ fn attack5_shared_maps_cannot_be_filled_by_one_user() {
     assert!(daemon.stop(signal::TERM).success());
     assert_no_probes_left();
 }
+
+/// Compiles attack/knock.c, a program that is not MPI and knocks at the
+/// exit handover as a shim rank does at exit.
+fn knocker(dir: &std::path::Path) -> std::path::PathBuf {
+    let out = dir.join("knock");
+    let o = std::process::Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(e2e::program("attack/knock.c"))
+        .output()
+        .expect("running cc");
+    assert!(
+        o.status.success(),
+        "cc attack/knock.c failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+/// Runs `cmd` (the knocker) to its end; its line: answered, closed,
+/// timeout.
+fn knocks_ended(cmd: &mut std::process::Command) -> [u32; 3] {
+    let o = e2e::run_with_timeout(cmd, Duration::from_secs(120));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "knocker failed: {out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let n: Vec<u32> = out
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    n.try_into()
+        .unwrap_or_else(|_| panic!("knocker's line: {out:?}"))
+}
+
+/// The exit handover under attack: a user's process that is not MPI
+/// knocks again and again; the daemon looks at it once at most (the scan
+/// or the first knock) and closes every other knock at once as not_mpi,
+/// counting no attach failure. A setuid-like process (real uid the
+/// attacker's, effective, saved and fs uid root's: SO_PEERCRED says root)
+/// is refused every time as uid_mismatch, never held nor attached.
+#[test]
+fn knocks_of_a_process_not_mpi_cost_one_look_and_mixed_uids_are_refused() {
+    if !require(&[Need::Root, Need::Command("cc"), Need::Command("setpriv")]) {
+        return;
+    }
+    const KNOCKS: u32 = 40;
+    let dir = scratch("security-knocks");
+    let attacker = User::ensure(ATTACKER);
+    let bin = knocker(&dir);
+    let socket = dir.join("handover.sock");
+    let mut daemon = Daemon::start(&[
+        "--all".into(),
+        "--no-bpf".into(),
+        "--handover-socket".into(),
+        socket.to_str().unwrap().into(),
+    ]);
+    wait_for("the handover socket", Duration::from_secs(10), || {
+        socket.exists().then_some(())
+    });
+
+    let ended = knocks_ended(attacker.command(&bin).arg(&socket).arg(KNOCKS.to_string()));
+    assert_eq!(
+        ended,
+        [0, KNOCKS, 0],
+        "every knock closed unanswered, none left waiting"
+    );
+    let mut mixed = std::process::Command::new("setpriv");
+    mixed
+        .args(["--ruid", &attacker.uid.to_string()])
+        .arg(&bin)
+        .arg(&socket)
+        .arg(KNOCKS.to_string());
+    assert_eq!(knocks_ended(&mut mixed), [0, KNOCKS, 0]);
+
+    let (_, s) = daemon.scrape();
+    let knocks = |r: &str| e2e::sum(&s, "mpi_observer_exit_handovers_total", &[("result", r)]);
+    let looked = knocks("not_observed");
+    assert!(
+        looked <= 1.0,
+        "a process that is not MPI is looked at once at most, not {looked} times"
+    );
+    assert_eq!(knocks("not_mpi") + looked, f64::from(KNOCKS));
+    assert_eq!(knocks("uid_mismatch"), f64::from(KNOCKS));
+    assert_eq!(
+        knocks("held") + knocks("no_segment") + knocks("refused"),
+        0.0
+    );
+    assert_eq!(
+        e2e::sum(&s, "mpi_observer_attach_failures_total", &[]),
+        0.0,
+        "a knocker that is not MPI is no attach failure"
+    );
+    assert_eq!(e2e::sum(&s, "mpi_observer_attached_processes", &[]), 0.0);
+    assert!(daemon.stop(signal::TERM).success());
+}

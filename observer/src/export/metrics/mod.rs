@@ -58,6 +58,8 @@ pub struct SelfMetrics {
     pub probes: IntGauge,
     /// Failed attach attempts.
     pub attach_failures: IntCounter,
+    /// Attaches cut short by the rank's own exit (not failures).
+    pub attach_exited: IntCounter,
     /// Ranks the shim was injected into and that are alive.
     pub injected: IntGauge,
     /// Duration of the last scrape's collection.
@@ -116,6 +118,11 @@ impl SelfMetrics {
         let attach_failures = IntCounter::new(
             "mpi_observer_attach_failures_total",
             "Attempts to attach to an MPI process that failed.",
+        )
+        .expect("valid metric");
+        let attach_exited = IntCounter::new(
+            "mpi_observer_attach_exited_total",
+            "Processes that exited (or were exiting) while being attached, so their probes never went in; not counted in mpi_observer_attach_failures_total.",
         )
         .expect("valid metric");
         let scrape_seconds = Gauge::new(
@@ -220,7 +227,7 @@ impl SelfMetrics {
         let exit_handovers = IntCounterVec::new(
             Opts::new(
                 "mpi_observer_exit_handovers_total",
-                "Exit knocks of shim ranks on the handover socket, by result: held (the rank's segment is held, its final figures kept), no_segment, not_observed (not a process this daemon observes or may attach), queue_full, malformed, stale (served after the shim stopped waiting).",
+                "Exit knocks of shim ranks on the handover socket, by result: held (the rank's segment is held, its final figures kept), no_segment, not_observed (not a process this daemon observes or may attach), queue_full, malformed, stale (served after the shim stopped waiting), not_mpi (judged not MPI before: closed without a look), refused (refused by a budget, or its attach failed, before), uid_mismatch (the process's real, effective, saved and filesystem uids are not all the uid that knocked).",
             ),
             &["result"],
         )
@@ -242,6 +249,7 @@ impl SelfMetrics {
             Box::new(attached.clone()),
             Box::new(probes.clone()),
             Box::new(attach_failures.clone()),
+            Box::new(attach_exited.clone()),
             Box::new(injected.clone()),
             Box::new(scrape_seconds.clone()),
             Box::new(scrapes.clone()),
@@ -266,6 +274,7 @@ impl SelfMetrics {
             attached,
             probes,
             attach_failures,
+            attach_exited,
             injected,
             scrape_seconds,
             scrapes,
