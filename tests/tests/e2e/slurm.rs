@@ -782,7 +782,17 @@ fn site_deployment_on_a_slurm_cluster() {
             .sum()
     };
     assert_eq!(knocks("held"), 2.0 * NP as f64, "exit knocks held");
-    assert_eq!(knocks("not_observed"), 0.0, "exit knocks refused");
+    for refused in [
+        "not_observed",
+        "not_mpi",
+        "refused",
+        "uid_mismatch",
+        "queue_full",
+        "stale",
+        "malformed",
+    ] {
+        assert_eq!(knocks(refused), 0.0, "exit knocks answered {refused}");
+    }
 
     phase("stats jobs exact");
     // 7. The site's default (default=stats), and opting out of it: no shim
