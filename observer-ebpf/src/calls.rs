@@ -23,7 +23,7 @@ use observer_common::{
 
 use crate::{
     CALLSITES, ERRORS, INFLIGHT, PERCPU_STATS, PROCS, SITE_COUNTS, STATS, STATS_PERCPU, TRACE,
-    ZERO, bytes,
+    ZERO, bytes, pidns,
 };
 
 /// Entry of a call that moves no data of its own (synchronisation, request
@@ -85,7 +85,11 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
     // tgid; so a process's entries are bounded by the functions it was
     // attached with (the cookie), never by anything it controls. Such a
     // process is not observed, as no process the daemon did not attach is.
-    let Some(cfg) = PROCS.get_ptr_mut(&((id >> 32) as u32)) else {
+    // A task outside the daemon's pid namespace is no rank of its.
+    let Some((tgid, _)) = pidns::ids(id) else {
+        return;
+    };
+    let Some(cfg) = PROCS.get_ptr_mut(&tgid) else {
         return;
     };
     {
@@ -148,7 +152,7 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
         }
     }
     if with_bytes && cookie::has_bytes(cookie) {
-        bytes::account(ctx, cookie, (id >> 32) as u32, &mut e);
+        bytes::account(ctx, cookie, tgid, &mut e);
     }
     // Read the clock last so argument decoding is not charged to the call.
     // SAFETY: reads the monotonic clock; no arguments, no memory.
@@ -192,14 +196,18 @@ fn leave(ctx: &RetProbeContext) {
     if done.unknown & INFLIGHT_SKIP != 0 {
         return;
     }
-    let tgid = (id >> 32) as u32;
+    // Its entry found it in the daemon's namespace, and a task never
+    // changes its own: this fails only if the daemon's world changed.
+    let Some((tgid, tid)) = pidns::ids(id) else {
+        return;
+    };
     let func = u32::from(done.stack[0]);
     let ns = now.saturating_sub(done.start_ns);
     record(StatKey { tgid, func }, ns, &done);
     if done.unknown & INFLIGHT_TRACE != 0 {
         let call = TraceCall {
             tgid,
-            tid: id as u32,
+            tid,
             func,
             unknown: done.unknown & 3,
             start_ns: done.start_ns,

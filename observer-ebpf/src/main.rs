@@ -20,6 +20,7 @@ mod collectives;
 mod datatype;
 mod exec;
 mod p2p;
+mod pidns;
 
 use aya_ebpf::{
     macros::map,
