@@ -56,7 +56,10 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
     // what the helper expects.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let func = cookie::function(cookie) as u16;
-    let id = bpf_get_current_pid_tgid();
+    // A task outside the daemon's pid namespace is no rank of its.
+    let Some(id) = pidns::pid_tgid(bpf_get_current_pid_tgid()) else {
+        return;
+    };
     if let Some(e) = INFLIGHT.get_ptr_mut(&id) {
         // Nested inside another probed call: remember it, count nothing.
         // SAFETY: an INFLIGHT value (preallocated), valid for the program's
@@ -85,10 +88,7 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
     // tgid; so a process's entries are bounded by the functions it was
     // attached with (the cookie), never by anything it controls. Such a
     // process is not observed, as no process the daemon did not attach is.
-    // A task outside the daemon's pid namespace is no rank of its.
-    let Some((tgid, _)) = pidns::ids(id) else {
-        return;
-    };
+    let tgid = (id >> 32) as u32;
     let Some(cfg) = PROCS.get_ptr_mut(&tgid) else {
         return;
     };
@@ -170,7 +170,9 @@ fn leave(ctx: &RetProbeContext) {
     // what the helper expects.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let func = cookie::function(cookie) as u16;
-    let id = bpf_get_current_pid_tgid();
+    let Some(id) = pidns::pid_tgid(bpf_get_current_pid_tgid()) else {
+        return;
+    };
     let Some(e) = INFLIGHT.get_ptr_mut(&id) else {
         // The call began before we attached: it is not ours to time.
         return;
@@ -196,18 +198,14 @@ fn leave(ctx: &RetProbeContext) {
     if done.unknown & INFLIGHT_SKIP != 0 {
         return;
     }
-    // Its entry found it in the daemon's namespace, and a task never
-    // changes its own: this fails only if the daemon's world changed.
-    let Some((tgid, tid)) = pidns::ids(id) else {
-        return;
-    };
+    let tgid = (id >> 32) as u32;
     let func = u32::from(done.stack[0]);
     let ns = now.saturating_sub(done.start_ns);
     record(StatKey { tgid, func }, ns, &done);
     if done.unknown & INFLIGHT_TRACE != 0 {
         let call = TraceCall {
             tgid,
-            tid,
+            tid: id as u32,
             func,
             unknown: done.unknown & 3,
             start_ns: done.start_ns,

@@ -19,10 +19,10 @@ use crate::{EXEC_DROPS, EXECS, pidns};
 pub fn mpi_exec(_ctx: RawTracePointContext) -> i32 {
     // The thread group is the process's pid, in the daemon's namespace; a
     // task outside it is not sent: its number would name another process.
-    let Some((tgid, _)) = pidns::ids(bpf_get_current_pid_tgid()) else {
+    let Some(id) = pidns::pid_tgid(bpf_get_current_pid_tgid()) else {
         return 0;
     };
-    let tgid = u64::from(tgid);
+    let tgid = id >> 32;
     if EXECS.output::<u64>(&tgid, 0).is_err()
         && let Some(n) = EXEC_DROPS.get_ptr_mut(0)
     {

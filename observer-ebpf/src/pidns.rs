@@ -19,18 +19,20 @@ static PIDNS_DEV: u64 = 0;
 #[unsafe(no_mangle)]
 static PIDNS_INO: u64 = 0;
 
-/// The current thread's (tgid, pid) in the daemon's pid namespace, given
-/// its `bpf_get_current_pid_tgid` (which the caller has anyway, so a host
-/// daemon's probes make no second helper call), or `None` when its task is
-/// not in that namespace: the helper answers only for tasks whose own
-/// namespace it is, so a task on the host or in a namespace nested in the
-/// daemon's is not the daemon's to count.
+/// The current thread's pid_tgid as the daemon names it, given
+/// `bpf_get_current_pid_tgid` (the caller's: so a host daemon's probes make
+/// no second helper call and keep today's code once the verifier drops the
+/// other branch), or `None` when its task is not in the daemon's namespace:
+/// the helper answers only for tasks whose own namespace it is, so a task
+/// on the host or in a namespace nested in the daemon's is not the
+/// daemon's to count. Everything keyed by a thread or a process uses this
+/// one id (the calls in flight too, which the daemon reads by pid).
 #[inline(always)]
-pub fn ids(pid_tgid: u64) -> Option<(u32, u32)> {
+pub fn pid_tgid(host: u64) -> Option<u64> {
     // SAFETY: globals of the object, constant once loaded.
     let ino = unsafe { core::ptr::read_volatile(&PIDNS_INO) };
     if ino == 0 {
-        return Some(((pid_tgid >> 32) as u32, pid_tgid as u32));
+        return Some(host);
     }
     // SAFETY: as above.
     let dev = unsafe { core::ptr::read_volatile(&PIDNS_DEV) };
@@ -45,5 +47,5 @@ pub fn ids(pid_tgid: u64) -> Option<(u32, u32)> {
             core::mem::size_of::<bpf_pidns_info>() as u32,
         )
     };
-    (r == 0).then_some((info.tgid, info.pid))
+    (r == 0).then_some((u64::from(info.tgid) << 32) | u64::from(info.pid))
 }
