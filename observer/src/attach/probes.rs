@@ -36,7 +36,7 @@ use thiserror::Error;
 use crate::{
     attach::multi::{self, MultiError},
     attach::symbols::Library,
-    os::procfs::{self, PidNamespace, ProcError},
+    os::procfs::{self, PidNamespace},
 };
 
 /// One process's call statistics from the maps: function ID to its figures,
@@ -104,14 +104,6 @@ pub enum ProbeError {
     PidNamespace {
         /// Why.
         source: procfs::NamespaceError,
-    },
-    /// A process's pid namespace could not be read.
-    #[error("cannot tell the pid namespace of pid {pid}: {source}")]
-    ProcessNamespace {
-        /// Target pid.
-        pid: u32,
-        /// Why.
-        source: ProcError,
     },
     /// A process of another pid namespace than the daemon's: the probes
     /// see only tasks of the daemon's own (a nested one's pids are not
@@ -574,10 +566,9 @@ impl Probes {
         }
         // A process the programs cannot see (a nested pid namespace's)
         // would be attached and count nothing: refused, so it is counted.
+        // One gone meanwhile fails below as before.
         if let Some(ns) = self.pidns
-            && procfs::pid_namespace_ino(pid)
-                .map_err(|source| ProbeError::ProcessNamespace { pid, source })?
-                != ns.ino
+            && procfs::pid_namespace_ino(pid).is_ok_and(|ino| ino != ns.ino)
         {
             return Err(ProbeError::ForeignNamespace { pid });
         }
