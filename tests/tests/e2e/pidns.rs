@@ -268,7 +268,8 @@ fn a_daemon_in_a_pid_namespace_without_its_own_proc_refuses_to_start() {
         Command::new("unshare")
             .args(["--pid", "--fork"])
             .arg(observer_bin())
-            .args(["attach", "--listen", &format!("127.0.0.1:{}", free_port())]),
+            .args(["attach", "--all", "--handover-socket", "none", "--listen"])
+            .arg(format!("127.0.0.1:{}", free_port())),
         Duration::from_secs(30),
     );
     let err = String::from_utf8_lossy(&o.stderr);
