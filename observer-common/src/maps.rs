@@ -12,6 +12,14 @@ pub const STATS_PERCPU: &str = "MPI_STATS_PERCPU";
 /// [`STATS_PERCPU`] instead of [`STATS`] (benchmarks only). Read-only data,
 /// so the verifier removes the branch not taken.
 pub const PERCPU_STATS: &str = "PERCPU_STATS";
+/// Globals of the eBPF object: the device (kernel encoding) and inode of
+/// the daemon's pid namespace, left 0 for the initial one. Set, the
+/// programs name tasks by their pids in that namespace and ignore tasks of
+/// any other. Read-only data, so a host daemon's probes keep the plain
+/// `bpf_get_current_pid_tgid` path.
+pub const PIDNS_DEV: &str = "PIDNS_DEV";
+/// See [`PIDNS_DEV`].
+pub const PIDNS_INO: &str = "PIDNS_INO";
 /// Calls in progress, per thread (LRU hash keyed by pid_tgid).
 pub const INFLIGHT: &str = "MPI_INFLIGHT";
 /// Per-process facts the probes need ([`ProcConfig`]), keyed by tgid.

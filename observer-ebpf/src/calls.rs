@@ -23,7 +23,7 @@ use observer_common::{
 
 use crate::{
     CALLSITES, ERRORS, INFLIGHT, PERCPU_STATS, PROCS, SITE_COUNTS, STATS, STATS_PERCPU, TRACE,
-    ZERO, bytes,
+    ZERO, bytes, pidns,
 };
 
 /// Entry of a call that moves no data of its own (synchronisation, request
@@ -56,7 +56,10 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
     // what the helper expects.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let func = cookie::function(cookie) as u16;
-    let id = bpf_get_current_pid_tgid();
+    // A task outside the daemon's pid namespace is no rank of its.
+    let Some(id) = pidns::pid_tgid(bpf_get_current_pid_tgid()) else {
+        return;
+    };
     if let Some(e) = INFLIGHT.get_ptr_mut(&id) {
         // Nested inside another probed call: remember it, count nothing.
         // SAFETY: an INFLIGHT value (preallocated), valid for the program's
@@ -85,7 +88,8 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
     // tgid; so a process's entries are bounded by the functions it was
     // attached with (the cookie), never by anything it controls. Such a
     // process is not observed, as no process the daemon did not attach is.
-    let Some(cfg) = PROCS.get_ptr_mut(&((id >> 32) as u32)) else {
+    let tgid = (id >> 32) as u32;
+    let Some(cfg) = PROCS.get_ptr_mut(&tgid) else {
         return;
     };
     {
@@ -148,7 +152,7 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
         }
     }
     if with_bytes && cookie::has_bytes(cookie) {
-        bytes::account(ctx, cookie, (id >> 32) as u32, &mut e);
+        bytes::account(ctx, cookie, tgid, &mut e);
     }
     // Read the clock last so argument decoding is not charged to the call.
     // SAFETY: reads the monotonic clock; no arguments, no memory.
@@ -166,7 +170,9 @@ fn leave(ctx: &RetProbeContext) {
     // what the helper expects.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let func = cookie::function(cookie) as u16;
-    let id = bpf_get_current_pid_tgid();
+    let Some(id) = pidns::pid_tgid(bpf_get_current_pid_tgid()) else {
+        return;
+    };
     let Some(e) = INFLIGHT.get_ptr_mut(&id) else {
         // The call began before we attached: it is not ours to time.
         return;

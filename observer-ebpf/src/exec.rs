@@ -7,7 +7,7 @@ use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::raw_tracepoint, programs::RawTracePointContext,
 };
 
-use crate::{EXEC_DROPS, EXECS};
+use crate::{EXEC_DROPS, EXECS, pidns};
 
 /// `sched/sched_process_exec`: the exec'ing thread group's id into
 /// [`EXECS`]; a full ring counts the event in [`EXEC_DROPS`] (the daemon's
@@ -17,8 +17,12 @@ use crate::{EXEC_DROPS, EXECS};
 /// current task is the one exec'ing, so its arguments are not needed.
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn mpi_exec(_ctx: RawTracePointContext) -> i32 {
-    // The upper half is the thread group: the process's pid.
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u64;
+    // The thread group is the process's pid, in the daemon's namespace; a
+    // task outside it is not sent: its number would name another process.
+    let Some(id) = pidns::pid_tgid(bpf_get_current_pid_tgid()) else {
+        return 0;
+    };
+    let tgid = id >> 32;
     if EXECS.output::<u64>(&tgid, 0).is_err()
         && let Some(n) = EXEC_DROPS.get_ptr_mut(0)
     {

@@ -20,6 +20,7 @@ mod collectives;
 mod datatype;
 mod exec;
 mod p2p;
+mod pidns;
 
 use aya_ebpf::{
     macros::map,
@@ -62,8 +63,10 @@ static CALLSITES: HashMap<SiteKey, SiteStats> = HashMap::with_max_entries(CALLSI
 #[map(name = "MPI_SITE_COUNTS")]
 static SITE_COUNTS: HashMap<u32, SiteCount> = HashMap::with_max_entries(PROCS_CAPACITY, 0);
 
-/// The outermost probed call each thread is in, keyed by pid_tgid. LRU, so a
-/// thread that never returns (MPI_Abort) cannot fill it up.
+/// The outermost probed call each thread is in, keyed by pid_tgid (in the
+/// daemon's pid namespace, [`pidns::pid_tgid`], as the daemon reads it back
+/// by pid). LRU, so a thread that never returns (MPI_Abort) cannot fill it
+/// up.
 #[map(name = "MPI_INFLIGHT")]
 static INFLIGHT: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(INFLIGHT_CAPACITY, 0);
 

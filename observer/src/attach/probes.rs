@@ -36,6 +36,7 @@ use thiserror::Error;
 use crate::{
     attach::multi::{self, MultiError},
     attach::symbols::Library,
+    os::procfs::{self, PidNamespace},
 };
 
 /// One process's call statistics from the maps: function ID to its figures,
@@ -96,6 +97,23 @@ pub enum ProbeError {
         pid: u32,
         /// The loader's error.
         source: MultiError,
+    },
+    /// The daemon's pid namespace could not be told, so neither could
+    /// which pids the probes should use.
+    #[error("cannot tell the daemon's pid namespace: {source}")]
+    PidNamespace {
+        /// Why.
+        source: procfs::NamespaceError,
+    },
+    /// A process of another pid namespace than the daemon's: the probes
+    /// see only tasks of the daemon's own (a nested one's pids are not
+    /// the kernel helper's to give), so it would count nothing.
+    #[error(
+        "cannot attach to pid {pid}: it is in another pid namespace than the daemon's, whose probes count only their own namespace's processes; run a daemon in that namespace, or on the host"
+    )]
+    ForeignNamespace {
+        /// Target pid.
+        pid: u32,
     },
     /// A map update failed.
     #[error("cannot update BPF map {map}: {source}")]
@@ -218,6 +236,9 @@ pub struct Probes {
     /// Links an earlier daemon pinned for a planned restart, by pid, not
     /// yet claimed by [`Probes::attach`].
     adopted: HashMap<u32, handover::Pinned>,
+    /// The daemon's pid namespace, `None` for the initial one: set, the
+    /// programs name tasks by their pids in it and count no other task.
+    pidns: Option<PidNamespace>,
 }
 
 /// The maps given a size at load (name, max entries), and whether
@@ -255,6 +276,12 @@ fn map_sizes(
 /// per-CPU map the shared one replaced: only for `cargo xtask bench kmaps`,
 /// which compares the two designs in one run.
 pub const BENCH_PERCPU_STATS: &str = "MPI_OBSERVER_BENCH_PERCPU_STATS";
+
+/// The daemon's pid namespace, for the programs' [`maps::PIDNS_DEV`] and
+/// [`maps::PIDNS_INO`]; `None` for the initial one.
+fn pid_namespace() -> Result<Option<PidNamespace>, ProbeError> {
+    procfs::own_pid_namespace().map_err(|source| ProbeError::PidNamespace { source })
+}
 
 impl Probes {
     /// Loads the embedded eBPF object within the default statistics map
@@ -304,12 +331,18 @@ impl Probes {
         let (sizes, percpu_stats) = map_sizes(stats_budget, callsites, trace_bytes);
         let (capacity, site_capacity) = (maps::stats_capacity_within(stats_budget), sizes[2].1);
         let percpu_flag = u32::from(percpu_stats);
-        let (layout, _) =
-            handover::layout(object, &sizes, percpu_stats).map_err(|e| ProbeError::Load {
+        let pidns = pid_namespace()?;
+        let (layout, _) = handover::layout(object, &sizes, percpu_stats, pidns).map_err(|e| {
+            ProbeError::Load {
                 reason: e.to_string(),
-            })?;
+            }
+        })?;
         let mut loader = EbpfLoader::new();
         loader.override_global(maps::PERCPU_STATS, &percpu_flag, true);
+        // 0 on the host: the programs keep bpf_get_current_pid_tgid.
+        let (ns_dev, ns_ino) = pidns.map_or((0, 0), |n| (n.dev, n.ino));
+        loader.override_global(maps::PIDNS_DEV, &ns_dev, true);
+        loader.override_global(maps::PIDNS_INO, &ns_ino, true);
         for (name, size) in sizes {
             loader.map_max_entries(name, size);
         }
@@ -341,7 +374,14 @@ impl Probes {
             types_dropped: 0,
             layout,
             adopted: HashMap::new(),
+            pidns,
         })
+    }
+
+    /// The daemon's pid namespace if it is not the initial one: the probes
+    /// then count only the processes of that namespace.
+    pub fn pid_namespace(&self) -> Option<PidNamespace> {
+        self.pidns
     }
 
     /// Entries of the statistics map: (process, function) pairs it holds.
@@ -523,6 +563,14 @@ impl Probes {
     ) -> Result<Attachment, ProbeError> {
         if let Some(att) = self.claim(pid) {
             return Ok(att);
+        }
+        // A process the programs cannot see (a nested pid namespace's)
+        // would be attached and count nothing: refused, so it is counted.
+        // One gone meanwhile fails below as before.
+        if let Some(ns) = self.pidns
+            && procfs::pid_namespace_ino(pid).is_ok_and(|ino| ino != ns.ino)
+        {
+            return Err(ProbeError::ForeignNamespace { pid });
         }
         // An earlier detach of this pid must not remove the new config.
         for (p, _) in &mut self.closing {

@@ -148,6 +148,12 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         (None, None)
     } else {
         let (p, a) = Probes::load_adopting(EBPF_OBJECT, args.map_memory, args.callsites)?;
+        if let Some(ns) = p.pid_namespace() {
+            eprintln!(
+                "mpi-observer: running in pid namespace pid:[{}]: the probes count the ranks of this namespace only (run the daemon on the host, e.g. hostPID, to observe every rank of the node)",
+                ns.ino
+            );
+        }
         (Some(p), Some(a))
     };
     let render = RenderOptions {

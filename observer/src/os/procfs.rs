@@ -35,6 +35,97 @@ pub enum ProcError {
     },
 }
 
+/// Errors telling this process's own pid namespace.
+#[derive(Debug, Error)]
+pub enum NamespaceError {
+    /// `/proc/self` or this process's `ns/pid` could not be read.
+    #[error("cannot read {path}: {source}; the daemon needs a /proc of its own pid namespace")]
+    Unreadable {
+        /// The path.
+        path: String,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// `/proc` is not the procfs of this process's pid namespace, so its
+    /// pids are not the ones this process's system calls and probes use.
+    #[error(
+        "/proc is not this pid namespace's (/proc/self is {seen:?}, this process is pid {own}); mount a proc of the daemon's own pid namespace (unshare --pid --fork --mount-proc, or a container with its own /proc)"
+    )]
+    ForeignProc {
+        /// What `/proc/self` points at.
+        seen: String,
+        /// This process's pid, as getpid tells.
+        own: u32,
+    },
+}
+
+/// The inode of the initial pid namespace (PROC_PID_INIT_INO): a daemon in
+/// it names processes as the kernel's `bpf_get_current_pid_tgid` does.
+pub const INITIAL_PID_NAMESPACE: u64 = 0xEFFF_FFFC;
+
+/// A pid namespace as `bpf_get_ns_current_pid_tgid` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidNamespace {
+    /// The nsfs device, in the kernel's encoding (MKDEV: major << 20 |
+    /// minor), which the helper compares with, not stat's.
+    pub dev: u64,
+    /// The namespace's inode.
+    pub ino: u64,
+}
+
+/// This process's pid namespace, or `None` for the initial one (or a
+/// kernel without pid namespaces). Fails if `/proc` is another
+/// namespace's: every pid the daemon reads there would then name another
+/// process than the probes' and the kernel's.
+pub fn own_pid_namespace() -> Result<Option<PidNamespace>, NamespaceError> {
+    use std::os::unix::fs::MetadataExt as _;
+    // SAFETY: getpid has no preconditions.
+    let own = unsafe { libc::getpid() } as u32;
+    let unreadable = |path: String, source: io::Error| NamespaceError::Unreadable { path, source };
+    // /proc/self is the procfs's own link to its reader: it names this
+    // process only in a proc of this process's namespace.
+    let seen = fs::read_link("/proc/self").map_err(|e| unreadable("/proc/self".into(), e))?;
+    if seen.as_os_str().to_str() != Some(own.to_string().as_str()) {
+        return Err(NamespaceError::ForeignProc {
+            seen: seen.display().to_string(),
+            own,
+        });
+    }
+    let path = format!("/proc/{own}/ns/pid");
+    let m = match fs::metadata(&path) {
+        Ok(m) => m,
+        // No CONFIG_PID_NS: the initial namespace is the only one.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(unreadable(path, e)),
+    };
+    if m.ino() == INITIAL_PID_NAMESPACE {
+        return Ok(None);
+    }
+    let (major, minor) = (libc::major(m.dev()), libc::minor(m.dev()));
+    Ok(Some(PidNamespace {
+        dev: (u64::from(major) << 20) | u64::from(minor),
+        ino: m.ino(),
+    }))
+}
+
+/// The inode of a process's pid namespace (`/proc/PID/ns/pid`).
+pub fn pid_namespace_ino(pid: u32) -> Result<u64, ProcError> {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::metadata(format!("/proc/{pid}/ns/pid"))
+        .map(|m| m.ino())
+        .map_err(|source| {
+            if source.kind() == io::ErrorKind::NotFound {
+                ProcError::NoSuchProcess { pid }
+            } else {
+                ProcError::Unreadable {
+                    pid,
+                    file: "ns/pid",
+                    source,
+                }
+            }
+        })
+}
+
 fn read(pid: u32, file: &'static str) -> Result<Vec<u8>, ProcError> {
     fs::read(format!("/proc/{pid}/{file}")).map_err(|source| {
         if source.kind() == io::ErrorKind::NotFound || source.raw_os_error() == Some(libc::ESRCH) {
@@ -450,6 +541,21 @@ pub fn mapping_of(pid: u32, path: &Path) -> Option<MappedLib> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_pid_namespace_is_none_exactly_in_the_initial_one() {
+        let link = fs::read_link("/proc/self/ns/pid").unwrap();
+        let initial = link.to_str() == Some(&format!("pid:[{INITIAL_PID_NAMESPACE}]"));
+        let ns = own_pid_namespace().unwrap();
+        assert_eq!(ns.is_none(), initial, "{link:?}: {ns:?}");
+        if let Some(ns) = ns {
+            assert_eq!(link.to_str(), Some(format!("pid:[{}]", ns.ino).as_str()));
+        }
+        assert_eq!(
+            pid_namespace_ino(std::process::id()).unwrap(),
+            ns.map_or(INITIAL_PID_NAMESPACE, |n| n.ino)
+        );
+    }
 
     #[test]
     fn own_process_is_alive_and_not_mpi() {

@@ -17,6 +17,7 @@ mod mpi4py;
 mod observer;
 mod observer_abi;
 mod package;
+mod pidns;
 mod qmpi;
 mod qmpi_header;
 mod record;

@@ -26,7 +26,10 @@ use observer_common::maps::{self, CallStats, ProcConfig, StatKey, TypeKey};
 use super::{Attachment, ProbeError, Probes};
 use crate::{
     attach::pins::{self, PinError},
-    os::{procfs, sys::map_fd},
+    os::{
+        procfs::{self, PidNamespace},
+        sys::map_fd,
+    },
 };
 
 /// Bumped when a map's key or value changes meaning without changing
@@ -76,6 +79,7 @@ pub(super) fn layout(
     object: &[u8],
     sizes: &[(&str, u32)],
     percpu: bool,
+    pidns: Option<PidNamespace>,
 ) -> Result<(u64, Vec<String>), aya_obj::ParseError> {
     let obj = aya_obj::Object::parse(object)?;
     let mut names: Vec<String> = obj
@@ -88,6 +92,13 @@ pub(super) fn layout(
     let mut bytes = Vec::new();
     bytes.extend_from_slice(&LAYOUT_VERSION.to_le_bytes());
     bytes.push(u8::from(percpu));
+    // The maps' pids are this namespace's: a daemon of another must not
+    // read them as its own. Nothing added for the initial namespace, so a
+    // host daemon's hash is what it was.
+    if let Some(ns) = pidns {
+        bytes.extend_from_slice(&ns.dev.to_le_bytes());
+        bytes.extend_from_slice(&ns.ino.to_le_bytes());
+    }
     for name in &names {
         let m = &obj.maps[name];
         let max = sizes
@@ -175,9 +186,11 @@ impl Probes {
     ) -> Result<(Self, Adoption), ProbeError> {
         let mut adoption = Adoption::default();
         let (sizes, percpu) = super::map_sizes(stats_budget, callsites, maps::TRACE_BYTES);
-        let (layout, names) = layout(object, &sizes, percpu).map_err(|e| ProbeError::Load {
-            reason: e.to_string(),
-        })?;
+        let pidns = super::pid_namespace()?;
+        let (layout, names) =
+            layout(object, &sizes, percpu, pidns).map_err(|e| ProbeError::Load {
+                reason: e.to_string(),
+            })?;
         let base = match pins::existing_dir() {
             Ok(Some(b)) => b,
             Ok(None) => {
@@ -485,16 +498,22 @@ mod tests {
     }
 
     #[test]
-    fn layout_depends_on_sizes() {
-        let a = layout(crate::EBPF_OBJECT, &[(maps::STATS, 100)], false).unwrap();
-        let b = layout(crate::EBPF_OBJECT, &[(maps::STATS, 101)], false).unwrap();
-        let c = layout(crate::EBPF_OBJECT, &[(maps::STATS, 100)], true).unwrap();
+    fn layout_depends_on_sizes_and_pid_namespace() {
+        let l = |size, percpu, pidns| {
+            layout(crate::EBPF_OBJECT, &[(maps::STATS, size)], percpu, pidns).unwrap()
+        };
+        let a = l(100, false, None);
+        let b = l(101, false, None);
+        let c = l(100, true, None);
+        let ns = |ino| Some(PidNamespace { dev: 4, ino });
+        let d = l(100, false, ns(4_026_532_000));
+        let e = l(100, false, ns(4_026_532_001));
         assert_ne!(a.0, b.0);
         assert_ne!(a.0, c.0);
-        assert_eq!(
-            a,
-            layout(crate::EBPF_OBJECT, &[(maps::STATS, 100)], false).unwrap()
-        );
+        assert_ne!(a.0, d.0);
+        assert_ne!(d.0, e.0);
+        assert_eq!(a, l(100, false, None));
+        assert_eq!(d, l(100, false, ns(4_026_532_000)));
         assert!(a.1.iter().any(|n| n == maps::STATS));
         assert!(a.1.iter().all(|n| !n.starts_with('.')));
     }
