@@ -1,6 +1,6 @@
 //! A real systemd, booted as PID 1 of a private pid and mount namespace on
 //! this machine (whose own PID 1 is not systemd, nor in CI), so the
-//! package's unit runs as a site runs it: `DynamicUser=`, its sandbox,
+//! package's unit runs as a site runs it: its user, its sandbox,
 //! `LoadCredential=`, `RuntimeDirectory=`, `ExecStartPre=+`, and dpkg's
 //! maintainer scripts talking to it (`deb-systemd-invoke try-restart`).
 //!
@@ -10,7 +10,10 @@
 //! loads units from one directory only ([`Systemd::UNITS`], through
 //! `SYSTEMD_UNIT_PATH`): empty stand-ins for the standard targets, journald
 //! (volatile, so nothing reaches the host's journal) and links to the
-//! units a test names, so none of the host's services start. Processes
+//! units a test names, so none of the host's services start. A container
+//! image's `/usr/sbin/policy-rc.d` (exit 101: maintainer scripts may not
+//! start or restart services) is replaced, inside the namespace only, by
+//! one that allows them, as on a site's node. Processes
 //! that must be seen by a daemon under it (an MPI job) run in the same
 //! namespaces ([`Systemd::command`]): the daemon names processes by the
 //! pids of its own namespace.
@@ -40,6 +43,11 @@ mount --make-rprivate /
 mount --make-rshared /
 mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir -p /run/lock /run/systemd/journald.conf.d "$UNITS"
+if [ -e /usr/sbin/policy-rc.d ]; then
+	printf '#!/bin/sh\nexit 0\n' >/run/test-bed/policy-rc.d
+	chmod 755 /run/test-bed/policy-rc.d
+	mount --bind /run/test-bed/policy-rc.d /usr/sbin/policy-rc.d
+fi
 printf '[Journal]\nStorage=volatile\nReadKMsg=no\n' >/run/systemd/journald.conf.d/test-bed.conf
 for t in sysinit basic shutdown multi-user network network-online network-pre \
 	local-fs local-fs-pre remote-fs sockets timers paths slices swap emergency \

@@ -1462,7 +1462,7 @@ fn systemd_unit_verifies() {
     )
     .unwrap();
     assert!(defaults.contains("\nMPI_OBSERVER_OPTS=\"--all --listen 0.0.0.0:9479\"\n"));
-    assert!(unit.contains("NoNewPrivileges=yes") && unit.contains("DynamicUser=yes"));
+    assert!(unit.contains("NoNewPrivileges=yes") && unit.contains("\nUser=mpi-observer\n"));
     // verify checks that ExecStart exists: point it at the built binary.
     let local = unit.replace(
         "/usr/bin/mpi-observer",

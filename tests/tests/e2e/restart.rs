@@ -623,7 +623,7 @@ fn status_field(sd: &Systemd, pid: &str, key: &str) -> String {
 /// The package's unit under a real systemd (tests/src/systemd.rs: PID 1 of
 /// a private pid and mount namespace), as a site runs it: installed and
 /// upgraded by dpkg, whose scripts talk to that systemd. The daemon runs as
-/// the unit's dynamic user with its sandbox; the upgrade's `try-restart`
+/// the unit's unprivileged user with its sandbox; the upgrade's `try-restart`
 /// hands the probes of a held job over to the new daemon (ExecStartPre's
 /// pin directory, ReadWritePaths=), which exports every call of the three
 /// phases; the removal stops it with no probe, pin or request left.
@@ -655,11 +655,13 @@ fn package_upgrade_under_systemd_hands_over() {
     .unwrap();
     sd.systemctl(&["start", UNIT_NAME]);
     let a = sd.property(UNIT_NAME, "MainPID");
-    // The unit's sandbox: an unprivileged dynamic user.
+    // The unit's user, which the postinst made: unprivileged, all four
+    // uids.
+    let user = system_user().expect("the postinst must make the user mpi-observer");
     let uids = status_field(&sd, &a, "Uid");
     assert!(
-        uids.split_whitespace().all(|u| u != "0"),
-        "the unit's daemon must not run as root: Uid {uids}"
+        user != "0" && uids.split_whitespace().all(|u| u == user),
+        "the unit's daemon must run as mpi-observer (uid {user}): Uid {uids}"
     );
     // As Prometheus scrapes it: HTTPS verified against the site's CA, basic
     // auth.
@@ -730,4 +732,18 @@ fn package_upgrade_under_systemd_hands_over() {
         "the request must go with the package"
     );
     finish(probed, &dir, "probed");
+    dpkg_in(&sd, &["--purge", PKG]);
+    assert_eq!(system_user(), None, "a purge removes the unit's user");
+}
+
+/// The uid of the unit's system user `mpi-observer`, if it exists.
+fn system_user() -> Option<String> {
+    let o = std::process::Command::new("getent")
+        .args(["passwd", "mpi-observer"])
+        .output()
+        .expect("getent");
+    let line = String::from_utf8_lossy(&o.stdout).into_owned();
+    o.status
+        .success()
+        .then(|| line.split(':').nth(2).unwrap_or_default().to_string())
 }
