@@ -347,3 +347,115 @@ pub fn run(root: &Path) -> Result<()> {
     );
     write_report(root, "benchmarks-scan.md", report, &load_before)
 }
+
+/// How one pass reads a remembered process.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Reads {
+    /// As `Scanner::scan` does: `stat` (`read_to_end`), `comm`
+    /// (`read_to_string`), then `stat` again in the pass that forgets
+    /// processes gone.
+    Daemon,
+    /// One open and one read of `stat` into a fixed buffer, the comm taken
+    /// from its field 2, no second read.
+    Once,
+}
+
+/// Thread CPU of the calling thread, ns (first `schedstat` field).
+fn thread_ns() -> u64 {
+    fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Start ticks (field 22) and comm (field 2) of a `stat` text.
+fn parse_stat(text: &str) -> Option<(u64, &str)> {
+    let (head, rest) = text.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1;
+    let ticks = rest.split_whitespace().nth(19)?.parse().ok()?;
+    Some((ticks, comm))
+}
+
+/// One pass over `pids` the `how` way; the number of processes read.
+fn pass(pids: &[u32], how: Reads) -> usize {
+    use std::io::Read as _;
+    let mut seen = 0;
+    for &pid in pids {
+        match how {
+            Reads::Daemon => {
+                let stat = || -> Option<u64> {
+                    let f = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+                    let mut buf = Vec::new();
+                    f.take(4097).read_to_end(&mut buf).ok()?;
+                    parse_stat(&String::from_utf8_lossy(&buf)).map(|(t, _)| t)
+                };
+                let Some(t) = stat() else { continue };
+                let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                if stat() == Some(t) && !comm.is_empty() {
+                    seen += 1;
+                }
+            }
+            Reads::Once => {
+                let Ok(mut f) = fs::File::open(format!("/proc/{pid}/stat")) else {
+                    continue;
+                };
+                let mut buf = [0u8; 1024];
+                let Ok(n) = f.read(&mut buf) else { continue };
+                let text = String::from_utf8_lossy(&buf[..n]);
+                if parse_stat(&text).is_some_and(|(_, c)| !c.is_empty()) {
+                    seen += 1;
+                }
+            }
+        }
+    }
+    seen
+}
+
+/// `cargo xtask bench scan-reads`: the scan's reads of a remembered
+/// process, the daemon's way against one read of `stat`, timed in this
+/// process (thread CPU) over every process with [`READS_SLEEPS`] idle ones
+/// added; [`READS_ROUNDS`] passes of each, alternating. Not the product's
+/// code: its read pattern, copied, to size a cheaper scan. Results go to
+/// `docs/benchmarks-scan-reads.md`.
+pub fn run_reads(root: &Path) -> Result<()> {
+    let load_before = loadavg();
+    let mut sleepers = Sleepers::default();
+    sleepers.grow_to(READS_SLEEPS)?;
+    thread::sleep(Duration::from_secs(1));
+    let pids: Vec<u32> = fs::read_dir("/proc")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let ways = [Reads::Daemon, Reads::Once];
+    let results = crate::bench_common::round_robin(&ways, READS_ROUNDS, |how| {
+        let t0 = thread_ns();
+        let n = pass(&pids, how);
+        let ns = thread_ns() - t0;
+        Ok(ns as f64 / n.max(1) as f64 / 1e3)
+    })?;
+    drop(sleepers);
+    let (daemon, once) = (median(&results[0]), median(&results[1]));
+    let mut report = String::new();
+    let _ = writeln!(
+        report,
+        "# `cargo xtask bench scan-reads`\n\nMachine: {}\n\n\
+         Command: `cargo xtask bench scan-reads`. {} processes ({READS_SLEEPS} idle `sleep 600` \
+         added); each pass reads every one of them, {READS_ROUNDS} passes of each way, \
+         alternating; the thread's CPU (`schedstat`) per process, median (lowest–highest).\n\n\
+         | reads per remembered process | µs CPU per process |\n|---|---|\n\
+         | the daemon's: `stat` (`read_to_end`), `comm` (`read_to_string`), `stat` again | \
+         {daemon:.1} ({}) |\n\
+         | one open and one 1 KiB read of `stat`, comm from its field 2 | {once:.1} ({}) |\n\n\
+         Ratio: {:.2}.\n",
+        machine(),
+        pids.len(),
+        spread(&results[0], 1),
+        spread(&results[1], 1),
+        daemon / once
+    );
+    write_report(root, "benchmarks-scan-reads.md", report, &load_before)
+}
+
+/// Idle processes `scan-reads` adds.
+const READS_SLEEPS: usize = 5000;
+/// Passes of each way.
+const READS_ROUNDS: usize = 9;

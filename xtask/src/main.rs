@@ -75,7 +75,8 @@ enum Cmd {
     /// VictoriaMetrics, with vmalert: series, samples/s, query times),
     /// `finalize` (what the shim's exit knock costs `MPI_Finalize`), `scan`
     /// (the daemon's CPU per `--all` fallback scan of /proc, by how many
-    /// processes it remembers as not MPI).
+    /// processes it remembers as not MPI), `scan-reads` (the scan's reads
+    /// of one process, the daemon's way against a single read).
     Bench {
         /// Which benchmark to run.
         which: String,
@@ -276,9 +277,10 @@ fn main() -> Result<()> {
             "scale" => bench_scale::run(&root),
             "finalize" => bench_finalize::run(&root),
             "scan" => bench_scan::run(&root),
+            "scan-reads" => bench_scan::run_reads(&root),
             other => {
                 anyhow::bail!(
-                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps, scale, finalize, scan)"
+                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps, scale, finalize, scan, scan-reads)"
                 )
             }
         },
