@@ -415,8 +415,9 @@ fn pass(pids: &[u32], how: Reads) -> usize {
 /// process, the daemon's way against one read of `stat`, timed in this
 /// process (thread CPU) over every process with [`READS_SLEEPS`] idle ones
 /// added; [`READS_ROUNDS`] passes of each, alternating. Not the product's
-/// code: its read pattern, copied, to size a cheaper scan. Results go to
-/// `docs/benchmarks-scan-reads.md`.
+/// code: its read pattern, copied, to size a cheaper scan. Run it optimized
+/// (`cargo run --release -p xtask -- bench scan-reads`), as the daemon is.
+/// Results go to `docs/benchmarks-scan-reads.md`.
 pub fn run_reads(root: &Path) -> Result<()> {
     let load_before = loadavg();
     let mut sleepers = Sleepers::default();
@@ -438,7 +439,8 @@ pub fn run_reads(root: &Path) -> Result<()> {
     let _ = writeln!(
         report,
         "# `cargo xtask bench scan-reads`\n\nMachine: {}\n\n\
-         Command: `cargo xtask bench scan-reads`. {} processes ({READS_SLEEPS} idle `sleep 600` \
+         Command: `cargo run --release -p xtask -- bench scan-reads` (optimized, as the \
+         daemon is; `cargo xtask` builds xtask unoptimized). {} processes ({READS_SLEEPS} idle `sleep 600` \
          added); each pass reads every one of them, {READS_ROUNDS} passes of each way, \
          alternating; the thread's CPU (`schedstat`) per process, median (lowest–highest).\n\n\
          | reads per remembered process | µs CPU per process |\n|---|---|\n\
