@@ -112,6 +112,25 @@ pub fn median(v: &[f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// The `q` quantile of `v` (nearest rank: the smallest value with at
+/// least `q` of the values at or below it).
+pub fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = (q * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// The lines a child's pipe still holds once the child has exited: up to
+/// its end, or a second's quiet (a grandchild may keep the pipe open).
+pub fn drain(rx: &std::sync::mpsc::Receiver<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Ok(l) = rx.recv_timeout(std::time::Duration::from_secs(1)) {
+        out.push(l);
+    }
+    out
+}
+
 /// The first non-empty line a command prints, or "".
 pub fn first_line(cmd: &str, args: &[&str]) -> String {
     Command::new(cmd)

@@ -1,11 +1,13 @@
 //! Project automation: `cargo xtask <setup|codegen|build|package|test|demo|bench|fuzz>`.
 mod bench_callsites;
 mod bench_common;
+mod bench_finalize;
 mod bench_inject;
 mod bench_kmaps;
 mod bench_observer;
 mod bench_record;
 mod bench_scale;
+mod bench_scan;
 mod bench_shim;
 mod bench_shim_profile;
 mod bench_stats;
@@ -70,7 +72,11 @@ enum Cmd {
     /// (what an OTF2 recording costs the job, and its drain rate), `kmaps`
     /// (the statistics map shared by the CPUs against the per-CPU one),
     /// `scale` (64 k simulated ranks through sharded vmagents into
-    /// VictoriaMetrics, with vmalert: series, samples/s, query times).
+    /// VictoriaMetrics, with vmalert: series, samples/s, query times),
+    /// `finalize` (what the shim's exit knock costs `MPI_Finalize`), `scan`
+    /// (the daemon's CPU per `--all` fallback scan of /proc, by how many
+    /// processes it remembers as not MPI), `scan-reads` (the scan's reads
+    /// of one process, the daemon's way against a single read).
     Bench {
         /// Which benchmark to run.
         which: String,
@@ -269,9 +275,12 @@ fn main() -> Result<()> {
             "record" => bench_record::run(&root),
             "kmaps" => bench_kmaps::run(&root),
             "scale" => bench_scale::run(&root),
+            "finalize" => bench_finalize::run(&root),
+            "scan" => bench_scan::run(&root),
+            "scan-reads" => bench_scan::run_reads(&root),
             other => {
                 anyhow::bail!(
-                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps, scale)"
+                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps, scale, finalize, scan, scan-reads)"
                 )
             }
         },
