@@ -567,17 +567,23 @@ impl Scanner {
     ) {
         let me = std::process::id();
         let mut dropped = 0;
+        // Every process this scan found, by pid and start: what the set of
+        // processes judged not MPI keeps (one read of /proc/PID/stat per
+        // process and scan, which also gives its name; measured in
+        // BENCHMARKS.md, "The fallback scan").
+        let mut seen = HashSet::new();
         for pid in procfs::all_pids() {
             if pid == me {
                 continue;
             }
-            let Ok(ticks) = procfs::start_ticks(pid) else {
+            let Ok((stat, comm)) = procfs::stat_and_comm(pid) else {
                 continue;
             };
+            let ticks = stat.start_ticks;
+            seen.insert((pid, ticks));
             if known.contains(&(pid, ticks)) || attacher.is_pending(pid, ticks) {
                 continue;
             }
-            let comm = procfs::comm(pid);
             if self.not_mpi.holds(pid, ticks, &comm) {
                 continue;
             }
@@ -601,8 +607,9 @@ impl Scanner {
                 Err(_) => {}
             }
         }
-        // Forget entries of processes that are gone, so the set stays small.
-        self.not_mpi.forget_exited();
+        // Forget entries of processes that are gone, so the set stays small:
+        // those this scan did not find.
+        self.not_mpi.retain(&seen);
         if dropped > 0 {
             state
                 .lock()

@@ -12,11 +12,9 @@
 //! that. The scan, once a second, re-reads a renamed process as before.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Mutex, PoisonError},
 };
-
-use crate::os::procfs;
 
 /// Judgements per process after which a knock no longer earns a new look,
 /// whatever its name now: a fork, a wrapper's exec and the rank's exec
@@ -68,18 +66,11 @@ impl NotMpi {
         j.looks = j.looks.saturating_add(1);
     }
 
-    /// Forgets the processes that are gone, so the set stays small; their
-    /// /proc is read without the lock.
-    pub fn forget_exited(&self) {
-        let keys: Vec<(u32, u64)> = self.lock().keys().copied().collect();
-        let gone: Vec<(u32, u64)> = keys
-            .into_iter()
-            .filter(|(pid, ticks)| !procfs::alive(*pid, *ticks))
-            .collect();
-        let mut m = self.lock();
-        for k in gone {
-            m.remove(&k);
-        }
+    /// Keeps only the processes in `alive` (a scan's view of /proc), so the
+    /// set stays small. A process judged after the scan listed /proc and
+    /// dropped here costs at most one more look.
+    pub fn retain(&self, alive: &HashSet<(u32, u64)>) {
+        self.lock().retain(|k, _| alive.contains(k));
     }
 
     /// Processes held.
@@ -96,6 +87,7 @@ impl NotMpi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::os::procfs;
 
     #[test]
     fn a_renamed_process_is_looked_at_again_but_not_for_ever() {
@@ -125,7 +117,7 @@ mod tests {
         n.insert(me, ticks, "me".into());
         n.insert(me, ticks + 1, "an earlier holder of my pid".into());
         n.insert(u32::MAX - 1, 1, "none".into());
-        n.forget_exited();
+        n.retain(&[(me, ticks)].into_iter().collect());
         assert_eq!(n.len(), 1);
         assert!(n.holds(me, ticks, "me"));
     }

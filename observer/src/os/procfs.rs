@@ -197,6 +197,23 @@ pub fn stat(pid: u32) -> Result<Stat, ProcError> {
     Stat::parse(&String::from_utf8_lossy(&text)).ok_or(ProcError::NoSuchProcess { pid })
 }
 
+/// `/proc/PID/stat` read once (1 KiB at most: the kernel's line is a few
+/// hundred bytes), with the command name it carries in its field 2, the
+/// same text as `/proc/PID/comm` (the kernel caps it at 16 bytes). For the
+/// `--all` scan, which looks at every process each second: one open and
+/// one read where [`stat`] and [`comm`] take two of each and a size hint.
+pub fn stat_and_comm(pid: u32) -> Result<(Stat, String), ProcError> {
+    let (text, _) = read_capped(pid, "stat", 1024)?;
+    let text = String::from_utf8_lossy(&text);
+    let stat = Stat::parse(&text).ok_or(ProcError::NoSuchProcess { pid })?;
+    let comm = text
+        .split_once('(')
+        .and_then(|(_, rest)| rest.rsplit_once(')'))
+        .map(|(c, _)| c.to_string())
+        .unwrap_or_default();
+    Ok((stat, comm))
+}
+
 /// The process's start time in clock ticks since boot (see [`Stat`]).
 pub fn start_ticks(pid: u32) -> Result<u64, ProcError> {
     stat(pid).map(|s| s.start_ticks)
@@ -555,6 +572,34 @@ mod tests {
             pid_namespace_ino(std::process::id()).unwrap(),
             ns.map_or(INITIAL_PID_NAMESPACE, |n| n.ino)
         );
+    }
+
+    #[test]
+    fn stat_and_comm_agree_with_stat_and_comm_for_a_name_with_parentheses() {
+        // A program's name is its executable's: a link named as a hostile
+        // user would name it, ") S 1 (" and spaces included.
+        let dir = std::env::temp_dir().join(format!("procfs-comm-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("a) S 1 (b");
+        std::os::unix::fs::symlink("/bin/sleep", &exe).unwrap();
+        let mut child = std::process::Command::new(&exe).arg("5").spawn().unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        // The name changes at the child's exec.
+        while comm(pid) != "a) S 1 (b" && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let (st, name) = stat_and_comm(pid).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(name, "a) S 1 (b");
+        assert_eq!(st.ppid, std::process::id());
+        assert_eq!(st.start_ticks, start_ticks(pid).unwrap_or(st.start_ticks));
+        let me = std::process::id();
+        assert_eq!(stat_and_comm(me).unwrap().1, comm(me));
+        assert_eq!(stat_and_comm(me).unwrap().0, stat(me).unwrap());
     }
 
     #[test]
