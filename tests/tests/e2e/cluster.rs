@@ -1463,11 +1463,20 @@ fn systemd_unit_verifies() {
     .unwrap();
     assert!(defaults.contains("\nMPI_OBSERVER_OPTS=\"--all --listen 0.0.0.0:9479\"\n"));
     assert!(unit.contains("NoNewPrivileges=yes") && unit.contains("\nUser=mpi-observer\n"));
-    // verify checks that ExecStart exists: point it at the built binary.
-    let local = unit.replace(
-        "/usr/bin/mpi-observer",
-        &observer_bin().display().to_string(),
-    );
+    // verify checks that ExecStart= and ExecStartPre= exist: point them at
+    // the built binary and the package's script.
+    let local = unit
+        .replace(
+            "/usr/lib/mpi-observer/pin-dir",
+            &e2e::workspace_root()
+                .join("packaging/debian/pin-dir")
+                .display()
+                .to_string(),
+        )
+        .replace(
+            "/usr/bin/mpi-observer",
+            &observer_bin().display().to_string(),
+        );
     let path = dir.join("mpi-observer.service");
     std::fs::write(&path, local).unwrap();
     let o = run_with_timeout(
