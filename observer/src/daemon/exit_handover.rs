@@ -499,9 +499,11 @@ fn judge(state: &Mutex<State>, config: &Config, k: &Knock) -> Verdict {
     if !is_knock(k) {
         return Verdict::Done(Outcome::Malformed);
     }
-    let Ok(ticks) = procfs::start_ticks(k.pid) else {
+    // One read gives the start time and the name the not-MPI set is keyed by.
+    let Ok((stat, comm)) = procfs::stat_and_comm(k.pid) else {
         return Verdict::Done(Outcome::NotObserved);
     };
+    let ticks = stat.start_ticks;
     match procfs::uids(k.pid) {
         Ok(uids) if uids_are(uids, k.uid) => {}
         Ok(_) => return Verdict::Done(Outcome::UidMismatch),
@@ -526,7 +528,7 @@ fn judge(state: &Mutex<State>, config: &Config, k: &Knock) -> Verdict {
         Some(false) => hold_now(state, k.pid, ticks),
         None if refused => Outcome::Refused,
         None if !config.all => Outcome::NotObserved,
-        None if config.not_mpi.settled(k.pid, ticks, &procfs::comm(k.pid)) => Outcome::NotMpi,
+        None if config.not_mpi.settled(k.pid, ticks, &comm) => Outcome::NotMpi,
         None => return Verdict::Attach(ticks),
     })
 }

@@ -405,24 +405,22 @@ fn exec_source(state: &Mutex<State>) -> Result<crate::os::procevents::Source, St
     let bpf = st.probes.as_mut().map(Probes::exec_events);
     drop(st);
     match bpf {
-        Some(Ok((ring, drops))) => Ok(Source::Bpf {
-            ring,
-            drops,
-            seen: 0,
-        }),
-        Some(Err(e)) => {
-            eprintln!(
-                "mpi-observer: {}; exec events come from the process connector",
-                crate::one_line(&e)
-            );
-            ExecEvents::open()
-                .map(Source::Connector)
-                .map_err(|e| format!("process connector: {e}"))
+        Some(Ok((ring, drops))) => {
+            return Ok(Source::Bpf {
+                ring,
+                drops,
+                seen: 0,
+            });
         }
-        None => ExecEvents::open()
-            .map(Source::Connector)
-            .map_err(|e| format!("process connector: {e}")),
+        Some(Err(e)) => eprintln!(
+            "mpi-observer: {}; exec events come from the process connector",
+            crate::one_line(&e)
+        ),
+        None => {}
     }
+    ExecEvents::open()
+        .map(Source::Connector)
+        .map_err(|e| format!("process connector: {e}"))
 }
 
 /// Listens for the shim's exit knocks ([`exit_handover`]) unless
