@@ -124,6 +124,7 @@ impl Mpi {
         let np = np.to_string();
         match self {
             Mpi::OpenMpi => {
+                own_session_dir(&mut c);
                 c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
                     .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
                     // No network beyond loopback here: keep Open MPI off probing it.
@@ -132,6 +133,7 @@ impl Mpi {
                     .args(["--oversubscribe", "-np", &np]);
             }
             Mpi::OpenMpi5 => {
+                own_session_dir(&mut c);
                 c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
                     .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
                     // Open MPI 5 renamed vader to sm, and its default
@@ -183,6 +185,42 @@ impl Mpi {
             _ => Path::new(&self.mpicc()).is_file() && Path::new(&self.mpirun()).is_file(),
         }
     }
+}
+
+/// Gives one Open MPI job (4.1's `orte`, 5.0's PRRTE) a session directory
+/// base of its own. Open MPI 4.1 creates `TMPDIR/ompi.HOST.UID` with a
+/// check-then-mkdir that races between concurrent launches of one user
+/// ("mkdir ... File exists ... orte_session_dir failed"), and the tests
+/// start jobs concurrently. The base is sticky and writable by all, as
+/// /tmp is, so a job run as a test user (which sets its own TMPDIR) works
+/// too; the MCA variables win over TMPDIR. Bases of test processes that are
+/// gone are removed at the first launch of a new one.
+pub fn own_session_dir(c: &mut Command) {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    let root = target_dir().join("e2e").join("ompi-sessions");
+    SWEEP.call_once(|| {
+        for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let owner = name.to_string_lossy();
+            let pid = owner.split('-').next().unwrap_or("");
+            if !pid.is_empty() && !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    });
+    let dir = root.join(format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)))
+        .unwrap_or_else(|e| panic!("making Open MPI's session base {}: {e}", dir.display()));
+    c.env("OMPI_MCA_orte_tmpdir_base", &dir)
+        .env("PRTE_MCA_prte_tmpdir_base", &dir);
 }
 
 /// One `#[test]` per MPI stack for a case written once, in a module named
@@ -459,7 +497,35 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>
 }
 
 /// A free TCP port on 127.0.0.1.
+///
+/// Taken below the kernel's ephemeral range (`ip_local_port_range`): a port
+/// the kernel handed out for `:0` and that was then released can be handed
+/// out again to anyone (an `mpirun`'s out-of-band channel, a scraper's
+/// outgoing connection) before the test's daemon binds it. Ports below the
+/// range are never given out that way, so only another explicit bind can
+/// take one; the search starts at a point that differs between test
+/// processes and calls.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    // [10000, low): thousands of ports, clear of the well-known ones.
+    let base = 10_000;
+    if low > base + 1_000 {
+        let span = low - base;
+        let start = std::process::id().wrapping_mul(7919)
+            + NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(104_729);
+        for i in 0..span {
+            let port = (base + (start.wrapping_add(i) % span)) as u16;
+            // The wildcard conflicts with a bind to any address.
+            if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -1803,6 +1803,8 @@ fn dashboards_on_a_three_node_cluster() {
         )
         .unwrap();
         let mut c = Command::new(Mpi::OpenMpi.mpirun());
+        // Two jobs start together here.
+        e2e::own_session_dir(&mut c);
         c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
             .env("OMPI_MCA_plm_rsh_agent", &agent)
