@@ -10,6 +10,7 @@ mod bench_scale;
 mod bench_scan;
 mod bench_shim;
 mod bench_shim_profile;
+mod bench_sites;
 mod bench_stats;
 mod codegen;
 mod codegen_qmpi;
