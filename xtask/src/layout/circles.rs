@@ -56,18 +56,18 @@ pub fn check(root: &Path, krate: &str) -> Result<Vec<String>> {
     let mut folders: BTreeMap<Vec<String>, Edges> = BTreeMap::new();
     for (shown, module, text) in &read {
         for (line, used) in uses(text, module) {
-            let Some((folder, edge, to)) = sibling_edge(module, &used, &namespace) else {
+            let Some(e) = sibling_edge(module, &used, &namespace) else {
                 continue;
             };
             // A name that is no module of the folder is an item of the
             // folder's own file (`crate::one_line`), or another crate's.
-            if !modules.contains(to) {
+            if !modules.contains(e.to_path) {
                 continue;
             }
             folders
-                .entry(folder)
+                .entry(e.folder)
                 .or_default()
-                .entry(edge)
+                .entry((e.from, e.to))
                 .or_insert_with(|| (shown.clone(), line));
         }
     }
@@ -83,16 +83,27 @@ pub fn check(root: &Path, krate: &str) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// One use between two modules of a folder.
+struct SiblingEdge<'u> {
+    /// The folder's module path.
+    folder: Vec<String>,
+    /// The using module, inside the folder (`job`, `generated::next`).
+    from: String,
+    /// The used module, inside the folder.
+    to: String,
+    /// The used module's path from the crate root.
+    to_path: &'u [String],
+}
+
 /// Where the file of module `from` using path `used` is an edge between two
-/// modules of one folder: that folder, (from's module, used's module) in
-/// it, and used's module path. None for a use of the module itself, its
+/// modules of one folder. None for a use of the module itself, its
 /// children, or the folders it is in. `namespace` says which module paths
 /// are namespaces, climbed out of and looked through.
 fn sibling_edge<'u>(
     from: &[String],
     used: &'u [String],
     namespace: &dyn Fn(&[String]) -> bool,
-) -> Option<(Vec<String>, (String, String), &'u [String])> {
+) -> Option<SiblingEdge<'u>> {
     let p = from.iter().zip(used).take_while(|(a, b)| a == b).count();
     if p >= from.len() || p >= used.len() {
         return None;
@@ -109,11 +120,12 @@ fn sibling_edge<'u>(
         k
     };
     let (a, b) = (end(from), end(used));
-    Some((
-        from[..q].to_vec(),
-        (from[q..a].join("::"), used[q..b].join("::")),
-        &used[..b],
-    ))
+    Some(SiblingEdge {
+        folder: from[..q].to_vec(),
+        from: from[q..a].join("::"),
+        to: used[q..b].join("::"),
+        to_path: &used[..b],
+    })
 }
 
 /// The strongly connected sets of two modules or more in `edges`, each
