@@ -132,5 +132,5 @@ pub(crate) fn plan(
 
 /// The link map of the object holding `f`, or null.
 pub(crate) fn owner_of(f: Raw) -> *mut c_void {
-    crate::layers::owner(f.0).0
+    crate::dl::owner(f.0).0
 }

@@ -177,7 +177,7 @@ extern "C" fn cold_target(code: usize) -> *const c_void {
         crate::table::entry(row, pmpi)
     };
     if f.is_null() {
-        crate::layers::fatal(&format!(
+        crate::fatal(&format!(
             "{} is not defined by any layer, nor by the MPI library",
             crate::layers::row_name(row)
         ));

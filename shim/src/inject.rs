@@ -43,6 +43,7 @@ use std::time::Instant;
 use observer_common::inject::{MAGIC, Mailbox, VERSION, go, state};
 
 use crate::{
+    dl,
     got::{self, Rewritten, dword, finish, word},
     layers,
     loaded::{self, LinkMap, Object},
@@ -237,7 +238,7 @@ fn own_map() -> Option<&'static LinkMap> {
 
 /// The link map holding `addr`, or null.
 fn map_of(addr: usize) -> *mut c_void {
-    layers::owner(addr as *const c_void).0
+    dl::owner(addr as *const c_void).0
 }
 
 /// Step 3's choice: the slots to point at the shim, with what they hold.

@@ -17,12 +17,15 @@ use observer_common::{FUNCTION_COUNT, FUNCTIONS};
 use crate::{
     bind,
     config::{ConfigError, KEYWORDS, LIST_VARS, Layer, ToolsList},
+    dl::{dlerror, dlsym, owner},
+    fatal,
     generated::{
         fortran::FORTRAN,
         next::{GATES, QENTER, TIMED},
     },
     loaded::LinkMap,
-    qmpi::{Instance, LevelKind, MAX_INSTANCES},
+    qmpi::{Instance, LevelKind},
+    qmpi_table::MAX_INSTANCES,
     rows::Raw,
     stats,
     table::{self, MAX_LEVELS, ROWS},
@@ -177,18 +180,6 @@ pub(crate) fn mark_injected() {
     INJECTED.store(true, Ordering::Release);
 }
 
-/// Prints `mpi-observer-shim: MSG` as one write and exits with status 1,
-/// without running exit handlers: the caller may be inside MPI, and a
-/// handler that waits for peers would hang instead of failing.
-pub(crate) fn fatal(msg: &str) -> ! {
-    let line = format!("mpi-observer-shim: {msg}\n");
-    // SAFETY: plain write(2) of an owned buffer, then _exit(2).
-    unsafe {
-        libc::write(2, line.as_ptr().cast(), line.len());
-        libc::_exit(1)
-    }
-}
-
 /// The symbol a row is reported under.
 pub(crate) fn row_name(row: usize) -> &'static str {
     if row < FUNCTION_COUNT {
@@ -196,46 +187,6 @@ pub(crate) fn row_name(row: usize) -> &'static str {
     } else {
         FORTRAN[row - FUNCTION_COUNT].mpi[0]
     }
-}
-
-fn dlerror() -> String {
-    // SAFETY: dlerror returns null or a NUL-terminated thread-local string.
-    let e = unsafe { libc::dlerror() };
-    if e.is_null() {
-        "unknown dlopen error".to_string()
-    } else {
-        // SAFETY: non-null, NUL-terminated, per dlerror's contract.
-        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-    }
-}
-
-fn dlsym(handle: *mut c_void, name: &str) -> *const c_void {
-    let Ok(c) = CString::new(name) else {
-        return core::ptr::null();
-    };
-    // SAFETY: valid handle (or RTLD_NEXT) and NUL-terminated name.
-    unsafe { libc::dlsym(handle, c.as_ptr()) }.cast_const()
-}
-
-/// The link map of the object containing `addr`, and its file name.
-pub(crate) fn owner(addr: *const c_void) -> (*mut c_void, String) {
-    // Not exported by the libc crate: dladdr1's RTLD_DL_LINKMAP request.
-    const RTLD_DL_LINKMAP: libc::c_int = 2;
-    // SAFETY: Dl_info is plain data; dladdr1 fills it and the map pointer.
-    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    let mut map: *mut c_void = core::ptr::null_mut();
-    // SAFETY: valid out-pointers for the RTLD_DL_LINKMAP request.
-    let found = unsafe { libc::dladdr1(addr, &mut info, &mut map, RTLD_DL_LINKMAP) };
-    if found == 0 || info.dli_fname.is_null() {
-        return (map, String::new());
-    }
-    // SAFETY: dli_fname is the loader's NUL-terminated object name.
-    (
-        map,
-        unsafe { CStr::from_ptr(info.dli_fname) }
-            .to_string_lossy()
-            .into_owned(),
-    )
 }
 
 /// Opens a library entry; `short` says it was a bare word, which may have
@@ -382,7 +333,7 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
             Layer::Fortran => Level::Fortran,
             Layer::Stats => {
                 stats = true;
-                crate::timing::set_callsites(crate::config::callsites_from_env());
+                stats::segment::set_callsites(crate::config::callsites_from_env());
                 if !injected {
                     crate::timing::enable();
                 }

@@ -12,7 +12,8 @@
 //!
 //! - [`config`]: the list syntax (shared with the `mpi-observer run` launcher).
 //! - [`layers`]: building the stack on the first MPI call; [`bind`]:
-//!   pointing every level's slots at the level below.
+//!   pointing every level's slots at the level below; [`dl`]: asking libc's
+//!   dynamic loader (which object holds an address, `dlsym`, `dlerror`).
 //! - [`dispatch`], [`table`], [`rows`] and [`depth`]: the entry points, the
 //!   cold path and the library gates, the entry table, what a row is, the
 //!   per-thread block.
@@ -23,16 +24,26 @@
 //! - [`generated`]: everything else, from `cargo xtask codegen`.
 //! - [`stats`]: built-in layers written in Rust (the `stats` keyword).
 //! - [`qmpi`]: MPICH's QMPI tool interface, on every MPI: QMPI tools are
-//!   levels of the same stack (issue 25).
+//!   levels of the same stack (issue 25); [`qmpi_table`]: what the QMPI
+//!   adapters read at every call, and their macros.
 //! - [`inject`]: the entries `mpi-observer attach --inject` calls in a
 //!   running rank; [`got`]: the slots it rewrote, and ejection.
+//! - [`fatal`], here: one line and exit, for every module.
 //!
-//! Dependencies run one way, from the top: `dispatch` and `handwritten`
-//! (the entry points) and `inject` use `layers`, which uses `bind`, `stats`
-//! (the built-in layer), `timing` and `table`; `timing` uses `got` and
-//! `stats::segment`; `table` uses `rows` and the generated Fortran rows.
-//! The generated per-row gates and timing wrappers ([`generated::next`])
-//! expand macros of `dispatch` and `timing`.
+//! Dependencies run one way, from the top, and `cargo xtask layout` holds
+//! the crate to it (no two modules use each other, directly or through
+//! others; docs/architecture.md): the entry points (`dispatch`,
+//! `handwritten`, the generated C and Fortran ones) and `inject` use
+//! `layers`, which uses `bind`, `qmpi`, `stats` (the built-in layer),
+//! `timing`, `table` and the generated tables; `qmpi` uses the generated
+//! QMPI adapters ([`generated::next`], for their addresses) and
+//! `qmpi_table`, which the adapters use; `timing` uses `got` and `stats`
+//! (the segment, and the calls timed before it existed); `got` uses
+//! `stats::segment` (marked at ejection); `table` uses `rows` and the
+//! generated Fortran rows. The generated per-row gates, timing wrappers
+//! and QMPI adapters ([`generated::next`]) expand macros of `dispatch`,
+//! `timing` and `qmpi_table`. `rows`, `depth`, `loaded`, `dl` and `config`
+//! use no other module.
 //!
 //! Arguments are forwarded as machine words, which is only right for the
 //! x86_64 SysV calling convention.
@@ -52,14 +63,16 @@ mod dispatch;
 )]
 mod config;
 mod depth;
+mod dl;
 mod exports;
 mod got;
 mod handwritten;
 mod inject;
 mod layers;
 mod loaded;
-#[macro_use]
 mod qmpi;
+#[macro_use]
+mod qmpi_table;
 mod rows;
 mod stats;
 mod table;
@@ -75,4 +88,16 @@ mod generated {
     pub(crate) mod fortran;
     pub(crate) mod next;
     pub(crate) mod qmpi;
+}
+
+/// Prints `mpi-observer-shim: MSG` as one write and exits with status 1,
+/// without running exit handlers: the caller may be inside MPI, and a
+/// handler that waits for peers would hang instead of failing.
+pub(crate) fn fatal(msg: &str) -> ! {
+    let line = format!("mpi-observer-shim: {msg}\n");
+    // SAFETY: plain write(2) of an owned buffer, then _exit(2).
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), line.len());
+        libc::_exit(1)
+    }
 }

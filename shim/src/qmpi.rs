@@ -20,11 +20,12 @@
 //!   below every listed level, just above the MPI library, as MPICH places
 //!   its QMPI tools below PMPI ones.
 //! - **Calls down.** A level above an instance calls its adapter
-//!   ([`qenter!`], generated per row and instance slot into
-//!   `generated/next.rs`), which passes the context and the instance's id
+//!   (`qenter!`, generated per row and instance slot into
+//!   `generated/next.rs`; [`crate::qmpi_table`] holds the adapters' macros
+//!   and what they read), which passes the context and the instance's id
 //!   before the arguments. [`QMPI_Get_function`] answers, for the calling
 //!   instance, the next level that defines the procedure: another
-//!   instance's own function and id, or the exit adapter ([`qexit!`]) with an
+//!   instance's own function and id, or the exit adapter (`qexit!`) with an
 //!   id naming that level, which drops the two words and calls the level.
 //!   The level travels in the id argument, never in thread-local state, so
 //!   a pointer a tool caches works from anywhere.
@@ -57,19 +58,12 @@ use observer_common::{FUNCTION_COUNT, FUNCTIONS};
 use crate::{
     generated::qmpi::{OURS_BASE, RELEASES},
     loaded::{LinkMap, Object},
+    qmpi_table::{self, LEVEL_ID_BASE, MAX_INSTANCES, STORAGE},
     rows::Raw,
 };
 
-/// Most instances a stack can hold (adapter slots per row; `qenter!`
-/// expands this many).
-pub(crate) const MAX_INSTANCES: usize = 8;
-
 /// What a failing `QMPI_*` call returns: MPICH's `MPI_ERR_OTHER`.
 const QMPI_ERROR: c_int = 15;
-
-/// The id naming a non-QMPI level in `QMPI_Get_function`'s answer: this
-/// plus the level. The MPI library is 0, as in MPICH.
-const LEVEL_ID_BASE: c_int = 0x1_0000;
 
 /// The marker a tool built with `mpi-observer qmpi-flags` carries.
 const MARKER: &CStr = c"mpi_observer_qmpi_built_for";
@@ -96,23 +90,12 @@ static BUILT: AtomicBool = AtomicBool::new(false);
 /// The functions each instance being initialised registers, by id - 1.
 static DRAFTS: Mutex<Vec<Vec<Raw>>> = Mutex::new(Vec::new());
 
-/// Each instance's storage, by id (index 0: the library, none): what the
-/// context's `storage_stack` points to.
-static STORAGE: [AtomicPtr<c_void>; MAX_INSTANCES + 1] =
-    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_INSTANCES + 1];
-/// Each instance slot's functions by row (a leaked array of
-/// `FUNCTION_COUNT`), and its id.
-static FNS: [AtomicPtr<Raw>; MAX_INSTANCES] =
-    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_INSTANCES];
+/// Each instance slot's id.
 static IDS: [AtomicU32; MAX_INSTANCES] = [const { AtomicU32::new(0) }; MAX_INSTANCES];
 /// `QMPI_Get_function`'s answers: per instance slot, per row, the next
 /// function and its id (leaked arrays of `FUNCTION_COUNT`).
 static NEXT: [AtomicPtr<(Raw, c_int)>; MAX_INSTANCES] =
     [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_INSTANCES];
-/// Every level's function for every row (`row * levels + level`, leaked),
-/// for the exit adapters; and the number of levels.
-static LEVEL_FNS: AtomicPtr<Raw> = AtomicPtr::new(core::ptr::null_mut());
-static LEVELS: AtomicU32 = AtomicU32::new(0);
 /// The numbering of the running library's `mpi.h`: an index into
 /// [`RELEASES`], or `u32::MAX` for none (not MPICH, or a release the shim
 /// does not know).
@@ -295,11 +278,10 @@ pub(crate) fn publish(instance_fns: Vec<Vec<Raw>>, kinds: &[LevelKind], fns: &[R
     let n = kinds.len();
     for (k, f) in instance_fns.into_iter().enumerate() {
         IDS[k].store(k as u32 + 1, Ordering::Release);
-        FNS[k].store(Vec::leak(f).as_mut_ptr(), Ordering::Release);
+        qmpi_table::publish_instance(k, f);
     }
     if kinds.iter().any(|k| matches!(k, LevelKind::Instance(_))) {
-        LEVEL_FNS.store(Vec::leak(fns.to_vec()).as_mut_ptr(), Ordering::Release);
-        LEVELS.store(n as u32, Ordering::Release);
+        qmpi_table::publish_levels(fns, n);
     }
     for (l, kind) in kinds.iter().enumerate() {
         let LevelKind::Instance(k) = *kind else {
@@ -311,7 +293,7 @@ pub(crate) fn publish(instance_fns: Vec<Vec<Raw>>, kinds: &[LevelKind], fns: &[R
                 continue;
             };
             *slot = match kinds[below] {
-                LevelKind::Instance(k2) => (function(k2, row), k2 as c_int + 1),
+                LevelKind::Instance(k2) => (qmpi_table::function(k2, row), k2 as c_int + 1),
                 LevelKind::Other => (
                     crate::generated::next::QEXIT[row],
                     if below == n - 1 {
@@ -325,104 +307,6 @@ pub(crate) fn publish(instance_fns: Vec<Vec<Raw>>, kinds: &[LevelKind], fns: &[R
         NEXT[k].store(Vec::leak(next).as_mut_ptr(), Ordering::Release);
     }
     BUILT.store(true, Ordering::Release);
-}
-
-/// Instance slot `k`'s own function for `row`.
-#[inline(always)]
-pub(crate) fn function(k: usize, row: usize) -> Raw {
-    let p = FNS[k].load(Ordering::Acquire);
-    if p.is_null() {
-        return Raw::NONE;
-    }
-    // SAFETY: a leaked array of FUNCTION_COUNT, and `row` a C row.
-    unsafe { *p.add(row) }
-}
-
-/// The context passed to every QMPI function: its one word, the storage
-/// stack.
-#[inline(always)]
-pub(crate) fn context() -> usize {
-    STORAGE.as_ptr() as usize
-}
-
-/// Where the exit adapter of `row` called with id `next` goes: the level
-/// that id names (0: the library, through its gate). An id that names no
-/// level ends the process in one line: calling on would run the wrong
-/// code.
-#[inline(always)]
-pub(crate) fn exit_target(row: usize, next: c_int) -> *const c_void {
-    let n = LEVELS.load(Ordering::Relaxed) as usize;
-    let level = if next == 0 {
-        n.wrapping_sub(1)
-    } else {
-        next.wrapping_sub(LEVEL_ID_BASE) as usize
-    };
-    let fns = LEVEL_FNS.load(Ordering::Acquire);
-    let f = if fns.is_null() || level >= n {
-        Raw::NONE
-    } else {
-        // SAFETY: a leaked array of rows x levels; both in range.
-        unsafe { *fns.add(row * n + level) }
-    };
-    if f.is_none() {
-        crate::layers::fatal(&format!(
-            "QMPI: a tool called {} with next id {next}, which names no level of this stack that defines it (pass the id QMPI_Get_function gave with the function)",
-            FUNCTIONS[row].name
-        ));
-    }
-    f.0
-}
-
-/// An entry into QMPI instance slot `K` for one row (`$row`, its words and
-/// return type): calls the instance's function with the context and the
-/// instance's id before the row's words. Expands to the row's adapters,
-/// one per instance slot.
-macro_rules! qenter {
-    ($row:expr, $ret:ty, ($($a:ident),*)) => {{
-        #[doc = "A QMPI instance's entry: see `qenter!`."]
-        unsafe extern "C" fn enter<const K: usize>($($a: usize),*) -> $ret {
-            type Instance = unsafe extern "C" fn(usize, core::ffi::c_int, $(word!($a)),*) -> $ret;
-            let f = $crate::qmpi::function(K, $row);
-            // SAFETY: the function instance K registered for this row (the
-            // adapter is only bound where it did), which takes the context,
-            // the instance's id, then the row's words.
-            let f: Instance = unsafe { core::mem::transmute(f.0) };
-            // SAFETY: the words this call was made with, passed on.
-            unsafe { f($crate::qmpi::context(), K as core::ffi::c_int + 1, $($a),*) }
-        }
-        const _: () = assert!($crate::qmpi::MAX_INSTANCES == 8);
-        [
-            $crate::rows::Raw(enter::<0> as *const core::ffi::c_void),
-            $crate::rows::Raw(enter::<1> as *const core::ffi::c_void),
-            $crate::rows::Raw(enter::<2> as *const core::ffi::c_void),
-            $crate::rows::Raw(enter::<3> as *const core::ffi::c_void),
-            $crate::rows::Raw(enter::<4> as *const core::ffi::c_void),
-            $crate::rows::Raw(enter::<5> as *const core::ffi::c_void),
-            $crate::rows::Raw(enter::<6> as *const core::ffi::c_void),
-            $crate::rows::Raw(enter::<7> as *const core::ffi::c_void),
-        ]
-    }};
-}
-
-/// The exit from QMPI for one row: what `QMPI_Get_function` hands a tool
-/// when the next level is not an instance. Drops the context, reads the
-/// level from the id, and calls that level's function with the row's
-/// words.
-macro_rules! qexit {
-    ($row:expr, $ret:ty, ($($a:ident),*)) => {{
-        #[doc = "A QMPI exit: see `qexit!`."]
-        unsafe extern "C" fn exit(_context: usize, next: usize, $($a: usize),*) -> $ret {
-            // The id is a C `int`: the upper half of its register is not
-            // defined.
-            let f = $crate::qmpi::exit_target($row, next as u32 as core::ffi::c_int);
-            // SAFETY: that level's function for this row, which takes the
-            // row's words.
-            let f: unsafe extern "C" fn($(word!($a)),*) -> $ret = unsafe { core::mem::transmute(f) };
-            // SAFETY: the words this call was made with, passed on.
-            unsafe { f($($a),*) }
-        }
-        $crate::rows::Raw(exit as *const core::ffi::c_void)
-    }};
 }
 
 /// The row of procedure id `fid` as the running library numbers it, or a
@@ -493,7 +377,7 @@ pub unsafe extern "C" fn QMPI_Register_tool_name(
         ));
         return QMPI_ERROR;
     }
-    let object = crate::layers::owner(init as *const c_void).0 as usize;
+    let object = crate::dl::owner(init as *const c_void).0 as usize;
     lock(&REGISTERED).push(Registration {
         name: name.clone(),
         init,

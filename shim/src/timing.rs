@@ -19,9 +19,10 @@
 //! the stats layer's plain-or-atomic add (`State::add`: atomic under
 //! `MPI_THREAD_MULTIPLE`). Calls that end before the segment exists
 //! (`MPI_Initialized`, `MPI_Get_version`... before `MPI_Init`) are kept in
-//! a process-local block, [`EARLY`], that the segment starts from: so the
-//! segment holds every application-level call of the process, which is what
-//! lets the daemon use it alone for a rank (see docs/stats.md). `MPI_Init`
+//! a process-local block, [`EARLY`](crate::stats::segment::EARLY), that
+//! the segment starts from: so the segment holds every application-level
+//! call of the process, which is what lets the daemon use it alone for a
+//! rank (see docs/stats.md). `MPI_Init`
 //! and `MPI_Init_thread` land in the segment itself, which they create
 //! before they return.
 //!
@@ -41,8 +42,9 @@
 //! Calls between levels do not pass the trampolines, so a call a tool makes
 //! on its own counts under the application's call that it serves.
 //! `MPI_OBSERVER_CALLSITES=0`, read when the stack is built, turns the
-//! table off ([`set_callsites`]). Calls timed before the segment exists
-//! are in [`EARLY`] only, not in the table.
+//! table off ([`set_callsites`](crate::stats::segment::set_callsites)).
+//! Calls timed before the segment exists are in `EARLY` only, not in the
+//! table.
 //!
 //! **Bytes** follow the probes' definition (README, "Byte conventions"), from
 //! the same per-function table (`FunctionInfo::bytes`): count x type size of
@@ -61,45 +63,12 @@ use observer_common::{
     FUNCTION_COUNT, FUNCTIONS,
     functions::{CountKind, Family},
     maps::hist_slot,
-    segment::CallTiming,
 };
 
 use crate::generated::fortran::FORTRAN;
 
-/// Calls timed before the segment existed; copied into it when it is made.
-static EARLY: [CallTiming; FUNCTION_COUNT] = [const {
-    CallTiming {
-        calls: core::sync::atomic::AtomicU64::new(0),
-        time_ns: core::sync::atomic::AtomicU64::new(0),
-        bytes: [const { core::sync::atomic::AtomicU64::new(0) }; 2],
-        bytes_unknown: [const { core::sync::atomic::AtomicU64::new(0) }; 2],
-        hist: [const { core::sync::atomic::AtomicU64::new(0) }; observer_common::maps::HIST_SLOTS],
-    }
-}; FUNCTION_COUNT];
-
-/// The calls timed so far, which the new segment starts from (see
-/// `stats::lifecycle`).
-pub(crate) fn early() -> &'static [CallTiming] {
-    &EARLY
-}
-
 /// Whether calls are timed: the `stats` layer is in the list.
 static ENABLED: AtomicBool = AtomicBool::new(false);
-
-/// Whether the segment made next gets a call-site table
-/// (`MPI_OBSERVER_CALLSITES`); on unless told otherwise.
-static CALLSITES: AtomicBool = AtomicBool::new(true);
-
-/// Records whether timed calls count in the call-site table; called while
-/// the stack is built, before the segment is made.
-pub(crate) fn set_callsites(on: bool) {
-    CALLSITES.store(on, Relaxed);
-}
-
-/// Whether the segment gets a call-site table.
-pub(crate) fn callsites() -> bool {
-    CALLSITES.load(Relaxed)
-}
 
 /// Turns timing on; called while the stack is built.
 pub(crate) fn enable() {
@@ -370,7 +339,7 @@ pub(crate) fn leave(row: usize, t0: u64, b: Bytes, site: u64) {
     };
     let Some(s) = crate::stats::segment::state() else {
         // Before MPI_Init: rare, so always atomic.
-        let c = &EARLY[id];
+        let c = &crate::stats::segment::EARLY[id];
         c.calls.fetch_add(1, Relaxed);
         c.time_ns.fetch_add(ns, Relaxed);
         c.hist[hist_slot(ns)].fetch_add(1, Relaxed);

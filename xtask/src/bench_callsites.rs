@@ -16,10 +16,10 @@ use anyhow::Result;
 
 use crate::{
     bench_common::{
-        Mpi, field, loadavg, machine, median, release_binaries, round_robin, spread, write_report,
+        Mpi, field, loadavg, machine, median, release_binaries, round_robin, spread, start_daemon,
+        write_report,
     },
     bench_inject::{PingPong, build_ping_pong},
-    bench_observer::start_daemon,
 };
 
 /// Runs per configuration; odd, so the median is a run.

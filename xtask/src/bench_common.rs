@@ -1,13 +1,19 @@
 //! What the benchmarks share: launching MPI jobs on either implementation,
-//! medians, and a description of the machine for the reports.
+//! the processes they start (their output read with a deadline, the daemon,
+//! reaping), medians, and a description of the machine for the reports.
 
 use std::{
     fs,
+    io::{BufRead as _, BufReader},
+    net::TcpListener,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Child, Command, Stdio},
+    sync::mpsc::{self, Receiver},
+    thread,
+    time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 
 use crate::{cargo, setup::run_cmd};
 
@@ -246,4 +252,124 @@ pub fn round_robin<C: Copy, R>(
         }
     }
     Ok(out)
+}
+
+/// How long any one step may take before the bench gives up.
+pub(crate) const STEP: Duration = Duration::from_secs(90);
+
+/// Lines of a child's pipe, read on a thread so waits can time out.
+pub(crate) fn lines(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        // Keep draining after the receiver is gone: a closed pipe would
+        // make the child's next write fail.
+        for l in BufReader::new(r).lines() {
+            let Ok(l) = l else { break };
+            let _ = tx.send(l);
+        }
+    });
+    rx
+}
+
+/// Waits for a line containing `needle`; returns it and the lines before.
+pub(crate) fn wait_line(
+    rx: &Receiver<String>,
+    needle: &str,
+    what: &str,
+) -> Result<(String, Vec<String>)> {
+    let deadline = Instant::now() + STEP;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.contains(needle) => return Ok((l, seen)),
+            Ok(l) => seen.push(l),
+            Err(e) => bail!(
+                "waiting for `{needle}` from {what}: {e}; got:\n{}",
+                seen.join("\n")
+            ),
+        }
+    }
+}
+
+/// Starts `mpi-observer attach` on `pids` with `extra` options (and a free
+/// port, `--retain-exited 0`), and waits for one stderr line holding
+/// `needle` per pid; returns the daemon and those lines.
+pub(crate) fn start_daemon(
+    observer: &std::path::Path,
+    pids: &[String],
+    extra: &[&str],
+    needle: &str,
+) -> Result<(std::process::Child, Vec<String>)> {
+    let mut d = Command::new(observer);
+    d.arg("attach");
+    for pid in pids {
+        d.args(["--pid", pid]);
+    }
+    let mut d = d
+        .args(extra)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port()?)])
+        .args(["--retain-exited", "0"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()?;
+    let err = lines(d.stderr.take().context("stderr")?);
+    let mut seen = Vec::new();
+    for _ in pids {
+        seen.push(wait_line(&err, needle, "mpi-observer")?.0);
+    }
+    Ok((d, seen))
+}
+
+/// A TCP port on the loopback nothing listens on now.
+pub(crate) fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Sends `sig` (`-TERM`, `-INT`, ...) to `child` with kill(1); a child
+/// already gone is no error.
+pub(crate) fn signal(child: &Child, sig: &str) {
+    let _ = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status();
+}
+
+/// Waits up to STEP for `child`, then kills it.
+pub(crate) fn reap(child: &mut Child, what: &str) -> Result<()> {
+    let deadline = Instant::now() + STEP;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            if !st.success() {
+                bail!("{what} exited with {st}");
+            }
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} did not exit within {STEP:?}");
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The pids the `n` ranks of `job` wrote to `dir/pid.RANK`; kills the job
+/// if they do not within STEP.
+pub(crate) fn rank_pids(dir: &Path, n: u32, job: &mut Child) -> Result<Vec<String>> {
+    let deadline = Instant::now() + STEP;
+    loop {
+        let got: Vec<String> = (0..n)
+            .filter_map(|r| fs::read_to_string(dir.join(format!("pid.{r}"))).ok())
+            .filter(|s| s.ends_with('\n'))
+            .map(|s| s.trim().to_string())
+            .collect();
+        if got.len() == n as usize {
+            return Ok(got);
+        }
+        if Instant::now() > deadline {
+            let _ = job.kill();
+            bail!("the ranks did not start");
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -44,11 +44,9 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{
-    bench_common::{
-        Mpi, drain, field, loadavg, machine, median, quantile, release_binaries, write_report,
-    },
-    bench_observer::{free_port, lines, reap, signal, wait_line},
+use crate::bench_common::{
+    Mpi, drain, field, free_port, lines, loadavg, machine, median, quantile, reap,
+    release_binaries, signal, wait_line, write_report,
 };
 
 /// Rounds; odd, so the median is a run.

@@ -27,11 +27,9 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use crate::{
-    bench_common::{
-        Mpi, field, loadavg, machine, median, release_binaries, round_robin, spread, write_report,
-    },
-    bench_observer::{lines, rank_pids, reap, signal, start_daemon, wait_line},
+use crate::bench_common::{
+    Mpi, field, lines, loadavg, machine, median, rank_pids, reap, release_binaries, round_robin,
+    signal, spread, start_daemon, wait_line, write_report,
 };
 
 /// Runs per configuration; odd, so the median is a run.

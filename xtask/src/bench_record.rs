@@ -22,10 +22,10 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{
     bench_common::{
-        Mpi, field, loadavg, machine, median, release_binaries, round_robin, spread, write_report,
+        Mpi, field, lines, loadavg, machine, median, reap, release_binaries, round_robin, spread,
+        wait_line, write_report,
     },
     bench_inject::{PingPong, build_ping_pong},
-    bench_observer::{lines, reap, wait_line},
 };
 
 /// Runs per configuration; odd, so the median is a run.

@@ -34,8 +34,10 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    bench_common::{drain, loadavg, machine, median, spread, write_report},
-    bench_observer::{free_port, lines, reap, signal, wait_line},
+    bench_common::{
+        drain, free_port, lines, loadavg, machine, median, reap, signal, spread, wait_line,
+        write_report,
+    },
     cargo,
     setup::run_cmd,
 };

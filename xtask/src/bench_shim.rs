@@ -49,9 +49,10 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    bench_common::{Mpi, field, loadavg, machine, median, release_binaries, spread, write_report},
+    bench_common::{
+        Mpi, field, loadavg, machine, median, release_binaries, spread, start_daemon, write_report,
+    },
     bench_inject::PingPong,
-    bench_observer::start_daemon,
     bench_shim_profile::{self as profile, Profile},
     setup::run_cmd,
 };

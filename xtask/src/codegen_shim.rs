@@ -121,10 +121,10 @@ fn render_next(procs: &[Procedure], digest: u64) -> Result<String> {
          //! then the Fortran rows. Predefined callbacks are not layered, and\n\
          //! `MPI_Pcontrol`'s varargs cannot be forwarded by either: none.\n\
          //! Then, per C row, QMPI's adapters (`qenter!` and `qexit!`,\n\
-         //! crate::qmpi).\n\n\
+         //! crate::qmpi_table).\n\n\
          use core::ffi::c_int;\n\n\
          use observer_common::{FUNCTION_COUNT, FunctionId as F};\n\n\
-         use crate::{qmpi::MAX_INSTANCES, rows::Raw, table::ROWS};\n\n",
+         use crate::{qmpi_table::MAX_INSTANCES, rows::Raw, table::ROWS};\n\n",
     );
     let fortran = fortran_rows(procs);
     // Per table: its name, the macro per row, its type, a row without one,

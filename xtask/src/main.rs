@@ -10,6 +10,7 @@ mod bench_scale;
 mod bench_scan;
 mod bench_shim;
 mod bench_shim_profile;
+mod bench_sites;
 mod bench_stats;
 mod codegen;
 mod codegen_qmpi;
@@ -50,8 +51,10 @@ enum Cmd {
     /// systemd unit and its /etc/default file, the Slurm SPANK plugin, the
     /// dashboards and rules. Written to target/debian/mpi-observer.deb.
     Package,
-    /// Check observer/src against its dependency rule (docs/architecture.md):
-    /// one line per `use crate::…` the rule forbids.
+    /// Check the workspace's layout (docs/architecture.md, "The rule"):
+    /// observer/src's one-way folders, no import circles between the
+    /// modules of a folder in any crate, no hand-written code file over
+    /// 1,000 lines outside tests; one line per offence.
     Layout,
     /// The main job: a real 4-rank Open MPI job, observed live.
     Demo {

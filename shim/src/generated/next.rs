@@ -8,13 +8,13 @@
 //! then the Fortran rows. Predefined callbacks are not layered, and
 //! `MPI_Pcontrol`'s varargs cannot be forwarded by either: none.
 //! Then, per C row, QMPI's adapters (`qenter!` and `qexit!`,
-//! crate::qmpi).
+//! crate::qmpi_table).
 
 use core::ffi::c_int;
 
 use observer_common::{FUNCTION_COUNT, FunctionId as F};
 
-use crate::{qmpi::MAX_INSTANCES, rows::Raw, table::ROWS};
+use crate::{qmpi_table::MAX_INSTANCES, rows::Raw, table::ROWS};
 
 /// Each row's library gate.
 pub(crate) static GATES: [Raw; ROWS] = [

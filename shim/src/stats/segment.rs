@@ -13,7 +13,7 @@
 use core::{
     ffi::c_int,
     ptr::null_mut,
-    sync::atomic::{AtomicPtr, AtomicU64, Ordering::*},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering::*},
 };
 use std::ffi::CString;
 
@@ -75,6 +75,33 @@ static STATE: AtomicPtr<State> = AtomicPtr::new(null_mut());
 pub(crate) fn state() -> Option<&'static State> {
     // SAFETY: null, or a leaked State published once and never freed.
     unsafe { STATE.load(Acquire).as_ref() }
+}
+
+/// Calls timed before the segment existed ([`crate::timing`]); copied into
+/// it when it is made.
+pub(crate) static EARLY: [CallTiming; FUNCTION_COUNT] = [const {
+    CallTiming {
+        calls: core::sync::atomic::AtomicU64::new(0),
+        time_ns: core::sync::atomic::AtomicU64::new(0),
+        bytes: [const { core::sync::atomic::AtomicU64::new(0) }; 2],
+        bytes_unknown: [const { core::sync::atomic::AtomicU64::new(0) }; 2],
+        hist: [const { core::sync::atomic::AtomicU64::new(0) }; observer_common::maps::HIST_SLOTS],
+    }
+}; FUNCTION_COUNT];
+
+/// Whether the segment made next gets a call-site table
+/// (`MPI_OBSERVER_CALLSITES`); on unless told otherwise.
+static CALLSITES: AtomicBool = AtomicBool::new(true);
+
+/// Records whether timed calls count in the call-site table; called while
+/// the stack is built, before the segment is made.
+pub(crate) fn set_callsites(on: bool) {
+    CALLSITES.store(on, Relaxed);
+}
+
+/// Whether the segment gets a call-site table.
+pub(crate) fn callsites() -> bool {
+    CALLSITES.load(Relaxed)
 }
 
 /// Why the segment could not be created.

@@ -15,15 +15,17 @@
 //! them alike; the order rotates every repetition. Each run reports its own
 //! median over batches and the report quotes the median of the runs. Results
 //! go to `docs/benchmarks-observer.md`, with the command and the machine.
+//! The instruction classes' part (2) is [`insns`].
+
+mod insns;
 
 use std::{
     fmt::Write as _,
     fs,
-    io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::{TcpListener, TcpStream},
+    io::{Read as _, Write as _},
+    net::TcpStream,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc::{self, Receiver},
+    process::{Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
@@ -31,7 +33,11 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    bench_common::{self, Mpi, first_line, loadavg, median},
+    bench_common::{
+        self, Mpi, STEP, first_line, free_port, lines, loadavg, median, rank_pids, reap, signal,
+        start_daemon, wait_line,
+    },
+    bench_sites::{self, SET},
     cargo,
     setup::run_cmd,
 };
@@ -41,8 +47,6 @@ const REPS: usize = 9;
 /// Timed batches per probe-cost run, and calls per batch.
 const BATCHES: u32 = 15;
 const CALLS: u32 = 4000;
-/// How long any one step may take before the bench gives up.
-const STEP: Duration = Duration::from_secs(90);
 /// Pause between the probes going in (or not) and the timed part, the same
 /// in every configuration, so start-up work of the launcher and the tools
 /// settles first.
@@ -96,74 +100,6 @@ const COMM_RANK: Probe = Probe {
     name: "MPI_Comm_rank",
 };
 
-/// Lines of a child's pipe, read on a thread so waits can time out.
-pub(crate) fn lines(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        // Keep draining after the receiver is gone: a closed pipe would
-        // make the child's next write fail.
-        for l in BufReader::new(r).lines() {
-            let Ok(l) = l else { break };
-            let _ = tx.send(l);
-        }
-    });
-    rx
-}
-
-/// Waits for a line containing `needle`; returns it and the lines before.
-pub(crate) fn wait_line(
-    rx: &Receiver<String>,
-    needle: &str,
-    what: &str,
-) -> Result<(String, Vec<String>)> {
-    let deadline = Instant::now() + STEP;
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) if l.contains(needle) => return Ok((l, seen)),
-            Ok(l) => seen.push(l),
-            Err(e) => bail!(
-                "waiting for `{needle}` from {what}: {e}; got:\n{}",
-                seen.join("\n")
-            ),
-        }
-    }
-}
-
-/// Starts `mpi-observer attach` on `pids` with `extra` options (and a free
-/// port, `--retain-exited 0`), and waits for one stderr line holding
-/// `needle` per pid; returns the daemon and those lines.
-pub(crate) fn start_daemon(
-    observer: &std::path::Path,
-    pids: &[String],
-    extra: &[&str],
-    needle: &str,
-) -> Result<(std::process::Child, Vec<String>)> {
-    let mut d = Command::new(observer);
-    d.arg("attach");
-    for pid in pids {
-        d.args(["--pid", pid]);
-    }
-    let mut d = d
-        .args(extra)
-        .args(["--listen", &format!("127.0.0.1:{}", free_port()?)])
-        .args(["--retain-exited", "0"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()?;
-    let err = lines(d.stderr.take().context("stderr")?);
-    let mut seen = Vec::new();
-    for _ in pids {
-        seen.push(wait_line(&err, needle, "mpi-observer")?.0);
-    }
-    Ok((d, seen))
-}
-
-pub(crate) fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// GET /metrics, or None while nothing listens.
 fn scrape(port: u16) -> Option<String> {
     let mut c = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -181,52 +117,6 @@ fn calls(text: &str, function: &str) -> Option<u64> {
     text.lines()
         .filter(|l| l.starts_with("mpi_calls_total{") && l.contains(&label))
         .find_map(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
-pub(crate) fn signal(child: &Child, sig: &str) {
-    let _ = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status();
-}
-
-/// Waits up to STEP for `child`, then kills it.
-pub(crate) fn reap(child: &mut Child, what: &str) -> Result<()> {
-    let deadline = Instant::now() + STEP;
-    loop {
-        if let Some(st) = child.try_wait()? {
-            if !st.success() {
-                bail!("{what} exited with {st}");
-            }
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{what} did not exit within {STEP:?}");
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// The pids the `n` ranks of `job` wrote to `dir/pid.RANK`; kills the job
-/// if they do not within STEP.
-pub(crate) fn rank_pids(dir: &Path, n: u32, job: &mut Child) -> Result<Vec<String>> {
-    let deadline = Instant::now() + STEP;
-    loop {
-        let got: Vec<String> = (0..n)
-            .filter_map(|r| fs::read_to_string(dir.join(format!("pid.{r}"))).ok())
-            .filter(|s| s.ends_with('\n'))
-            .map(|s| s.trim().to_string())
-            .collect();
-        if got.len() == n as usize {
-            return Ok(got);
-        }
-        if Instant::now() > deadline {
-            let _ = job.kill();
-            bail!("the ranks did not start");
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// The MPI library file a process maps.
@@ -430,37 +320,14 @@ fn sites(observer: &Path, lib: &str) -> Result<Vec<(String, Site, bool)>> {
         .collect())
 }
 
-fn library_file(mpi: Mpi) -> &'static str {
-    match mpi {
-        Mpi::OpenMpi => "/usr/lib/x86_64-linux-gnu/libmpi.so.40",
-        Mpi::Mpich => "/usr/lib/x86_64-linux-gnu/libmpich.so.12",
-    }
-}
-
-/// Disassembles the first instruction at `bytes` (hex, space-separated).
-fn first_insn(bytes: &str) -> String {
-    let hex: Vec<u8> = bytes
-        .split_whitespace()
-        .filter_map(|b| u8::from_str_radix(b, 16).ok())
-        .collect();
-    let tmp = std::env::temp_dir().join(format!("bench-observer-insn-{}", std::process::id()));
-    if fs::write(&tmp, &hex).is_err() {
-        return "?".into();
-    }
-    let out = Command::new("objdump")
-        .args(["-D", "-b", "binary", "-m", "i386:x86-64"])
-        .arg(&tmp)
-        .output();
-    let _ = fs::remove_file(&tmp);
-    out.ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .find(|l| l.trim_start().starts_with("0:"))
-                .and_then(|l| l.split('\t').nth(2))
-                .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
-        })
-        .unwrap_or_else(|| "?".into())
+/// The MPI library `mpi-observer sites` reads: Debian's, in the
+/// instruction set's multiarch directory.
+fn library_file(mpi: Mpi) -> String {
+    let file = match mpi {
+        Mpi::OpenMpi => "libmpi.so.40",
+        Mpi::Mpich => "libmpich.so.12",
+    };
+    format!("/usr/lib/{}/{file}", SET.multiarch)
 }
 
 fn probe_section(
@@ -535,7 +402,7 @@ fn probe_section(
     });
 
     // Classes.
-    let all = sites(&p.observer, library_file(mpi))?;
+    let all = sites(&p.observer, &library_file(mpi))?;
     let count = |class: &str, default: Option<bool>| {
         all.iter()
             .filter(|(_, s, d)| s.class == class && default.is_none_or(|x| x == *d))
@@ -583,7 +450,7 @@ fn probe_section(
         let (insn, class) = all
             .iter()
             .find(|(n, _, _)| n == f.name)
-            .map(|(_, s, _)| (first_insn(&s.bytes), s.class.clone()))
+            .map(|(_, s, _)| (bench_sites::first_insn(&s.bytes), s.class.clone()))
             .unwrap_or_else(|| ("?".into(), "?".into()));
         let added = probed - base;
         let measured = if f.arg != "comm_rank" && added > 2.0 * (ours - none) {
@@ -611,322 +478,6 @@ fn probe_section(
         )?;
     }
     writeln!(report)?;
-    Ok(())
-}
-
-/// A first-instruction class: the function of `xtask/bench/insns.c` that
-/// starts with one, and a byte pattern (mask, value per byte) matching
-/// library probe sites that start with an instruction of the same class.
-struct InsnClass {
-    func: &'static str,
-    example: &'static str,
-    class: &'static str,
-    pattern: &'static [(u8, u8)],
-}
-
-/// REX.W, with any R and B bits.
-const REX_W: (u8, u8) = (0xfa, 0x48);
-/// ModRM with mod = 11: register operand.
-const MOD_REG: (u8, u8) = (0xc0, 0xc0);
-/// ModRM with mod = 00, rm = 101: RIP-relative memory operand.
-const MOD_RIP: (u8, u8) = (0xc7, 0x05);
-
-const INSN_CLASSES: &[InsnClass] = &[
-    InsnClass {
-        func: "f_push_rbp",
-        example: "55 push %rbp",
-        class: "push r64",
-        pattern: &[(0xf8, 0x50)],
-    },
-    InsnClass {
-        func: "f_push_r15",
-        example: "41 57 push %r15",
-        class: "push r8-r15",
-        pattern: &[(0xff, 0x41), (0xf8, 0x50)],
-    },
-    InsnClass {
-        func: "f_sub_rsp",
-        example: "48 83 ec 28 sub $0x28,%rsp",
-        class: "ALU r64, imm8",
-        pattern: &[REX_W, (0xff, 0x83), MOD_REG],
-    },
-    InsnClass {
-        func: "f_cmp_imm32",
-        example: "48 81 fa ff ff ff 7f cmp $0x7fffffff,%rdx",
-        class: "ALU r64, imm32",
-        pattern: &[REX_W, (0xff, 0x81), MOD_REG],
-    },
-    InsnClass {
-        func: "f_mov_rr",
-        example: "48 89 d1 mov %rdx,%rcx",
-        class: "mov r64, r64",
-        pattern: &[REX_W, (0xff, 0x89), MOD_REG],
-    },
-    InsnClass {
-        func: "f_mov_rip",
-        example: "48 8b 05 .. mov X(%rip),%rax",
-        class: "mov r64, RIP-relative",
-        pattern: &[REX_W, (0xff, 0x8b), MOD_RIP],
-    },
-    InsnClass {
-        func: "f_lea_rip",
-        example: "48 8d 05 .. lea X(%rip),%rax",
-        class: "lea RIP-relative",
-        pattern: &[REX_W, (0xff, 0x8d), MOD_RIP],
-    },
-    InsnClass {
-        func: "f_endbr64",
-        example: "f3 0f 1e fa endbr64",
-        class: "endbr64",
-        pattern: &[(0xff, 0xf3), (0xff, 0x0f), (0xff, 0x1e), (0xff, 0xfa)],
-    },
-    InsnClass {
-        func: "f_nop",
-        example: "90 nop",
-        class: "nop",
-        pattern: &[(0xff, 0x90)],
-    },
-    InsnClass {
-        func: "f_nopl",
-        example: "0f 1f 40 00 nopl 0x0(%rax)",
-        class: "multi-byte nop",
-        pattern: &[(0xff, 0x0f), (0xff, 0x1f)],
-    },
-    InsnClass {
-        func: "f_jmp8",
-        example: "eb 00 jmp rel8",
-        class: "jmp rel8",
-        pattern: &[(0xff, 0xeb)],
-    },
-    InsnClass {
-        func: "f_jmp32",
-        example: "e9 00 00 00 00 jmp rel32",
-        class: "jmp rel32",
-        pattern: &[(0xff, 0xe9)],
-    },
-    InsnClass {
-        func: "f_call",
-        example: "e8 00 00 00 00 call rel32",
-        class: "call rel32",
-        pattern: &[(0xff, 0xe8)],
-    },
-    InsnClass {
-        func: "f_jcc",
-        example: "75 00 jne rel8",
-        class: "jcc rel8",
-        pattern: &[(0xf0, 0x70)],
-    },
-];
-
-const INSN_BATCHES: u32 = 9;
-const INSN_CALLS: u32 = 1000;
-
-/// One run of the instruction-class program, with or without an entry
-/// uprobe (bpftrace) on every `f_*`. Returns CPU ns/call per function.
-fn insns_run(bin: &Path, dir: &Path, probed: bool) -> Result<Vec<(String, f64)>> {
-    let go = dir.join("go-insns");
-    let _ = fs::remove_file(&go);
-    let mut prog = Command::new(bin)
-        .arg(&go)
-        .args([INSN_BATCHES.to_string(), INSN_CALLS.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let out = lines(prog.stdout.take().context("stdout")?);
-    let (ready, _) = wait_line(&out, "ready pid=", "insns")?;
-    let pid = ready.trim_start_matches("ready pid=").trim().to_string();
-    let mut tool = None;
-    if probed {
-        let script = format!(
-            "BEGIN {{ printf(\"attached\\n\"); }} uprobe:{}:f_* {{ @[probe] = count(); }}",
-            bin.display()
-        );
-        let mut b = Command::new("bpftrace")
-            .args(["-p", &pid, "-e", &script])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let o = lines(b.stdout.take().context("stdout")?);
-        wait_line(&o, "attached", "bpftrace")?;
-        tool = Some((b, o));
-    }
-    thread::sleep(SETTLE);
-    fs::write(&go, "")?;
-    let (_, results) = wait_line(&out, "done", "insns")?;
-    reap(&mut prog, "insns")?;
-    let _ = fs::remove_file(&go);
-    if let Some((mut b, o)) = tool {
-        reap(&mut b, "bpftrace")?;
-        let counted: Vec<u64> = o
-            .try_iter()
-            .filter(|l| l.starts_with("@[uprobe:"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-            .collect();
-        let expected = u64::from(INSN_BATCHES * INSN_CALLS);
-        if counted.len() != INSN_CLASSES.len() || counted.iter().any(|n| *n < expected) {
-            bail!(
-                "bpftrace counts {counted:?}, expected {} x >= {expected}",
-                INSN_CLASSES.len()
-            );
-        }
-    }
-    results
-        .iter()
-        .filter_map(|l| {
-            let (k, v) = l.split_once('=')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .map(Ok)
-        .collect()
-}
-
-fn hex_bytes(s: &str) -> Vec<u8> {
-    s.split_whitespace()
-        .filter_map(|b| u8::from_str_radix(b, 16).ok())
-        .collect()
-}
-
-/// Index in [`INSN_CLASSES`] of the class `bytes` starts with.
-fn class_of(bytes: &[u8]) -> Option<usize> {
-    INSN_CLASSES.iter().position(|c| {
-        c.pattern.len() <= bytes.len()
-            && c.pattern
-                .iter()
-                .zip(bytes)
-                .all(|((mask, value), b)| b & mask == *value)
-    })
-}
-
-fn insns_section(
-    root: &Path,
-    libs: &[(Mpi, &Paths)],
-    report: &mut String,
-    disagreements: &mut Vec<String>,
-) -> Result<()> {
-    let dir = root.join("target/bench-observer");
-    let bin = dir.join("insns");
-    run_cmd(
-        Command::new("cc")
-            .args(["-O2", "-o"])
-            .arg(&bin)
-            .arg(root.join("xtask/bench/insns.c")),
-    )?;
-    let mut none: Vec<(String, f64)> = Vec::new();
-    let mut probed: Vec<(String, f64)> = Vec::new();
-    for rep in 0..REPS {
-        for k in 0..2 {
-            if (k + rep) % 2 == 0 {
-                none.extend(insns_run(&bin, &dir, false)?);
-            } else {
-                probed.extend(insns_run(&bin, &dir, true)?);
-            }
-        }
-    }
-    let med = |v: &[(String, f64)], f: &str| {
-        median(
-            &v.iter()
-                .filter(|(k, _)| k == f)
-                .map(|(_, x)| *x)
-                .collect::<Vec<_>>(),
-        )
-    };
-    let added: Vec<f64> = INSN_CLASSES
-        .iter()
-        .map(|c| med(&probed, c.func) - med(&none, c.func))
-        .collect();
-    // `push` is emulated on every kernel since 6.10 or so; everything much
-    // dearer than it is being single-stepped.
-    let reference = added[0];
-    let stepped: Vec<bool> = added.iter().map(|a| *a > 3.0 * reference).collect();
-    writeln!(
-        report,
-        "### Every first-instruction class, measured\n\n\
-         Real MPI functions cover only some classes cheaply. `xtask/bench/insns.c` has one tiny \
-         function per class found at PMPI entries (and a few the classifier names); the bench \
-         puts an entry uprobe on each (`bpftrace -p P -e 'uprobe:BIN:f_* {{ @[probe] = count(); }}'`) \
-         and compares the thread's CPU ns/call with the unprobed program, {REPS} runs each, \
-         alternating. A class counts as single-stepped when its added cost is over three times \
-         that of `push %rbp`.\n\n\
-         | class | example | added CPU ns/call | kernel |\n|---|---|---:|---|"
-    )?;
-    for ((c, a), s) in INSN_CLASSES.iter().zip(&added).zip(&stepped) {
-        writeln!(
-            report,
-            "| {} | `{}` | {a:.0} | {} |",
-            c.class,
-            c.example,
-            if *s { "single-stepped" } else { "emulated" }
-        )?;
-    }
-    writeln!(
-        report,
-        "\nEvery probe site of both libraries checked against the measured class of its first \
-         instruction:\n\n\
-         | library | sites | in a measured class | classifier agrees | classifier wrong | not covered |\n\
-         |---|---:|---:|---:|---:|---:|"
-    )?;
-    let mut wrong_lines = Vec::new();
-    for (mpi, p) in libs {
-        let all = sites(&p.observer, library_file(*mpi))?;
-        let (mut covered, mut agree, mut wrong, mut uncovered) = (0, 0, 0, 0);
-        for (name, site, default) in &all {
-            // The instruction the probe actually sits on.
-            let all_bytes = hex_bytes(&site.bytes);
-            let bytes = all_bytes.get(site.skipped as usize..).unwrap_or(&[]);
-            let Some(i) = class_of(bytes) else {
-                uncovered += 1;
-                continue;
-            };
-            covered += 1;
-            let measured = if stepped[i] {
-                "single-stepped"
-            } else {
-                "emulated"
-            };
-            if site.class == measured {
-                agree += 1;
-            } else {
-                wrong += 1;
-                wrong_lines.push(format!(
-                    "| {} | {name}{} | `{}` | {} | {measured} |",
-                    mpi.name(),
-                    if *default { " (default)" } else { "" },
-                    site.bytes,
-                    site.class
-                ));
-                disagreements.push(format!("{} {name} ({})", mpi.name(), INSN_CLASSES[i].class));
-            }
-        }
-        writeln!(
-            report,
-            "| {} | {} | {covered} | {agree} | {wrong} | {uncovered} |",
-            mpi.name(),
-            all.len()
-        )?;
-    }
-    if !wrong_lines.is_empty() {
-        writeln!(
-            report,
-            "\nSites the classifier gets wrong:\n\n\
-             | library | function | first bytes | classifier | measured |\n|---|---|---|---|---|\n{}",
-            wrong_lines.join("\n")
-        )?;
-    }
-    let classes = |want: bool| {
-        INSN_CLASSES
-            .iter()
-            .zip(&stepped)
-            .filter(|(_, s)| **s == want)
-            .map(|(c, _)| c.class)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    writeln!(
-        report,
-        "\nOn this kernel ({}), emulated: {}; single-stepped: {}.\n",
-        first_line("uname", &["-r"]),
-        classes(false),
-        classes(true)
-    )?;
     Ok(())
 }
 
@@ -1201,6 +752,7 @@ fn machine() -> String {
 
 /// `cargo xtask bench observer`.
 pub fn run(root: &Path) -> Result<()> {
+    bench_sites::check()?;
     run_cmd(cargo().args(["build", "--release", "-p", "mpi-observer"]))?;
     let started = Instant::now();
     let load_before = loadavg();
@@ -1228,7 +780,7 @@ pub fn run(root: &Path) -> Result<()> {
         probe_section(*m, p, &mut report, &mut table, &mut disagreements)?;
     }
     let libs: Vec<(Mpi, &Paths)> = mpis.iter().copied().zip(&paths).collect();
-    insns_section(root, &libs, &mut report, &mut disagreements)?;
+    insns::section(root, &libs, &mut report, &mut disagreements)?;
     writeln!(
         report,
         "Classifier against measurement: {}.\n",
@@ -1283,7 +835,7 @@ pub fn run(root: &Path) -> Result<()> {
     let doc = format!(
         "# Observer benchmarks\n\n\
          Command: `cargo xtask bench observer` (writes this file; runs as root; about {:.0} minutes). \
-         Sources: `xtask/src/bench_observer.rs`, `xtask/bench/probecost.c`, `xtask/bench/pingpong.c`, `xtask/bench/insns.c`, \
+         Sources: `xtask/src/bench_observer/`, `xtask/src/bench_sites/`, `xtask/bench/probecost.c`, `xtask/bench/pingpong.c`, `xtask/bench/insns.c`, \
          `observer/benches/scrape.rs`.\n\n\
          Machine: {}. Load average before: {load_before}; after: {}.\n\n\
          Every figure is the median of {REPS} runs taken round-robin across configurations in one \
