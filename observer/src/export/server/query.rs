@@ -60,6 +60,25 @@ fn percent_decode(s: &str) -> Result<String, QueryError> {
     String::from_utf8(out).map_err(|_| QueryError::Encoding)
 }
 
+/// `s` with its control characters escaped (`\n`, `\u{0}`), as far as
+/// the first `max` bytes of the result: the name of an unknown parameter
+/// is said back in the refusal's one line, and a client's `%0A` must not
+/// make it two.
+fn escape_controls(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max) + 8);
+    for c in s.chars() {
+        if out.len() >= max {
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The jobs a `/metrics/ranks` query names: `None` without any `jobid`
 /// (every job). Hostile input: at most [`MAX_JOBIDS`] values, each at most
 /// the label cap once decoded; anything else is refused.
@@ -70,8 +89,11 @@ pub fn ranks_query(query: Option<&str>) -> Result<Option<Vec<String>>, QueryErro
         if name != "jobid" {
             let name = percent_decode(name).unwrap_or_else(|_| name.to_string());
             return Err(QueryError::Unknown {
-                name: crate::attach::identity::cut(&name, crate::attach::identity::LABEL_CAP)
-                    .to_string(),
+                name: crate::attach::identity::cut(
+                    &escape_controls(&name, crate::attach::identity::LABEL_CAP),
+                    crate::attach::identity::LABEL_CAP,
+                )
+                .to_string(),
             });
         }
         if jobs.len() == MAX_JOBIDS {
@@ -112,6 +134,16 @@ mod tests {
         assert!(matches!(
             ranks_query(Some("jobid=1&rank=0")),
             Err(QueryError::Unknown { name }) if name == "rank"
+        ));
+        // An unknown name is said back on one line, a label's worth at most.
+        assert!(matches!(
+            ranks_query(Some("ra%0Ank%00%E2%9C%93=0")),
+            Err(QueryError::Unknown { name }) if name == "ra\\nnk\\u{0}\u{2713}"
+        ));
+        let long = format!("{}=1", "%0A".repeat(1000));
+        assert!(matches!(
+            ranks_query(Some(&long)),
+            Err(QueryError::Unknown { name }) if name == "\\n".repeat(64)
         ));
         let many = vec!["jobid=1"; MAX_JOBIDS + 1].join("&");
         assert_eq!(ranks_query(Some(&many)), Err(QueryError::TooMany));
