@@ -1,7 +1,7 @@
 //! Property tests ("fuzzing") of the parsers of user-controlled input
 //! (issue 21): the stats segment reader, the trace-ring reader, the
-//! `/proc/PID/maps` parser, ELF symbol reading, `--web.config.file` and the
-//! report data format. Each starts
+//! `/proc/PID/maps` parser, ELF symbol reading, `--web.config.file`, the
+//! `/metrics/ranks` query and the report data format. Each starts
 //! from valid inputs and mutates them (bytes, words set to edge values,
 //! truncation, extension), or makes them up entirely, and asserts that the
 //! parser does not panic, allocates a bounded amount (a counting allocator
@@ -22,10 +22,11 @@ use std::{
 };
 
 use mpi_observer::{
+    attach::identity::LABEL_CAP,
     attach::symbols,
     client::report::{self, Data, FunctionData, PeerData, RankData, SiteData, StatsData},
     collect::segment::{self, Segment},
-    export::web_config,
+    export::{server, web_config},
     os::procfs::{self, MapEntry},
     record::shim::ShimRecorder,
 };
@@ -987,6 +988,189 @@ proptest! {
         1 => "[a-zA-Z0-9:$./-]{0,12}",
     ], 0..64)) {
         load_web_config(parts.concat().as_bytes());
+    }
+}
+
+// ---------------------------------------------------------------------
+// The `/metrics/ranks` query (observer/src/export/server/query.rs
+// `ranks_query`): the query string of any client that can reach the port.
+
+/// Queries as scrapers and people send them (and one for each refusal),
+/// as seeds.
+const QUERIES: &[&str] = &[
+    "",
+    "jobid=42",
+    "jobid=42&jobid=a%20b%22c&jobid=x+y",
+    "jobid=%E2%9C%93&&jobid=",
+    "jobid=1&rank=0",
+    "jobid=%zz",
+    "jobid=%4",
+];
+
+/// The parser's own words and escapes, for made-up queries.
+const QUERY_TOKENS: &[&str] = &[
+    "jobid",
+    "=",
+    "&",
+    "+",
+    "%",
+    "%2",
+    "%20",
+    "%41",
+    "%2B",
+    "%26",
+    "%3D",
+    "%00",
+    "%ff",
+    "%FF",
+    "%E2%9C%93",
+    "%C3",
+    "%c3%a9",
+    "%ED%A0%80",
+    "jobid=",
+    "&jobid=",
+    "rank",
+    "%6Aobid",
+];
+
+/// Encodes `job` as a query value: `%XX` for every byte but ASCII letters
+/// and digits, which `seed`'s bits leave plain or escape too (either hex
+/// case), and a space as `+` or `%20`.
+fn encode_query_value(job: &str, seed: u64) -> String {
+    let mut out = String::with_capacity(3 * job.len());
+    for (i, &b) in job.as_bytes().iter().enumerate() {
+        let bit = (seed >> (i % 64)) & 1 == 1;
+        let upper = seed.rotate_left(i as u32 % 64 + 1) & 1 == 1;
+        match b {
+            b' ' if bit => out.push('+'),
+            b if b.is_ascii_alphanumeric() && !bit => out.push(char::from(b)),
+            b if upper => out.push_str(&format!("%{b:02X}")),
+            b => out.push_str(&format!("%{b:02x}")),
+        }
+    }
+    out
+}
+
+/// A job id as a user or a scheduler may spell it: any Unicode, up to a
+/// little over the label cap in bytes, edge lengths included.
+fn any_jobid() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => "[a-zA-Z0-9._-]{0,12}",
+        2 => prop::collection::vec(any::<char>(), 0..40).prop_map(String::from_iter),
+        1 => (LABEL_CAP - 2..LABEL_CAP + 3).prop_map(|n| "j".repeat(n)),
+        1 => (LABEL_CAP / 2 - 1..LABEL_CAP / 2 + 2).prop_map(|n| "\u{e9}".repeat(n)),
+        1 => Just(" +&=%".to_string()),
+    ]
+}
+
+/// Parses `q` within an allocation budget (linear in the query) and checks
+/// what any answer must hold: at most `MAX_JOBIDS` job ids, each at most
+/// the label cap; a refusal is one line without control characters,
+/// naming at most a label's worth of the client's text.
+fn ranks_query_checked(q: &str) -> Result<Option<Vec<String>>, server::QueryError> {
+    let limit = 4 * q.len() + (64 << 10);
+    let r = bounded("ranks_query", limit, || server::ranks_query(Some(q)));
+    match &r {
+        Ok(Some(jobs)) => {
+            assert!(!jobs.is_empty());
+            assert!(jobs.len() <= server::MAX_JOBIDS, "{} job ids", jobs.len());
+            for j in jobs {
+                assert!(j.len() <= LABEL_CAP, "a job id of {} bytes", j.len());
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let line = e.to_string();
+            // One line, with nothing of the client's that a terminal acts on.
+            assert!(
+                !line.is_empty() && !line.chars().any(char::is_control),
+                "{line:?}"
+            );
+            if let server::QueryError::Unknown { name } = e {
+                assert!(name.len() <= LABEL_CAP, "a name of {} bytes", name.len());
+            }
+        }
+    }
+    r
+}
+
+/// The job ids of an accepted query, encoded again (letters and digits
+/// plain, every other byte escaped), are accepted as the same ids.
+fn reads_back(r: Result<Option<Vec<String>>, server::QueryError>) {
+    let Ok(Some(jobs)) = r else { return };
+    let q: Vec<String> = jobs
+        .iter()
+        .map(|j| format!("jobid={}", encode_query_value(j, 0)))
+        .collect();
+    assert_eq!(ranks_query_checked(&q.join("&")), Ok(Some(jobs)));
+}
+
+#[test]
+fn ranks_query_seeds_parse() {
+    let got: Vec<bool> = QUERIES
+        .iter()
+        .map(|q| ranks_query_checked(q).is_ok())
+        .collect();
+    assert_eq!(got, [true, true, true, true, false, false, false]);
+}
+
+proptest! {
+    #![proptest_config(config(1024))]
+
+    /// Job ids encoded as a client may encode them, with empty pairs
+    /// between, read back exactly; past `MAX_JOBIDS` ids, or an id longer
+    /// than the label cap, refused with the error that says so, at the
+    /// first one in order.
+    #[test]
+    fn ranks_query_round_trip(
+        jobs in prop::collection::vec((any_jobid(), any::<u64>(), 0usize..3), 0..server::MAX_JOBIDS + 4),
+    ) {
+        let mut q = String::new();
+        for (job, seed, empties) in &jobs {
+            q.push_str(&"&".repeat(*empties));
+            if !q.is_empty() {
+                q.push('&');
+            }
+            q.push_str("jobid=");
+            q.push_str(&encode_query_value(job, *seed));
+        }
+        let want = jobs
+            .iter()
+            .enumerate()
+            .find_map(|(i, (j, _, _))| {
+                if i == server::MAX_JOBIDS {
+                    Some(server::QueryError::TooMany)
+                } else if j.len() > LABEL_CAP {
+                    Some(server::QueryError::TooLong)
+                } else {
+                    None
+                }
+            })
+            .map_or_else(
+                || Ok((!jobs.is_empty()).then(|| jobs.iter().map(|j| j.0.clone()).collect())),
+                Err,
+            );
+        prop_assert_eq!(ranks_query_checked(&q), want, "query {:?}", q);
+    }
+
+    /// Mutated seeds (as text: a URI's query is a `&str`).
+    #[test]
+    fn ranks_query_mutated(which in 0..QUERIES.len(), ms in mutations(64, vec![])) {
+        let bytes = apply(QUERIES[which].as_bytes().to_vec(), &ms);
+        reads_back(ranks_query_checked(&String::from_utf8_lossy(&bytes)));
+    }
+
+    /// Queries made up from the parser's own words and escapes, and long
+    /// runs of one (a value or a name far over the cap, escape or not).
+    #[test]
+    fn ranks_query_random(
+        parts in prop::collection::vec(prop_oneof![
+            6 => prop::sample::select(QUERY_TOKENS).prop_map(str::to_string),
+            2 => "[a-zA-Z0-9%+&=]{0,8}",
+            1 => (prop::sample::select(QUERY_TOKENS), 0usize..4096).prop_map(|(t, n)| t.repeat(n)),
+        ], 0..96),
+    ) {
+        reads_back(ranks_query_checked(&parts.concat()));
     }
 }
 

@@ -5,7 +5,7 @@
 //!
 //! - **Handover.** Once no call the probes are timing is open, the rank's
 //!   probes are detached; what they counted stays, and the segment adds to
-//!   it (`registry::rank_calls`).
+//!   it (`registry::scrape::rank_calls`).
 //! - **No call in time.** A rank that makes no MPI call within
 //!   `--inject-timeout` is let go, untraced, with its trigger armed: its
 //!   next call clears it (the ignored signal does nothing), one watcher

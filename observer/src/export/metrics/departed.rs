@@ -16,7 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use observer_common::maps::CallStats;
 
-use super::rank::{SEGMENT_COUNTERS, rank_sites};
+use super::{
+    peers::{add, peer_node},
+    rank::{SEGMENT_COUNTERS, rank_sites},
+};
 use crate::collect::snapshot::{Directed, RankSnapshot};
 
 /// One job's departed ranks, summed as the job-level families sum ranks.
@@ -38,11 +41,6 @@ pub struct Departed {
     pub(super) world_ranks: BTreeSet<String>,
     /// Ranks folded in.
     pub ranks: u64,
-}
-
-fn add(a: &mut Directed, b: Directed) {
-    a.send = a.send.saturating_add(b.send);
-    a.recv = a.recv.saturating_add(b.recv);
 }
 
 /// Every job's [`Departed`], by the job's labels; kept across collections
@@ -78,7 +76,7 @@ impl DepartedJobs {
             for (peer, t) in &f.peers {
                 // A rank of the job forgotten earlier was on this node too.
                 let here = |p: &str| local(p) || d.world_ranks.contains(p);
-                let node = super::job::peer_node(r, *peer, &here, node);
+                let node = peer_node(r, *peer, &here, node);
                 let p = d.peers.entry(node).or_default();
                 add(&mut p.0, t.messages);
                 add(&mut p.1, t.bytes);

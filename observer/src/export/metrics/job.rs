@@ -16,6 +16,7 @@ use super::{
     budget::{Family, Tier},
     departed::DepartedJobs,
     detail, directions, histogram,
+    peers::{add, peer_node},
     rank::{Labelled, SEGMENT_COUNTERS, rank_sites},
     window::Recent,
 };
@@ -48,11 +49,6 @@ pub fn histograms(hist: &mut Family, ranks: &[Labelled<'_>], departed: &Departed
     for ((job, id), st) in &per_job {
         hist.group(T, |out| histogram(out, job, *id, st));
     }
-}
-
-fn add(a: &mut Directed, b: Directed) {
-    a.send = a.send.saturating_add(b.send);
-    a.recv = a.recv.saturating_add(b.recv);
 }
 
 /// Every job-level family but the histogram, of `ranks` (all this node's),
@@ -386,31 +382,6 @@ fn distribution(
 }
 
 /// The stats layer's figures per job and node; peer traffic node × node.
-/// The node of `peer`, a world rank `r` exchanged messages with, as the
-/// job's peer series name it: the launcher's layout says, with the rank's
-/// own node this one (the layout names nodes its own way: Slurm's short
-/// names, or `#k` for uniform blocks); without a layout, this node for a
-/// rank of the job observed here (`local`), else `remote`.
-pub(super) fn peer_node(
-    r: &RankSnapshot,
-    peer: u32,
-    local: &impl Fn(&str) -> bool,
-    node: &str,
-) -> String {
-    let own = r
-        .identity
-        .rank
-        .parse::<u32>()
-        .ok()
-        .and_then(|me| crate::attach::identity::layout::node_of(&r.identity, me));
-    match crate::attach::identity::layout::node_of(&r.identity, peer) {
-        Some(p) if Some(&p) == own.as_ref() => node.to_string(),
-        Some(p) => p,
-        None if local(&peer.to_string()) => node.to_string(),
-        None => "remote".into(),
-    }
-}
-
 fn segments(fams: &mut Vec<Family>, ranks: &[RankSnapshot], node: &str, departed: &DepartedJobs) {
     #[derive(Default)]
     struct Job {

@@ -14,6 +14,7 @@ pub mod budget;
 pub mod departed;
 pub mod detail;
 mod job;
+mod peers;
 mod rank;
 pub mod window;
 

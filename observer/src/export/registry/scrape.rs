@@ -1,0 +1,277 @@
+//! One collection: the stats segments and the probes' maps read into a
+//! [`Snapshot`], each rank's calls and call sites put together from both,
+//! and what is made of it: `/metrics`, `/metrics/ranks` and the report
+//! data.
+
+use std::{
+    collections::BTreeMap,
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant, SystemTime},
+};
+
+use super::{State, rank::adoption_line};
+use crate::{
+    collect::segment::Segment,
+    collect::snapshot::{
+        CallsByFunction, Figures, Health, RankSnapshot, RawSite, SegmentSnapshot, Snapshot,
+    },
+    export::metrics::{self, Carried},
+};
+
+/// Completed collections, exported as `mpi_observer_scrapes_total`. Kept
+/// here, beside the collections it counts, so the server only reports one
+/// ([`count_scrape`]) and the registry needs nothing of the server.
+static SCRAPES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one completed collection (the server, once per scrape or per
+/// group of concurrent scrapes that shared one).
+pub fn count_scrape() {
+    SCRAPES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Collections completed since the daemon started: one per scrape, or per
+/// group of concurrent scrapes that shared one.
+pub fn scrapes_total() -> u64 {
+    SCRAPES.load(Ordering::Relaxed)
+}
+
+/// A rank's call statistics: from the probes, or from a ready segment's
+/// timing, which replaces them (the shim was there from the process's start,
+/// or from before this daemon attached, and counted every call the probes
+/// saw) or, for a shim this daemon injected (`add`), adds to them (the
+/// probes counted up to the handover, the shim from it on; see
+/// docs/inject.md). Without `bytes`, no byte figures.
+fn rank_calls(
+    probed: Option<CallsByFunction>,
+    f: Option<&Figures>,
+    add: bool,
+    bytes: bool,
+) -> Option<CallsByFunction> {
+    let Some(f) = f.filter(|f| f.ready) else {
+        return probed;
+    };
+    let mut out = if add {
+        probed.unwrap_or_default()
+    } else {
+        CallsByFunction::default()
+    };
+    for (&id, t) in &f.timing {
+        let mut s = observer_common::maps::CallStats::ZERO;
+        s.calls = t.calls;
+        s.time_ns = t.time_ns;
+        s.hist = t.hist;
+        if bytes {
+            s.bytes = t.bytes;
+            s.bytes_unknown = t.bytes_unknown;
+        }
+        out.entry(id)
+            .or_insert(observer_common::maps::CallStats::ZERO)
+            .add(&s);
+    }
+    Some(out)
+}
+
+/// A rank's raw call sites, by the same rule as [`rank_calls`]: the
+/// segment's replace the probes', or add to them for a shim this daemon
+/// injected.
+fn rank_sites(probed: Option<Vec<RawSite>>, f: Option<&Figures>, add: bool) -> Vec<RawSite> {
+    let Some(f) = f.filter(|f| f.ready) else {
+        return probed.unwrap_or_default();
+    };
+    let mut out = if add {
+        probed.unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    out.extend_from_slice(&f.callsites);
+    out
+}
+
+impl State {
+    /// Finds segments not found yet and reads every segment's figures.
+    /// A segment that fails is skipped (its figures are dropped) and counted
+    /// once per change of problem.
+    ///
+    /// A rank whose segment is ready loses its probes at that moment: the
+    /// shim times every call of the process from its first (see
+    /// `rank_calls`), so the probes would only count calls twice. A shim
+    /// this daemon is injecting is handed over by the injector
+    /// (docs/inject.md); one injected before it attached and still live is
+    /// adopted: the probes go, and its timing stands for the rank.
+    pub fn read_segments(&mut self) {
+        let mut handover = Vec::new();
+        let mut adopt = Vec::new();
+        for r in self.ranks.values_mut() {
+            if r.segment.is_none() && r.exited_at.is_none() {
+                match Segment::open(r.pid) {
+                    Ok(seg) => r.segment = seg,
+                    Err(p) => {
+                        if r.segment_problem != Some(p) {
+                            self.selfm.segment_error(p);
+                            r.segment_problem = Some(p);
+                        }
+                        continue;
+                    }
+                }
+            }
+            let Some(seg) = &r.segment else { continue };
+            match seg.read() {
+                Ok(f) => {
+                    if f.ready && r.attachment.is_some() && !r.injecting {
+                        if !f.injected {
+                            handover.push(r.pid);
+                        } else if !f.ejected && !r.injected {
+                            adopt.push(r.pid);
+                        }
+                    }
+                    r.figures = Some(f);
+                    r.segment_problem = None;
+                }
+                Err(p) => {
+                    r.figures = None;
+                    if r.segment_problem != Some(p) {
+                        self.selfm.segment_error(p);
+                        r.segment_problem = Some(p);
+                    }
+                }
+            }
+        }
+        for pid in handover {
+            self.detach(pid);
+        }
+        for pid in adopt {
+            eprintln!("mpi-observer: {}", adoption_line(pid));
+            self.detach(pid);
+            if let Some(r) = self.ranks.get_mut(&pid) {
+                r.injected = true;
+                r.adopted = true;
+                self.selfm.injected.inc();
+            }
+        }
+    }
+
+    /// The ranks as they stand, with `calls` and `sites`, the call
+    /// statistics and call sites read from the maps (those of processes not
+    /// registered here are dropped: identity only ever comes from the
+    /// registry), the daemon's `health`, and `now_ns`, `CLOCK_MONOTONIC`
+    /// now, to age outstanding requests by. New call sites are named here.
+    pub fn snapshot(
+        &mut self,
+        mut calls: BTreeMap<u32, CallsByFunction>,
+        mut sites: BTreeMap<u32, Vec<RawSite>>,
+        health: Health,
+        now_ns: u64,
+    ) -> Snapshot {
+        let mut names = self.names.session();
+        let budget = self.callsite_budget;
+        let bytes = self.bytes;
+        let kept = &self.exited_figures;
+        let ranks = self
+            .ranks
+            .values_mut()
+            .map(|r| {
+                // Gone from the maps: its final figures as kept.
+                if r.released
+                    && let Some(k) = kept.get(&r.pid)
+                {
+                    return k.clone();
+                }
+                let add = r.figures.as_ref().is_some_and(|f| f.injected) && !r.adopted;
+                let raw = rank_sites(sites.remove(&r.pid), r.figures.as_ref(), add);
+                let callsites =
+                    r.sites
+                        .resolve(&mut names, r.pid, r.exited_at.is_none(), &raw, budget);
+                RankSnapshot {
+                    pid: r.pid,
+                    identity: r.identity.clone(),
+                    labels: r.labels.clone(),
+                    library: r.library,
+                    version: r.version.clone(),
+                    started: r.started_at,
+                    attached: r.attached_at,
+                    counted_since: r.counted_since(),
+                    exited: r.exited_wall,
+                    calls: rank_calls(calls.remove(&r.pid), r.figures.as_ref(), add, bytes),
+                    callsites,
+                    segment: r.figures.as_ref().map(|f| SegmentSnapshot {
+                        figures: f.clone(),
+                        // Zero for a rank that exited.
+                        oldest_request_age: match (f.oldest_started_ns, r.exited_at) {
+                            (Some(t), None) => Duration::from_nanos(now_ns.saturating_sub(t)),
+                            _ => Duration::ZERO,
+                        },
+                    }),
+                }
+            })
+            .collect();
+        Snapshot {
+            ranks,
+            health,
+            taken: SystemTime::now(),
+        }
+    }
+
+    /// Reads the stats segments and the maps, now.
+    pub fn collect(&mut self) -> Snapshot {
+        self.read_segments();
+        // Call sites before the statistics: a call adds to its function's
+        // figures first, so the sites never exceed the function's calls.
+        let (sites, calls, map_failures) = self
+            .probes
+            .as_ref()
+            .map(|p| {
+                let sites = p.read_callsites();
+                let mut failures = p.read_map_failures();
+                failures.callsites = p.read_callsite_failures();
+                (sites, p.read_stats(), failures)
+            })
+            .unwrap_or_default();
+        let health = Health {
+            map_failures,
+            scrapes_total: scrapes_total(),
+        };
+        let snap = self.snapshot(calls, sites, health, crate::os::clock::monotonic_ns());
+        for r in snap.ranks.iter().filter(|r| r.exited.is_some()) {
+            self.exited_figures
+                .entry(r.pid)
+                .or_insert_with(|| r.clone());
+        }
+        self.release_exited();
+        snap
+    }
+
+    /// The ranks' report data now (`/report.json`, `attach --report-file`).
+    pub fn report_data(&mut self) -> crate::export::report::Data {
+        let snap = self.collect();
+        crate::export::report::Data::from_snapshot(&snap, &self.host, SystemTime::now())
+    }
+
+    /// [`State::report_data`] as JSON.
+    pub fn report_json(&mut self) -> Vec<u8> {
+        serde_json::to_vec(&self.report_data()).unwrap_or_default()
+    }
+
+    /// One scrape's exposition text (`/metrics`); the detail ranks and
+    /// the window's samples are updated with it.
+    pub fn scrape(&mut self) -> String {
+        let started = Instant::now();
+        let snap = self.collect();
+        let detail = self.picker.update(&snap, self.render.detail_ranks);
+        let recent = self.window.update(&snap);
+        let carried = Carried {
+            detail: &detail,
+            recent: &recent,
+            departed: &self.departed,
+        };
+        metrics::render_metrics(&snap, &self.selfm, self.render, carried, || {
+            started.elapsed()
+        })
+    }
+
+    /// The full per-rank series of the jobs named (`/metrics/ranks`; every
+    /// job with `None`).
+    pub fn scrape_ranks(&mut self, jobids: Option<&[String]>) -> String {
+        let snap = self.collect();
+        metrics::render_ranks(&snap, &self.selfm, self.render, jobids)
+    }
+}

@@ -1,0 +1,161 @@
+//! What each path answers: `/metrics` (from the shared collection),
+//! `/metrics/ranks`, `/report.json` and the landing page; and the order a
+//! request is taken in: its body, then its credentials, then the answer.
+
+use std::sync::Arc;
+
+use http_body_util::BodyExt as _;
+use hyper::{
+    Method, Request, Response, StatusCode,
+    body::{Bytes, Incoming},
+    header::{self, HeaderValue},
+};
+
+use super::{
+    Server,
+    body::{Body, METRICS_TYPE, TEXT_TYPE, accepts_gzip, gzip, text},
+    conn::{BODY_TIMEOUT, MAX_BODY},
+    lock,
+    query::ranks_query,
+};
+use crate::export::web_config::WebConfig;
+
+const LANDING: &str = "<!doctype html><html><head><title>mpi-observer</title></head><body>\
+<h1>mpi-observer</h1><p>Per-rank MPI call statistics from eBPF probes on running MPI jobs.</p>\
+<p><a href=\"/metrics\">Metrics</a> (bounded: per job, a few series per rank) &middot; \
+<a href=\"/metrics/ranks\">Per-rank metrics</a> (every rank in full; <code>?jobid=J</code> for chosen jobs) &middot; \
+<a href=\"/report.json\">Report data</a> (for <code>mpi-observer report --url</code>)</p></body></html>\n";
+
+impl Server {
+    /// One request: first all of it (its body, if any), then the
+    /// credentials, and only then is the connection busy and the request
+    /// answered. Until then the connection counts as idle and may be
+    /// replaced by a new one when at the cap.
+    pub(super) async fn handle(
+        self: &Arc<Self>,
+        req: Request<Incoming>,
+        id: u64,
+        web: Option<&WebConfig>,
+    ) -> Response<Body> {
+        let (req, body) = req.into_parts();
+        let body = http_body_util::Limited::new(body, MAX_BODY).collect();
+        let mut resp = if !matches!(tokio::time::timeout(BODY_TIMEOUT, body).await, Ok(Ok(_))) {
+            text(StatusCode::BAD_REQUEST, "incomplete or oversized request\n")
+        } else if let Some(w) = web.filter(|w| !w.users.is_empty())
+            && !self
+                .authorized(w, req.headers.get(header::AUTHORIZATION))
+                .await
+        {
+            let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"mpi-observer\""),
+            );
+            r
+        } else {
+            let busy = self.busy(id);
+            let mut r = self.route(&req).await;
+            r.body_mut()._busy = Some(busy);
+            r
+        };
+        if let Some(w) = web {
+            for (name, value) in &w.headers {
+                resp.headers_mut().insert(name.clone(), value.clone());
+            }
+        }
+        resp
+    }
+
+    async fn route(self: &Arc<Self>, req: &hyper::http::request::Parts) -> Response<Body> {
+        match (&req.method, req.uri.path()) {
+            (&Method::GET, "/metrics") => self.metrics(accepts_gzip(&req.headers)).await,
+            (&Method::GET, "/metrics/ranks") => match ranks_query(req.uri.query()) {
+                Ok(jobs) => self.ranks(jobs, accepts_gzip(&req.headers)).await,
+                Err(e) => {
+                    let mut r = Response::new(Body::new(format!("{e}\n")));
+                    *r.status_mut() = StatusCode::BAD_REQUEST;
+                    r.headers_mut()
+                        .insert(header::CONTENT_TYPE, HeaderValue::from_static(TEXT_TYPE));
+                    r
+                }
+            },
+            (&Method::GET, "/report.json") => self.report().await,
+            (&Method::GET, "/") => {
+                let mut r = Response::new(Body::new(LANDING));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/html; charset=utf-8"),
+                );
+                r
+            }
+            (&Method::GET, _) => text(StatusCode::NOT_FOUND, "not found\n"),
+            _ => {
+                let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+                r.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("GET"));
+                r
+            }
+        }
+    }
+    async fn metrics(self: &Arc<Self>, gzip: bool) -> Response<Body> {
+        let Some(c) = self.collect(gzip).await else {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
+        };
+        let (data, encoded) = match (&c.gzip, gzip) {
+            (Some(z), true) => (z.clone(), true),
+            _ => (c.plain.clone(), false),
+        };
+        let mut r = Response::new(Body::new(data));
+        let h = r.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(METRICS_TYPE));
+        h.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+        if encoded {
+            h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        r
+    }
+
+    /// `/metrics/ranks`: the full per-rank series of `jobs` (every job
+    /// with `None`), from a collection of its own on the blocking pool (its
+    /// text differs from /metrics', so it never joins that flight).
+    async fn ranks(self: &Arc<Self>, jobs: Option<Vec<String>>, gzip: bool) -> Response<Body> {
+        let Ok(permit) = self.ranks.clone().acquire_owned().await else {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
+        };
+        let me = self.clone();
+        let Ok(text) = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            lock(&me.state).scrape_ranks(jobs.as_deref())
+        })
+        .await
+        else {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
+        };
+        let plain = Bytes::from(text);
+        let zipped = if gzip { self::gzip(&plain) } else { None };
+        let mut r = Response::new(Body::new(zipped.clone().unwrap_or(plain)));
+        let h = r.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(METRICS_TYPE));
+        h.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+        if zipped.is_some() {
+            h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        r
+    }
+
+    /// The ranks' report data (`mpi-observer report --url`), from a
+    /// collection of its own on the blocking pool.
+    async fn report(self: &Arc<Self>) -> Response<Body> {
+        let me = self.clone();
+        let Ok(json) = tokio::task::spawn_blocking(move || lock(&me.state).report_json()).await
+        else {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
+        };
+        let mut r = Response::new(Body::new(json));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
+    }
+}
