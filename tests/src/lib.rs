@@ -985,6 +985,73 @@ pub fn assert_no_probes_left() {
     assert_eq!(n, 0, "{n} uprobe_multi links remain");
 }
 
+/// The probe breakpoints left in process `pid`'s MPI library: the
+/// functions (as `mpi-observer sites` lists them) whose first 4 bytes in the
+/// process's memory differ from the library file's. A uprobe, whatever
+/// mechanism put it there (uprobe_multi link, perf event), is a breakpoint
+/// instruction written over the probed one, so none left means no probe
+/// left in that process; `bpftool` cannot say that for a perf event's
+/// probe held by a process that is gone.
+pub fn breakpoints_left(pid: u32) -> Vec<String> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("the job's maps");
+    // start-end perms offset dev inode path
+    let text = maps
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let path = *f.get(5)?;
+            let name = Path::new(path).file_name()?.to_str()?;
+            let mpi = ["libmpi.so", "libmpich.so", "libmpi_abi.so"]
+                .iter()
+                .any(|p| name.starts_with(p));
+            (mpi && f[1].contains('x')).then(|| {
+                let (a, b) = f[0].split_once('-').unwrap();
+                (
+                    u64::from_str_radix(a, 16).unwrap(),
+                    u64::from_str_radix(b, 16).unwrap(),
+                    u64::from_str_radix(f[2], 16).unwrap(),
+                    path.to_string(),
+                )
+            })
+        })
+        .next();
+    let Some((start, end, off, path)) = text else {
+        panic!("pid {pid} maps no MPI library's code");
+    };
+    let lib = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    let o = Command::new(observer_bin())
+        .arg("sites")
+        .arg(&lib)
+        .output()
+        .expect("mpi-observer sites");
+    assert!(o.status.success(), "mpi-observer sites {}", lib.display());
+    let mut file = std::fs::File::open(&lib).unwrap();
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut left = Vec::new();
+    for l in String::from_utf8_lossy(&o.stdout).lines() {
+        let mut f = l.split_whitespace();
+        let (Some(name), Some(at)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Ok(at) = u64::from_str_radix(at.trim_start_matches("0x"), 16) else {
+            continue;
+        };
+        if at < off || at - off >= end - start {
+            continue;
+        }
+        let (mut want, mut have) = ([0u8; 4], [0u8; 4]);
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.read_exact(&mut want).unwrap();
+        mem.seek(SeekFrom::Start(start + (at - off))).unwrap();
+        mem.read_exact(&mut have).unwrap();
+        if want != have {
+            left.push(name.to_string());
+        }
+    }
+    left
+}
+
 /// The uprobe_multi links on the machine (`bpftool link show`; Debian's
 /// bpftool prints that link type as its number, 12).
 pub fn uprobe_multi_links() -> usize {
@@ -1016,6 +1083,78 @@ pub fn promtool_check(body: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Asserts that `samples` hold exactly what `np` ranks of
+/// tests/programs/mix.c with `iters` rounds did in job `jobid`: calls,
+/// bytes and unknown-size calls per rank and function, some time each, and
+/// the job's histogram count.
+pub fn check_mix_exact(samples: &[Sample], mpi: Mpi, jobid: &str, np: u32, iters: u64) {
+    for rank in 0..np {
+        let r = rank.to_string();
+        // Open MPI's object layout lets the probe read a derived type's
+        // size; MPICH's integer handles, native or through the standard
+        // ABI, do not: those calls are counted as of unknown size.
+        let want = mix_expected(rank, iters, mpi.is_open_mpi());
+        let seen: BTreeMap<String, u64> = samples
+            .iter()
+            .filter(|s| {
+                s.name == "mpi_calls_total"
+                    && s.label("rank") == Some(&r)
+                    && s.label("jobid") == Some(jobid)
+            })
+            .filter(|s| s.value > 0.0)
+            .map(|s| (s.label("function").unwrap().to_string(), s.value as u64))
+            .collect();
+        let want_calls: BTreeMap<String, u64> =
+            want.iter().map(|(f, v)| (f.to_string(), v.0)).collect();
+        assert_eq!(
+            seen, want_calls,
+            "{mpi:?} rank {rank}: per-function call counts"
+        );
+        for (f, (_, send, recv, unknown_send)) in &want {
+            let l = |d: &'static str| {
+                [
+                    ("jobid", jobid),
+                    ("rank", r.as_str()),
+                    ("function", *f),
+                    ("direction", d),
+                ]
+            };
+            assert_eq!(
+                sum(samples, "mpi_bytes_total", &l("send")) as u64,
+                *send,
+                "{mpi:?} rank {rank} {f} send bytes"
+            );
+            assert_eq!(
+                sum(samples, "mpi_bytes_total", &l("recv")) as u64,
+                *recv,
+                "{mpi:?} rank {rank} {f} recv bytes"
+            );
+            assert_eq!(
+                sum(samples, "mpi_bytes_unknown_calls_total", &l("send")) as u64,
+                *unknown_send,
+                "{mpi:?} rank {rank} {f} unknown send calls"
+            );
+            let secs = sum(
+                samples,
+                "mpi_call_seconds_total",
+                &[("jobid", jobid), ("rank", r.as_str()), ("function", *f)],
+            );
+            assert!(secs > 0.0, "{mpi:?} rank {rank} {f}: time must be recorded");
+        }
+        // The histogram aggregates the node's ranks per job and function.
+        let count = sum(
+            samples,
+            "mpi_call_duration_seconds_count",
+            &[("jobid", jobid), ("function", "MPI_Allreduce")],
+        );
+        assert_eq!(
+            count as u64,
+            iters * u64::from(np),
+            "histogram count of MPI_Allreduce"
+        );
+    }
 }
 
 /// Expected (function, calls, send bytes, recv bytes, unknown send calls)

@@ -636,6 +636,7 @@ impl State {
             Some(probes) if !p.timed => Some(probes.attach(
                 pid,
                 &p.host_path,
+                &p.map,
                 &p.lib,
                 config,
                 &p.datatypes.sizes,
