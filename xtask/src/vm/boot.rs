@@ -174,8 +174,8 @@ pub fn run(b: &Boot, live: Option<&str>, limit: Duration) -> Result<Ended> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // The guest's PATH is vng's: the host's own, whatever ran us.
-        .env("PATH", guest_path())
+        // vng runs virtme-run from its venv by name.
+        .env("PATH", vng_path(b.vng))
         // A group of its own, so that stopping it stops QEMU too.
         .process_group(0);
     let start = Instant::now();
@@ -246,6 +246,14 @@ pub fn guest_path() -> String {
     dirs.join(":")
 }
 
+/// PATH for vng: its venv's `bin` first, then [`guest_path`].
+fn vng_path(vng: &Path) -> String {
+    match vng.parent() {
+        Some(bin) => format!("{}:{}", bin.display(), guest_path()),
+        None => guest_path(),
+    }
+}
+
 /// Stops vng's whole group: TERM (QEMU exits, vng cleans its files up),
 /// then KILL if anything is left after five seconds.
 fn stop(child: &mut Child) {
@@ -312,11 +320,19 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Fails unless `ended` is a guest that booted and exited, with what the
-/// console showed last.
+/// Fails unless `ended` is a guest that booted and exited (its script may
+/// still have failed: `output.rs` tells), with what the console showed last.
 pub fn require_exited(ended: &Ended, run_dir: &Path) -> Result<()> {
     let console = run_dir.join("console.log");
     match ended {
+        Ended::Exited {
+            first_line: None,
+            status,
+            ..
+        } => bail!(
+            "vng exited ({status}) before the kernel printed anything; it said:\n{}",
+            tail(&console, 20)
+        ),
         Ended::Exited { .. } => Ok(()),
         Ended::NoFirstLine(t) => bail!(
             "the guest printed no kernel line in {:.0} s; its console ends:\n{}",

@@ -42,13 +42,16 @@ pub fn host_packages(arch: Arch) -> &'static [&'static str] {
     }
 }
 
-/// The cache directory: `$MPI_OBSERVER_VM_CACHE`, or
-/// `/var/cache/mpi-observer/vm` (root runs the tests; CI too).
+/// The cache directory: `$MPI_OBSERVER_VM_CACHE`, else
+/// `$XDG_CACHE_HOME/mpi-observer/vm`, else `~/.cache/mpi-observer/vm`.
+/// Not under /var/cache: virtme-ng's guest init mounts a tmpfs there, which
+/// would hide the kernel's modules (and the run directory) from the guest.
 pub fn dir() -> PathBuf {
-    std::env::var_os("MPI_OBSERVER_VM_CACHE").map_or_else(
-        || PathBuf::from("/var/cache/mpi-observer/vm"),
-        PathBuf::from,
-    )
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("MPI_OBSERVER_VM_CACHE")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("mpi-observer/vm")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache/mpi-observer/vm")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cache/mpi-observer/vm"))
 }
 
 /// A kernel ready to boot: its image and the modules beside it.

@@ -154,13 +154,13 @@ mod tests {
             "shim::".to_string(),
         ];
         let s = script(&Run {
-            out: Path::new("/var/cache/x/runs/1"),
+            out: Path::new("/root/.cache/x/runs/1"),
             cwd: Path::new("/work/wt/vm"),
             env: &env,
             command: &cmd,
         });
         assert!(s.starts_with("#!/bin/bash\n"), "{s}");
-        assert!(s.contains("\nout=/var/cache/x/runs/1\n"), "{s}");
+        assert!(s.contains("\nout=/root/.cache/x/runs/1\n"), "{s}");
         assert!(s.contains("\nexport CI=true\n"), "{s}");
         assert!(s.contains("\ncd /work/wt/vm || exit 125\n"), "{s}");
         assert!(
