@@ -17,7 +17,7 @@ use std::{
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
-    sync::mpsc,
+    sync::{Arc, Mutex, mpsc},
     thread,
     time::{Duration, Instant},
 };
@@ -186,11 +186,19 @@ pub fn run(b: &Boot, live: Option<&str>, limit: Duration) -> Result<Ended> {
     let err = child.stderr.take().expect("piped");
     let out = child.stdout.take().expect("piped");
     let console_file = fs::File::create(&console)?;
+    let live_sink = Arc::new(Live {
+        log: Mutex::new(fs::File::create(&live_log)?),
+        prefix: live.map(str::to_string),
+    });
     let tx2 = tx.clone();
-    let watcher = thread::spawn(move || watch_console(err, console_file, &tx2));
-    let prefix = live.map(str::to_string);
-    let live_file = fs::File::create(&live_log)?;
-    let streamer = thread::spawn(move || stream_live(out, live_file, prefix.as_deref()));
+    let sink = Arc::clone(&live_sink);
+    let watcher = thread::spawn(move || watch_console(err, console_file, &tx2, &sink));
+    let streamer = thread::spawn(move || {
+        for line in BufReader::new(out).split(b'\n') {
+            let Ok(line) = line else { break };
+            live_sink.line(&line);
+        }
+    });
     drop(tx);
     let first_limit = match b.accel {
         Accel::Kvm => KVM_FIRST_LINE,
@@ -270,34 +278,48 @@ fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn watch_console(err: impl Read, mut log: fs::File, tx: &mpsc::Sender<Event>) {
-    let mut first = true;
+/// The command's live stream: `live.log`, and stderr after a prefix when
+/// asked. Lines come from vng's stdout (the named virtio port) or, without
+/// udev to name the ports, from the console.
+struct Live {
+    log: Mutex<fs::File>,
+    prefix: Option<String>,
+}
+
+impl Live {
+    fn line(&self, line: &[u8]) {
+        if let Ok(mut log) = self.log.lock() {
+            let _ = log.write_all(line);
+            let _ = log.write_all(b"\n");
+        }
+        if let Some(p) = &self.prefix {
+            let mut e = std::io::stderr().lock();
+            let _ = e.write_all(p.as_bytes());
+            let _ = e.write_all(line);
+            let _ = e.write_all(b"\n");
+        }
+    }
+}
+
+fn watch_console(err: impl Read, mut log: fs::File, tx: &mpsc::Sender<Event>, live: &Live) {
+    let (mut first, mut started) = (true, false);
     for line in BufReader::new(err).split(b'\n') {
         let Ok(line) = line else { break };
         let _ = log.write_all(&line);
         let _ = log.write_all(b"\n");
         let text = String::from_utf8_lossy(&line);
-        if first && is_kernel_line(&text) {
+        let kernel = is_kernel_line(&text);
+        if first && kernel {
             first = false;
             let _ = tx.send(Event::FirstLine);
         }
+        if started && !kernel {
+            live.line(line.strip_suffix(b"\r").unwrap_or(&line));
+        }
         // virtme-ng's init, just before it runs our script.
         if text.contains("virtme-ng-init: starting script") {
+            started = true;
             let _ = tx.send(Event::Started);
-        }
-    }
-}
-
-fn stream_live(out: impl Read, mut log: fs::File, prefix: Option<&str>) {
-    for line in BufReader::new(out).split(b'\n') {
-        let Ok(line) = line else { break };
-        let _ = log.write_all(&line);
-        let _ = log.write_all(b"\n");
-        if let Some(p) = prefix {
-            let mut e = std::io::stderr().lock();
-            let _ = e.write_all(p.as_bytes());
-            let _ = e.write_all(&line);
-            let _ = e.write_all(b"\n");
         }
     }
 }

@@ -47,7 +47,11 @@ pub fn host_packages(arch: Arch) -> &'static [&'static str] {
 /// Not under /var/cache: virtme-ng's guest init mounts a tmpfs there, which
 /// would hide the kernel's modules (and the run directory) from the guest.
 pub fn dir() -> PathBuf {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     var("MPI_OBSERVER_VM_CACHE")
         .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("mpi-observer/vm")))
         .or_else(|| var("HOME").map(|d| d.join(".cache/mpi-observer/vm")))
@@ -150,7 +154,8 @@ fn kernel(root: &Path, k: &Kernel) -> Result<Unpacked> {
     }
     let deb = download(root, k)?;
     eprintln!("vm: unpacking {}", deb.display());
-    let partial = tree.with_extension("partial");
+    // Beside the tree, named after it whole ("6.12" has a dot of its own).
+    let partial = tree.with_file_name(format!("{}.partial", k.name));
     for d in [&partial, &tree] {
         if d.exists() {
             fs::remove_dir_all(d).with_context(|| format!("removing {}", d.display()))?;

@@ -266,8 +266,7 @@ pub fn run(o: &Options, command: &[String]) -> Result<Outcome> {
     if std::env::var_os("MPI_OBSERVER_VM_KEEP").is_some() {
         eprintln!("vm: run directory kept: {}", run_dir.display());
     } else {
-        fs::remove_dir_all(&run_dir)
-            .with_context(|| format!("removing {}", run_dir.display()))?;
+        fs::remove_dir_all(&run_dir).with_context(|| format!("removing {}", run_dir.display()))?;
     }
     Ok(outcome)
 }
