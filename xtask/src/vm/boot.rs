@@ -75,6 +75,9 @@ pub struct Boot<'a> {
     /// Host directories the guest may write into an overlay of its own
     /// (the writes stay in the guest).
     pub overlays: &'a [PathBuf],
+    /// Mounted read-only over the guest's `/etc/udev/rules.d`
+    /// (`cache::udev_rules`).
+    pub udev_rules: &'a Path,
     /// The guest's working directory (the checkout).
     pub cwd: &'a Path,
     /// The script the guest runs (`guest.rs`), inside `run_dir`.
@@ -107,6 +110,10 @@ pub fn vng_args(b: &Boot) -> Vec<OsString> {
         push("--disable-kvm");
     }
     push(&format!("--rwdir={}", b.run_dir.display()));
+    push(&format!(
+        "--rodir=/etc/udev/rules.d={}",
+        b.udev_rules.display()
+    ));
     for o in b.overlays {
         push(&format!("--overlay-rwdir={}", o.display()));
     }
@@ -405,6 +412,7 @@ mod tests {
             accel,
             run_dir: Path::new("/c/runs/1"),
             overlays,
+            udev_rules: Path::new("/c/udev/rules.d"),
             cwd: Path::new("/work/wt/vm"),
             script: Path::new("/c/runs/1/guest.sh"),
         }
@@ -427,6 +435,7 @@ mod tests {
             );
             assert!(a.contains(&"--force-initramfs".to_string()));
             assert!(a.contains(&"--rwdir=/c/runs/1".to_string()));
+            assert!(a.contains(&"--rodir=/etc/udev/rules.d=/c/udev/rules.d".to_string()));
             assert!(a.contains(&"--overlay-rwdir=/work/wt/vm/target".to_string()));
             assert!(!a.contains(&"--arch".to_string()));
             assert_eq!(a[a.len() - 2..], ["--exec", "bash /c/runs/1/guest.sh"]);

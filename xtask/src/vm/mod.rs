@@ -185,6 +185,7 @@ pub fn run(o: &Options, command: &[String]) -> Result<Outcome> {
         accel: Accel::Tcg,
         run_dir: &run_dir,
         overlays: &overlays,
+        udev_rules: &unpacked.udev_rules,
         cwd: &cwd,
         script: &script,
     };
