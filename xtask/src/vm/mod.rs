@@ -149,11 +149,11 @@ const PASSED_ON: &[&str] = &["CI", "RUST_BACKTRACE", "RUST_LOG", "CARGO_TARGET_D
 /// panic) are errors; the command's failure is the outcome's status.
 pub fn run(o: &Options, command: &[String]) -> Result<Outcome> {
     let k = o.kernel;
-    let (unpacked, vng) = cache::prepare(k)?;
     ensure!(
         k.arch == Arch::X86_64,
-        "--arch arm64 boots a Debian arm64 root that is not built yet (issue 36): only x86_64 runs today"
+        "--arch arm64 needs a Debian arm64 root (debootstrap, issue 36) that the harness does not build yet: only x86_64 guests run today (`--prepare` fetches the arm64 kernels)"
     );
+    let (unpacked, vng) = cache::prepare(k)?;
     let run_dir = new_run_dir(k)?;
     let cwd = workspace_root();
     let mut env: Vec<(String, String)> = vec![("PATH".into(), boot::guest_path())];
