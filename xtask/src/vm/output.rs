@@ -63,7 +63,7 @@ pub fn libtest_counts(stdout: &str) -> Option<(u32, u32)> {
             continue;
         };
         seen = true;
-        for part in rest.split(|c| c == '.' || c == ';') {
+        for part in rest.split(['.', ';']) {
             let mut w = part.split_whitespace();
             if let (Some(n), Some(what)) = (w.next(), w.next()) {
                 let n: u32 = n.parse().unwrap_or(0);
