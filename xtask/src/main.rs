@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask <setup|codegen|build|package|test|demo|bench|fuzz>`.
+//! Project automation: `cargo xtask <setup|codegen|build|package|test|demo|bench|fuzz|vm>`.
 mod bench_callsites;
 mod bench_common;
 mod bench_finalize;
@@ -20,6 +20,7 @@ mod package;
 mod semantics;
 mod setup;
 mod spec;
+mod vm;
 
 use std::{path::PathBuf, process::Command};
 
@@ -65,6 +66,10 @@ enum Cmd {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
     },
+    /// Run a command as root in a QEMU guest on one of Debian's own kernels
+    /// (5.10, 6.1, 6.12), this machine's root file system read-only under
+    /// overlays: `cargo xtask vm --kernel 6.1 -- uname -r` (docs/vm.md).
+    Vm(vm::VmArgs),
     /// Benchmarks: `shim` (the layering shim's dispatch cost and latency),
     /// `observer` (probe cost, attach, scrape), `stats` (the argument
     /// layer), `inject` (`attach --inject`: latency, injection time),
@@ -261,6 +266,7 @@ fn main() -> Result<()> {
         }
         Cmd::Layout => layout::run(&root),
         Cmd::Test { filter } => test(filter),
+        Cmd::Vm(a) => vm::cli(a),
         Cmd::Demo { seconds } => {
             setup::run()?;
             build()?;
