@@ -105,7 +105,14 @@ pub fn cli(a: VmArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(filter) = &a.e2e {
-        return run_suite(&a.kernel, a.arch, filter);
+        let env = a
+            .env
+            .iter()
+            .map(|e| parse_env(e))
+            .collect::<Result<Vec<_>>>()?;
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let filters: Vec<&str> = filter.split_whitespace().collect();
+        return run_suite(&a.kernel, a.arch, &filters, &env);
     }
     ensure!(
         !a.command.is_empty(),
@@ -299,21 +306,27 @@ fn new_run_dir(k: &Kernel) -> Result<PathBuf> {
 /// test executable built here. Fails with the guest's whole output when
 /// anything fails, and when no test matched: a run that ran nothing proves
 /// nothing.
-pub fn run_suite(kernel: &str, arch: Arch, filter: &str) -> Result<()> {
+pub fn run_suite(
+    kernel: &str,
+    arch: Arch,
+    filters: &[&str],
+    env: &[(&str, &str)],
+) -> Result<()> {
     let k = kernels::find(kernel, arch)?;
     let exe = e2e_executable()?;
-    let command = vec![
-        exe.display().to_string(),
-        filter.to_string(),
-        "--test-threads=1".to_string(),
-    ];
+    let mut command = vec![exe.display().to_string()];
+    command.extend(filters.iter().map(|f| f.to_string()));
+    command.push("--test-threads=1".to_string());
+    let mut guest_env = vec![("CI".to_string(), "true".to_string())];
+    guest_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let filter = filters.join(" ");
     let o = run(
         &Options {
             kernel: k,
             accel: AccelChoice::Auto,
             timeout: Duration::from_secs(3600),
             live: true,
-            env: vec![("CI".into(), "true".into())],
+            env: guest_env,
         },
         &command,
     )?;
