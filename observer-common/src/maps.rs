@@ -40,6 +40,21 @@ pub const CALLSITES: &str = "MPI_CALLSITES";
 /// ([`SiteCount`]), keyed by tgid; created by the daemon at attach, only
 /// updated by the probes.
 pub const SITE_COUNTS: &str = "MPI_SITE_COUNTS";
+/// The cookies of a library's probe sites by file offset ([`SiteOffset`]
+/// to the cookie [`crate::cookie::encode`] makes), for programs loaded
+/// with [`FUNC_BY_ADDRESS`]: on kernels without attach cookies (before
+/// 5.15) an entry probe tells its function by the address it hit. One entry
+/// at load otherwise; [`SITE_COOKIES_CAPACITY`] with it.
+pub const SITE_COOKIES: &str = "MPI_SITE_COOKIES";
+/// Entries of [`SITE_COOKIES`] when in use: about 190 libraries of 340
+/// probed functions; 5.6 MiB.
+pub const SITE_COOKIES_CAPACITY: u32 = 65_536;
+/// Global of the eBPF object: non-zero makes the entry probes tell their
+/// function by the probed address ([`SITE_COOKIES`]) instead of the attach
+/// cookie, and the return probe trust the thread's stack of open calls.
+/// Read-only data set at load, so the verifier removes the path not taken
+/// (and with it the cookie helper, which kernels before 5.15 lack).
+pub const FUNC_BY_ADDRESS: &str = "FUNC_BY_ADDRESS";
 /// Name of the ring buffer of traced calls ([`TraceCall`]).
 pub const TRACE: &str = "MPI_TRACE";
 /// Name of the ring buffer of exec'd pids (one `u64` each), read by
@@ -267,8 +282,14 @@ pub struct ProcConfig {
     /// [`SiteCount::refused`]. 0: none. Set by the daemon at attach
     /// ([`DEFAULT_MAX_SITES`]).
     pub max_sites: u32,
-    /// Padding, always zero: keeps the size a multiple of 8.
-    pub pad: u32,
+    /// The slot of this process's MPI library file in [`SITE_COOKIES`]
+    /// (programs loaded with [`FUNC_BY_ADDRESS`] only): processes mapping
+    /// the same file share its entries.
+    pub lib_slot: u32,
+    /// The library's executable mapping in this process: its address minus
+    /// its file offset, so a probed address minus this is the probe's file
+    /// offset in [`SITE_COOKIES`] ([`FUNC_BY_ADDRESS`] only).
+    pub text_bias: u64,
 }
 
 /// Bit of [`Inflight::unknown`] marking a call made from
@@ -320,6 +341,18 @@ pub struct TypeKey {
     pub addr: u64,
 }
 
+/// Key of [`SITE_COOKIES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SiteOffset {
+    /// The library's slot ([`ProcConfig::lib_slot`]).
+    pub slot: u32,
+    /// Padding, always zero.
+    pub pad: u32,
+    /// The probe's file offset in the library.
+    pub offset: u64,
+}
+
 /// Key of [`CALLSITES`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -369,10 +402,14 @@ pub enum ErrorCounter {
     CallsiteUpdate = 2,
     /// A traced call could not be sent: [`TRACE`] was full.
     TraceDropped = 3,
+    /// An entry probe of a process loaded with [`FUNC_BY_ADDRESS`] hit an
+    /// address [`SITE_COOKIES`] does not hold for its library: the call is
+    /// not counted.
+    SiteUnknown = 4,
 }
 
 /// Number of [`ErrorCounter`]s.
-pub const ERROR_COUNTERS: u32 = 4;
+pub const ERROR_COUNTERS: u32 = 5;
 
 /// The slot of a duration in the histogram: floor(log2(ns)), capped.
 ///
@@ -453,6 +490,9 @@ mod pod {
     // SAFETY: repr(C), Copy, integers with explicit padding: any bit
     // pattern is a valid SiteCount.
     unsafe impl aya::Pod for SiteCount {}
+    // SAFETY: repr(C), Copy, integers with explicit padding: any bit
+    // pattern is a valid SiteOffset.
+    unsafe impl aya::Pod for SiteOffset {}
 }
 
 #[cfg(test)]
@@ -477,7 +517,8 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         use core::mem::size_of;
         // Shared with the BPF programs: sizes are the sum of the fields.
-        assert_eq!(size_of::<ProcConfig>(), 4 * 2 + 8 * 6 + 4 * 6);
+        assert_eq!(size_of::<ProcConfig>(), 4 * 2 + 8 * 6 + 4 * 6 + 8);
+        assert_eq!(size_of::<SiteOffset>(), 16);
         assert_eq!(size_of::<ProcConfig>() % 8, 0);
         assert_eq!(size_of::<SiteKey>(), 16);
         assert_eq!(size_of::<SiteStats>(), 16);

@@ -9,7 +9,7 @@ use observer_common::{
     std_abi,
 };
 
-use crate::{PROCS, args, datatype};
+use crate::{PROCS, arch, datatype};
 
 const OMPI_IN_PLACE: u64 = 1;
 const MPICH_IN_PLACE: u64 = u64::MAX;
@@ -53,14 +53,14 @@ fn one(
         }
     };
     // MPI_IN_PLACE: this buffer is not supplied, its count is ignored.
-    if p.in_place_ok && args::word(ctx, p.buf) == Some(in_place) {
+    if p.in_place_ok && arch::word(ctx, p.buf) == Some(in_place) {
         return;
     }
     if p.kind == CountKind::Unknowable as u32 {
         e.unknown |= 1 << dir;
         return;
     }
-    let Some(raw) = args::word(ctx, p.count) else {
+    let Some(raw) = arch::word(ctx, p.count) else {
         e.unknown |= 1 << dir;
         return;
     };
@@ -75,7 +75,7 @@ fn one(
         }
         return;
     }
-    let size = args::word(ctx, p.datatype).and_then(|dt| datatype::size(tgid, cfg, dt));
+    let size = arch::word(ctx, p.datatype).and_then(|dt| datatype::size(tgid, cfg, dt));
     match size {
         Some(s) => e.bytes[dir] += count as u64 * s,
         None => e.unknown |= 1 << dir,

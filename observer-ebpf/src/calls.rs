@@ -7,7 +7,7 @@ use aya_ebpf::{
     EbpfContext as _,
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns,
         generated::{bpf_get_attach_cookie, bpf_send_signal_thread},
     },
     macros::{uprobe, uretprobe},
@@ -17,13 +17,13 @@ use observer_common::{
     FunctionId, cookie,
     maps::{
         CallStats, ErrorCounter, INFLIGHT_SKIP, INFLIGHT_TRACE, Inflight, STACK_DEPTH, SiteKey,
-        SiteStats, StatKey, TraceCall, hist_slot,
+        SiteOffset, SiteStats, StatKey, TraceCall, hist_slot,
     },
 };
 
 use crate::{
-    CALLSITES, ERRORS, INFLIGHT, PERCPU_STATS, PROCS, SITE_COUNTS, STATS, STATS_PERCPU, TRACE,
-    ZERO, bytes, pidns,
+    CALLSITES, ERRORS, FUNC_BY_ADDRESS, INFLIGHT, PERCPU_STATS, PROCS, SITE_COOKIES, SITE_COUNTS,
+    STATS, STATS_PERCPU, TRACE, ZERO, arch, bytes, pidns,
 };
 
 /// Entry of a call that moves no data of its own (synchronisation, request
@@ -52,13 +52,18 @@ fn bump(counter: ErrorCounter) {
 /// Common entry: `with_bytes` decodes the call's data arguments too.
 #[inline(always)]
 pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
-    // SAFETY: the context pointer the kernel passed this program, which is
-    // what the helper expects.
-    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
-    let func = cookie::function(cookie) as u16;
+    // SAFETY: a global of the object, constant once loaded.
+    let by_address = unsafe { core::ptr::read_volatile(&FUNC_BY_ADDRESS) } != 0;
     // A task outside the daemon's pid namespace is no rank of its.
     let Some(id) = pidns::pid_tgid(bpf_get_current_pid_tgid()) else {
         return;
+    };
+    let cookie = if by_address {
+        0
+    } else {
+        // SAFETY: the context pointer the kernel passed this program, which
+        // is what the helper expects.
+        unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
     };
     if let Some(e) = INFLIGHT.get_ptr_mut(&id) {
         // Nested inside another probed call: remember it, count nothing.
@@ -68,11 +73,47 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
         let e = unsafe { &mut *e };
         let d = e.depth as usize;
         if d < STACK_DEPTH {
-            e.stack[d] = func;
+            // By address, a nested call is not looked up (only its depth
+            // matters): 0, which the return probe then does not check.
+            e.stack[d] = cookie::function(cookie) as u16;
         }
         e.depth += 1;
         return;
     }
+    // Only processes the daemon configured are recorded: a process sharing
+    // an attached one's memory (clone with CLONE_VM, no CLONE_THREAD) also
+    // hits its probes, and must not create statistics entries under its own
+    // tgid; so a process's entries are bounded by the functions it was
+    // attached with (the cookie), never by anything it controls. Such a
+    // process is not observed, as no process the daemon did not attach is.
+    // With probes on a whole library file (`attach --all` on classic
+    // uprobes), every process mapping it hits them: the same lookup leaves
+    // all but the configured ones.
+    let tgid = (id >> 32) as u32;
+    let Some(cfg) = PROCS.get_ptr_mut(&tgid) else {
+        return;
+    };
+    let cookie = if by_address {
+        // SAFETY: a PROCS value, valid for the program's run.
+        let (slot, bias) = unsafe { ((*cfg).lib_slot, (*cfg).text_bias) };
+        let key = SiteOffset {
+            slot,
+            pad: 0,
+            offset: arch::instruction_pointer(ctx).wrapping_sub(bias),
+        };
+        // SAFETY: a SITE_COOKIES value, only read, valid for the program's
+        // run.
+        match unsafe { SITE_COOKIES.get(&key) } {
+            Some(c) => *c,
+            None => {
+                bump(ErrorCounter::SiteUnknown);
+                return;
+            }
+        }
+    } else {
+        cookie
+    };
+    let func = cookie::function(cookie) as u16;
     let mut e = Inflight {
         start_ns: 0,
         bytes: [0; 2],
@@ -82,16 +123,6 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
         site: 0,
     };
     e.stack[0] = func;
-    // Only processes the daemon configured are recorded: a process sharing
-    // an attached one's memory (clone with CLONE_VM, no CLONE_THREAD) also
-    // hits its probes, and must not create statistics entries under its own
-    // tgid; so a process's entries are bounded by the functions it was
-    // attached with (the cookie), never by anything it controls. Such a
-    // process is not observed, as no process the daemon did not attach is.
-    let tgid = (id >> 32) as u32;
-    let Some(cfg) = PROCS.get_ptr_mut(&tgid) else {
-        return;
-    };
     {
         // SAFETY: a PROCS value, valid for the program's run and kept until
         // the process's probe links are closed. The one write,
@@ -112,16 +143,9 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
         // injection's stop point and the call site; with none of them set,
         // a process pays these three tests and no read.
         if cfg.skip_hi != 0 || cfg.inject_signal != 0 || cfg.callsites != 0 {
-            // At the entry, before the first instruction, rsp points at the
-            // return address: the caller's code.
-            // SAFETY: `regs` is the kernel's pt_regs for this probe hit, read
-            // at a constant offset as the verifier requires.
-            let rsp = unsafe { core::ptr::read_volatile(&(*ctx.regs).rsp) };
-            // SAFETY: the helper checks the user address itself and fails
-            // rather than faults on a bad one; any u64 is a valid value.
-            let from = unsafe { bpf_probe_read_user(rsp as *const u64) }.unwrap_or(0);
+            // 0 if it cannot be read: the call then has no site.
+            let from = arch::return_address(ctx).unwrap_or(0);
             if cfg.callsites != 0 {
-                // 0 if the read failed: the call then has no site.
                 e.site = from;
             }
             if from >= cfg.skip_lo && from < cfg.skip_hi {
@@ -166,10 +190,8 @@ pub fn enter(ctx: &ProbeContext, with_bytes: bool) {
 fn leave(ctx: &RetProbeContext) {
     // SAFETY: reads the monotonic clock; no arguments, no memory.
     let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: the context pointer the kernel passed this program, which is
-    // what the helper expects.
-    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
-    let func = cookie::function(cookie) as u16;
+    // SAFETY: a global of the object, constant once loaded.
+    let by_address = unsafe { core::ptr::read_volatile(&FUNC_BY_ADDRESS) } != 0;
     let Some(id) = pidns::pid_tgid(bpf_get_current_pid_tgid()) else {
         return;
     };
@@ -185,9 +207,17 @@ fn leave(ctx: &RetProbeContext) {
         return;
     }
     // A return whose entry we never saw (its entry probe was not attached
-    // yet when the call began) must not unwind someone else's call.
-    if d <= STACK_DEPTH && e.stack[(d - 1) & (STACK_DEPTH - 1)] != func {
-        return;
+    // yet when the call began) must not unwind someone else's call. By
+    // address there is no cookie to check against: the stack is trusted,
+    // which only matters while a process's probes are going in, when its
+    // calls are not recorded anyway (`ProcConfig::handed_over`).
+    if !by_address {
+        // SAFETY: the context pointer the kernel passed this program, which
+        // is what the helper expects.
+        let func = cookie::function(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }) as u16;
+        if d <= STACK_DEPTH && e.stack[(d - 1) & (STACK_DEPTH - 1)] != func {
+            return;
+        }
     }
     if d > 1 {
         e.depth -= 1;

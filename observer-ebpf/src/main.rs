@@ -13,7 +13,7 @@
               mpi_return and 271 over the three entry probes, measured"
 )]
 
-mod args;
+mod arch;
 mod bytes;
 mod calls;
 mod collectives;
@@ -28,8 +28,8 @@ use aya_ebpf::{
 };
 use observer_common::maps::{
     CALLSITES_CAPACITY, CallStats, ERROR_COUNTERS, EXECS_BYTES, INFLIGHT_CAPACITY, Inflight,
-    OMPI_TYPES_CAPACITY, PROCS_CAPACITY, ProcConfig, STATS_CAPACITY, SiteCount, SiteKey, SiteStats,
-    StatKey, TRACE_BYTES, TypeKey,
+    OMPI_TYPES_CAPACITY, PROCS_CAPACITY, ProcConfig, STATS_CAPACITY, SiteCount, SiteKey, SiteOffset,
+    SiteStats, StatKey, TRACE_BYTES, TypeKey,
 };
 
 /// Per-(process, function) statistics, shared by the CPUs: the probes add
@@ -82,6 +82,19 @@ static EXECS: RingBuf = RingBuf::with_byte_size(EXECS_BYTES, 0);
 /// Exec events [`EXECS`] had no room for, per CPU.
 #[map(name = "MPI_EXEC_DROPS")]
 static EXEC_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Non-zero: entry probes tell their function by the probed address
+/// ([`SITE_COOKIES`]) rather than by the attach cookie, which kernels
+/// before 5.15 do not give. Read-only data set at load time, so the
+/// verifier drops the other path, and with it the cookie helper.
+#[unsafe(no_mangle)]
+static FUNC_BY_ADDRESS: u32 = 0;
+
+/// The cookie of each probe site, by (library slot, file offset), for
+/// programs loaded with [`FUNC_BY_ADDRESS`]; written by the daemon only,
+/// one entry otherwise.
+#[map(name = "MPI_SITE_COOKIES")]
+static SITE_COOKIES: HashMap<SiteOffset, u64> = HashMap::with_max_entries(1, 0);
 
 #[map(name = "MPI_PROCS")]
 static PROCS: HashMap<u32, ProcConfig> = HashMap::with_max_entries(PROCS_CAPACITY, 0);

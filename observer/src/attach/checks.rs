@@ -24,11 +24,11 @@ pub enum PreflightError {
     NoBpf,
     /// BPF is there but forbidden to us (seccomp, lockdown).
     #[error(
-        "the bpf() system call is not permitted here ({reason}): run outside the container or seccomp profile that blocks it, or use --no-bpf"
+        "the bpf() system call is not permitted here ({source}): run outside the container or seccomp profile that blocks it, or use --no-bpf"
     )]
     BpfForbidden {
         /// The OS error.
-        reason: String,
+        source: std::io::Error,
     },
     /// The kernel has no uprobe PMU.
     #[error(
@@ -106,9 +106,7 @@ pub fn kernel() -> Result<(), PreflightError> {
         match e.raw_os_error() {
             Some(libc::ENOSYS) => return Err(PreflightError::NoBpf),
             Some(libc::EPERM) | Some(libc::EACCES) => {
-                return Err(PreflightError::BpfForbidden {
-                    reason: e.to_string(),
-                });
+                return Err(PreflightError::BpfForbidden { source: e });
             }
             _ => {}
         }

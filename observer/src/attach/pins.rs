@@ -54,6 +54,14 @@ pub enum PinError {
         /// The daemon's effective uid.
         uid: u32,
     },
+    /// The probes are attached in a way bpffs cannot hold.
+    #[error(
+        "this kernel attaches classic uprobes by ioctl ({mechanism}), and a perf event so attached cannot be pinned"
+    )]
+    NotPinnable {
+        /// The attach mechanism.
+        mechanism: &'static str,
+    },
     /// A file operation failed.
     #[error("cannot {what} {path}: {source}")]
     Io {

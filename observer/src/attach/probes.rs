@@ -1,10 +1,14 @@
 //! Loading the eBPF programs once and attaching them to ranks: one uprobe and
-//! one uretprobe per unique PMPI function address, scoped to that pid, as a
-//! handful of uprobe_multi links per process (see [`crate::attach::multi`]); and
-//! reading back the maps they fill ([`read`]).
+//! one uretprobe per unique PMPI function address, by the mechanism the
+//! kernel allows (`crate::attach::kernel`, `crate::attach::links`): a
+//! handful of uprobe_multi links per process, or classic uprobes, per
+//! process (`--pid`) or once per library file for every rank that maps it
+//! (`--all`, [`shared`]); and reading back the maps they fill ([`read`]).
 
+mod closer;
 mod handover;
 mod read;
+mod shared;
 
 pub use handover::{Adoption, LAYOUT_VERSION};
 
@@ -13,11 +17,9 @@ use std::{
     os::fd::OwnedFd,
     path::Path,
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc,
         atomic::{AtomicBool, Ordering},
-        mpsc,
     },
-    time::{Duration, Instant},
 };
 
 use aya::{
@@ -34,10 +36,13 @@ use observer_common::{
 use thiserror::Error;
 
 use crate::{
-    attach::multi::{self, MultiError},
+    attach::kernel::Choice,
+    attach::links::{self, LinkError, Mechanism, Target},
     attach::symbols::Library,
-    os::procfs::{self, PidNamespace},
+    os::procfs::{self, MappedLib, PidNamespace},
 };
+
+use self::{closer::Closer, shared::FileKey};
 
 /// One process's call statistics from the maps: function ID to its figures,
 /// summed over CPUs.
@@ -70,6 +75,9 @@ pub struct MapFailures {
     /// A call-site entry could not be created (`attach --callsites`): the
     /// call is counted, its site lands in `callsite="other"`.
     pub callsites: u64,
+    /// A call whose function was told by address hit an address the
+    /// by-address table did not hold: not counted.
+    pub site_cookies: u64,
 }
 
 /// The entry program for each family, by name in the eBPF object.
@@ -82,13 +90,36 @@ const PROGRAMS: [&str; 4] = [ENTER_PLAIN, ENTER_P2P, ENTER_COLL, RETURN];
 /// Errors loading or attaching probes.
 #[derive(Debug, Error)]
 pub enum ProbeError {
-    /// The kernel refused to load the eBPF object or a program.
+    /// aya could not create the maps or parse the object.
     #[error(
-        "cannot load the eBPF programs: {reason}; the kernel needs BPF (CONFIG_BPF_SYSCALL), uprobes (CONFIG_UPROBE_EVENTS) and uprobe_multi links (Linux 6.6+), and we need CAP_BPF and CAP_PERFMON"
+        "cannot load the eBPF object: {source}; the kernel needs BPF (CONFIG_BPF_SYSCALL) with ring buffers and uprobes (CONFIG_UPROBE_EVENTS), and we need CAP_BPF and CAP_PERFMON"
     )]
-    Load {
-        /// What failed.
-        reason: String,
+    Object {
+        /// aya's error.
+        source: Box<aya::EbpfError>,
+    },
+    /// The kernel refused a program.
+    #[error("cannot load the eBPF programs for {mechanism}: {source}")]
+    Programs {
+        /// The attach mechanism they were loaded for.
+        mechanism: &'static str,
+        /// The loader's error, with the verifier's last line.
+        source: LinkError,
+    },
+    /// The maps' layout could not be hashed (an object aya-obj cannot
+    /// parse).
+    #[error("cannot read the eBPF object's maps: {source}")]
+    Layout {
+        /// aya-obj's error.
+        source: aya_obj::ParseError,
+    },
+    /// The exec tracepoint could not be started.
+    #[error("cannot start {program} on sched_process_exec: {source}")]
+    ExecEvents {
+        /// The program.
+        program: &'static str,
+        /// aya's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Probes could not be attached.
     #[error("cannot attach to pid {pid}: {source}")]
@@ -96,7 +127,41 @@ pub enum ProbeError {
         /// Target pid.
         pid: u32,
         /// The loader's error.
-        source: MultiError,
+        source: LinkError,
+    },
+    /// Probes on a library file for every process mapping it could not be
+    /// attached.
+    #[error("cannot probe {path} for the processes that map it: {source}")]
+    AttachFile {
+        /// The library, as reached.
+        path: String,
+        /// The loader's error.
+        source: LinkError,
+    },
+    /// Functions are told by address, and the library's code is not
+    /// mapped where its sites are.
+    #[error(
+        "cannot attach to pid {pid}: its MPI library's code is not mapped as one executable segment holding every probe site, so probes cannot tell its functions by address"
+    )]
+    NoText {
+        /// Target pid.
+        pid: u32,
+    },
+    /// Every slot of the by-address table is taken.
+    #[error(
+        "cannot attach to pid {pid}: the table of probe sites by address is full ({entries} entries): too many distinct MPI library files at once"
+    )]
+    SlotsFull {
+        /// Target pid.
+        pid: u32,
+        /// The table's capacity.
+        entries: u32,
+    },
+    /// No attach mechanism can be used on this kernel.
+    #[error("{source}")]
+    Kernel {
+        /// What the feature probes found.
+        source: crate::attach::kernel::NoMechanism,
     },
     /// The daemon's pid namespace could not be told, so neither could
     /// which pids the probes should use.
@@ -134,64 +199,10 @@ fn of_pid<K>(
     keys.filter_map(Result::ok).filter(|k| mine(k)).collect()
 }
 
-/// Threads that close detached links. Closing a uprobe_multi link
-/// unregisters its uprobes, which waits for RCU grace periods (about 200 ms
-/// here) and takes the kernel's global `dup_mmap_sem`, which every `fork()`
-/// on the node needs too. So a fixed, small number of threads close links
-/// one at a time (never a thread per detach), each resting as long as its
-/// last close took, so forks get through in between; at shutdown they stop
-/// resting.
-struct Closer {
-    jobs: mpsc::Sender<(Vec<OwnedFd>, Arc<AtomicBool>)>,
-    hurry: Arc<AtomicBool>,
-}
-
-/// Threads closing links at once: enough for their grace periods to
-/// overlap at shutdown, few enough to leave forks room.
-const CLOSERS: usize = 4;
-
-impl Closer {
-    fn start() -> Closer {
-        let (tx, rx) = mpsc::channel::<(Vec<OwnedFd>, Arc<AtomicBool>)>();
-        let rx = Arc::new(Mutex::new(rx));
-        let hurry = Arc::new(AtomicBool::new(false));
-        for i in 0..CLOSERS {
-            let (rx, hurry) = (rx.clone(), hurry.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("link-closer-{i}"))
-                .spawn(move || {
-                    loop {
-                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                        let Ok((links, done)) = job else { return };
-                        for l in links {
-                            let t = Instant::now();
-                            drop(l);
-                            if !hurry.load(Ordering::Relaxed) {
-                                std::thread::sleep(t.elapsed().max(Duration::from_millis(1)));
-                            }
-                        }
-                        done.store(true, Ordering::Release);
-                    }
-                });
-            // Without threads (none can be made), links close in place.
-            if spawned.is_err() && i == 0 {
-                break;
-            }
-        }
-        Closer { jobs: tx, hurry }
-    }
-
-    fn close(&self, links: Vec<OwnedFd>, done: Arc<AtomicBool>) {
-        if let Err(mpsc::SendError((links, done))) = self.jobs.send((links, done)) {
-            drop(links);
-            done.store(true, Ordering::Release);
-        }
-    }
-
-    fn hurry(&self) {
-        self.hurry.store(true, Ordering::Relaxed);
-    }
-}
+/// Threads closing probes at once: enough for the parts of their grace
+/// periods outside the kernel's locks to overlap (see [`closer`]), few
+/// enough to leave forks room.
+const CLOSERS: usize = 8;
 
 /// The probes attached to one process.
 #[derive(Debug, Default)]
@@ -208,16 +219,38 @@ pub struct Attachment {
     /// [`maps::OMPI_TYPES_PER_PROCESS`], or the map was full. Their calls
     /// count with unknown bytes.
     pub types_dropped: usize,
+    /// The library file whose probes for every process this one shares
+    /// (`--all` on classic uprobes): it holds no links of its own.
+    file: Option<FileKey>,
+    /// The library file whose entries of [`maps::SITE_COOKIES`] its
+    /// configuration names (functions told by address).
+    slot: Option<FileKey>,
+}
+
+/// A detach in progress: the process whose configuration leaves
+/// `MPI_PROCS` once its probes are closed (`None` once it is attached
+/// again, or for a library's shared probes), the by-address slot it
+/// releases then, and the flag the closer sets.
+struct Closing {
+    pid: Option<u32>,
+    slot: Option<FileKey>,
+    done: Arc<AtomicBool>,
 }
 
 /// The loaded eBPF object: maps (created by aya) and programs.
 pub struct Probes {
     ebpf: Ebpf,
     progs: HashMap<&'static str, OwnedFd>,
-    /// Link sets being closed in the background, with the process whose
-    /// configuration leaves `PROCS` once they are gone (`None` once the
-    /// process is attached again) and the flag the closer sets when done.
-    closing: Vec<(Option<u32>, Arc<AtomicBool>)>,
+    /// How programs go on sites.
+    mechanism: Box<dyn Mechanism>,
+    /// `attach --all` on a mechanism that probes each library file once
+    /// for every process mapping it ([`Mechanism::per_file`]).
+    per_file: bool,
+    /// The library files probed that way, and the slots of
+    /// [`maps::SITE_COOKIES`] (see [`shared`]).
+    shared: shared::Files,
+    /// Probes being closed in the background.
+    closing: Vec<Closing>,
     /// The threads that close links (see [`Closer`]).
     closer: Closer,
     /// Every process attached records its call sites (`attach
@@ -241,15 +274,39 @@ pub struct Probes {
     pidns: Option<PidNamespace>,
 }
 
+/// What to load the programs with.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions {
+    /// Kernel memory for the statistics map ([`maps::stats_capacity_within`]).
+    pub stats_budget: u64,
+    /// Every process attached records its call sites (`attach
+    /// --callsites`), which sizes the call-site map.
+    pub callsites: bool,
+    /// Bytes of the trace ring (`record`).
+    pub trace_bytes: u32,
+    /// `attach --all`: where the mechanism costs per site
+    /// ([`Mechanism::per_file`]), each library file is probed once for
+    /// every process that maps it, and ranks are told apart in the
+    /// programs by their configuration.
+    pub all: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            stats_budget: maps::STATS_MEMORY_BUDGET,
+            callsites: false,
+            trace_bytes: maps::TRACE_BYTES,
+            all: false,
+        }
+    }
+}
+
 /// The maps given a size at load (name, max entries), and whether
 /// statistics go to the per-CPU map ([`BENCH_PERCPU_STATS`]).
-fn map_sizes(
-    stats_budget: u64,
-    callsites: bool,
-    trace_bytes: u32,
-) -> ([(&'static str, u32); 4], bool) {
-    let capacity = maps::stats_capacity_within(stats_budget);
-    let site_capacity = if callsites {
+fn map_sizes(opts: &LoadOptions, by_address: bool) -> ([(&'static str, u32); 5], bool) {
+    let capacity = maps::stats_capacity_within(opts.stats_budget);
+    let site_capacity = if opts.callsites {
         maps::CALLSITES_CAPACITY
     } else {
         1
@@ -261,14 +318,36 @@ fn map_sizes(
     } else {
         (capacity, 1)
     };
+    let cookies = if by_address {
+        maps::SITE_COOKIES_CAPACITY
+    } else {
+        1
+    };
     (
         [
             (maps::STATS, shared),
             (maps::STATS_PERCPU, percpu),
             (maps::CALLSITES, site_capacity),
-            (maps::TRACE, trace_bytes),
+            (maps::TRACE, opts.trace_bytes),
+            (maps::SITE_COOKIES, cookies),
         ],
         percpu_stats,
+    )
+}
+
+/// What, besides the maps, must match for a daemon to adopt another's
+/// pins: the mechanism, whether libraries are probed per file, and how
+/// functions are told (see [`handover::layout`]).
+fn variant(mechanism: &dyn Mechanism, per_file: bool) -> String {
+    format!(
+        "{}/{}/{}",
+        mechanism.name(),
+        if per_file { "file" } else { "process" },
+        if mechanism.cookies() {
+            "cookie"
+        } else {
+            "address"
+        }
     )
 }
 
@@ -283,31 +362,33 @@ fn pid_namespace() -> Result<Option<PidNamespace>, ProbeError> {
     procfs::own_pid_namespace().map_err(|source| ProbeError::PidNamespace { source })
 }
 
+/// The mechanism this kernel allows (`crate::attach::kernel`), for the
+/// loaders that do not choose one themselves.
+fn detect() -> Result<Choice, ProbeError> {
+    crate::attach::kernel::detect()
+        .1
+        .map_err(|source| ProbeError::Kernel { source })
+}
+
 impl Probes {
-    /// Loads the embedded eBPF object within the default statistics map
-    /// budget ([`maps::STATS_MEMORY_BUDGET`]), without call sites; see
-    /// [`Probes::load_within`].
+    /// Loads the embedded eBPF object with the default options, by the
+    /// mechanism the kernel allows; see [`Probes::load_chosen`].
     pub fn load(object: &[u8]) -> Result<Self, ProbeError> {
-        Self::load_within(object, maps::STATS_MEMORY_BUDGET, false)
+        Self::load_chosen(object, LoadOptions::default(), detect()?)
     }
 
-    /// Loads the embedded eBPF object: creates its maps and loads its
-    /// programs into the kernel. The statistics map, shared by the CPUs,
-    /// gets as many entries as fit in `stats_budget` bytes
-    /// ([`maps::stats_capacity_within`], the same on any number of CPUs);
-    /// calls of a (process, function) that finds it full are counted in
-    /// `mpi_observer_map_update_failures_total`.
-    ///
-    /// With `callsites`, every process attached also records its call sites
-    /// ([`ProcConfig::callsites`], read back by [`Probes::read_callsites`])
-    /// in a map of [`maps::CALLSITES_CAPACITY`] entries; without, that map
-    /// is left at one entry, so it costs no memory.
+    /// [`Probes::load`] with a statistics budget and call sites.
     pub fn load_within(
         object: &[u8],
         stats_budget: u64,
         callsites: bool,
     ) -> Result<Self, ProbeError> {
-        Self::load_with(object, stats_budget, callsites, maps::TRACE_BYTES, None)
+        let opts = LoadOptions {
+            stats_budget,
+            callsites,
+            ..LoadOptions::default()
+        };
+        Self::load_chosen(object, opts, detect()?)
     }
 
     /// Loads the object for `mpi-observer record`: the default statistics
@@ -315,7 +396,27 @@ impl Probes {
     /// pages) that processes attached with [`ProcConfig::trace`] send
     /// their completed calls to; read it with [`Probes::take_trace`].
     pub fn load_tracing(object: &[u8], trace_bytes: u32) -> Result<Self, ProbeError> {
-        Self::load_with(object, maps::STATS_MEMORY_BUDGET, false, trace_bytes, None)
+        let opts = LoadOptions {
+            trace_bytes,
+            ..LoadOptions::default()
+        };
+        Self::load_chosen(object, opts, detect()?)
+    }
+
+    /// Loads the embedded eBPF object: creates its maps and loads its
+    /// programs into the kernel for `choice`'s mechanism. The statistics
+    /// map, shared by the CPUs, gets as many entries as fit in
+    /// `opts.stats_budget` bytes ([`maps::stats_capacity_within`], the same
+    /// on any number of CPUs); calls of a (process, function) that finds it
+    /// full are counted in `mpi_observer_map_update_failures_total`.
+    ///
+    /// With `opts.callsites`, every process attached also records its call
+    /// sites ([`ProcConfig::callsites`], read back by
+    /// [`Probes::read_callsites`]) in a map of [`maps::CALLSITES_CAPACITY`]
+    /// entries; without, that map is left at one entry, so it costs no
+    /// memory.
+    pub fn load_chosen(object: &[u8], opts: LoadOptions, choice: Choice) -> Result<Self, ProbeError> {
+        Self::load_with(object, opts, choice.mechanism, None)
     }
 
     /// Loads the object with its maps sized; with `pinned` (map name, pin
@@ -323,51 +424,68 @@ impl Probes {
     /// ours, see [`handover`]) instead of new ones.
     fn load_with(
         object: &[u8],
-        stats_budget: u64,
-        callsites: bool,
-        trace_bytes: u32,
+        opts: LoadOptions,
+        mechanism: Box<dyn Mechanism>,
         pinned: Option<&[(String, std::path::PathBuf)]>,
     ) -> Result<Self, ProbeError> {
-        let (sizes, percpu_stats) = map_sizes(stats_budget, callsites, trace_bytes);
-        let (capacity, site_capacity) = (maps::stats_capacity_within(stats_budget), sizes[2].1);
+        let by_address = !mechanism.cookies();
+        let per_file = opts.all && mechanism.per_file();
+        let (sizes, percpu_stats) = map_sizes(&opts, by_address);
+        let (capacity, site_capacity) = (
+            maps::stats_capacity_within(opts.stats_budget),
+            sizes[2].1,
+        );
         let percpu_flag = u32::from(percpu_stats);
         let pidns = pid_namespace()?;
-        let (layout, _) = handover::layout(object, &sizes, percpu_stats, pidns).map_err(|e| {
-            ProbeError::Load {
-                reason: e.to_string(),
-            }
-        })?;
+        let (layout, _) = handover::layout(
+            object,
+            &sizes,
+            percpu_stats,
+            pidns,
+            &variant(&*mechanism, per_file),
+        )
+        .map_err(|source| ProbeError::Layout { source })?;
         let mut loader = EbpfLoader::new();
         loader.override_global(maps::PERCPU_STATS, &percpu_flag, true);
         // 0 on the host: the programs keep bpf_get_current_pid_tgid.
         let (ns_dev, ns_ino) = pidns.map_or((0, 0), |n| (n.dev, n.ino));
         loader.override_global(maps::PIDNS_DEV, &ns_dev, true);
         loader.override_global(maps::PIDNS_INO, &ns_ino, true);
+        // 0 with cookies: the programs keep the cookie helper, and the
+        // verifier drops the lookup by address (and, at 1, the reverse:
+        // kernels before 5.15 have no such helper).
+        let by_address_flag = u32::from(by_address);
+        loader.override_global(maps::FUNC_BY_ADDRESS, &by_address_flag, true);
         for (name, size) in sizes {
             loader.map_max_entries(name, size);
         }
         for (name, path) in pinned.unwrap_or_default() {
             loader.map_pin_path(name.as_str(), path.as_path());
         }
-        let ebpf = loader.load(object).map_err(|e| ProbeError::Load {
-            reason: e.to_string(),
+        let ebpf = loader.load(object).map_err(|e| ProbeError::Object {
+            source: Box::new(e),
         })?;
-        let progs = multi::load_programs(object, &ebpf, &PROGRAMS).map_err(|e| {
-            if let (Some(_), MultiError::Load { log, .. }) =
-                (std::env::var_os("MPI_OBSERVER_VERIFIER_LOG"), &e)
-            {
-                eprintln!("{log}");
-            }
-            ProbeError::Load {
-                reason: e.to_string(),
-            }
-        })?;
+        let progs = links::load_programs(object, &ebpf, &PROGRAMS, mechanism.attach_type())
+            .map_err(|source| {
+                if let (Some(_), LinkError::Load { log, .. }) =
+                    (std::env::var_os("MPI_OBSERVER_VERIFIER_LOG"), &source)
+                {
+                    eprintln!("{log}");
+                }
+                ProbeError::Programs {
+                    mechanism: mechanism.name(),
+                    source,
+                }
+            })?;
         Ok(Self {
             ebpf,
             progs,
+            mechanism,
+            per_file,
+            shared: shared::Files::default(),
             closing: Vec::new(),
-            closer: Closer::start(),
-            callsites,
+            closer: Closer::start(CLOSERS),
+            callsites: opts.callsites,
             stats_capacity: capacity,
             callsites_capacity: site_capacity,
             percpu_stats,
@@ -376,6 +494,16 @@ impl Probes {
             adopted: HashMap::new(),
             pidns,
         })
+    }
+
+    /// The attach mechanism the programs were loaded for.
+    pub fn mechanism(&self) -> &dyn Mechanism {
+        &*self.mechanism
+    }
+
+    /// Whether each library file is probed once for all its ranks.
+    pub fn per_file(&self) -> bool {
+        self.per_file
     }
 
     /// The daemon's pid namespace if it is not the initial one: the probes
@@ -502,17 +630,22 @@ impl Probes {
         ),
         ProbeError,
     > {
-        let failed = |e: &dyn std::fmt::Display| ProbeError::Load {
-            reason: format!("{}: {e}", maps::EXEC_PROGRAM),
-        };
+        fn failed(e: impl std::error::Error + Send + Sync + 'static) -> ProbeError {
+            ProbeError::ExecEvents {
+                program: maps::EXEC_PROGRAM,
+                source: Box::new(e),
+            }
+        }
         let prog: &mut aya::programs::RawTracePoint = self
             .ebpf
             .program_mut(maps::EXEC_PROGRAM)
-            .ok_or_else(|| failed(&"not in the object"))?
+            .ok_or_else(|| {
+                failed(aya::programs::ProgramError::UnexpectedProgramType)
+            })?
             .try_into()
-            .map_err(|e| failed(&e))?;
-        prog.load().map_err(|e| failed(&e))?;
-        prog.attach("sched_process_exec").map_err(|e| failed(&e))?;
+            .map_err(failed)?;
+        prog.load().map_err(failed)?;
+        prog.attach("sched_process_exec").map_err(failed)?;
         let take = |ebpf: &mut Ebpf, name: &'static str| {
             ebpf.take_map(name).ok_or(ProbeError::Map {
                 map: name,
@@ -545,23 +678,29 @@ impl Probes {
         &mut self.ebpf
     }
 
-    /// Attaches to `functions` (IDs) of `lib` in process `pid`. Return probes
-    /// go in before entry probes, so no call can be entered without its
-    /// return being seen; on failure everything attached so far is removed.
-    /// The process records its call sites if the probes were loaded with
-    /// them, whatever `config` says, at most `config.max_sites` of them. At
-    /// most [`maps::OMPI_TYPES_PER_PROCESS`] of `datatypes` are loaded
-    /// ([`Attachment::types_dropped`] counts the rest).
+    /// Attaches to `functions` (IDs) of `lib` in process `pid`, which maps
+    /// it as `map` (reached at `lib_path`). Return probes go in before entry
+    /// probes, so no call can be entered without its return being seen; on
+    /// failure everything attached so far is removed. With probes per
+    /// library file ([`Probes::per_file`]), a file already probed for
+    /// another rank attaches nothing: the rank's configuration makes the
+    /// programs count it. The process records its call sites if the probes
+    /// were loaded with them, whatever `config` says, at most
+    /// `config.max_sites` of them. At most [`maps::OMPI_TYPES_PER_PROCESS`]
+    /// of `datatypes` are loaded ([`Attachment::types_dropped`] counts the
+    /// rest).
+    #[expect(clippy::too_many_arguments, reason = "one rank's attach, spelt out")]
     pub fn attach(
         &mut self,
         pid: u32,
         lib_path: &Path,
+        map: &MappedLib,
         lib: &Library,
         mut config: ProcConfig,
         datatypes: &BTreeMap<u64, u64>,
         functions: &[u16],
     ) -> Result<Attachment, ProbeError> {
-        if let Some(att) = self.claim(pid) {
+        if let Some(att) = self.claim(pid, map) {
             return Ok(att);
         }
         // A process the programs cannot see (a nested pid namespace's)
@@ -573,33 +712,49 @@ impl Probes {
             return Err(ProbeError::ForeignNamespace { pid });
         }
         // An earlier detach of this pid must not remove the new config.
-        for (p, _) in &mut self.closing {
-            if *p == Some(pid) {
-                *p = None;
+        for c in &mut self.closing {
+            if c.pid == Some(pid) {
+                c.pid = None;
             }
         }
         config.callsites = u32::from(self.callsites);
-        // The links go live one after another (return, then each family's
-        // entries), and a running rank makes calls meanwhile: until the
-        // last one is live, the programs record no new call (as after an
-        // injection's handover), so every function starts counting at the
-        // same instant, the one the flag is cleared below.
-        let counting = config;
-        config.handed_over = 1;
+        let sites = sites(lib, functions, config.bytes != 0);
+        let file = FileKey::of(map);
         let mut att = Attachment::default();
-        let mut procs: BpfHashMap<&mut MapData, u32, ProcConfig> =
-            BpfHashMap::try_from(self.ebpf.map_mut(maps::PROCS).expect("PROCS map in object"))
-                .map_err(|source| ProbeError::Map {
-                    map: maps::PROCS,
-                    source,
-                })?;
-        procs
-            .insert(pid, config, 0)
-            .map_err(|source| ProbeError::Map {
+        if !self.mechanism.cookies() {
+            // Before any probe can fire for it: a configured process whose
+            // site is missing from the table would lose the call.
+            let bias = text_bias(map, &sites).ok_or(ProbeError::NoText { pid })?;
+            config.lib_slot = self.take_slot(pid, file, &sites)?;
+            config.text_bias = bias;
+            att.slot = Some(file);
+        }
+        let shared = self.per_file && self.shared.is_probed(file);
+        // Links going live one after another (return, then each family's
+        // entries) while a running rank makes calls: until the last one is
+        // live, the programs record no new call (as after an injection's
+        // handover), so every function starts counting at the same
+        // instant, the one the flag is cleared below. A file's shared
+        // probes are all live already.
+        let counting = config;
+        if !shared {
+            config.handed_over = 1;
+        }
+        let inserted = BpfHashMap::<&mut MapData, u32, ProcConfig>::try_from(
+            self.ebpf.map_mut(maps::PROCS).expect("PROCS map in object"),
+        )
+        .and_then(|mut procs| procs.insert(pid, config, 0));
+        if let Err(source) = inserted {
+            self.detach(pid, att);
+            return Err(ProbeError::Map {
                 map: maps::PROCS,
                 source,
-            })?;
-        self.insert_types(pid, datatypes, &mut att)?;
+            });
+        }
+        if let Err(e) = self.insert_types(pid, datatypes, &mut att) {
+            self.detach(pid, att);
+            return Err(e);
+        }
         if self.callsites {
             // The probes only add to this entry; kept if a previous process
             // of this pid's sites are still in the map (until forget).
@@ -617,55 +772,100 @@ impl Probes {
                 );
             }
         }
-        // Group the sites by entry program; every site also gets a return.
-        let mut sites: BTreeMap<&'static str, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
-        for &id in functions {
-            let Some(entry) = lib.entries.get(&id) else {
-                continue;
-            };
-            let info = &FUNCTIONS[id as usize];
-            let enter = match info.family {
-                Family::PointToPoint => ENTER_P2P,
-                Family::Collective => ENTER_COLL,
-                _ => ENTER_PLAIN,
-            };
-            let c = cookie::encode(id, info, config.bytes != 0);
-            for prog in [RETURN, enter] {
-                let (offs, cookies) = sites.entry(prog).or_default();
-                offs.push(entry.file_offset);
-                cookies.push(c);
-            }
-        }
-        let order = [RETURN, ENTER_PLAIN, ENTER_P2P, ENTER_COLL];
-        for prog in order {
-            let Some((offs, cookies)) = sites.get(prog) else {
-                continue;
-            };
-            let link = multi::attach(
-                prog,
-                &self.progs[prog],
-                lib_path,
-                offs,
-                cookies,
-                pid,
-                prog == RETURN,
-            );
-            match link {
-                Ok(fd) => {
-                    att.links.push(fd);
-                    att.probes += offs.len();
+        if self.per_file {
+            if !shared {
+                let mut links = Vec::new();
+                match self.attach_sites(&sites, lib_path, Target::File, &mut links) {
+                    Ok(probes) => {
+                        // The file's probes hold a slot of their own.
+                        if !self.mechanism.cookies() {
+                            let _ = self.take_slot(pid, file, &sites);
+                        }
+                        self.shared.add(file, links, probes);
+                    }
+                    Err(source) => {
+                        att.links = links;
+                        self.detach(pid, att);
+                        return Err(ProbeError::AttachFile {
+                            path: lib_path.display().to_string(),
+                            source,
+                        });
+                    }
                 }
+            }
+            att.probes = self.shared.join(file, pid);
+            att.file = Some(file);
+        } else {
+            let mut links = Vec::new();
+            let r = self.attach_sites(&sites, lib_path, Target::Process(pid), &mut links);
+            att.links = links;
+            match r {
+                Ok(n) => att.probes = n,
                 Err(source) => {
                     self.detach(pid, att);
                     return Err(ProbeError::Attach { pid, source });
                 }
             }
         }
-        if let Err(e) = self.update_config(pid, |c| c.handed_over = counting.handed_over) {
+        if config.handed_over != counting.handed_over
+            && let Err(e) = self.update_config(pid, |c| c.handed_over = counting.handed_over)
+        {
             self.detach(pid, att);
             return Err(e);
         }
         Ok(att)
+    }
+
+    /// Attaches every program to its sites of the file at `path` for
+    /// `target`, returns first (see [`Probes::attach`]), into `links`;
+    /// returns the sites attached. On error, `links` holds what was
+    /// attached before it.
+    fn attach_sites(
+        &self,
+        sites: &shared::Sites,
+        path: &Path,
+        target: Target,
+        links: &mut Vec<OwnedFd>,
+    ) -> Result<usize, LinkError> {
+        let mut n = 0;
+        for prog in [RETURN, ENTER_PLAIN, ENTER_P2P, ENTER_COLL] {
+            let Some((offs, cookies)) = sites.get(prog) else {
+                continue;
+            };
+            let fds = self.mechanism.attach(
+                prog,
+                &self.progs[prog],
+                path,
+                offs,
+                cookies,
+                target,
+                prog == RETURN,
+            )?;
+            links.extend(fds);
+            n += offs.len();
+        }
+        Ok(n)
+    }
+
+    /// `file`'s slot of the by-address table for process `pid`.
+    fn take_slot(
+        &mut self,
+        pid: u32,
+        file: FileKey,
+        sites: &shared::Sites,
+    ) -> Result<u32, ProbeError> {
+        self.shared
+            .take_slot(&mut self.ebpf, file, sites)
+            .map_err(|e| match e {
+                shared::SlotError::Full => ProbeError::SlotsFull {
+                    pid,
+                    entries: maps::SITE_COOKIES_CAPACITY,
+                },
+                shared::SlotError::Map(source) => ProbeError::Map {
+                    map: maps::SITE_COOKIES,
+                    source,
+                },
+            })
     }
 
     /// Adds predefined datatype sizes of process `pid` (runtime address to
@@ -779,17 +979,28 @@ impl Probes {
     /// Removes a process's probes. Entry links close before the return link
     /// (they were pushed after it; we close in reverse), so no new call
     /// starts being timed while its return probe goes away. The closing
-    /// waits for RCU grace periods (about 200 ms here), so it runs on a
-    /// background thread; until it is done the probes still fire, and the
+    /// waits for RCU grace periods (about 200 ms here), so it runs on
+    /// background threads; until it is done the probes still fire, and the
     /// process's configuration stays in `PROCS` for them: an injected
     /// rank's skip range must outlive its probes, or the calls its shim
-    /// makes would be counted by both (docs/inject.md, "Handover").
-    /// Statistics stay in the map until the rank is forgotten.
+    /// makes would be counted by both (docs/inject.md, "Handover"). A rank
+    /// on its library file's shared probes has no links: its
+    /// configuration goes at once, and with it every new call of it (the
+    /// calls open then finish as they would). Statistics stay in the map
+    /// until the rank is forgotten.
     pub fn detach(&mut self, pid: u32, mut att: Attachment) {
-        let links: Vec<OwnedFd> = att.links.drain(..).rev().collect();
         let done = Arc::new(AtomicBool::new(false));
+        if let Some(file) = att.file {
+            self.shared.leave(file, pid);
+            done.store(true, Ordering::Release);
+        }
+        let links: Vec<OwnedFd> = att.links.drain(..).rev().collect();
         self.closer.close(links, done.clone());
-        self.closing.push((Some(pid), done));
+        self.closing.push(Closing {
+            pid: Some(pid),
+            slot: att.slot,
+            done,
+        });
         if let Some(Ok(mut types)) = self
             .ebpf
             .map_mut(maps::OMPI_TYPES)
@@ -802,22 +1013,45 @@ impl Probes {
         self.reap();
     }
 
-    /// Drops the configuration of processes whose links are all closed.
-    /// Called on every detach and from the daemon's loop.
+    /// Drops the configuration of processes whose links are all closed,
+    /// and closes the probes of library files no rank has used for
+    /// [`shared::LINGER`]. Called on every detach and from the daemon's
+    /// loop.
     pub fn reap(&mut self) {
+        let idle = self.shared.take_idle(Some(shared::LINGER), false);
+        self.close_files(idle);
         let (done, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.closing)
             .into_iter()
-            .partition(|(_, d)| d.load(Ordering::Acquire));
+            .partition(|c| c.done.load(Ordering::Acquire));
         self.closing = open;
-        for (pid, _) in done {
-            if let Some(pid) = pid {
+        for c in done {
+            if let Some(pid) = c.pid {
                 self.forget_config(pid);
+            }
+            if let Some(file) = c.slot {
+                self.shared.release_slot(&mut self.ebpf, file);
             }
         }
     }
 
+    /// Closes library files' shared probes in the background; each file's
+    /// by-address slot goes once they are closed.
+    fn close_files(&mut self, files: Vec<(FileKey, Vec<OwnedFd>)>) {
+        let by_address = !self.mechanism.cookies();
+        for (file, links) in files {
+            let done = Arc::new(AtomicBool::new(false));
+            self.closer
+                .close(links.into_iter().rev().collect(), done.clone());
+            self.closing.push(Closing {
+                pid: None,
+                slot: by_address.then_some(file),
+                done,
+            });
+        }
+    }
+
     fn forget_config(&mut self, pid: u32) {
-        if self.closing.iter().any(|(p, _)| *p == Some(pid)) {
+        if self.closing.iter().any(|c| c.pid == Some(pid)) {
             return;
         }
         if let Some(Ok(mut procs)) = self
@@ -874,10 +1108,13 @@ impl Probes {
         }
     }
 
-    /// Waits until every detached link is really gone from the kernel; the
-    /// closers stop resting between links (shutdown: nothing else to do).
+    /// Waits until every detached probe is really gone from the kernel,
+    /// library files' shared probes included; the closers stop resting
+    /// between probes (shutdown: nothing else to do).
     pub fn finish_detaching(&mut self) {
         self.closer.hurry();
+        let files = self.shared.take_idle(None, true);
+        self.close_files(files);
         while !self.closing.is_empty() {
             self.reap();
             if !self.closing.is_empty() {
@@ -885,4 +1122,41 @@ impl Probes {
             }
         }
     }
+}
+
+/// The sites of `functions` in `lib`, grouped by entry program, each with
+/// its cookie; every site also gets a return probe.
+fn sites(lib: &Library, functions: &[u16], bytes: bool) -> shared::Sites {
+    let mut sites = shared::Sites::new();
+    for &id in functions {
+        let Some(entry) = lib.entries.get(&id) else {
+            continue;
+        };
+        let info = &FUNCTIONS[id as usize];
+        let enter = match info.family {
+            Family::PointToPoint => ENTER_P2P,
+            Family::Collective => ENTER_COLL,
+            _ => ENTER_PLAIN,
+        };
+        let c = cookie::encode(id, info, bytes);
+        for prog in [RETURN, enter] {
+            let (offs, cookies) = sites.entry(prog).or_default();
+            offs.push(entry.file_offset);
+            cookies.push(c);
+        }
+    }
+    sites
+}
+
+/// The executable mapping's address minus its file offset, if every site
+/// of `sites` lies in it: a probed address minus this is the site's file
+/// offset.
+fn text_bias(map: &MappedLib, sites: &shared::Sites) -> Option<u64> {
+    let (start, end, offset) = map.text?;
+    let inside = |o: u64| o >= offset && o - offset < end - start;
+    sites
+        .values()
+        .flat_map(|(offs, _)| offs)
+        .all(|&o| inside(o))
+        .then(|| start.wrapping_sub(offset))
 }

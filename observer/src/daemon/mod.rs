@@ -76,12 +76,75 @@ pub enum DaemonError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// `--pid` ranks cannot be probed here.
+    #[error(
+        "cannot probe the --pid ranks: {source}; observe them through the shim instead: start the job under `mpi-observer run`, or with `srun --mpi-observer` on Slurm (attach --all serves the shim's figures on such a node)"
+    )]
+    NoEbpf {
+        /// What is missing.
+        source: NoEbpf,
+    },
     /// The async runtime could not start.
     #[error("cannot start the runtime: {source}")]
     Runtime {
         /// The I/O error.
         source: std::io::Error,
     },
+}
+
+/// Why eBPF cannot be used on this node.
+#[derive(Debug, Error)]
+pub enum NoEbpf {
+    /// The kernel has no BPF or uprobes, or BPF is forbidden here.
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
+    /// No attach mechanism works on this kernel.
+    #[error(transparent)]
+    Kernel(#[from] crate::attach::kernel::NoMechanism),
+    /// The programs or their maps could not be loaded.
+    #[error(transparent)]
+    Load(#[from] ProbeError),
+}
+
+/// The probes' kernel side: the chosen mechanism (its line said), or why
+/// there is none; and the values of `mpi_observer_kernel_info` either way.
+fn kernel_choice(
+    args: &AttachArgs,
+) -> (
+    Result<Option<crate::attach::kernel::Choice>, NoEbpf>,
+    [&'static str; 7],
+) {
+    let mut info = ["none", "unknown", "unknown", "unknown", "unknown", "unknown", "unknown"];
+    if args.no_bpf {
+        return (Ok(None), info);
+    }
+    if let Err(e) = checks::kernel() {
+        return (Err(e.into()), info);
+    }
+    let (features, choice) = crate::attach::kernel::detect();
+    for (v, (_, f)) in info[1..].iter_mut().zip(features.labels()) {
+        *v = f;
+    }
+    let choice = match choice {
+        Ok(c) => c,
+        Err(e) => return (Err(e.into()), info),
+    };
+    eprintln!(
+        "mpi-observer: attaching with {}; this kernel: {}",
+        choice.why,
+        features.summary()
+    );
+    info[0] = choice.mechanism.name();
+    (Ok(Some(choice)), info)
+}
+
+/// The line of an `--all` daemon that cannot use eBPF, which then serves
+/// what shim ranks give, as `--no-bpf` does.
+fn say_shim_only(e: &NoEbpf) {
+    eprintln!(
+        "mpi-observer: no usable eBPF here ({}): serving the figures of shim ranks only, as --no-bpf does",
+        crate::one_line(e)
+    );
 }
 
 /// How often ranks are checked for exit and `--all` scans for new ones.
@@ -99,8 +162,18 @@ pub fn run(args: AttachArgs) -> Result<(), DaemonError> {
 async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     if !args.no_bpf {
         checks::capabilities()?;
-        checks::kernel()?;
     }
+    // The kernel first: a --pid daemon that cannot probe says so before
+    // anything else, and --all then knows it serves the shim only.
+    let (chosen, mut kernel_info) = kernel_choice(&args);
+    let chosen = match chosen {
+        Ok(c) => c,
+        Err(e) if args.all => {
+            say_shim_only(&e);
+            None
+        }
+        Err(source) => return Err(DaemonError::NoEbpf { source }),
+    };
     let functions = functions::select(args.functions.as_deref())?;
     let inject = if args.inject {
         let l = crate::collect::launcher::tools_list::ToolsList::parse(&args.inject_tools);
@@ -144,17 +217,37 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         .transpose()?;
     let listener = server::bind(args.listen).await?;
     // A planned restart's predecessor may have handed its probes over.
-    let (probes, adoption) = if args.no_bpf {
-        (None, None)
-    } else {
-        let (p, a) = Probes::load_adopting(EBPF_OBJECT, args.map_memory, args.callsites)?;
-        if let Some(ns) = p.pid_namespace() {
-            eprintln!(
-                "mpi-observer: running in pid namespace pid:[{}]: the probes count the ranks of this namespace only (run the daemon on the host, e.g. hostPID, to observe every rank of the node)",
-                ns.ino
-            );
+    let loaded = chosen.map(|choice| {
+        let opts = crate::attach::probes::LoadOptions {
+            stats_budget: args.map_memory,
+            callsites: args.callsites,
+            all: args.all,
+            ..Default::default()
+        };
+        Probes::load_adopting(EBPF_OBJECT, opts, choice)
+    });
+    let (probes, adoption) = match loaded {
+        Some(Ok((p, a))) => {
+            if let Some(ns) = p.pid_namespace() {
+                eprintln!(
+                    "mpi-observer: running in pid namespace pid:[{}]: the probes count the ranks of this namespace only (run the daemon on the host, e.g. hostPID, to observe every rank of the node)",
+                    ns.ino
+                );
+            }
+            (Some(p), Some(a))
         }
-        (Some(p), Some(a))
+        None => (None, None),
+        // --all serves what the shim's ranks give, as --no-bpf does.
+        Some(Err(e)) if args.all => {
+            say_shim_only(&NoEbpf::Load(e));
+            kernel_info[0] = "none";
+            (None, None)
+        }
+        Some(Err(e)) => {
+            return Err(DaemonError::NoEbpf {
+                source: NoEbpf::Load(e),
+            });
+        }
     };
     let render = RenderOptions {
         per_rank_histograms: args.per_rank_histograms,
@@ -169,6 +262,11 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         !args.no_bytes,
         render,
     )));
+    state
+        .lock()
+        .expect("not poisoned yet")
+        .selfm
+        .set_kernel(&kernel_info);
     // Files of user processes and call-site naming (docs/callsites.md).
     crate::attach::symbols::set_max_file_size(args.max_file_size);
     state.lock().expect("not poisoned yet").names =

@@ -348,6 +348,12 @@ pub struct MappedLib {
     pub base: u64,
     /// File offset of that lowest mapping.
     pub base_offset: u64,
+    /// The file's device (major, minor) and inode, as the maps name them:
+    /// the identity of the library file, whichever path reaches it.
+    pub file: (u32, u32, u64),
+    /// The file's executable mapping (start, end, file offset of start),
+    /// the lowest if there are several: where its functions run.
+    pub text: Option<(u64, u64, u64)>,
 }
 
 impl MappedLib {
@@ -499,12 +505,25 @@ fn lowest_mapping(
         if !wanted(path) || found.as_ref().is_some_and(|l| l.path != path) {
             continue;
         }
-        if found.as_ref().is_none_or(|l| m.start < l.base) {
-            found = Some(MappedLib {
-                path: path.to_path_buf(),
-                base: m.start,
-                base_offset: m.offset,
-            });
+        let text = (m.exec).then_some((m.start, m.end, m.offset));
+        match &mut found {
+            Some(l) => {
+                if m.start < l.base {
+                    (l.base, l.base_offset) = (m.start, m.offset);
+                }
+                if text.is_some_and(|t| l.text.is_none_or(|lt| t.0 < lt.0)) {
+                    l.text = text;
+                }
+            }
+            None => {
+                found = Some(MappedLib {
+                    path: path.to_path_buf(),
+                    base: m.start,
+                    base_offset: m.offset,
+                    file: (m.dev.0, m.dev.1, m.inode),
+                    text,
+                });
+            }
         }
     }
     Ok(found)

@@ -546,7 +546,7 @@ fn attach_traced(
     // recorded for longer than another's.
     let config = datatypes::proc_config(&lib, &dt, true);
     let ids = functions::select(None).map_err(|e| probe_err(e.to_string()))?;
-    p.attach(pid, &host_path, &lib, config, &dt.sizes, &ids)
+    p.attach(pid, &host_path, &map, &lib, config, &dt.sizes, &ids)
         .map_err(|e| probe_err(e.to_string()))
 }
 

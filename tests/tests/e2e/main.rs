@@ -12,6 +12,7 @@ mod cluster;
 mod exposition;
 mod identity;
 mod inject;
+mod kernels;
 mod kmaps;
 mod mpi4py;
 mod observer;

@@ -39,71 +39,7 @@ fn expected(rank: u32, derived_known: bool) -> BTreeMap<&'static str, (u64, u64,
 }
 
 fn check_exact(samples: &[Sample], mpi: Mpi, jobid: &str) {
-    for rank in 0..NP {
-        let r = rank.to_string();
-        // Open MPI's object layout lets the probe read a derived type's
-        // size; MPICH's integer handles, native or through the standard
-        // ABI, do not: those calls are counted as of unknown size.
-        let want = expected(rank, mpi.is_open_mpi());
-        let seen: BTreeMap<String, u64> = samples
-            .iter()
-            .filter(|s| {
-                s.name == "mpi_calls_total"
-                    && s.label("rank") == Some(&r)
-                    && s.label("jobid") == Some(jobid)
-            })
-            .filter(|s| s.value > 0.0)
-            .map(|s| (s.label("function").unwrap().to_string(), s.value as u64))
-            .collect();
-        let want_calls: BTreeMap<String, u64> =
-            want.iter().map(|(f, v)| (f.to_string(), v.0)).collect();
-        assert_eq!(
-            seen, want_calls,
-            "{mpi:?} rank {rank}: per-function call counts"
-        );
-        for (f, (_, send, recv, unknown_send)) in &want {
-            let l = |d: &'static str| {
-                [
-                    ("jobid", jobid),
-                    ("rank", r.as_str()),
-                    ("function", *f),
-                    ("direction", d),
-                ]
-            };
-            assert_eq!(
-                sum(samples, "mpi_bytes_total", &l("send")) as u64,
-                *send,
-                "{mpi:?} rank {rank} {f} send bytes"
-            );
-            assert_eq!(
-                sum(samples, "mpi_bytes_total", &l("recv")) as u64,
-                *recv,
-                "{mpi:?} rank {rank} {f} recv bytes"
-            );
-            assert_eq!(
-                sum(samples, "mpi_bytes_unknown_calls_total", &l("send")) as u64,
-                *unknown_send,
-                "{mpi:?} rank {rank} {f} unknown send calls"
-            );
-            let secs = sum(
-                samples,
-                "mpi_call_seconds_total",
-                &[("jobid", jobid), ("rank", r.as_str()), ("function", *f)],
-            );
-            assert!(secs > 0.0, "{mpi:?} rank {rank} {f}: time must be recorded");
-        }
-        // The histogram aggregates the node's ranks per job and function.
-        let count = sum(
-            samples,
-            "mpi_call_duration_seconds_count",
-            &[("jobid", jobid), ("function", "MPI_Allreduce")],
-        );
-        assert_eq!(
-            count as u64,
-            ITERS * u64::from(NP),
-            "histogram count of MPI_Allreduce"
-        );
-    }
+    e2e::check_mix_exact(samples, mpi, jobid, NP, ITERS);
 }
 
 /// The `library` label of `mpi_rank_info`: the implementation, with `-abi`

@@ -14,20 +14,24 @@
 //! in [`Adoption::lost`]: one line each, counted by the daemon.
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     os::fd::{AsFd as _, BorrowedFd, OwnedFd},
     path::{Path, PathBuf},
     sync::{Arc, atomic::AtomicBool},
 };
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
-use observer_common::maps::{self, CallStats, ProcConfig, StatKey, TypeKey};
+use observer_common::maps::{self, CallStats, ProcConfig, SiteOffset, StatKey, TypeKey};
 
-use super::{Attachment, ProbeError, Probes};
+use super::{Attachment, Closing, ProbeError, Probes, shared::FileKey};
 use crate::{
-    attach::pins::{self, PinError},
+    attach::{
+        kernel::Choice,
+        links::Mechanism,
+        pins::{self, PinError},
+    },
     os::{
-        procfs::{self, PidNamespace},
+        procfs::{self, MappedLib, PidNamespace},
         sys::map_fd,
     },
 };
@@ -80,6 +84,7 @@ pub(super) fn layout(
     sizes: &[(&str, u32)],
     percpu: bool,
     pidns: Option<PidNamespace>,
+    variant: &str,
 ) -> Result<(u64, Vec<String>), aya_obj::ParseError> {
     let obj = aya_obj::Object::parse(object)?;
     let mut names: Vec<String> = obj
@@ -99,6 +104,11 @@ pub(super) fn layout(
         bytes.extend_from_slice(&ns.dev.to_le_bytes());
         bytes.extend_from_slice(&ns.ino.to_le_bytes());
     }
+    // How the programs were loaded and attached (the mechanism, per
+    // process or per file, cookies or addresses): links of another
+    // mechanism run programs that read the maps another way.
+    bytes.extend_from_slice(variant.as_bytes());
+    bytes.push(0);
     for name in &names {
         let m = &obj.maps[name];
         let max = sizes
@@ -141,6 +151,22 @@ fn link_name(pid: u32, ticks: u64, probes: usize, i: usize, since: u64) -> Strin
     format!("{pid}-{ticks}-{probes}-{i}-{since}")
 }
 
+/// A library file's link pin's name: `MAJOR-MINOR-INODE-SLOT-INDEX`.
+fn file_name(file: FileKey, slot: u32, i: usize) -> String {
+    format!("{}-{}-{}-{slot}-{i}", file.major, file.minor, file.ino)
+}
+
+fn parse_file_name(name: &str) -> Option<(FileKey, u32, usize)> {
+    let mut it = name.split('-');
+    let file = FileKey {
+        major: it.next()?.parse().ok()?,
+        minor: it.next()?.parse().ok()?,
+        ino: it.next()?.parse().ok()?,
+    };
+    let v = (file, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
+    it.next().is_none().then_some(v)
+}
+
 /// The parts of a link pin's name: pid, ticks, probes, index, since.
 type LinkName = (u32, u64, usize, usize, u64);
 
@@ -181,26 +207,29 @@ impl Probes {
     /// and reported in [`Adoption::lost`].
     pub fn load_adopting(
         object: &[u8],
-        stats_budget: u64,
-        callsites: bool,
+        opts: super::LoadOptions,
+        choice: Choice,
     ) -> Result<(Self, Adoption), ProbeError> {
         let mut adoption = Adoption::default();
-        let (sizes, percpu) = super::map_sizes(stats_budget, callsites, maps::TRACE_BYTES);
+        let mechanism = choice.mechanism;
+        let per_file = opts.all && mechanism.per_file();
+        let (sizes, percpu) = super::map_sizes(&opts, !mechanism.cookies());
         let pidns = super::pid_namespace()?;
-        let (layout, names) =
-            layout(object, &sizes, percpu, pidns).map_err(|e| ProbeError::Load {
-                reason: e.to_string(),
-            })?;
+        let (layout, names) = layout(
+            object,
+            &sizes,
+            percpu,
+            pidns,
+            &super::variant(&*mechanism, per_file),
+        )
+        .map_err(|source| ProbeError::Layout { source })?;
+        let fresh = |m: &dyn Mechanism| Self::load_with(object, opts, m.clone_box(), None);
         let base = match pins::existing_dir() {
             Ok(Some(b)) => b,
-            Ok(None) => {
-                let p = Self::load_within(object, stats_budget, callsites)?;
-                return Ok((p, adoption));
-            }
+            Ok(None) => return Ok((fresh(&*mechanism)?, adoption)),
             Err(e) => {
                 adoption.unavailable = Some(e.to_string());
-                let p = Self::load_within(object, stats_budget, callsites)?;
-                return Ok((p, adoption));
+                return Ok((fresh(&*mechanism)?, adoption));
             }
         };
         let mine = base.join(format!("{layout:016x}"));
@@ -214,7 +243,10 @@ impl Probes {
                 for (pid, _) in pinned_ranks(&path) {
                     adoption.lost.push((
                         pid,
-                        lost_line(pid, "another map layout: a different version"),
+                        lost_line(
+                            pid,
+                            "another map layout or attach mechanism: a different version or kernel",
+                        ),
                     ));
                 }
                 pins::remove_tree(&path);
@@ -237,36 +269,85 @@ impl Probes {
         }
         let Some(pin_paths) = pin_paths else {
             pins::remove_dir_if_empty();
-            let p = Self::load_within(object, stats_budget, callsites)?;
-            return Ok((p, adoption));
+            return Ok((fresh(&*mechanism)?, adoption));
         };
-        let mut probes = match Self::load_with(
-            object,
-            stats_budget,
-            callsites,
-            maps::TRACE_BYTES,
-            Some(&pin_paths),
-        ) {
-            Ok(p) => p,
-            Err(e) => {
-                for (pid, _) in pinned_ranks(&mine) {
-                    adoption.lost.push((
-                        pid,
-                        lost_line(pid, &format!("its maps cannot be reused: {e}")),
-                    ));
+        let mut probes =
+            match Self::load_with(object, opts, mechanism.clone_box(), Some(&pin_paths)) {
+                Ok(p) => p,
+                Err(e) => {
+                    for (pid, _) in pinned_ranks(&mine) {
+                        adoption.lost.push((
+                            pid,
+                            lost_line(pid, &format!("its maps cannot be reused: {e}")),
+                        ));
+                    }
+                    pins::remove_tree(&mine);
+                    pins::remove_dir_if_empty();
+                    return Ok((fresh(&*mechanism)?, adoption));
                 }
-                pins::remove_tree(&mine);
-                pins::remove_dir_if_empty();
-                let p = Self::load_within(object, stats_budget, callsites)?;
-                return Ok((p, adoption));
-            }
-        };
+            };
         adoption.maps = true;
+        probes.take_files(&mine);
         probes.take_links(&mine, &mut adoption);
         // The pins go now: the maps are ours, the links held.
         pins::remove_tree(&mine);
         pins::remove_dir_if_empty();
         Ok((probes, adoption))
+    }
+
+    /// Opens the probes of library files pinned in `dir/files/` (probes
+    /// for every process, `--all` on classic uprobes) and keeps them as
+    /// this daemon's, each with its by-address slot; a file whose links
+    /// are not all there is dropped (its ranks are then attached afresh).
+    fn take_files(&mut self, dir: &Path) {
+        let mut found: BTreeMap<(FileKey, u32), BTreeMap<usize, OwnedFd>> = BTreeMap::new();
+        let mut broken: HashSet<FileKey> = HashSet::new();
+        let Ok(rd) = std::fs::read_dir(dir.join("files")) else {
+            return;
+        };
+        for e in rd.take(MAX_ENTRIES).filter_map(Result::ok) {
+            let Some((file, slot, i)) = e.file_name().to_str().and_then(parse_file_name) else {
+                continue;
+            };
+            match pins::get(&e.path()) {
+                Ok(fd) => {
+                    found.entry((file, slot)).or_default().insert(i, fd);
+                }
+                Err(_) => {
+                    broken.insert(file);
+                }
+            }
+        }
+        let by_address = !self.mechanism.cookies();
+        for ((file, slot), links) in found {
+            if broken.contains(&file) || links.keys().copied().ne(0..links.len()) {
+                continue;
+            }
+            let links: Vec<OwnedFd> = links.into_values().collect();
+            let probes = links.len();
+            self.shared.add(file, links, probes);
+            // Nothing uses it until its ranks are claimed: it lingers.
+            self.shared.leave(file, 0);
+            if by_address {
+                let offsets = self.slot_offsets(slot);
+                self.shared.adopt_slot(file, slot, offsets);
+            }
+        }
+    }
+
+    /// The file offsets the adopted by-address table holds for `slot`.
+    fn slot_offsets(&self, slot: u32) -> Vec<u64> {
+        self.ebpf
+            .map(maps::SITE_COOKIES)
+            .and_then(|m| BpfHashMap::<&MapData, SiteOffset, u64>::try_from(m).ok())
+            .map(|m| {
+                m.keys()
+                    .filter_map(Result::ok)
+                    .filter(|k| k.slot == slot)
+                    .map(|k| k.offset)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Opens the links pinned in `dir/links/` and keeps those of live ranks
@@ -336,8 +417,10 @@ impl Probes {
 
     /// The adopted links of `pid` as its attachment, if it is the process
     /// they were pinned for: its probes never left, its figures and
-    /// configuration are in the maps.
-    pub(super) fn claim(&mut self, pid: u32) -> Option<Attachment> {
+    /// configuration are in the maps. A rank of a library file probed for
+    /// every process had only a marker pinned: it joins the adopted file's
+    /// probes (`map` is its mapping of the library now).
+    pub(super) fn claim(&mut self, pid: u32, map: &MappedLib) -> Option<Attachment> {
         let p = self.adopted.remove(&pid)?;
         if !procfs::alive(pid, p.ticks) {
             self.drop_pinned(pid, p);
@@ -349,12 +432,36 @@ impl Probes {
             .and_then(|m| BpfHashMap::<&MapData, TypeKey, u64>::try_from(m).ok())
             .map(|m| super::of_pid(m.keys(), |k: &TypeKey| k.tgid == pid))
             .unwrap_or_default();
+        let since = Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(p.since));
+        if self.per_file {
+            let file = FileKey::of(map);
+            if !self.shared.is_probed(file) {
+                self.drop_pinned(pid, p);
+                return None;
+            }
+            // The marker is a second name of the file's first link: it
+            // goes, the file's own fd stays.
+            drop(p.links);
+            let probes = self.shared.join(file, pid);
+            let slot = (!self.mechanism.cookies()).then(|| {
+                self.shared.take_slot_again(file);
+                file
+            });
+            return Some(Attachment {
+                probes,
+                type_keys,
+                since,
+                file: Some(file),
+                slot,
+                ..Attachment::default()
+            });
+        }
         Some(Attachment {
             links: p.links,
             probes: p.probes,
             type_keys,
-            types_dropped: 0,
-            since: Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(p.since)),
+            since,
+            ..Attachment::default()
         })
     }
 
@@ -362,7 +469,11 @@ impl Probes {
         let links: Vec<OwnedFd> = p.links.drain(..).rev().collect();
         let done = Arc::new(AtomicBool::new(false));
         self.closer.close(links, done.clone());
-        self.closing.push((Some(pid), done));
+        self.closing.push(Closing {
+            pid: Some(pid),
+            slot: None,
+            done,
+        });
     }
 
     /// Drops the adopted links no rank claimed (its registration failed,
@@ -398,7 +509,7 @@ impl Probes {
             with_figures.extend(m.keys().filter_map(Result::ok).map(|k| k.tgid));
         }
         pids.extend(with_figures.iter().copied());
-        let closing: HashSet<u32> = self.closing.iter().filter_map(|(p, _)| *p).collect();
+        let closing: HashSet<u32> = self.closing.iter().filter_map(|c| c.pid).collect();
         let mut lost: Vec<u32> = Vec::new();
         for pid in pids {
             if keep.contains(&pid) || closing.contains(&pid) {
@@ -431,6 +542,11 @@ impl Probes {
         &self,
         ranks: &[(u32, u64, std::time::SystemTime, &Attachment)],
     ) -> Result<usize, PinError> {
+        if !self.mechanism.pinnable() {
+            return Err(PinError::NotPinnable {
+                mechanism: self.mechanism.name(),
+            });
+        }
         let base = pins::base_dir()?;
         let dir = base.join(format!("{:016x}", self.layout));
         // One nobody adopted (the daemon started without this layout's
@@ -456,10 +572,32 @@ impl Probes {
                 pins::pin(fd, &tmp.join("maps").join(name))?;
             }
             let mut n = 0;
+            pins::make_dir(&tmp.join("files"))?;
+            let mut firsts: HashMap<FileKey, BorrowedFd<'_>> = HashMap::new();
+            for (file, slot, links) in self.shared.links() {
+                for (i, l) in links.iter().enumerate() {
+                    let name = file_name(file, slot, i);
+                    pins::pin(l.as_fd(), &tmp.join("files").join(name))?;
+                    n += 1;
+                }
+                if let Some(l) = links.first() {
+                    firsts.insert(file, l.as_fd());
+                }
+            }
             for (pid, ticks, since, att) in ranks {
                 let since = since
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
+                if let Some(file) = att.file {
+                    // A rank on its file's probes: a marker, so the next
+                    // daemon knows which processes were counted (their
+                    // figures are in the maps).
+                    if let Some(l) = firsts.get(&file) {
+                        let name = link_name(*pid, *ticks, att.probes, 0, since);
+                        pins::pin(*l, &tmp.join("links").join(name))?;
+                    }
+                    continue;
+                }
                 for (i, l) in att.links.iter().enumerate() {
                     let name = link_name(*pid, *ticks, att.probes, i, since);
                     pins::pin(l.as_fd(), &tmp.join("links").join(name))?;
@@ -500,7 +638,7 @@ mod tests {
     #[test]
     fn layout_depends_on_sizes_and_pid_namespace() {
         let l = |size, percpu, pidns| {
-            layout(crate::EBPF_OBJECT, &[(maps::STATS, size)], percpu, pidns).unwrap()
+            layout(crate::EBPF_OBJECT, &[(maps::STATS, size)], percpu, pidns, "v").unwrap()
         };
         let a = l(100, false, None);
         let b = l(101, false, None);

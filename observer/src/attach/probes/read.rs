@@ -197,6 +197,7 @@ pub(super) fn map_failures(ebpf: &aya::Ebpf) -> MapFailures {
         stats: sum(ErrorCounter::StatsUpdate),
         inflight: sum(ErrorCounter::InflightUpdate),
         callsites: sum(ErrorCounter::CallsiteUpdate),
+        site_cookies: sum(ErrorCounter::SiteUnknown),
     }
 }
 

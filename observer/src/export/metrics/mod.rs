@@ -29,7 +29,8 @@ use observer_common::{
     maps::{CallStats, HIST_SLOTS},
 };
 use prometheus::{
-    Encoder as _, Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder as _, Gauge, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 use self::{
@@ -95,7 +96,20 @@ pub struct SelfMetrics {
     pub restart_handovers: IntCounterVec,
     /// What the series budget kept and dropped, by path.
     pub budget: BudgetStats,
+    kernel_info: IntGaugeVec,
 }
+
+/// The labels of `mpi_observer_kernel_info`: the attach mechanism, then
+/// each feature the daemon probed (crate::attach::kernel).
+pub const KERNEL_LABELS: [&str; 7] = [
+    "mechanism",
+    "uprobe_multi",
+    "perf_link",
+    "attach_cookie",
+    "ringbuf",
+    "ns_pid",
+    "btf",
+];
 
 impl SelfMetrics {
     /// Registers the self-metrics.
@@ -139,7 +153,7 @@ impl SelfMetrics {
         let map_failures = IntCounterVec::new(
             Opts::new(
                 "mpi_observer_map_update_failures_total",
-                "In-kernel map updates that failed (map full): a call that fails on map=\"stats\" or \"inflight\" is not counted; one that fails on map=\"callsites\" is, its site in callsite=\"other\".",
+                "In-kernel map updates that failed (map full): a call that fails on map=\"stats\" or \"inflight\" is not counted; one that fails on map=\"callsites\" is, its site in callsite=\"other\"; map=\"site_cookies\" counts calls of ranks whose probes tell functions by address (kernels without attach cookies) that hit an address the table did not hold, not counted.",
             ),
             &["map"],
         )
@@ -244,6 +258,14 @@ impl SelfMetrics {
         for outcome in ["adopted", "dropped"] {
             restart_handovers.with_label_values(&[outcome]);
         }
+        let kernel_info = IntGaugeVec::new(
+            Opts::new(
+                "mpi_observer_kernel_info",
+                "The attach mechanism the daemon chose (uprobe_multi, perf_link, perf_ioctl, or none: the shim's figures only) and what it found this kernel to do, each feature tried, never read off the version: uprobe_multi (yes, main_thread_only where its PID filter misses a process's other threads, no), perf_link (BPF links on uprobe perf events), attach_cookie, ringbuf, ns_pid (bpf_get_ns_current_pid_tgid), btf; unknown where not probed (--no-bpf).",
+            ),
+            &KERNEL_LABELS,
+        )
+        .expect("valid metric");
         for m in [
             Box::new(exit_handovers.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(segment_errors.clone()),
@@ -267,6 +289,7 @@ impl SelfMetrics {
             Box::new(oversized_environments.clone()),
             Box::new(shm_orphans_removed.clone()),
             Box::new(restart_handovers.clone()),
+            Box::new(kernel_info.clone()),
         ] {
             registry.register(m).expect("unique metric names");
         }
@@ -296,7 +319,15 @@ impl SelfMetrics {
             exit_handovers,
             restart_handovers,
             budget: BudgetStats::default(),
+            kernel_info,
         }
+    }
+
+    /// Sets `mpi_observer_kernel_info`: `values` in the order of
+    /// [`KERNEL_LABELS`] (the mechanism first).
+    pub fn set_kernel(&self, values: &[&str; 7]) {
+        self.kernel_info.reset();
+        self.kernel_info.with_label_values(values).set(1);
     }
 
     /// Counts a process refused by `budget`, owned by `uid`.
@@ -350,6 +381,7 @@ impl SelfMetrics {
             ("stats", failures.stats),
             ("inflight", failures.inflight),
             ("callsites", failures.callsites),
+            ("site_cookies", failures.site_cookies),
         ] {
             let m = self.map_failures.with_label_values(&[label]);
             let have = m.get();

@@ -102,6 +102,7 @@ impl State {
             Some(probes) if !p.timed => Some(probes.attach(
                 pid,
                 &p.host_path,
+                &p.map,
                 &p.lib,
                 config,
                 &p.datatypes.sizes,

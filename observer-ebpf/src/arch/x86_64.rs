@@ -1,13 +1,12 @@
-//! Reading the n-th integer argument of the probed function at its entry,
-//! including the ones the x86-64 calling convention passes on the stack.
+//! x86-64: the System V calling convention. Arguments in rdi, rsi, rdx, rcx,
+//! r8, r9, then on the stack above the return address, which `call` pushed:
+//! at the entry, before the first instruction, rsp points at it.
 
-use aya_ebpf::programs::ProbeContext;
+use aya_ebpf::{helpers::bpf_probe_read_user, programs::ProbeContext};
 
 /// The argument at position `n` (0-based) as a machine word.
-#[cfg(bpf_target_arch = "x86_64")]
 #[inline(always)]
 pub fn word(ctx: &ProbeContext, n: u32) -> Option<u64> {
-    use aya_ebpf::helpers::bpf_probe_read_user;
     // The verifier forbids loads from a context pointer plus a variable
     // offset, so read every register field at its constant offset first.
     // SAFETY: `regs` is the kernel's pt_regs for this probe hit, valid and
@@ -33,8 +32,7 @@ pub fn word(ctx: &ProbeContext, n: u32) -> Option<u64> {
         4 => a4,
         5 => a5,
         _ => {
-            // At function entry rsp points at the return address; the 7th
-            // argument sits just above it.
+            // The 7th argument sits just above the return address.
             // SAFETY: a field of a valid reference, read at its constant
             // offset as above.
             let rsp = unsafe { core::ptr::read_volatile(&regs.rsp) };
@@ -47,10 +45,21 @@ pub fn word(ctx: &ProbeContext, n: u32) -> Option<u64> {
     Some(v as u64)
 }
 
-/// Arguments are only decoded on x86-64 so far; elsewhere callers count the
-/// bytes as unknown rather than guess.
-#[cfg(not(bpf_target_arch = "x86_64"))]
+/// The return address at a function's entry: one read of user memory, at
+/// rsp. `None` if that read failed.
 #[inline(always)]
-pub fn word(_ctx: &ProbeContext, _n: u32) -> Option<u64> {
-    None
+pub fn return_address(ctx: &ProbeContext) -> Option<u64> {
+    // SAFETY: `regs` is the kernel's pt_regs for this probe hit, read at a
+    // constant offset as the verifier requires.
+    let rsp = unsafe { core::ptr::read_volatile(&(*ctx.regs).rsp) };
+    // SAFETY: the helper checks the user address itself and fails rather
+    // than faults on a bad one; any u64 is a valid value.
+    unsafe { bpf_probe_read_user(rsp as *const u64) }.ok()
+}
+
+/// The probed address, at an entry probe.
+#[inline(always)]
+pub fn instruction_pointer(ctx: &ProbeContext) -> u64 {
+    // SAFETY: as in `return_address`, a field at a constant offset.
+    unsafe { core::ptr::read_volatile(&(*ctx.regs).rip) }
 }

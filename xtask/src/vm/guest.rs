@@ -1,0 +1,180 @@
+//! The script the guest runs as root: it readies what our tests need, runs
+//! the command, and hands its output back whole.
+//!
+//! Output: the command writes into files on the guest's own tmpfs, where
+//! appends from many processes are exact (appends to a shared 9p file can
+//! overwrite each other). `tee` also streams both to virtme-ng's stdout
+//! port, for progress only. When the command is done the script copies the
+//! files into the shared run directory, one writer and one copy each, and
+//! writes the status last: a run directory with a status holds complete
+//! output (`output.rs` reads it).
+
+use std::{fmt::Write as _, path::Path};
+
+/// File names in the run directory; `output.rs` reads the same.
+pub const STDOUT: &str = "stdout";
+/// The command's standard error.
+pub const STDERR: &str = "stderr";
+/// The command's exit status, written last, as a decimal number.
+pub const STATUS: &str = "status";
+/// The guest kernel's log at the end.
+pub const DMESG: &str = "dmesg";
+/// The guest script itself.
+pub const SCRIPT: &str = "guest.sh";
+
+/// What to run in the guest.
+#[derive(Debug)]
+pub struct Run<'a> {
+    /// The shared run directory (the same path on both sides).
+    pub out: &'a Path,
+    /// The working directory: the checkout.
+    pub cwd: &'a Path,
+    /// Exported before the command runs.
+    pub env: &'a [(String, String)],
+    /// The command and its arguments.
+    pub command: &'a [String],
+}
+
+/// `s` as one word for bash, in single quotes.
+pub fn quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Whether `k` may be exported as written (a shell variable name).
+pub fn valid_name(k: &str) -> bool {
+    let mut b = k.bytes();
+    b.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// The script for `run`; panics on an environment name bash cannot export
+/// (the caller checks them first, see `mod.rs`).
+pub fn script(run: &Run) -> String {
+    let out = quote(&run.out.display().to_string());
+    let mut s = String::new();
+    s.push_str(PRELUDE);
+    let _ = writeln!(s, "out={out}");
+    for (k, v) in run.env {
+        assert!(valid_name(k), "environment name {k:?}");
+        let _ = writeln!(s, "export {k}={}", quote(v));
+    }
+    let _ = writeln!(
+        s,
+        "cd {} || exit 125",
+        quote(&run.cwd.display().to_string())
+    );
+    let words: Vec<String> = run.command.iter().map(|w| quote(w)).collect();
+    let _ = writeln!(s, "set -- {}", words.join(" "));
+    s.push_str(RUN);
+    s
+}
+
+/// Before the command: what virtme-ng's init does not set up, or sets up in
+/// a way our tests cannot use.
+const PRELUDE: &str = r#"#!/bin/bash
+# Written by `cargo xtask vm` (xtask/src/vm/guest.rs); runs as root in the guest.
+set -u
+# The eBPF daemon pins under /sys/fs/bpf; probes need tracefs.
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing
+mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug
+# virtme-ng binds a copy over /etc/shadow; useradd replaces the file by a
+# rename, which a mount point refuses. Under it is /etc's overlay: writable.
+mountpoint -q /etc/shadow && umount /etc/shadow
+ip link set lo up
+export HOME=/root LANG=C.UTF-8
+work=$(mktemp -d /run/vm-out.XXXXXX) || exit 125
+"#;
+
+/// The command, its output into `$work`, then copied out whole.
+const RUN: &str = r#"echo "vm: guest $(uname -r) up after $(cut -d' ' -f1 /proc/uptime) s, running: $*"
+mkfifo "$work/o" "$work/e"
+tee "$work/stdout" < "$work/o" & t1=$!
+tee "$work/stderr" < "$work/e" & t2=$!
+"$@" > "$work/o" 2> "$work/e" < /dev/null
+status=$?
+# A process the command left behind may hold the pipes open: give the tees
+# ten seconds, then stop them (what they read is in the files already).
+for _ in $(seq 100); do
+    kill -0 "$t1" 2>/dev/null || kill -0 "$t2" 2>/dev/null || break
+    sleep 0.1
+done
+kill "$t1" "$t2" 2>/dev/null
+wait "$t1" "$t2" 2>/dev/null
+dmesg > "$work/dmesg" 2>&1
+for f in stdout stderr dmesg; do
+    cp "$work/$f" "$out/$f.partial" && mv "$out/$f.partial" "$out/$f"
+done
+echo "$status" > "$out/status.partial" && mv "$out/status.partial" "$out/status"
+sync
+exit "$status"
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_keeps_every_byte_as_one_word() {
+        assert_eq!(quote("plain-word_1.2/x=y"), "plain-word_1.2/x=y");
+        assert_eq!(quote(""), "''");
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote("it's"), r"'it'\''s'");
+        assert_eq!(quote("$(reboot)"), "'$(reboot)'");
+        assert_eq!(quote("a\nb"), "'a\nb'");
+    }
+
+    #[test]
+    fn quoted_words_come_back_unchanged_from_bash() {
+        let words = ["a b", "it's", "$HOME", "`id`", "x\ny", "*", "", "--flag=1"];
+        let line: Vec<String> = words.iter().map(|w| quote(w)).collect();
+        let o = std::process::Command::new("bash")
+            .args(["-c", &format!("printf '%s\\0' {}", line.join(" "))])
+            .output()
+            .unwrap();
+        let got: Vec<&str> = std::str::from_utf8(&o.stdout)
+            .unwrap()
+            .split_terminator('\0')
+            .collect();
+        assert_eq!(got, words);
+    }
+
+    #[test]
+    fn the_script_exports_changes_directory_and_runs_the_command() {
+        let env = [("CI".to_string(), "true".to_string())];
+        let cmd = [
+            "target/release/deps/e2e-1".to_string(),
+            "shim::".to_string(),
+        ];
+        let s = script(&Run {
+            out: Path::new("/root/.cache/x/runs/1"),
+            cwd: Path::new("/work/wt/vm"),
+            env: &env,
+            command: &cmd,
+        });
+        assert!(s.starts_with("#!/bin/bash\n"), "{s}");
+        assert!(s.contains("\nout=/root/.cache/x/runs/1\n"), "{s}");
+        assert!(s.contains("\nexport CI=true\n"), "{s}");
+        assert!(s.contains("\ncd /work/wt/vm || exit 125\n"), "{s}");
+        assert!(
+            s.contains("\nset -- target/release/deps/e2e-1 shim::\n"),
+            "{s}"
+        );
+        // The status is written after the output it vouches for.
+        let status = s.find("status.partial").unwrap();
+        assert!(s.find("$f.partial").unwrap() < status, "{s}");
+    }
+
+    #[test]
+    fn names_bash_cannot_export_are_refused() {
+        assert!(valid_name("CI") && valid_name("_X1"));
+        assert!(!valid_name("1X") && !valid_name("A-B") && !valid_name("") && !valid_name("A B"));
+    }
+}
