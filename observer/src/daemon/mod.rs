@@ -232,10 +232,12 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     } else {
         "http"
     };
+    let mut scanner = Scanner::new(args.same_netns);
     let attacher = args.all.then(|| {
         let (state, inject) = (state.clone(), inject.clone());
         crate::daemon::attacher::Attacher::start(
             state.clone(),
+            scanner.not_mpi.clone(),
             Box::new(move |pid| {
                 if let Some(req) = &inject {
                     start_injection(&state, req, pid);
@@ -243,7 +245,6 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             }),
         )
     });
-    let mut scanner = Scanner::new(args.same_netns);
     let watch_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let events = if !args.all {
         Err("no --all".to_string())
