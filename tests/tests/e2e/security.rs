@@ -601,13 +601,23 @@ fn mute_connections_delay_no_other_users_knock() {
     let knocks = |s: &[e2e::Sample], r: &str| {
         e2e::sum(s, "mpi_observer_exit_handovers_total", &[("result", r)])
     };
-    let mut flood = attacker
-        .command(&mute)
-        .arg(&socket)
-        .args(["200", "600000"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("start the mute connections");
+    /// Killed when the test ends, however it ends.
+    struct Flood(std::process::Child);
+    impl Drop for Flood {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut flood = Flood(
+        attacker
+            .command(&mute)
+            .arg(&socket)
+            .args(["200", "600000"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start the mute connections"),
+    );
     // The flood is on: mute connections are being closed at their deadline.
     wait_for("the mute connections", Duration::from_secs(10), || {
         (knocks(&daemon.scrape().1, "malformed") >= 400.0).then_some(())
@@ -640,13 +650,11 @@ fn mute_connections_delay_no_other_users_knock() {
         }
     }
     assert!(
-        flood.try_wait().unwrap().is_none(),
+        flood.0.try_wait().unwrap().is_none(),
         "the flood lasted the whole test"
     );
     let s = daemon.final_scrape();
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(flood.id() as i32, libc::SIGKILL) };
-    let _ = flood.wait();
+    drop(flood);
     let ranks = (ROUNDS * AT_ONCE * NP) as f64;
     let (held, stale, malformed) = (
         knocks(&s, "held"),
