@@ -48,6 +48,15 @@ pub const NAME_PREFIX: &str = "mpi-observer.";
 /// is unlinked (the daemon's `--handover-socket`, the shim's
 /// `MPI_OBSERVER_HANDOVER_SOCKET`).
 pub const HANDOVER_SOCKET: &str = "/run/mpi-observer/handover.sock";
+/// Where a user's runtime directories are (`/run/user/UID`, made by the
+/// login manager, mode 0700) when `XDG_RUNTIME_DIR` names none: a daemon
+/// run by that user (not root) listens for its ranks' knocks under it.
+pub const USER_RUNTIME_ROOT: &str = "/run/user";
+/// The variable naming a user's runtime directory.
+pub const USER_RUNTIME_VAR: &str = "XDG_RUNTIME_DIR";
+/// A user's own handover socket, relative to their runtime directory: its
+/// directory is the user's, mode 0700, the socket 0600.
+pub const USER_HANDOVER_SOCKET: &str = "mpi-observer/handover.sock";
 /// The knock's one message: a name and a version.
 pub const HANDOVER_MAGIC: &[u8; 8] = b"MPIOHO01";
 

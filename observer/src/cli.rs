@@ -170,12 +170,16 @@ pub struct AttachArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30, requires = "inject")]
     pub inject_timeout: u64,
     /// The socket where shim ranks knock at exit so their segment is held
-    /// before they unlink it (docs/shim.md, "Exit handover"); in a
-    /// directory of root's, made if missing. `none`: no handover. A shim
-    /// knocks at its default path unless the job sets
+    /// before they unlink it (docs/shim.md, "Exit handover"). Default: for
+    /// root (or the owner of /run/mpi-observer, the package's unit)
+    /// /run/mpi-observer/handover.sock, every user's; for a user without
+    /// root, their own $XDG_RUNTIME_DIR/mpi-observer/handover.sock (else
+    /// /run/user/UID/...). A path given must be in a directory of root's
+    /// (or of this user's), made if missing. `none`: no handover. A shim
+    /// knocks at both defaults unless the job sets
     /// MPI_OBSERVER_HANDOVER_SOCKET.
-    #[arg(long, value_name = "PATH", default_value = observer_common::segment::HANDOVER_SOCKET)]
-    pub handover_socket: PathBuf,
+    #[arg(long, value_name = "PATH")]
+    pub handover_socket: Option<PathBuf>,
     /// Print a live per-rank summary table every second.
     #[arg(long)]
     pub summary: bool,

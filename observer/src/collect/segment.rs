@@ -50,6 +50,8 @@ impl Segment {
     /// shim's naming with its own pid ([`shm::find`]). `Ok(None)`: no
     /// segment (yet), or the process's maps are not readable to the daemon
     /// (an unprivileged daemon and another user's process).
+    /// [`SegmentProblem::Gone`]: it maps one, unlinked and out of this
+    /// daemon's reach (its figures are lost).
     pub fn open(pid: u32) -> Result<Option<Segment>, SegmentProblem> {
         let Ok(Some(m)) = shm::find(pid, Kind::Segment) else {
             return Ok(None);
@@ -57,9 +59,11 @@ impl Segment {
         // The size is checked at each read (MAX_SEGMENT_BYTES, corrupt).
         let file = match shm::open_mapped(pid, &m, false, u64::MAX) {
             Ok(f) => f,
-            // Gone between the maps and the open.
+            // Unlinked (the kernel's map_files link, which reaches a deleted
+            // file, is not this daemon's to follow), or the process ended
+            // between the maps and the open.
             Err(ShmError::Open { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(None);
+                return Err(SegmentProblem::Gone);
             }
             Err(_) => return Err(SegmentProblem::Untrusted),
         };

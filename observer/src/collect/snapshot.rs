@@ -224,6 +224,12 @@ pub enum SegmentProblem {
     /// Every SIGBUS guard slot was taken by concurrent reads: this read
     /// was refused rather than made unguarded.
     Busy,
+    /// The process maps its segment, but the file was unlinked (at its
+    /// `MPI_Finalize`) and this daemon cannot open a deleted mapping (no
+    /// `CAP_CHECKPOINT_RESTORE` or `CAP_SYS_ADMIN` for
+    /// `/proc/PID/map_files`), or the process ended as it was opened: its
+    /// figures are lost to this daemon.
+    Gone,
 }
 
 impl SegmentProblem {
@@ -235,6 +241,7 @@ impl SegmentProblem {
             SegmentProblem::Version => "version",
             SegmentProblem::Truncated => "truncated",
             SegmentProblem::Busy => "busy",
+            SegmentProblem::Gone => "gone",
         }
     }
 }

@@ -26,6 +26,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use super::not_mpi::NotMpi;
 use crate::export::registry::{self, AttachError, State};
 
 /// Candidates waiting, all users together.
@@ -120,8 +121,14 @@ pub struct AttachQueue {
 
 impl Attacher {
     /// Starts the thread, which attaches into `state` and calls
-    /// `on_attached` after each success.
-    pub fn start(state: Arc<Mutex<State>>, on_attached: OnAttached) -> Attacher {
+    /// `on_attached` after each success. A rank found after its segment
+    /// was gone goes into `not_mpi` (shared with the scan), which then
+    /// passes it by as it does a process that is not MPI: said once.
+    pub fn start(
+        state: Arc<Mutex<State>>,
+        not_mpi: Arc<NotMpi>,
+        on_attached: OnAttached,
+    ) -> Attacher {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
@@ -129,7 +136,7 @@ impl Attacher {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("attacher".into())
-            .spawn(move || run(&s, &state, &on_attached))
+            .spawn(move || run(&s, &state, &not_mpi, &on_attached))
             .expect("spawn the attacher thread");
         Attacher {
             queue: AttachQueue { shared },
@@ -221,7 +228,7 @@ impl Drop for Attacher {
     }
 }
 
-fn run(shared: &Shared, state: &Mutex<State>, on_attached: &OnAttached) {
+fn run(shared: &Shared, state: &Mutex<State>, not_mpi: &NotMpi, on_attached: &OnAttached) {
     loop {
         let work = {
             let mut q = shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
@@ -253,13 +260,19 @@ fn run(shared: &Shared, state: &Mutex<State>, on_attached: &OnAttached) {
             }
         };
         match work {
-            Work::Attach(c) => attach_and_rest(shared, state, on_attached, c),
+            Work::Attach(c) => attach_and_rest(shared, state, not_mpi, on_attached, c),
             Work::Revisit(pid, ticks, n) => revisit(shared, state, pid, ticks, n),
         }
     }
 }
 
-fn attach_and_rest(shared: &Shared, state: &Mutex<State>, on_attached: &OnAttached, c: Candidate) {
+fn attach_and_rest(
+    shared: &Shared,
+    state: &Mutex<State>,
+    not_mpi: &NotMpi,
+    on_attached: &OnAttached,
+    c: Candidate,
+) {
     let started = Instant::now();
     let (result, registering) = attach_one(state, c);
     let took = started.elapsed();
@@ -302,6 +315,16 @@ fn attach_and_rest(shared: &Shared, state: &Mutex<State>, on_attached: &OnAttach
         // A rank of a short job, ended as it was attached: said, counted
         // apart from failures, and not remembered (its pid is free).
         Err(e @ AttachError::Exited { .. }) => eprintln!("mpi-observer: {e}"),
+        // Its figures were gone when it was found (counted by the
+        // registry): said once, and never looked at again while it lives,
+        // which is not long (it is past its MPI_Finalize). Not `refused`:
+        // that is forgotten when one of its user's ranks exits.
+        Err(e @ AttachError::SegmentGone { .. }) => {
+            eprintln!("mpi-observer: {e}");
+            if let AttachError::SegmentGone { comm, .. } = e {
+                not_mpi.insert(c.pid, c.ticks, comm);
+            }
+        }
         Err(e) => {
             eprintln!("mpi-observer: pid {}: {}", c.pid, crate::one_line(&e));
             // Not offered again by every scan (one line, one count), until

@@ -10,16 +10,28 @@
 //! trusted path ([`Segment::open`]: the rank's own maps, its uid, a
 //! regular file), attaching the rank first if `--all` had not yet.
 //!
+//! Where it listens ([`place`]): the system path
+//! ([`DEFAULT_SOCKET`], mode 0666 in a directory of root's) for a daemon
+//! run by root or by the user that owns that directory (the package's
+//! unit); for a daemon of a user without root, that user's own socket
+//! under their runtime directory (`$XDG_RUNTIME_DIR/mpi-observer/`, mode
+//! 0700, the socket 0600), which only their ranks reach. The shim knocks
+//! at both (shim/src/stats/exit_handover.rs).
+//!
 //! Only a knock crosses the socket, no data and no descriptor: who knocks
-//! is the kernel's word (`SO_PEERCRED`, the effective uid at connect), and
-//! the daemon only ever looks at that process, whose real, effective,
-//! saved and filesystem uids must all still be that uid (a setuid program
-//! hands over nobody's figures). A knock is therefore worth no more than
-//! the once-a-second scan's look at the same process, only sooner.
-//! Hostile input (docs/security.md, "The handover socket"):
-//! - a directory of root's, not writable by others, holds the socket;
-//! - knocks wait in one bounded queue per uid, served round-robin
-//!   ([`MAX_PENDING`], [`MAX_PER_UID`]); past it, and for a process gone,
+//! is the kernel's word (`SO_PEERCRED`), and the daemon only ever looks at
+//! that process, whose real, effective, saved and filesystem uids must all
+//! still be that uid (a setuid program hands over nobody's figures). A
+//! knock is therefore worth no more than the once-a-second scan's look at
+//! the same process, only sooner. Hostile input (docs/security.md, "The
+//! handover socket"):
+//! - a directory of root's (or the daemon's user's), not writable by
+//!   others, holds the socket;
+//! - the door ([`super::knocks`]) waits for no connection: one that has
+//!   not said the magic when accepted is watched by readiness and closed
+//!   at its deadline, so a mute connection costs the others nothing;
+//!   connections are bounded per uid and in all, and knocks served
+//!   round-robin between uids; past the bounds, and for a process gone,
 //!   not observed, of mixed uids, or of another namespace, the connection
 //!   is closed unanswered and counted in
 //!   `mpi_observer_exit_handovers_total{result}`;
@@ -28,44 +40,38 @@
 //!   ([`super::not_mpi`], `State::refused`);
 //! - attaching an unknown knocker (`--all`) is done by a thread of its own,
 //!   one at a time, users round-robin ([`MAX_ATTACH_WAITING`]), so a slow
-//!   attach never holds up the knocks of ranks already observed;
-//! - the message is a fixed 8-byte magic, read without blocking; anything
-//!   else is refused.
+//!   attach never holds up the knocks of ranks already observed.
 
 use std::{
-    collections::{BTreeMap, VecDeque},
     io,
-    os::{
-        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
-        unix::{ffi::OsStrExt as _, fs::MetadataExt as _, fs::PermissionsExt as _},
-    },
     path::{Path, PathBuf},
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use thiserror::Error;
 
-use super::not_mpi::NotMpi;
+use super::{
+    fair::Fair,
+    knocks::{BOUNDS, Door, Knock, Outcome},
+    not_mpi::NotMpi,
+};
 use crate::{
     collect::segment::Segment,
     export::registry::{self, AttachError, State},
-    os::procfs,
+    os::{
+        procfs,
+        seqpacket::{self, DirError, Listener, Owners, RuntimeDirError, SocketError},
+    },
 };
 
-/// The socket's default path (`attach --handover-socket`); the shim's
+/// The system socket's path, every user's ranks knock at it; the shim's
 /// default too (`MPI_OBSERVER_HANDOVER_SOCKET`).
 pub const DEFAULT_SOCKET: &str = observer_common::segment::HANDOVER_SOCKET;
-/// What a knock says: a version, so a future shim is refused, not misread.
-pub const MAGIC: &[u8; 8] = observer_common::segment::HANDOVER_MAGIC;
-/// Knocks waiting, all users together.
-pub const MAX_PENDING: usize = 1024;
-/// Knocks waiting of one uid.
-pub const MAX_PER_UID: usize = 256;
 /// How long the shim waits for the answer (documented here; the shim has
 /// its own copy).
 pub const SHIM_WAIT: Duration = Duration::from_millis(250);
@@ -76,82 +82,128 @@ const STALE: Duration = Duration::from_millis(250);
 pub const MAX_ATTACH_WAITING: usize = 64;
 /// Knocks of one uid waiting for an attach.
 pub const MAX_ATTACH_WAITING_PER_UID: usize = 16;
+/// The kernel's queue of connections not yet accepted.
+const BACKLOG: i32 = 512;
+/// How long the knock thread waits at most when nothing happens: how soon
+/// it sees the daemon's stop.
+const IDLE: Duration = Duration::from_millis(200);
 
 /// Why the handover socket could not be set up.
 #[derive(Debug, Error)]
 pub enum HandoverError {
-    /// The directory is missing and could not be made, or is not safe.
-    #[error(
-        "cannot use {path} for the handover socket: {reason}; give --handover-socket a path in a directory of root's, or `none`"
-    )]
+    /// The socket's directory is missing and could not be made, or is not
+    /// safe.
+    #[error("cannot use {} for the handover socket: {source}; {}", path.display(), fix(*own))]
     Directory {
         /// The directory.
-        path: String,
-        /// What was wrong.
-        reason: String,
+        path: PathBuf,
+        /// Whether it is the daemon's user's own place (else every user's).
+        own: bool,
+        /// What is wrong with it.
+        #[source]
+        source: DirError,
     },
-    /// A system call on the socket failed.
-    #[error("cannot listen on {path}: {what}: {source}")]
-    Socket {
-        /// The socket's path.
-        path: String,
-        /// The failing step.
-        what: &'static str,
-        /// The OS error.
+    /// A user without root has no runtime directory to put their socket
+    /// in.
+    #[error(
+        "no place for this daemon's own handover socket: {source}; {}",
+        fix(true)
+    )]
+    RuntimeDir {
+        /// Why.
+        #[source]
+        source: RuntimeDirError,
+    },
+    /// The socket could not be listened on.
+    #[error("{source}; {}", match source {
+        SocketError::InUse { .. } => "give this daemon its own --handover-socket, or `none`",
+        _ => "give --handover-socket another path, or `none`",
+    })]
+    Listen {
+        /// What failed.
+        #[source]
+        source: SocketError,
+    },
+    /// The knock thread's epoll set could not be made.
+    #[error("cannot watch the handover socket {}: {source}", path.display())]
+    Watch {
+        /// The socket.
+        path: PathBuf,
+        /// The OS error of epoll_create1 or epoll_ctl.
+        #[source]
         source: io::Error,
     },
-    /// Another daemon answers on it.
-    #[error(
-        "{path} is in use by another daemon; give this one its own --handover-socket, or `none`"
-    )]
-    InUse {
-        /// The socket's path.
-        path: String,
-    },
 }
 
-/// What became of a knock, as `mpi_observer_exit_handovers_total`'s `result`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// The rank's segment is held (found now or before).
-    Held,
-    /// The rank had no segment to hold (none, or not trusted).
-    NoSegment,
-    /// The process is not one this daemon observes (not attached and not
-    /// attachable, another namespace, gone, another uid).
-    NotObserved,
-    /// The queue was full: closed unanswered.
-    QueueFull,
-    /// Not a knock (wrong or missing message).
-    Malformed,
-    /// Waited past the shim's patience.
-    Stale,
-    /// Judged not MPI before (by the scan or an earlier knock): closed
-    /// unanswered, its maps not read again.
-    NotMpi,
-    /// Refused by a budget before (or its attach failed): closed
-    /// unanswered until one of its user's ranks exits and frees room.
-    Refused,
-    /// The process's real, effective, saved and filesystem uids are not
-    /// all the uid that knocked (a setuid program): closed unanswered.
-    UidMismatch,
+/// What to do about a place that cannot be had.
+fn fix(own: bool) -> &'static str {
+    if own {
+        "give --handover-socket a path in a directory of yours and your jobs MPI_OBSERVER_HANDOVER_SOCKET=that path, or `none`"
+    } else {
+        "give --handover-socket a path in a directory of root's (or of this daemon's user), or `none`"
+    }
 }
 
-impl Outcome {
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
+/// Where the daemon listens for knocks, and so who can knock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// A socket every user's ranks reach (mode 0666), in a directory of
+    /// root's or of the daemon's user, writable by nobody else (made 0755
+    /// if missing): the system path, or one given.
+    Shared(PathBuf),
+    /// The daemon's user's own socket (mode 0600) under their runtime
+    /// directory, in a directory of theirs made 0700: the default of a
+    /// daemon without root, which observes only that user's ranks.
+    Own(PathBuf),
+}
+
+impl Place {
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
         match self {
-            Outcome::Held => "held",
-            Outcome::NoSegment => "no_segment",
-            Outcome::NotObserved => "not_observed",
-            Outcome::QueueFull => "queue_full",
-            Outcome::Malformed => "malformed",
-            Outcome::Stale => "stale",
-            Outcome::NotMpi => "not_mpi",
-            Outcome::Refused => "refused",
-            Outcome::UidMismatch => "uid_mismatch",
+            Place::Shared(p) | Place::Own(p) => p,
         }
     }
+}
+
+/// Where `--handover-socket` (`given`; `none` is the caller's) puts the
+/// socket: the path given, else the system path for a daemon run by root
+/// or by the owner of the system path's directory (the package's unit,
+/// whose `RuntimeDirectory=` is its user's), else this user's own under
+/// their runtime directory (`xdg`: `$XDG_RUNTIME_DIR`, else
+/// `/run/user/UID`).
+pub fn place(given: Option<&Path>, xdg: Option<&std::ffi::OsStr>) -> Result<Place, HandoverError> {
+    if let Some(p) = given {
+        return Ok(Place::Shared(p.to_path_buf()));
+    }
+    let system = Path::new(DEFAULT_SOCKET);
+    let system_dir = system.parent().unwrap_or(Path::new("/"));
+    if seqpacket::euid() == 0 || seqpacket::check_dir(system_dir, Owners::Me, None).is_ok() {
+        return Ok(Place::Shared(system.to_path_buf()));
+    }
+    let dir =
+        seqpacket::user_runtime_dir(xdg).map_err(|source| HandoverError::RuntimeDir { source })?;
+    Ok(Place::Own(
+        dir.join(observer_common::segment::USER_HANDOVER_SOCKET),
+    ))
+}
+
+/// Listens at `place`, its directory checked (and made if missing).
+pub fn bind(place: &Place) -> Result<Listener, HandoverError> {
+    let path = place.path();
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let (owners, dir_mode, mode, own) = match place {
+        Place::Shared(_) => (Owners::RootOrMe, 0o755, 0o666, false),
+        Place::Own(_) => (Owners::Me, 0o700, 0o600, true),
+    };
+    seqpacket::check_dir(dir, owners, Some(dir_mode)).map_err(|source| {
+        HandoverError::Directory {
+            path: dir.to_path_buf(),
+            own,
+            source,
+        }
+    })?;
+    Listener::bind(path, mode, BACKLOG).map_err(|source| HandoverError::Listen { source })
 }
 
 /// How the daemon takes knocks.
@@ -163,290 +215,6 @@ pub struct Config {
     pub netns: Option<PathBuf>,
     /// Processes judged not MPI, shared with the scan.
     pub not_mpi: Arc<NotMpi>,
-}
-
-/// The listening socket; its file is removed when dropped.
-#[derive(Debug)]
-pub struct Listener {
-    fd: OwnedFd,
-    path: PathBuf,
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// Makes `path`'s directory if needed (root's, mode 0755) and checks it:
-/// a real directory, owned by root or by us, writable by nobody else.
-fn check_directory(dir: &Path) -> Result<(), HandoverError> {
-    let bad = |reason: String| HandoverError::Directory {
-        path: dir.display().to_string(),
-        reason,
-    };
-    match std::fs::symlink_metadata(dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            std::fs::create_dir(dir).map_err(|e| bad(e.to_string()))?;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
-                .map_err(|e| bad(e.to_string()))?;
-        }
-        Err(e) => return Err(bad(e.to_string())),
-        Ok(_) => {}
-    }
-    let m = std::fs::symlink_metadata(dir).map_err(|e| bad(e.to_string()))?;
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if !m.file_type().is_dir() {
-        return Err(bad("not a directory (or a symbolic link)".into()));
-    }
-    if m.uid() != 0 && m.uid() != me {
-        return Err(bad(format!("owned by uid {}, not root", m.uid())));
-    }
-    if m.mode() & 0o022 != 0 {
-        return Err(bad(format!(
-            "writable by group or others (mode {:o})",
-            m.mode() & 0o7777
-        )));
-    }
-    Ok(())
-}
-
-fn socket_error(path: &Path, what: &'static str) -> HandoverError {
-    HandoverError::Socket {
-        path: path.display().to_string(),
-        what,
-        source: io::Error::last_os_error(),
-    }
-}
-
-fn sockaddr(path: &Path) -> Result<(libc::sockaddr_un, libc::socklen_t), HandoverError> {
-    // SAFETY: an all-zero sockaddr_un is valid; the path is set below.
-    let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = path.as_os_str().as_bytes();
-    if bytes.is_empty() || bytes.len() >= sa.sun_path.len() || bytes.contains(&0) {
-        return Err(HandoverError::Socket {
-            path: path.display().to_string(),
-            what: "path",
-            source: io::Error::from_raw_os_error(libc::ENAMETOOLONG),
-        });
-    }
-    for (d, s) in sa.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    let len = (size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
-    Ok((sa, len))
-}
-
-fn seqpacket() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2); the result is checked.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor we just created and own.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
-}
-
-impl Listener {
-    /// Listens on `path`, replacing a stale socket left by a daemon killed
-    /// with -9, never one another daemon answers on.
-    pub fn bind(path: &Path) -> Result<Listener, HandoverError> {
-        if let Some(dir) = path.parent() {
-            check_directory(dir)?;
-        }
-        let (sa, len) = sockaddr(path)?;
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if m.file_type().is_socket_like() => {
-                let probe = seqpacket().map_err(|source| HandoverError::Socket {
-                    path: path.display().to_string(),
-                    what: "socket",
-                    source,
-                })?;
-                // SAFETY: `sa` is a valid sockaddr_un of length `len`.
-                let rc = unsafe { libc::connect(probe.as_raw_fd(), (&raw const sa).cast(), len) };
-                let err = io::Error::last_os_error();
-                if rc == 0 || err.raw_os_error() == Some(libc::EAGAIN) {
-                    return Err(HandoverError::InUse {
-                        path: path.display().to_string(),
-                    });
-                }
-                let _ = std::fs::remove_file(path);
-            }
-            Ok(_) => {
-                return Err(HandoverError::Directory {
-                    path: path.display().to_string(),
-                    reason: "not a socket".into(),
-                });
-            }
-            Err(_) => {}
-        }
-        let fd = seqpacket().map_err(|source| HandoverError::Socket {
-            path: path.display().to_string(),
-            what: "socket",
-            source,
-        })?;
-        // SAFETY: `sa` is a valid sockaddr_un of length `len`.
-        if unsafe { libc::bind(fd.as_raw_fd(), (&raw const sa).cast(), len) } != 0 {
-            return Err(socket_error(path, "bind"));
-        }
-        let listener = Listener {
-            fd,
-            path: path.to_path_buf(),
-        };
-        // Any user's rank knocks: who it is, is the kernel's word.
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(
-            |source| HandoverError::Socket {
-                path: path.display().to_string(),
-                what: "chmod",
-                source,
-            },
-        )?;
-        // SAFETY: listen(2) on our socket.
-        if unsafe { libc::listen(listener.fd.as_raw_fd(), 512) } != 0 {
-            return Err(socket_error(path, "listen"));
-        }
-        Ok(listener)
-    }
-
-    /// The socket's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-trait SocketLike {
-    fn is_socket_like(&self) -> bool;
-}
-
-impl SocketLike for std::fs::FileType {
-    fn is_socket_like(&self) -> bool {
-        use std::os::unix::fs::FileTypeExt as _;
-        self.is_socket()
-    }
-}
-
-/// One accepted knock.
-struct Knock {
-    conn: OwnedFd,
-    pid: u32,
-    uid: u32,
-    at: Instant,
-}
-
-/// Connections accepted per round at most: a flood of connects cannot keep
-/// the thread accepting (and the daemon's stop waiting) for ever.
-const ACCEPT_BATCH: usize = 64;
-
-/// What [`accept_all`] met.
-#[derive(PartialEq)]
-enum Accepted {
-    /// The backlog is empty, or the batch is done.
-    Done,
-    /// Out of descriptors: the listener stays readable, so the caller
-    /// rests before it tries again.
-    OutOfDescriptors,
-}
-
-/// Accepts up to [`ACCEPT_BATCH`] waiting connections into `queue` (per
-/// uid, bounded).
-fn accept_all(
-    listener: &Listener,
-    queue: &mut BTreeMap<u32, VecDeque<Knock>>,
-    pending: &mut usize,
-    count: &dyn Fn(Outcome),
-) -> Accepted {
-    for _ in 0..ACCEPT_BATCH {
-        // SAFETY: accept4 on our listening socket, no address wanted.
-        let raw = unsafe {
-            libc::accept4(
-                listener.fd.as_raw_fd(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            )
-        };
-        if raw < 0 {
-            let e = std::io::Error::last_os_error().raw_os_error();
-            return if e == Some(libc::EMFILE) || e == Some(libc::ENFILE) {
-                Accepted::OutOfDescriptors
-            } else {
-                Accepted::Done
-            };
-        }
-        // SAFETY: a descriptor accept4 just gave us.
-        let conn = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: an all-zero ucred is valid; getsockopt fills it.
-        let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-        let mut len = size_of::<libc::ucred>() as libc::socklen_t;
-        // SAFETY: SO_PEERCRED into a ucred of its size.
-        let rc = unsafe {
-            libc::getsockopt(
-                conn.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PEERCRED,
-                (&raw mut cred).cast(),
-                &mut len,
-            )
-        };
-        // A pid of 0: the knocker is in a pid namespace we cannot see.
-        if rc != 0 || cred.pid <= 0 {
-            count(Outcome::NotObserved);
-            continue;
-        }
-        // The bounds before any entry is made: a uid refused here must
-        // leave no empty queue behind.
-        let queued = queue.get(&cred.uid).map_or(0, VecDeque::len);
-        if *pending >= MAX_PENDING || queued >= MAX_PER_UID {
-            count(Outcome::QueueFull);
-            continue;
-        }
-        queue.entry(cred.uid).or_default().push_back(Knock {
-            conn,
-            pid: cred.pid as u32,
-            uid: cred.uid,
-            at: Instant::now(),
-        });
-        *pending += 1;
-    }
-    Accepted::Done
-}
-
-/// How long a connection may take to say its magic: the shim sends it
-/// right after it connects, but the daemon may accept in between.
-const SAY_WAIT: Duration = Duration::from_millis(50);
-
-/// Whether `k` carries the magic, within [`SAY_WAIT`] of its accept (not
-/// of its turn: connections that never speak cost the thread 50 ms per
-/// batch accepted together, not 50 ms each).
-fn is_knock(k: &Knock) -> bool {
-    let conn = &k.conn;
-    let mut pfd = libc::pollfd {
-        fd: conn.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let left = SAY_WAIT.saturating_sub(k.at.elapsed());
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut pfd, 1, left.as_millis() as libc::c_int) };
-    let mut buf = [0u8; 16];
-    // SAFETY: receives into our buffer, without blocking.
-    let got = unsafe {
-        libc::recv(
-            conn.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    usize::try_from(got).is_ok_and(|n| buf[..n] == MAGIC[..])
 }
 
 /// What the knock thread makes of a knock on its own.
@@ -486,7 +254,7 @@ fn hold_now(state: &Mutex<State>, pid: u32, ticks: u64) -> Outcome {
     }
 }
 
-/// Judges one knock on the knock thread, reading no more than the
+/// Judges one knock (its magic said) on the knock thread, reading no more than the
 /// process's stat and status (and, for a rank observed, its segment): the
 /// process must run with the uid that knocked, all four of its uids; an
 /// observed rank has its segment opened now if it was not; one judged not
@@ -495,9 +263,6 @@ fn hold_now(state: &Mutex<State>, pid: u32, ticks: u64) -> Outcome {
 fn judge(state: &Mutex<State>, config: &Config, k: &Knock) -> Verdict {
     if k.at.elapsed() > STALE {
         return Verdict::Done(Outcome::Stale);
-    }
-    if !is_knock(k) {
-        return Verdict::Done(Outcome::Malformed);
     }
     // One read gives the start time and the name the not-MPI set is keyed by.
     let Ok((stat, comm)) = procfs::stat_and_comm(k.pid) else {
@@ -605,63 +370,7 @@ fn attach_knocker(state: &Mutex<State>, config: &Config, k: &Knock, ticks: u64) 
 /// which ends the shim's wait as surely.
 fn answer(k: &Knock, outcome: Outcome) {
     if outcome == Outcome::Held || outcome == Outcome::NoSegment {
-        // SAFETY: sends one byte of ours, without blocking or SIGPIPE.
-        unsafe {
-            libc::send(
-                k.conn.as_raw_fd(),
-                b"k".as_ptr().cast(),
-                1,
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-    }
-}
-
-/// Items waiting per uid, served round-robin, bounded in all and per uid.
-struct Fair<T> {
-    by_uid: BTreeMap<u32, VecDeque<T>>,
-    len: usize,
-    last_uid: Option<u32>,
-    cap: usize,
-    per_uid: usize,
-}
-
-impl<T> Fair<T> {
-    fn new(cap: usize, per_uid: usize) -> Fair<T> {
-        Fair {
-            by_uid: BTreeMap::new(),
-            len: 0,
-            last_uid: None,
-            cap,
-            per_uid,
-        }
-    }
-
-    /// Queues `t` for `uid`; gives it back if a bound is reached (no empty
-    /// queue is left behind).
-    fn push(&mut self, uid: u32, t: T) -> Result<(), T> {
-        if self.len >= self.cap || self.by_uid.get(&uid).map_or(0, VecDeque::len) >= self.per_uid {
-            return Err(t);
-        }
-        self.by_uid.entry(uid).or_default().push_back(t);
-        self.len += 1;
-        Ok(())
-    }
-
-    /// The next item of the uid after the one served last.
-    fn pop(&mut self) -> Option<T> {
-        let uid = self
-            .last_uid
-            .and_then(|l| self.by_uid.range(l + 1..).next().map(|(u, _)| *u))
-            .or_else(|| self.by_uid.keys().next().copied())?;
-        self.last_uid = Some(uid);
-        let q = self.by_uid.get_mut(&uid)?;
-        let t = q.pop_front();
-        if q.is_empty() {
-            self.by_uid.remove(&uid);
-        }
-        self.len -= usize::from(t.is_some());
-        t
+        k.answer();
     }
 }
 
@@ -691,7 +400,7 @@ fn start_attaches(
                         if w.1 {
                             return;
                         }
-                        if let Some(n) = w.0.pop() {
+                        if let Some((_, n)) = w.0.pop() {
                             break n;
                         }
                         w = inbox.wake.wait(w).unwrap_or_else(PoisonError::into_inner);
@@ -706,15 +415,20 @@ fn start_attaches(
         .expect("spawn the exit handover's attach thread")
 }
 
-/// Runs the handover on a thread of its own until `stop` is set: accepts
-/// knocks into per-uid queues and serves them round-robin.
+/// Runs the handover on a thread of its own until `stop` is set: takes
+/// knocks at the door and serves them round-robin between users.
 pub fn start(
     listener: Listener,
     state: Arc<Mutex<State>>,
     config: Config,
     stop: Arc<AtomicBool>,
-) -> JoinHandle<()> {
-    std::thread::Builder::new()
+) -> Result<JoinHandle<()>, HandoverError> {
+    let path = listener.path().to_path_buf();
+    let mut door = Door::new(listener, BOUNDS).map_err(|source| HandoverError::Watch {
+        path: path.clone(),
+        source,
+    })?;
+    let thread = std::thread::Builder::new()
         .name("exit-handover".into())
         .spawn(move || {
             let counter = state
@@ -739,38 +453,10 @@ pub fn start(
                     counter.clone(),
                 )
             });
-            let mut queue: BTreeMap<u32, VecDeque<Knock>> = BTreeMap::new();
-            let mut pending = 0usize;
-            let mut last_uid: Option<u32> = None;
             while !stop.load(Ordering::Relaxed) {
-                if pending == 0 {
-                    let mut pfd = libc::pollfd {
-                        fd: listener.fd.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    };
-                    // SAFETY: one valid pollfd.
-                    unsafe { libc::poll(&mut pfd, 1, 200) };
-                }
-                if accept_all(&listener, &mut queue, &mut pending, &count)
-                    == Accepted::OutOfDescriptors
-                {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                // The next uid after the last one served.
-                let uid = last_uid
-                    .and_then(|l| queue.range(l + 1..).next().map(|(u, _)| *u))
-                    .or_else(|| queue.keys().next().copied());
-                let Some(uid) = uid else { continue };
-                last_uid = Some(uid);
-                let Some(k) = queue.get_mut(&uid).and_then(VecDeque::pop_front) else {
-                    queue.remove(&uid);
+                let Some(k) = door.next(IDLE, &count) else {
                     continue;
                 };
-                if queue.get(&uid).is_some_and(VecDeque::is_empty) {
-                    queue.remove(&uid);
-                }
-                pending -= 1;
                 match judge(&state, &config, &k) {
                     Verdict::Done(o) => {
                         answer(&k, o);
@@ -802,14 +488,22 @@ pub fn start(
             if let Some(t) = attaches {
                 let _ = t.join();
             }
-            drop(listener);
+            drop(door);
         })
-        .expect("spawn the exit handover thread")
+        .expect("spawn the exit handover thread");
+    Ok(thread)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::{
+        os::unix::fs::{MetadataExt as _, PermissionsExt as _},
+        time::Instant,
+    };
+
+    use crate::os::seqpacket::Conn;
 
     fn dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("handover-{name}-{}", std::process::id()));
@@ -820,96 +514,97 @@ mod tests {
     }
 
     #[test]
-    fn an_unsafe_directory_is_refused() {
+    fn an_unsafe_directory_is_refused_in_one_line_that_says_what_to_do() {
         let d = dir("unsafe");
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = Listener::bind(&d.join("s")).unwrap_err();
-        assert!(e.to_string().contains("writable by group or others"), "{e}");
+        let e = bind(&Place::Shared(d.join("s"))).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                HandoverError::Directory {
+                    own: false,
+                    source: DirError::Writable { mode: 0o777, .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // The cause once, then what to do.
+        let line = crate::one_line(&e);
+        assert_eq!(
+            line.matches("writable by group or others").count(),
+            1,
+            "{line}"
+        );
+        assert!(line.ends_with("or `none`"), "{line}");
         let link = d.with_extension("link");
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&d, &link).unwrap();
-        let e = Listener::bind(&link.join("s")).unwrap_err();
-        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(matches!(
+            bind(&Place::Own(link.join("s"))),
+            Err(HandoverError::Directory {
+                own: true,
+                source: DirError::NotADirectory { .. },
+                ..
+            })
+        ));
         let _ = std::fs::remove_file(&link);
         let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
-    fn a_live_socket_is_not_taken_over_and_a_stale_one_is() {
-        let d = dir("live");
-        let p = d.join("s");
-        let first = Listener::bind(&p).unwrap();
+    fn a_users_own_socket_is_theirs_alone_and_a_live_one_is_not_taken_over() {
+        let d = dir("own");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let p = d.join(observer_common::segment::USER_HANDOVER_SOCKET);
+        let l = bind(&Place::Own(p.clone())).unwrap();
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+        assert_eq!(mode(p.parent().unwrap()), 0o700, "its directory, made");
+        assert_eq!(mode(&p), 0o600, "the socket");
         assert!(matches!(
-            Listener::bind(&p),
-            Err(HandoverError::InUse { .. })
+            bind(&Place::Own(p.clone())),
+            Err(HandoverError::Listen {
+                source: SocketError::InUse { .. }
+            })
         ));
-        // A daemon killed with -9 leaves its socket file behind, with
-        // nobody listening.
-        let fd = first.fd.as_raw_fd();
-        std::mem::forget(first);
-        // SAFETY: the descriptor `first` owned, closed once, never used again.
-        unsafe { libc::close(fd) };
-        assert!(p.exists());
-        let again = Listener::bind(&p).expect("a stale socket is replaced");
-        drop(again);
-        assert!(!p.exists(), "the socket file goes with the listener");
+        drop(l);
+        // A shared one is every user's to knock at.
+        let shared = d.join("shared.sock");
+        let l = bind(&Place::Shared(shared.clone())).unwrap();
+        assert_eq!(mode(&shared), 0o666);
+        drop(l);
         let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
-    fn knocks_are_queued_per_uid_and_bounded() {
-        let d = dir("queue");
-        let p = d.join("s");
-        let l = Listener::bind(&p).unwrap();
-        let (sa, len) = sockaddr(&p).unwrap();
-        let mut conns = Vec::new();
-        for _ in 0..MAX_PER_UID + 3 {
-            let c = seqpacket().unwrap();
-            // SAFETY: a valid sockaddr_un of length `len`.
-            let rc = unsafe { libc::connect(c.as_raw_fd(), (&raw const sa).cast(), len) };
-            if rc == 0 {
-                conns.push(c);
-            }
+    fn the_default_place_is_the_systems_for_root_and_the_users_own_otherwise() {
+        let given = Path::new("/somewhere/h.sock");
+        assert_eq!(
+            place(Some(given), None).unwrap(),
+            Place::Shared(given.to_path_buf())
+        );
+        let d = dir("xdg");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let p = place(None, Some(d.as_os_str())).unwrap();
+        let system_dir = Path::new(DEFAULT_SOCKET).parent().unwrap();
+        if seqpacket::euid() == 0 || seqpacket::check_dir(system_dir, Owners::Me, None).is_ok() {
+            assert_eq!(p, Place::Shared(DEFAULT_SOCKET.into()));
+        } else {
+            assert_eq!(
+                p,
+                Place::Own(d.join(observer_common::segment::USER_HANDOVER_SOCKET))
+            );
         }
-        let mut queue = BTreeMap::new();
-        let mut pending = 0;
-        let full = std::cell::Cell::new(0);
-        // A batch at a time.
-        for _ in 0..conns.len().div_ceil(ACCEPT_BATCH) + 1 {
-            accept_all(&l, &mut queue, &mut pending, &|o| {
-                assert_eq!(o, Outcome::QueueFull);
-                full.set(full.get() + 1);
-            });
-        }
-        assert_eq!(pending, MAX_PER_UID.min(conns.len()));
-        assert_eq!(pending + full.get(), conns.len());
-        // SAFETY: geteuid cannot fail.
-        let me = unsafe { libc::geteuid() };
-        assert!(queue[&me].iter().all(|k| k.pid == std::process::id()));
-        // A knock without the magic is not one.
-        assert!(!is_knock(&queue.get(&me).unwrap()[0]));
         let _ = std::fs::remove_dir_all(&d);
     }
 
     /// A knock from this process, claiming `uid`, its magic said.
-    fn knock_from_me(uid: u32) -> (Knock, OwnedFd) {
-        let mut fds = [0; 2];
-        // SAFETY: socketpair into an array of two.
-        let rc = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        assert_eq!(rc, 0);
-        // SAFETY: two descriptors socketpair just made, each owned once.
-        let (ours, theirs) =
-            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // SAFETY: sends our constant.
-        let sent = unsafe { libc::send(theirs.as_raw_fd(), MAGIC.as_ptr().cast(), MAGIC.len(), 0) };
-        assert_eq!(sent, MAGIC.len() as isize);
+    fn knock_from_me(uid: u32) -> (Knock, Conn) {
+        let (ours, theirs) = Conn::pair().unwrap();
+        assert_eq!(
+            theirs.send(crate::daemon::knocks::MAGIC).unwrap(),
+            crate::daemon::knocks::MAGIC.len()
+        );
         let k = Knock {
             conn: ours,
             pid: std::process::id(),
@@ -994,45 +689,5 @@ mod tests {
         for mixed in [[8, 7, 7, 7], [7, 8, 7, 7], [7, 7, 8, 7], [7, 7, 7, 8]] {
             assert!(!uids_are(mixed, 7), "{mixed:?}");
         }
-    }
-
-    #[test]
-    fn knocks_waiting_for_an_attach_are_served_round_robin_and_bounded() {
-        let mut f = Fair::new(5, 3);
-        for (uid, t) in [(5, 1), (5, 2), (5, 3), (7, 4)] {
-            f.push(uid, t).unwrap();
-        }
-        assert_eq!(f.push(5, 6), Err(6), "uid 5 has its 3");
-        f.push(9, 5).unwrap();
-        assert_eq!(f.push(11, 7), Err(7), "5 in all");
-        let order: Vec<u32> = std::iter::from_fn(|| f.pop()).collect();
-        assert_eq!(order, [1, 4, 5, 2, 3]);
-        assert_eq!(f.len, 0);
-        assert!(f.by_uid.is_empty(), "no empty queue left");
-    }
-
-    #[test]
-    fn a_knock_refused_for_a_full_queue_leaves_no_empty_queue() {
-        // Other users' knocks fill the whole queue; this uid's knock is
-        // refused and must not leave an empty queue for the round-robin
-        // (which took a queue it picked to be non-empty).
-        let d = dir("full");
-        let p = d.join("s");
-        let l = Listener::bind(&p).unwrap();
-        let (sa, len) = sockaddr(&p).unwrap();
-        let c = seqpacket().unwrap();
-        // SAFETY: a valid sockaddr_un of length `len`.
-        let rc = unsafe { libc::connect(c.as_raw_fd(), (&raw const sa).cast(), len) };
-        assert_eq!(rc, 0);
-        let mut queue = BTreeMap::new();
-        let mut pending = MAX_PENDING;
-        let full = std::cell::Cell::new(0);
-        accept_all(&l, &mut queue, &mut pending, &|o| {
-            assert_eq!(o, Outcome::QueueFull);
-            full.set(full.get() + 1);
-        });
-        assert_eq!(full.get(), 1);
-        assert!(queue.is_empty(), "no queue made for a refused knock");
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -5,14 +5,19 @@
 //! The top of the dependency order: it may use every other folder. The
 //! [`attacher`] thread attaches new processes, [`inject`] is the workflow of
 //! `attach --inject` over the mechanism in [`crate::attach::inject`],
-//! [`exit_handover`] holds a shim rank's segment when it knocks at exit, and
+//! [`exit_handover`] holds a shim rank's segment when it knocks at exit
+//! (at the door of [`knocks`], in the [`fair`] queues also used for its
+//! attaches), [`handover`] hands the probes to the next daemon at a planned
+//! restart, [`not_mpi`] remembers processes judged not MPI, and
 //! [`commands`] dispatches the other subcommands.
 
 pub mod attacher;
 pub mod commands;
 pub mod exit_handover;
+pub mod fair;
 pub mod handover;
 pub mod inject;
+pub mod knocks;
 pub mod not_mpi;
 
 use std::{
@@ -325,10 +330,12 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     } else {
         "http"
     };
+    let mut scanner = Scanner::new(args.same_netns);
     let attacher = args.all.then(|| {
         let (state, inject) = (state.clone(), inject.clone());
         crate::daemon::attacher::Attacher::start(
             state.clone(),
+            scanner.not_mpi.clone(),
             Box::new(move |pid| {
                 if let Some(req) = &inject {
                     start_injection(&state, req, pid);
@@ -336,7 +343,6 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             }),
         )
     });
-    let mut scanner = Scanner::new(args.same_netns);
     let watch_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let events = if !args.all {
         Err("no --all".to_string())
@@ -522,7 +528,9 @@ fn exec_source(state: &Mutex<State>) -> Result<crate::os::procevents::Source, St
 }
 
 /// Listens for the shim's exit knocks ([`exit_handover`]) unless
-/// `--handover-socket none`; a socket that cannot be had costs one line,
+/// `--handover-socket none`: at the path given, else at the system path
+/// or, for a daemon of a user without root, at that user's own socket
+/// ([`exit_handover::place`]). A socket that cannot be had costs one line,
 /// and ranks' figures then reach the daemon only if it opened their
 /// segment before they ended.
 fn start_exit_handover(
@@ -531,12 +539,27 @@ fn start_exit_handover(
     scanner: &Scanner,
     stop: &Arc<std::sync::atomic::AtomicBool>,
 ) -> Option<std::thread::JoinHandle<()>> {
-    if args.handover_socket.as_os_str() == "none" {
+    let given = args.handover_socket.as_deref();
+    if given.is_some_and(|p| p.as_os_str() == "none") {
         return None;
     }
-    match exit_handover::Listener::bind(&args.handover_socket) {
-        Ok(l) => Some(exit_handover::start(
-            l,
+    let xdg = std::env::var_os(observer_common::segment::USER_RUNTIME_VAR);
+    let started = exit_handover::place(given, xdg.as_deref()).and_then(|place| {
+        let listener = exit_handover::bind(&place)?;
+        if let exit_handover::Place::Own(p) = &place {
+            // SAFETY: geteuid cannot fail.
+            let uid = unsafe { libc::geteuid() };
+            eprintln!(
+                "mpi-observer: shim ranks of uid {uid} knock at exit at {} (this user's own handover socket: a daemon without root has none in {})",
+                p.display(),
+                std::path::Path::new(exit_handover::DEFAULT_SOCKET)
+                    .parent()
+                    .unwrap_or(std::path::Path::new("/"))
+                    .display()
+            );
+        }
+        exit_handover::start(
+            listener,
             state.clone(),
             exit_handover::Config {
                 all: args.all,
@@ -544,9 +567,15 @@ fn start_exit_handover(
                 not_mpi: scanner.not_mpi.clone(),
             },
             stop.clone(),
-        )),
+        )
+    });
+    match started {
+        Ok(t) => Some(t),
         Err(e) => {
-            eprintln!("mpi-observer: {e}; a shim rank that ends before a scrape loses its figures");
+            eprintln!(
+                "mpi-observer: {}; a shim rank that ends before a scrape loses its figures",
+                crate::one_line(&e)
+            );
             None
         }
     }

@@ -1,5 +1,8 @@
 //! Processes judged not to be MPI, shared by `--all`'s scan and the exit
-//! handover's knocks, so neither reads their maps again and again.
+//! handover's knocks, so neither reads their maps again and again. The
+//! attacher puts here too an MPI rank it found after its stats segment was
+//! gone (past its `MPI_Finalize`, its figures lost): not to be looked at
+//! again in the moment it has left, so it is said once.
 //!
 //! A process is known by its pid and start ticks, with its command name at
 //! the judgement: `exec` keeps the pid and start time but changes the name,

@@ -6,13 +6,17 @@
 //! [`procevents`] hears of new processes, [`userfile`] opens a file a
 //! process maps, [`shm`] is the one trusted mapping of a user's `/dev/shm`
 //! file under the SIGBUS guard, [`sys`] the system calls std lacks,
-//! [`clock`] the monotonic clock every figure is stamped with, and [`host`]
-//! this node's name.
+//! [`clock`] the monotonic clock every figure is stamped with, [`host`]
+//! this node's name, [`seqpacket`] the Unix sockets a user's process may
+//! knock on (their directories checked, the peer named by the kernel), and
+//! [`epoll`] the readiness of many descriptors at once.
 
 pub mod clock;
+pub mod epoll;
 pub mod host;
 pub mod procevents;
 pub mod procfs;
+pub mod seqpacket;
 pub mod shm;
 pub mod sys;
 pub mod userfile;

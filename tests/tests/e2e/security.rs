@@ -556,3 +556,130 @@ fn knocks_of_a_process_not_mpi_cost_one_look_and_mixed_uids_are_refused() {
     assert_eq!(e2e::sum(&s, "mpi_observer_attached_processes", &[]), 0.0);
     assert!(daemon.stop(signal::TERM).success());
 }
+
+/// The exit handover under a flood of mute connections: the attacker
+/// keeps 200 connections to the handover socket open without a word,
+/// connecting again as soon as the daemon closes one, while the victim's
+/// short shim jobs finalize (three 2-rank MPICH jobs at once, three times).
+/// The knock thread waits on no connection (docs/security.md, "The
+/// handover socket"): every one of the victim's knocks is held, none
+/// stale, and every rank is exact.
+#[test]
+fn mute_connections_delay_no_other_users_knock() {
+    let mpi = Mpi::Mpich;
+    if !require(&[Need::Root, Need::Mpi(mpi), Need::Command("cc")]) {
+        return;
+    }
+    const ROUNDS: usize = 3;
+    const AT_ONCE: usize = 3;
+    const NP: usize = 2;
+    let dir = scratch("security-mute");
+    let attacker = User::ensure(ATTACKER);
+    let victim = User::ensure(VICTIM);
+    let mute = dir.join("mute");
+    let o = std::process::Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&mute)
+        .arg(e2e::program("attack/mute.c"))
+        .output()
+        .expect("running cc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let exe = dir.join("allreduce");
+    e2e::compile(mpi, &e2e::program("handover/allreduce.c"), &exe, &[]);
+    let socket = dir.join("handover.sock");
+    let mut daemon = Daemon::start(&[
+        "--all".into(),
+        "--no-bpf".into(),
+        "--retain-exited".into(),
+        "3600".into(),
+        "--handover-socket".into(),
+        socket.to_str().unwrap().into(),
+    ]);
+    wait_for("the handover socket", Duration::from_secs(10), || {
+        socket.exists().then_some(())
+    });
+    let knocks = |s: &[e2e::Sample], r: &str| {
+        e2e::sum(s, "mpi_observer_exit_handovers_total", &[("result", r)])
+    };
+    /// Killed when the test ends, however it ends.
+    struct Flood(std::process::Child);
+    impl Drop for Flood {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut flood = Flood(
+        attacker
+            .command(&mute)
+            .arg(&socket)
+            .args(["200", "600000"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start the mute connections"),
+    );
+    // The flood is on: mute connections are being closed at their deadline.
+    wait_for("the mute connections", Duration::from_secs(10), || {
+        (knocks(&daemon.scrape().1, "malformed") >= 400.0).then_some(())
+    });
+
+    let mut jobids = Vec::new();
+    for round in 0..ROUNDS {
+        let jobs: Vec<(String, std::process::Child)> = (0..AT_ONCE)
+            .map(|j| {
+                let id = format!("mute-{round}-{j}");
+                let mut c = e2e::shim_launcher(mpi, NP as u32, "stats");
+                victim.apply(&mut c);
+                c.args(["-genv", "SLURM_JOB_ID", &id])
+                    .args(["-genv", "MPI_OBSERVER_HANDOVER_SOCKET"])
+                    .arg(&socket)
+                    .arg(&exe)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped());
+                jobids.push(id.clone());
+                (id, c.spawn().expect("start a job"))
+            })
+            .collect();
+        for (id, c) in jobs {
+            let o = e2e::wait_with_timeout(c, Duration::from_secs(60));
+            assert!(
+                o.status.success(),
+                "job {id} failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+    assert!(
+        flood.0.try_wait().unwrap().is_none(),
+        "the flood lasted the whole test"
+    );
+    let s = daemon.final_scrape();
+    drop(flood);
+    let ranks = (ROUNDS * AT_ONCE * NP) as f64;
+    let (held, stale, malformed) = (
+        knocks(&s, "held"),
+        knocks(&s, "stale"),
+        knocks(&s, "malformed"),
+    );
+    eprintln!("mute: held {held} stale {stale} malformed {malformed}");
+    assert_eq!(stale, 0.0, "no knock of the victim's went stale");
+    assert_eq!(held, ranks, "every knock of the victim's held");
+    for id in &jobids {
+        for r in 0..NP {
+            assert_eq!(
+                e2e::sum(
+                    &s,
+                    "mpi_calls_total",
+                    &[
+                        ("jobid", id),
+                        ("rank", &r.to_string()),
+                        ("function", "MPI_Allreduce")
+                    ]
+                ),
+                25.0,
+                "job {id} rank {r}"
+            );
+        }
+    }
+    assert!(daemon.stop(signal::TERM).success());
+}

@@ -161,7 +161,7 @@ impl SelfMetrics {
         let segment_errors = IntCounterVec::new(
             Opts::new(
                 "mpi_observer_segment_errors_total",
-                "Stats segments skipped: untrusted (owner or permissions), corrupt, version (layout or function IDs), truncated (shrank while read), busy (every SIGBUS guard slot taken by concurrent reads).",
+                "Stats segments skipped: untrusted (owner or permissions), corrupt, version (layout or function IDs), truncated (shrank while read), busy (every SIGBUS guard slot taken by concurrent reads), gone (unlinked at its rank's MPI_Finalize before this daemon could open it: its figures are lost, and a rank found so is not shown).",
             ),
             &["reason"],
         )
@@ -171,7 +171,14 @@ impl SelfMetrics {
             "Files of the shim (stats segments, recording rings) removed from /dev/shm because no live process maps them any more.",
         )
         .expect("valid metric");
-        for reason in ["untrusted", "corrupt", "version", "truncated", "busy"] {
+        for reason in [
+            "untrusted",
+            "corrupt",
+            "version",
+            "truncated",
+            "busy",
+            "gone",
+        ] {
             segment_errors.with_label_values(&[reason]);
         }
         let refused = IntCounterVec::new(

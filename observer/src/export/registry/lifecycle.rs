@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::{Admission, AttachError, Prepared, Rank, State, prepare, rank::adoption_line};
 use crate::{
     attach::budget::Cost, attach::datatypes, attach::identity::Label, attach::symbols,
-    collect::segment::Segment, collect::snapshot::RankSnapshot, os::procfs,
+    collect::segment::Segment, collect::snapshot::{RankSnapshot, SegmentProblem}, os::procfs,
 };
 
 /// How often, at most, exited ranks' map entries are released.
@@ -53,6 +53,7 @@ impl State {
             match e {
                 AttachError::Refused { uid, budget, .. } => self.selfm.refused(*uid, *budget),
                 AttachError::Exited { .. } => self.selfm.attach_exited.inc(),
+                AttachError::SegmentGone { .. } => self.selfm.segment_error(SegmentProblem::Gone),
                 _ => self.selfm.attach_failures.inc(),
             }
         }

@@ -12,6 +12,7 @@ use crate::{
     attach::symbols::{self, SymbolError},
     collect::callsites::RankSites,
     collect::segment::Segment,
+    collect::snapshot::SegmentProblem,
     os::procfs::{self, ProcError},
 };
 
@@ -62,6 +63,21 @@ pub enum AttachError {
         uid: u32,
         /// The budget it would exceed.
         budget: Budget,
+    },
+    /// Found after its shim's stats segment was unlinked (its
+    /// `MPI_Finalize` is past) by a daemon that cannot open it: its figures
+    /// are lost. Said once, counted in
+    /// `mpi_observer_segment_errors_total{reason="gone"}`, and never
+    /// registered, so never shown as a rank without calls.
+    #[error(
+        "pid {pid} ({comm}) was found after its MPI_Finalize, its stats segment already gone: its figures are lost \
+         (its exit knock reached no socket of this daemon's: docs/shim.md, \"Exit handover\")"
+    )]
+    SegmentGone {
+        /// The pid.
+        pid: u32,
+        /// Its command name.
+        comm: String,
     },
     /// The process ended (or was already ending) while it was being
     /// attached: whatever failed (its maps read, a uprobe_multi link made
@@ -136,7 +152,17 @@ fn prepare_inner(pid: u32, ticks: u64) -> Result<Prepared, AttachError> {
     // The segment is kept open from here: a rank that exits before the
     // next collection still has its figures read (the mapping outlives
     // the shim's unlink at exit).
-    let segment = Segment::open(pid).ok().flatten();
+    let segment = match Segment::open(pid) {
+        // Found after its MPI_Finalize unlinked the segment, and this
+        // daemon cannot open it: no figure of its is left to show.
+        Err(SegmentProblem::Gone) => {
+            return Err(AttachError::SegmentGone {
+                pid,
+                comm: procfs::comm(pid),
+            });
+        }
+        s => s.ok().flatten(),
+    };
     let (timed, adopted) = match segment.as_ref().map(Segment::read) {
         Some(Ok(f)) if f.ready && !f.ejected => (true, f.injected),
         _ => (false, false),
