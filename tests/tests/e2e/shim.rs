@@ -451,7 +451,7 @@ fn bad_list_skipped(mpi: Mpi) {
             "mpi-observer-shim: tools entry `nosuchkeyword`: unknown keyword (known: v, fort, fortran, preload, stats) and libnosuchkeyword.so cannot be loaded: libnosuchkeyword.so: cannot open shared object file: No such file or directory; left out (MPI_OBSERVER_TOOLS_ON_ERROR=skip)".to_string(),
         ),
     ];
-    let np = 2;
+    let (np, n) = (2, 2usize);
     for (i, (list, want)) in cases.into_iter().enumerate() {
         let o = run_with_timeout(
             &mut kit.job(
@@ -470,7 +470,7 @@ fn bad_list_skipped(mpi: Mpi) {
             .lines()
             .filter(|l| l.starts_with("mpi-observer-shim:"))
             .collect();
-        let mut wanted = vec![want.as_str(); np];
+        let mut wanted = vec![want.as_str(); n];
         // The second case's second `stats`, also once per rank.
         let twice = "mpi-observer-shim: tools entry `stats`: the stats layer is listed twice; left out (MPI_OBSERVER_TOOLS_ON_ERROR=skip)";
         if i == 1 {
@@ -486,11 +486,11 @@ fn bad_list_skipped(mpi: Mpi) {
             .lines()
             .filter(|l| l.starts_with("shimtest app "))
             .collect();
-        assert_eq!(apps.len(), np, "{list}: the app ran in every rank:\n{out}");
+        assert_eq!(apps.len(), n, "{list}: the app ran in every rank:\n{out}");
         assert!(apps.iter().all(|l| l.contains("sum=1 expected=1")), "{out}");
         // A and B run, in list order, in every rank.
         let events = tool_events(&out);
-        assert_eq!(events.len(), np, "{out}");
+        assert_eq!(events.len(), n, "{out}");
         for ev in events.values() {
             let init: Vec<String> = ev
                 .iter()
