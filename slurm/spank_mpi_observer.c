@@ -8,19 +8,31 @@
  *
  * plugstack.conf:
  *   optional /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_mpi_observer.so \
- *       shim=/usr/lib/mpi-observer/libmpi_observer_shim.so [default=stats]
+ *       [shim=PATH] [default=LIST]
  *
- * With default=LIST every step gets the shim unless the user says
- * --mpi-observer=off. In each task of a step that has it, LD_PRELOAD gets
- * the shim prepended (the shim is inert until the first MPI call, so shells
- * and launchers are not affected) and MPI_TOOLS_ENTRY is set to LIST. A
- * site default does not replace a MPI_TOOLS_ENTRY the user already set.
+ * shim= defaults to where the package installs the shim (DEFAULT_SHIM, which
+ * slurm/Makefile takes from the package's description). With default=LIST
+ * every step gets the shim unless the user says --mpi-observer=off. In each
+ * task of a step that has it, LD_PRELOAD gets the shim prepended (the shim
+ * is inert until the first MPI call, so shells and launchers are not
+ * affected) and MPI_TOOLS_ENTRY is set to LIST. A site default does not
+ * replace a MPI_TOOLS_ENTRY the user already set.
  *
- * A bad LIST is one error line from srun/sbatch and the job runs without the
- * shim: the observed job is never refused because of the observer. (Under
- * sbatch, each srun in the script inherits the option through the job's
- * environment, SLURM_SPANK__SLURM_SPANK_OPTION_mpi_observer_mpi_observer, and
- * says it again in the job's output.)
+ * The observed job is never refused nor ended because of the observer:
+ * - srun (sbatch, salloc) checks the list once, before the job starts
+ *   (tools_check.c): each entry must be a keyword of the shim's or a
+ *   library the loader finds from there. What is not is left out, in one
+ *   error line naming each entry and why; the step runs with the rest, or
+ *   without the shim if nothing is left. A malformed value (a space, a
+ *   quote...) is one line and no shim. The tasks get what srun kept,
+ *   through CHECKED_VAR in the job's environment.
+ * - Every task the plugin preloads gets MPI_OBSERVER_TOOLS_ON_ERROR=skip:
+ *   an entry the shim still cannot use in a rank (a library the compute
+ *   node lacks) is left out there with one line, instead of ending the
+ *   rank as the shim does for a list given by hand.
+ * (Under sbatch, each srun in the script inherits the option through the
+ * job's environment, SLURM_SPANK__SLURM_SPANK_OPTION_mpi_observer_mpi_observer,
+ * checks it again and says it again in the job's output.)
  *
  * "optional" in plugstack.conf: if the package is removed and the file is
  * gone, Slurm carries on without it.
@@ -35,15 +47,27 @@
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
 
+#include "tools_check.h"
+#include "tools_list.h"
+
+#ifndef DEFAULT_SHIM
+#error "DEFAULT_SHIM: the shim's installed path (slurm/Makefile's SHIM_PATH)"
+#endif
+
 SPANK_PLUGIN(mpi_observer, 1);
 
-#define LIST_MAX 1024
+#define LIST_MAX TOOLS_LIST_MAX
 #define PRELOAD_MAX 8192
+/* What srun (sbatch, salloc) kept of the list, for the tasks: set in the
+ * job's environment before the job starts, read and removed in each task.
+ * SLURM_ in its name: Slurm passes SLURM_* variables even under
+ * --export=NONE. */
+#define CHECKED_VAR "SLURM_MPI_OBSERVER_TOOLS"
 
 /* What the step asked for. */
 enum source { FROM_NONE, FROM_DEFAULT, FROM_OPTION };
 
-static char shim_path[PATH_MAX];
+static char shim_path[PATH_MAX] = DEFAULT_SHIM;
 static char list[LIST_MAX];
 /* The site's default=LIST, which a bare --mpi-observer also means. */
 static char site_list[LIST_MAX];
@@ -51,32 +75,6 @@ static enum source source = FROM_NONE;
 /* Set when the option's value was refused: the step runs without the shim
  * even if a site default would have turned it on. */
 static int refused;
-
-/* A tools list: comma-separated items of [A-Za-z0-9_./-], none empty. The
- * shim validates the items themselves; this keeps anything that could be
- * misread in an environment variable (spaces, quotes, '=', ':') out. */
-static int valid_list(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n >= LIST_MAX)
-		return 0;
-	int item_len = 0;
-	for (const char *p = s; *p; p++) {
-		char c = *p;
-		if (c == ',') {
-			if (item_len == 0)
-				return 0;
-			item_len = 0;
-			continue;
-		}
-		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-		      (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '/' ||
-		      c == '-'))
-			return 0;
-		item_len++;
-	}
-	return item_len > 0;
-}
 
 static int option_cb(int val, const char *optarg, int remote)
 {
@@ -87,7 +85,7 @@ static int option_cb(int val, const char *optarg, int remote)
 		list[0] = '\0';
 		return 0;
 	}
-	if (v && !valid_list(v)) {
+	if (v && !tools_list_valid(v)) {
 		/* Once, from the command the user typed (srun, sbatch, salloc);
 		 * slurmstepd sees the same value and stays quiet. Returning 0:
 		 * a negative value would make srun refuse the job. */
@@ -95,7 +93,7 @@ static int option_cb(int val, const char *optarg, int remote)
 			slurm_error("mpi-observer: invalid --mpi-observer value \"%.64s\": "
 				    "expected off or a comma-separated tools list "
 				    "(letters, digits, _ . / -), e.g. stats; "
-				    "running without the observer",
+				    "running without the shim",
 				    v);
 		refused = 1;
 		source = FROM_NONE;
@@ -131,7 +129,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		}
 	}
 	if (site_default && strcmp(site_default, "off") != 0) {
-		if (!valid_list(site_default)) {
+		if (!tools_list_valid(site_default)) {
 			slurm_error("mpi-observer: invalid default=\"%s\" in plugstack.conf: "
 				    "expected off or a comma-separated tools list",
 				    site_default);
@@ -147,6 +145,42 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		slurm_error("mpi-observer: cannot register --mpi-observer");
 		return -1;
 	}
+	return 0;
+}
+
+/* In srun, sbatch or salloc, after the options: checks the step's list
+ * where the user typed it, says once what it leaves out, and hands what it
+ * keeps to the tasks (CHECKED_VAR). Never an error: the job runs. */
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (spank_remote(sp) != 0)
+		return 0;
+	const char *own = getenv(TOOLS_LIST_VAR);
+	/* Nothing to check: no shim, or a site default under a list the user
+	 * set (which the tasks keep; the shim judges it). Nothing stale either:
+	 * an earlier step's value must not reach these tasks. */
+	if (refused || source == FROM_NONE || list[0] == '\0' ||
+	    (source == FROM_DEFAULT && own && *own)) {
+		unsetenv(CHECKED_VAR);
+		return 0;
+	}
+	struct tools_checked c;
+	tools_check(list, &c);
+	if (c.left_out) {
+		char what[LIST_MAX + 64];
+		if (source == FROM_OPTION)
+			snprintf(what, sizeof(what), "--mpi-observer=%s", list);
+		else
+			snprintf(what, sizeof(what), "default=%s in plugstack.conf", list);
+		if (c.kept[0])
+			slurm_error("mpi-observer: %.200s: %s; running with --mpi-observer=%s", what,
+				    c.why, c.kept);
+		else
+			slurm_error("mpi-observer: %.200s: %s; running without the shim", what, c.why);
+	}
+	setenv(CHECKED_VAR, c.kept, 1);
 	return 0;
 }
 
@@ -166,11 +200,24 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	    (step == SLURM_BATCH_SCRIPT || step == SLURM_EXTERN_CONT))
 		return 0;
 
+	/* What srun kept of the list; "" when it kept nothing. Absent when no
+	 * srun checked it (the job's environment was not passed on): the shim
+	 * judges each entry then. */
+	char checked[LIST_MAX];
+	const char *use = list;
+	if (spank_getenv(sp, CHECKED_VAR, checked, sizeof(checked)) == ESPANK_SUCCESS) {
+		spank_unsetenv(sp, CHECKED_VAR);
+		if (checked[0] == '\0')
+			return 0;
+		if (tools_list_valid(checked))
+			use = checked;
+	}
+
 	struct stat st;
 	if (shim_path[0] == '\0' || stat(shim_path, &st) != 0 || !S_ISREG(st.st_mode)) {
 		/* The job runs; the error lands in the step's stderr. */
 		slurm_error("mpi-observer: shim \"%s\" is not a regular file "
-			    "(shim= in plugstack.conf); running without the observer",
+			    "(shim= in plugstack.conf); running without the shim",
 			    shim_path);
 		return 0;
 	}
@@ -183,19 +230,22 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 			int n = snprintf(preload, sizeof(preload), "%s:%s", shim_path, old);
 			if (n < 0 || (size_t)n >= sizeof(preload)) {
 				slurm_error("mpi-observer: LD_PRELOAD is too long to add "
-					    "the shim; running without the observer");
+					    "the shim to; running without it");
 				return 0;
 			}
 			spank_setenv(sp, "LD_PRELOAD", preload, 1);
 		}
 	} else if (rc == ESPANK_NOSPACE) {
-		slurm_error("mpi-observer: LD_PRELOAD is too long to add the shim; "
-			    "running without the observer");
+		slurm_error("mpi-observer: LD_PRELOAD is too long to add the shim to; "
+			    "running without it");
 		return 0;
 	} else {
 		spank_setenv(sp, "LD_PRELOAD", shim_path, 1);
 	}
 	/* A site default keeps a list the user chose; an explicit option wins. */
-	spank_setenv(sp, "MPI_TOOLS_ENTRY", list, source == FROM_OPTION);
+	spank_setenv(sp, TOOLS_LIST_VAR, use, source == FROM_OPTION);
+	/* Whatever the list, the shim this plugin preloads never ends a rank
+	 * over an entry it cannot use: it leaves it out, with one line. */
+	spank_setenv(sp, TOOLS_ON_ERROR_VAR, TOOLS_ON_ERROR_SKIP, 1);
 	return 0;
 }

@@ -266,6 +266,11 @@ pub struct ReportArgs {
     /// Only this job.
     #[arg(long, value_name = "JOBID")]
     pub job: Option<String>,
+    /// Only the ranks running as this uid: with --job, that user's job
+    /// alone, whatever another user's processes claim (the Slurm Epilog
+    /// gives the job's user).
+    #[arg(long, value_name = "UID")]
+    pub uid: Option<u32>,
     /// Lines per list (functions, call sites, imbalance, peer pairs).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,

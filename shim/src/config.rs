@@ -8,8 +8,63 @@
 /// Environment variables holding the list, in order of precedence.
 pub const LIST_VARS: [&str; 2] = ["MPI_TOOLS_ENTRY", "OMPI_MCA_ompi_tools_entry"];
 
-/// Keywords an entry may be instead of a library.
+/// What a keyword of the list stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keyword {
+    /// `v`: print the resolved layers.
+    Verbose,
+    /// `preload`: the launcher also preloads the tools.
+    Preload,
+    /// `fort`/`fortran`: the Fortran layer, one level.
+    Fortran,
+    /// `stats`: the built-in statistics layer, one level.
+    Stats,
+}
+
+impl Keyword {
+    /// Whether the keyword is a level of the stack, which a list may hold
+    /// once (the flags may repeat).
+    pub fn is_layer(self) -> bool {
+        matches!(self, Keyword::Fortran | Keyword::Stats)
+    }
+}
+
+/// The keywords an entry may be instead of a library, in the order messages
+/// list them. The one definition: the SPANK plugin's checker reads them from
+/// `slurm/tools_list.h`, which `cargo xtask codegen` writes from this table.
+pub const KEYWORD_TABLE: [(&str, Keyword); 5] = [
+    ("v", Keyword::Verbose),
+    ("fort", Keyword::Fortran),
+    ("fortran", Keyword::Fortran),
+    ("preload", Keyword::Preload),
+    ("stats", Keyword::Stats),
+];
+
+/// [`KEYWORD_TABLE`]'s names as messages list them (a unit test keeps the
+/// two equal: a `const` cannot join them).
 pub const KEYWORDS: &str = "v, fort, fortran, preload, stats";
+
+/// The variable that says what the shim does with an entry it cannot use:
+/// unset (or anything else) ends the process with one line, as a tool run
+/// by hand should; [`ON_ERROR_SKIP`] leaves the entry out with one line and
+/// builds the rest. The SPANK plugin sets it in every task it preloads, so
+/// that a monitoring option never costs a user their job.
+pub const ON_ERROR_VAR: &str = "MPI_OBSERVER_TOOLS_ON_ERROR";
+
+/// [`ON_ERROR_VAR`]'s value that leaves unusable entries out.
+pub const ON_ERROR_SKIP: &str = "skip";
+
+/// Whether [`ON_ERROR_VAR`] says to leave unusable entries out.
+pub fn skip_from_env() -> bool {
+    std::env::var(ON_ERROR_VAR).is_ok_and(|v| v.trim() == ON_ERROR_SKIP)
+}
+
+/// The keyword `entry` is, if it is one.
+pub fn keyword(entry: &str) -> Option<Keyword> {
+    KEYWORD_TABLE
+        .iter()
+        .find_map(|(name, k)| (*name == entry).then_some(*k))
+}
 
 /// The variable that turns the `stats` layer's call-site table off.
 pub const CALLSITES_VAR: &str = "MPI_OBSERVER_CALLSITES";
@@ -76,51 +131,70 @@ pub enum ConfigError {
 }
 
 impl ToolsList {
+    /// The list in the environment (the first of [`LIST_VARS`] that is set
+    /// and not blank), or "".
+    pub fn env_text() -> String {
+        LIST_VARS
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()))
+            .unwrap_or_default()
+    }
+
     /// Reads the list from the environment; an unset or empty list is a
     /// pure pass-through.
     pub fn from_env() -> Result<ToolsList, ConfigError> {
-        let raw = LIST_VARS
-            .iter()
-            .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()))
-            .unwrap_or_default();
-        ToolsList::parse(&raw)
+        ToolsList::parse(&ToolsList::env_text())
     }
 
     /// Parses a comma-separated list. Empty entries are ignored, so trailing
     /// commas are harmless.
     pub fn parse(list: &str) -> Result<ToolsList, ConfigError> {
+        let (out, mut errors) = ToolsList::parse_skipping(list);
+        if errors.is_empty() {
+            Ok(out)
+        } else {
+            Err(errors.swap_remove(0))
+        }
+    }
+
+    /// Parses a list as [`ToolsList::parse`] does, but leaves out each entry
+    /// that makes it unusable (a second `stats`, a second Fortran layer)
+    /// and returns why, in list order, beside what is left.
+    pub fn parse_skipping(list: &str) -> (ToolsList, Vec<ConfigError>) {
         let mut out = ToolsList::default();
+        let mut errors = Vec::new();
         for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let layer = match entry {
-                "v" => {
+            let layer = match keyword(entry) {
+                Some(Keyword::Verbose) => {
                     out.verbose = true;
                     continue;
                 }
-                "preload" => {
+                Some(Keyword::Preload) => {
                     out.preload = true;
                     continue;
                 }
-                "fort" | "fortran" => {
-                    if out.layers.contains(&Layer::Fortran) {
-                        return Err(ConfigError::FortranTwice {
-                            entry: entry.to_string(),
-                        });
-                    }
-                    Layer::Fortran
-                }
-                "stats" => {
-                    if out.layers.contains(&Layer::Stats) {
-                        return Err(ConfigError::StatsTwice {
-                            entry: entry.to_string(),
-                        });
-                    }
-                    Layer::Stats
-                }
-                _ => library(entry),
+                Some(Keyword::Fortran) => Layer::Fortran,
+                Some(Keyword::Stats) => Layer::Stats,
+                None => library(entry),
             };
+            // A library named twice is the loader's to judge (the build
+            // refuses one object at two levels, not two copies of a file).
+            let twice = match layer {
+                Layer::Fortran if out.layers.contains(&layer) => Some(ConfigError::FortranTwice {
+                    entry: entry.to_string(),
+                }),
+                Layer::Stats if out.layers.contains(&layer) => Some(ConfigError::StatsTwice {
+                    entry: entry.to_string(),
+                }),
+                _ => None,
+            };
+            if let Some(e) = twice {
+                errors.push(e);
+                continue;
+            }
             out.layers.push(layer);
         }
-        Ok(out)
+        (out, errors)
     }
 
     /// The layers with the Fortran layer on top unless the list places it.
@@ -217,6 +291,49 @@ mod tests {
         for v in ["", "1", "on", "yes"] {
             assert!(callsites_value(v), "{v}");
         }
+    }
+
+    #[test]
+    fn keywords_text_lists_the_table() {
+        let names: Vec<&str> = KEYWORD_TABLE.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names.join(", "), KEYWORDS);
+        for (name, k) in KEYWORD_TABLE {
+            assert_eq!(keyword(name), Some(k));
+            assert!(
+                !ToolsList::parse(name)
+                    .unwrap()
+                    .layers
+                    .iter()
+                    .any(|l| matches!(l, Layer::Library { .. })),
+                "{name} is no library"
+            );
+        }
+    }
+
+    #[test]
+    fn skipping_drops_second_single_layers_only() {
+        let (l, errors) = ToolsList::parse_skipping("stats,a.so,fort,stats,a.so,fortran,v");
+        assert_eq!(
+            l.layers,
+            vec![
+                Layer::Stats,
+                lib("a.so", "a.so", false),
+                Layer::Fortran,
+                lib("a.so", "a.so", false)
+            ]
+        );
+        assert!(l.verbose);
+        assert_eq!(
+            errors,
+            vec![
+                ConfigError::StatsTwice {
+                    entry: "stats".into()
+                },
+                ConfigError::FortranTwice {
+                    entry: "fortran".into()
+                }
+            ]
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use observer_common::{FUNCTION_COUNT, FUNCTIONS};
 
 use crate::{
     bind,
-    config::{ConfigError, KEYWORDS, LIST_VARS, Layer, ToolsList},
+    config::{self, ConfigError, KEYWORDS, LIST_VARS, Layer, ToolsList},
     dl::{dlerror, dlsym, owner},
     fatal,
     generated::{
@@ -32,7 +32,8 @@ use crate::{
 };
 
 /// What can stop the shim from building a stack. Every variant is reported
-/// as one line, after which the process exits non-zero.
+/// as one line, after which the process exits non-zero, unless the entries
+/// it names may be left out ([`config::ON_ERROR_VAR`]).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ShimError {
     /// The list itself is malformed.
@@ -127,7 +128,8 @@ static INIT: Once = Once::new();
 static INJECTED: AtomicBool = AtomicBool::new(false);
 
 /// Builds and publishes the stack unless already done; on failure, reports
-/// one line and exits.
+/// one line and exits, or, when [`config::ON_ERROR_VAR`] says `skip` (the
+/// SPANK plugin's tasks), leaves out what cannot be used, one line each.
 pub(crate) fn ensure() {
     // Keeps the start-up relocation that sets the visible function set
     // (crate::exports) from being discarded by the linker.
@@ -136,13 +138,69 @@ pub(crate) fn ensure() {
         return;
     }
     INIT.call_once(|| {
-        if let Err(e) = ToolsList::from_env()
-            .map_err(ShimError::from)
-            .and_then(|list| build(list, false))
-        {
+        let text = ToolsList::env_text();
+        let built = if config::skip_from_env() {
+            build_skipping(&text)
+        } else {
+            ToolsList::parse(&text)
+                .map_err(ShimError::from)
+                .and_then(|list| build(list, Build::Preloaded { skip: false }))
+        };
+        if let Err(e) = built {
             fatal(&e.to_string());
         }
     });
+}
+
+/// [`ensure`]'s build when unusable entries are left out: the list without
+/// them, else (a failure no one entry causes, say too many levels) no tool
+/// at all. A job must not end because a monitoring option named something
+/// this node cannot load.
+fn build_skipping(text: &str) -> Result<Built, ShimError> {
+    let (list, errors) = ToolsList::parse_skipping(text);
+    for e in errors {
+        left_out(&e.to_string());
+    }
+    build(list, Build::Preloaded { skip: true }).or_else(|e| {
+        say(&format!(
+            "{e}; running with no tool ({}={})",
+            config::ON_ERROR_VAR,
+            config::ON_ERROR_SKIP
+        ));
+        build(ToolsList::default(), Build::Preloaded { skip: true })
+    })
+}
+
+/// One line saying that an entry was left out, and why.
+fn left_out(why: &str) {
+    say(&format!(
+        "{why}; left out ({}={})",
+        config::ON_ERROR_VAR,
+        config::ON_ERROR_SKIP
+    ));
+}
+
+/// `mpi-observer-shim: MSG` on stderr as one write.
+fn say(msg: &str) {
+    let line = format!("mpi-observer-shim: {msg}\n");
+    // SAFETY: one write(2) of an owned buffer.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), line.len());
+    }
+}
+
+/// Which build: the environment's list in a preloaded shim, or the daemon's
+/// in an injected one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Build {
+    /// From the environment; `skip`: leave out entries that cannot be
+    /// loaded or placed instead of failing.
+    Preloaded {
+        /// [`config::ON_ERROR_VAR`] says `skip`.
+        skip: bool,
+    },
+    /// From the daemon: every failure returned, every tool closed again.
+    Injected,
 }
 
 /// Whether the stack was built from the environment (the shim is
@@ -172,7 +230,7 @@ pub(crate) struct Built {
 /// returned, and leaves no tool loaded. The table is published but unused
 /// until the caller routes calls to the shim; a later build overwrites it.
 pub(crate) fn build_injected(list: &str) -> Result<Built, ShimError> {
-    build(ToolsList::parse(list)?, true)
+    build(ToolsList::parse(list)?, Build::Injected)
 }
 
 /// Records that the injected stack is live: [`ensure`] builds nothing more.
@@ -311,10 +369,13 @@ impl Resolver<'_> {
     }
 }
 
-/// Builds the stack from `list`; an `injected` build starts no timing
+/// Builds the stack from `list`; an injected build starts no timing
 /// (its caller does, at its commit) and closes the tools it loaded if it
-/// fails.
-fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
+/// fails; a skipping one leaves out, with one line each, the libraries that
+/// cannot be loaded or are already a level.
+fn build(list: ToolsList, how: Build) -> Result<Built, ShimError> {
+    let injected = how == Build::Injected;
+    let skip = how == Build::Preloaded { skip: true };
     let mut levels = Vec::new();
     let close = |levels: &[Level]| {
         for l in levels {
@@ -345,6 +406,10 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
                 short,
             } => match load(&entry, &load_as, short) {
                 Ok(l) => l,
+                Err(e) if skip => {
+                    left_out(&e.to_string());
+                    continue;
+                }
                 Err(e) => {
                     crate::qmpi::loading(false);
                     if injected {
@@ -356,6 +421,37 @@ fn build(list: ToolsList, injected: bool) -> Result<Built, ShimError> {
         });
     }
     crate::qmpi::loading(false);
+    if skip {
+        // A library that is already a level is left out where it comes
+        // again, rather than failing the stack below.
+        let mut seen: Vec<*mut c_void> = Vec::new();
+        levels.retain(|l| {
+            let Level::Tool {
+                entry,
+                path,
+                handle,
+                map,
+            } = l
+            else {
+                return true;
+            };
+            if !seen.contains(map) {
+                seen.push(*map);
+                return true;
+            }
+            left_out(
+                &ShimError::TwicePlaced {
+                    entry: entry.clone(),
+                    path: path.clone(),
+                }
+                .to_string(),
+            );
+            // SAFETY: this entry's own reference to an object the earlier
+            // level keeps open; nothing uses this handle.
+            unsafe { libc::dlclose(*handle) };
+            false
+        });
+    }
     levels.push(Level::Mpi);
     let fail = |levels: &[Level], e: ShimError| {
         if injected {

@@ -24,6 +24,9 @@ NODES=${MPIOBS_SLURM_NODES:-3}
 # 10.213.200.0/24: outside the 10.213.64-191 range tests/e2e cluster.rs uses.
 NET=${MPIOBS_SLURM_NET:-10.213.200}
 SLURM_USER=${MPIOBS_SLURM_USER:-mpiobs}
+# A second unprivileged user, for tests of what one user can do to another's
+# job (she submits nothing; she runs processes on a node).
+OTHER_USER=${MPIOBS_SLURM_OTHER_USER:-mpiobs2}
 CTL_PORT=${MPIOBS_SLURM_CTL_PORT:-16817}
 SLURMD_PORT=${MPIOBS_SLURM_SLURMD_PORT:-16818}
 # Names with no "mo<digits>" prefix, so cluster.rs's stale-run sweep never
@@ -195,8 +198,10 @@ start_slurmd() {
 }
 
 ensure_user() {
-	getent passwd "$SLURM_USER" >/dev/null ||
-		useradd --create-home --shell /bin/bash "$SLURM_USER"
+	local u
+	for u in "$SLURM_USER" "$OTHER_USER"; do
+		getent passwd "$u" >/dev/null || useradd --create-home --shell /bin/bash "$u"
+	done
 	chown "$SLURM_USER": "$STATE/jobs"
 }
 

@@ -21,6 +21,9 @@ use crate::{run_with_timeout, workspace_root};
 pub const STATE: &str = "/run/mpiobs-slurm";
 /// The unprivileged user jobs run as.
 pub const USER: &str = "mpiobs";
+/// A second unprivileged user (cluster.sh makes her too), who submits no
+/// job: her processes on a node try what one user can do to another's job.
+pub const OTHER_USER: &str = "mpiobs2";
 /// Compute nodes.
 pub const NODES: usize = 3;
 /// The partition every node is in.
@@ -107,8 +110,12 @@ impl SlurmCluster {
 
     /// [`USER`]'s uid.
     pub fn uid(&self) -> u32 {
-        let o = Command::new("id").args(["-u", USER]).output().unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+        uid_of(USER)
+    }
+
+    /// [`OTHER_USER`]'s uid.
+    pub fn other_uid(&self) -> u32 {
+        uid_of(OTHER_USER)
     }
 
     /// `prog` (srun, sbatch, squeue...) run as [`USER`] with the cluster's
@@ -187,6 +194,15 @@ impl SlurmCluster {
             })
             .collect()
     }
+}
+
+/// `user`'s uid.
+fn uid_of(user: &str) -> u32 {
+    let o = Command::new("id").args(["-u", user]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("uid of {user}: {e}"))
 }
 
 impl Drop for SlurmCluster {

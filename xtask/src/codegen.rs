@@ -4,7 +4,9 @@
 //! The spec is read once ([`crate::spec`]); this module renders
 //! `observer-common`'s table and asks [`crate::codegen_shim`] for the shim's
 //! files and [`crate::codegen_qmpi`] for the QMPI tables and header, so the
-//! generators share one reading and never call each other back. The output is committed. `cargo xtask codegen --check` regenerates
+//! generators share one reading and never call each other back;
+//! [`crate::codegen_slurm`] writes the SPANK plugin's copy of the shim's
+//! tools-list keywords. The output is committed. `cargo xtask codegen --check` regenerates
 //! it in memory and fails on any difference, which is how CI catches a stale
 //! table.
 
@@ -13,7 +15,7 @@ use std::{fmt::Write as _, fs, path::Path};
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    codegen_qmpi, codegen_shim, semantics,
+    codegen_qmpi, codegen_shim, codegen_slurm, semantics,
     spec::{self, Procedure},
 };
 
@@ -146,7 +148,8 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
     let outputs = [(FUNCTIONS_RS, render(&procs, digest)?)]
         .into_iter()
         .chain(codegen_shim::outputs(&procs, digest)?)
-        .chain(codegen_qmpi::outputs(root, &procs, digest)?);
+        .chain(codegen_qmpi::outputs(root, &procs, digest)?)
+        .chain(codegen_slurm::outputs()?);
     let mut stale = Vec::new();
     for (rel, text) in outputs {
         let path = root.join(rel);

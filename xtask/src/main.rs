@@ -15,6 +15,7 @@ mod bench_stats;
 mod codegen;
 mod codegen_qmpi;
 mod codegen_shim;
+mod codegen_slurm;
 mod demo;
 mod layout;
 mod package;

@@ -250,8 +250,7 @@ fn install_observe_remove_purge() {
     if Path::new(PLUGSTACK_DIR).is_dir() {
         let line = std::fs::read_to_string(PLUGSTACK).expect("the postinst's plugstack line");
         assert!(
-            line.lines()
-                .any(|l| l == format!("optional {PLUGIN} shim={SHIM}")),
+            line.lines().any(|l| l == format!("optional {PLUGIN}")),
             "{PLUGSTACK}:\n{line}"
         );
     }
@@ -360,7 +359,7 @@ fn upgrade_while_observing_then_purge() {
     let guard = Installed::new(&deb);
     std::fs::write(DEFAULTS, SITE_OPTS).unwrap();
     // The site turns the shim on for every job (a default= in the line).
-    let site_line = format!("optional {PLUGIN} shim={SHIM} default=stats\n");
+    let site_line = format!("optional {PLUGIN} default=stats\n");
     let slurm = Path::new(PLUGSTACK_DIR).is_dir();
     if slurm {
         std::fs::write(PLUGSTACK, &site_line).unwrap();

@@ -425,6 +425,85 @@ fn bad_list(mpi: Mpi) {
 
 e2e::per_mpi!(shim_bad_list => bad_list: openmpi, mpich);
 
+/// The same bad lists with `MPI_OBSERVER_TOOLS_ON_ERROR=skip` (what the
+/// Slurm plugin sets): every rank leaves the bad entry out with one line,
+/// the tools that load run in order, and the job completes with its own
+/// results. A second `stats` is left out the same way.
+fn bad_list_skipped(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
+    let kit = Kit::new(mpi, "skip");
+    let a = kit.tool("A", false);
+    let b = kit.tool("B", false);
+    let app = kit.program("app.c", &[]);
+    let missing = kit.dir.join("libnothere.so");
+    let cases = [
+        (
+            format!("{},{},{}", a.display(), missing.display(), b.display()),
+            format!(
+                "mpi-observer-shim: tools entry `{0}`: cannot load {0}: {0}: cannot open shared object file: No such file or directory; left out (MPI_OBSERVER_TOOLS_ON_ERROR=skip)",
+                missing.display()
+            ),
+        ),
+        (
+            format!("{},nosuchkeyword,stats,{},stats", a.display(), b.display()),
+            "mpi-observer-shim: tools entry `nosuchkeyword`: unknown keyword (known: v, fort, fortran, preload, stats) and libnosuchkeyword.so cannot be loaded: libnosuchkeyword.so: cannot open shared object file: No such file or directory; left out (MPI_OBSERVER_TOOLS_ON_ERROR=skip)".to_string(),
+        ),
+    ];
+    let (np, n) = (2, 2usize);
+    for (i, (list, want)) in cases.into_iter().enumerate() {
+        let o = run_with_timeout(
+            &mut kit.job(
+                np,
+                &[
+                    ("MPI_TOOLS_ENTRY", &list),
+                    ("MPI_OBSERVER_TOOLS_ON_ERROR", "skip"),
+                ],
+                None,
+                &app,
+            ),
+            DEADLINE,
+        );
+        let (out, err) = assert_ok(&o);
+        let mut lines: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("mpi-observer-shim:"))
+            .collect();
+        let mut wanted = vec![want.as_str(); n];
+        // The second case's second `stats`, also once per rank.
+        let twice = "mpi-observer-shim: tools entry `stats`: the stats layer is listed twice; left out (MPI_OBSERVER_TOOLS_ON_ERROR=skip)";
+        if i == 1 {
+            wanted.extend([twice; 2]);
+        }
+        lines.sort_unstable();
+        wanted.sort_unstable();
+        assert_eq!(
+            lines, wanted,
+            "{list}: one line per rank and bad entry:\n{err}"
+        );
+        let apps: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("shimtest app "))
+            .collect();
+        assert_eq!(apps.len(), n, "{list}: the app ran in every rank:\n{out}");
+        assert!(apps.iter().all(|l| l.contains("sum=1 expected=1")), "{out}");
+        // A and B run, in list order, in every rank.
+        let events = tool_events(&out);
+        assert_eq!(events.len(), n, "{out}");
+        for ev in events.values() {
+            let init: Vec<String> = ev
+                .iter()
+                .filter(|(_, e)| e.contains("before MPI_Init"))
+                .map(|(t, _)| t.clone())
+                .collect();
+            assert_eq!(init, ["A", "B"], "{list}: {ev:?}");
+        }
+    }
+}
+
+e2e::per_mpi!(shim_bad_list_skipped => bad_list_skipped: openmpi, mpich);
+
 /// A procedure that no level defines (an MPI 5.0 one, absent from both
 /// libraries), reached through a tool's reference (the application cannot
 /// see it at all), ends every rank with one line naming it, not a crash.

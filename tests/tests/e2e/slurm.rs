@@ -65,7 +65,7 @@ use e2e::{
         unit_launcher_with_credentials,
     },
     parse_metrics, program, require, run_with_timeout, scratch,
-    slurm::{NODES, PARTITION, STATE, SlurmCluster, USER, node_addr, node_name},
+    slurm::{NODES, OTHER_USER, PARTITION, STATE, SlurmCluster, USER, node_addr, node_name},
     sum,
     tls::{WEB_USER, basic, get_tls, make_certs_for, tls_client, web_config_users},
     url_encode, wait_for,
@@ -380,11 +380,27 @@ impl Drop for NodeDaemon {
     }
 }
 
-/// Whether process `pid` maps the shim.
+/// Whether process `pid` maps the shim; panics if it maps one that is not
+/// the package's (the plugin's default `shim=` is where the package puts it).
 fn maps_shim(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/maps: {e}"))
-        .contains("libmpi_observer_shim")
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/maps: {e}"));
+    let any = maps.contains("libmpi_observer_shim");
+    assert!(
+        !any || maps.contains(SHIM),
+        "pid {pid} maps a shim that is not {SHIM}:\n{maps}"
+    );
+    any
+}
+
+/// `name`'s value in process `pid`'s environment (as it was started).
+fn environ(pid: u32, name: &str) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/environ: {e}"));
+    env.split(|b| *b == 0).find_map(|kv| {
+        let kv = String::from_utf8_lossy(kv);
+        kv.strip_prefix(&format!("{name}=")).map(str::to_string)
+    })
 }
 
 /// One Prometheus instant query's result vector.
@@ -412,19 +428,54 @@ fn wait_series(prom: &Prometheus, expr: &str, n: usize) -> Vec<Value> {
 }
 
 /// A 6-rank mix.c job on the 3 nodes through `srun` as `mpiobs`, held at
-/// its go file (in `dir`, which every node sees).
-fn srun_job(cl: &SlurmCluster, dir: &Path, mpi: Mpi, exe: &Path, option: &str) -> Job {
+/// its go file `go-NAME` (in `dir`, which every node sees); srun's own
+/// stderr (its lines and the tasks') goes to the returned file, `NAME.err`.
+///
+/// Each job has files of its own: its go file, and under Open MPI its own
+/// session directory (`orte_tmpdir_base`, in each node's private /tmp):
+/// Open MPI 4.1 fails a launch whose `/tmp/ompi.HOST.UID` another launch of
+/// the same user creates or removes at the same moment ("orte_session_dir
+/// failed").
+fn srun_job(
+    cl: &SlurmCluster,
+    dir: &Path,
+    mpi: Mpi,
+    exe: &Path,
+    option: &str,
+    name: &str,
+) -> (Job, PathBuf) {
     let plugin = if mpi.is_open_mpi() { "pmix" } else { "pmi2" };
-    let mut c = cl.as_user(dir, "srun");
-    c.args([
+    let err = dir.join(format!("{name}.err"));
+    let _ = std::fs::remove_file(&err);
+    // `sh -c 'exec srun "$@" 2>"$0"' ERR ARGS...`: srun's stderr in ERR,
+    // written as mpiobs.
+    let mut c = cl.as_user(dir, "sh");
+    c.args(["-c", "exec srun \"$@\" 2>\"$0\""]).arg(&err).args([
+        // Not srun's "job N queued and waiting for resources" while an
+        // earlier job ends: its errors only.
+        "--quiet",
         "-N3",
         &format!("-n{NP}"),
         &format!("--mpi={plugin}"),
         option,
-    ])
-    .arg(exe)
-    .arg(ITERS.to_string());
-    Job::spawn(c, NP, dir.join(format!("go-{}", mpi.name())))
+    ]);
+    if mpi.is_open_mpi() {
+        c.arg(format!(
+            "--export=ALL,OMPI_MCA_orte_tmpdir_base=/tmp/ompi-{name}"
+        ));
+    }
+    c.arg(exe).arg(ITERS.to_string());
+    let job = Job::spawn(c, NP, dir.join(format!("go-{name}")));
+    (job, err)
+}
+
+/// The lines of srun's stderr file `err`.
+fn err_lines(err: &Path) -> Vec<String> {
+    std::fs::read_to_string(err)
+        .unwrap_or_else(|e| panic!("{}: {e}", err.display()))
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// Waits until each rank of `job` is observed by its node's daemon (the one
@@ -625,6 +676,160 @@ fn assert_reports(dir: &Path, jobid: &str, uid: u32, ranks: &str, allreduce: u64
     }
 }
 
+/// Step 8b: job `victim` of `mpiobs` (one MPICH rank on node1, run
+/// through at once), while `mpiobs2` runs one MPICH rank on node1 claiming
+/// its job id from her environment, held until the victim's report is
+/// written. Asserts her rank was observed under the victim's job id, and
+/// that the victim's report names the victim's uid only and came without
+/// waiting for her rank.
+fn claimed_job_report(cl: &SlurmCluster, dir: &Path, exe: &Path, uid: u32) {
+    let other = cl.other_uid();
+    let script = dir.join("victim.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nset -e\n\
+             srun --mpi=pmi2 {} {ITERS} \"$PWD/go-victim\" \"$PWD/stop-victim\"\n\
+             : >\"$PWD/ended-victim\"\n",
+            exe.display()
+        ),
+    )
+    .unwrap();
+    let ok = Command::new("chmod")
+        .arg("755")
+        .arg(&script)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let d = dir.to_str().unwrap();
+    let victim = cl.sbatch(
+        dir,
+        &[
+            "-D",
+            d,
+            "-N1",
+            "-n1",
+            "-w",
+            "node1",
+            script.to_str().unwrap(),
+        ],
+    );
+    let rank_of = |samples: &[Sample], who: u32| -> Option<String> {
+        samples
+            .iter()
+            .find(|x| {
+                x.name == "mpi_rank_info"
+                    && x.label("jobid") == Some(victim.as_str())
+                    && x.label("uid") == Some(who.to_string().as_str())
+            })
+            .and_then(|x| x.label("pid").map(str::to_string))
+    };
+    wait_for(
+        "node1's daemon to observe the victim's rank",
+        Duration::from_secs(60),
+        || rank_of(&scrape(1), uid),
+    );
+
+    // Her rank: mpiobs2's MPICH job on node1 (Hydra, fork launcher), its
+    // one process started through `env` with the victim's job id.
+    let her_dir = Path::new(STATE).join("jobs/other");
+    std::fs::create_dir_all(&her_dir).unwrap();
+    let mut c = cl.exec(1);
+    c.args(["runuser", "-u", OTHER_USER, "--"])
+        .arg(Mpi::Mpich.mpirun())
+        .args(["-launcher", "fork", "-np", "1", "env"])
+        .arg(format!("SLURM_JOB_ID={victim}"))
+        .arg(exe)
+        .arg(ITERS.to_string())
+        .current_dir(&her_dir);
+    let her = Job::spawn_held(c, 1, her_dir.join("go-her"), her_dir.join("stop-her"));
+    let her_pid = her.pid(0).to_string();
+    wait_for(
+        "node1's daemon to hold her rank under the victim's job id",
+        Duration::from_secs(30),
+        || {
+            let s = scrape(1);
+            (rank_of(&s, other).as_deref() == Some(her_pid.as_str())
+                && sum(
+                    &s,
+                    "mpi_rank_up",
+                    &[("jobid", &victim), ("uid", &other.to_string())],
+                ) == 1.0)
+                .then_some(())
+        },
+    );
+    // Her claim is in the daemon's report data: without --uid, a report
+    // of the job has her section.
+    let o = run_with_timeout(
+        Command::new("/usr/bin/mpi-observer")
+            .args(["report", "--url"])
+            .arg(format!("https://{}:{PORT}", node_addr(1)))
+            .args([
+                "--ca-file",
+                CA,
+                "--auth-file",
+                EPILOG_AUTH,
+                "--job",
+                &victim,
+            ]),
+        Duration::from_secs(30),
+    );
+    let all = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && all.contains(&format!("job {victim} of uid {other} (")),
+        "the unfiltered report has her claim: {all}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    // The victim's job runs through and ends; the Epilog writes its report.
+    std::fs::write(dir.join("stop-victim"), "stop").unwrap();
+    std::fs::write(dir.join("go-victim"), "go").unwrap();
+    let ended = dir.join("ended-victim");
+    wait_for(
+        "the victim's batch script to end",
+        Duration::from_secs(60),
+        || ended.exists().then_some(()),
+    );
+    let t = Instant::now();
+    cl.wait_gone(&victim, Duration::from_secs(60));
+    let epilog = t.elapsed();
+    // Her rank ran through it all.
+    assert!(
+        Path::new(&format!("/proc/{her_pid}")).exists(),
+        "her rank still runs"
+    );
+    assert!(
+        epilog < Duration::from_secs(12),
+        "the job left squeue {epilog:?} after its script ended: the Epilog waited for her \
+         running rank (its wait gives up at 15 s)"
+    );
+    for ext in ["txt", "html"] {
+        let p = dir.join(format!("mpi-observer-{victim}.{ext}"));
+        let text = std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{}: {e} (the Epilog's report)", p.display()));
+        assert!(
+            !text.contains(&format!("uid {other}")),
+            "{}: nothing of uid {other}'s:\n{text}",
+            p.display()
+        );
+        if ext == "txt" {
+            assert!(
+                text.contains(&format!("job {victim} of uid {uid} (1 ranks on node1)")),
+                "{}:\n{text}",
+                p.display()
+            );
+            assert_eq!(
+                text.matches(&format!("job {victim} of uid")).count(),
+                1,
+                "one job in {}:\n{text}",
+                p.display()
+            );
+        }
+    }
+    her.finish("OK ");
+    eprintln!("slurm: the claimed job's Epilog took {epilog:?}");
+}
+
 #[test]
 fn site_deployment_on_a_slurm_cluster() {
     if !required() {
@@ -643,10 +848,11 @@ fn site_deployment_on_a_slurm_cluster() {
     // 1. The package, and the site's options.
     let package = Installed::new(&deb);
     assert!(Path::new(EPILOG).is_file(), "{EPILOG} is installed");
+    // The plugin's line, without shim=: the plugin knows where the package
+    // puts the shim (every job below that maps one maps SHIM).
     let line = std::fs::read_to_string(PLUGSTACK).expect("the postinst's plugstack line");
     assert!(
-        line.lines()
-            .any(|l| l == format!("optional {PLUGIN} shim={SHIM}")),
+        line.lines().any(|l| l == format!("optional {PLUGIN}")),
         "{PLUGSTACK}:\n{line}"
     );
     edit_defaults();
@@ -751,9 +957,125 @@ fn site_deployment_on_a_slurm_cluster() {
     );
 
     phase("bad value checked");
+    // 5b. Values srun checks before the job starts (README step 3): each
+    // entry a keyword of the shim's or a library found from where srun
+    // runs. What is not is one srun line, and the job runs, with the rest
+    // or without the shim, its counts exact either way.
+    let keywords = "v, fort, fortran, preload, stats";
+    let where_ = "in LD_LIBRARY_PATH, the loader's cache or its directories";
+    for (name, value, why) in [
+        (
+            "bogus-value",
+            "bogus_value",
+            format!(
+                "\"bogus_value\" is no keyword ({keywords}) and no library \
+                 libbogus_value.so is found {where_}"
+            ),
+        ),
+        (
+            "bogus-path",
+            "/nonexistent/libtool.so",
+            "\"/nonexistent/libtool.so\": No such file or directory".to_string(),
+        ),
+    ] {
+        let option = format!("--mpi-observer={value}");
+        let (job, err) = srun_job(&cl, &work, Mpi::Mpich, &mpich, &option, name);
+        for pid in job.pids() {
+            assert!(!maps_shim(pid), "{option}: rank pid {pid} maps no shim");
+        }
+        let (jobid, nodes) = wait_observed(&job, false);
+        assert_exact(job, &jobid, &nodes);
+        assert_eq!(
+            err_lines(&err),
+            [format!(
+                "srun: error: mpi-observer: {option}: {why}; running without the shim"
+            )],
+            "{option}: one srun line"
+        );
+    }
+    // A bad keyword beside a good one: the job runs with the good one.
+    let (job, err) = srun_job(
+        &cl,
+        &work,
+        Mpi::Mpich,
+        &mpich,
+        "--mpi-observer=stats,bogus",
+        "mixed",
+    );
+    for pid in job.pids() {
+        assert!(maps_shim(pid), "stats,bogus: rank pid {pid} maps the shim");
+        assert_eq!(
+            environ(pid, "MPI_TOOLS_ENTRY").as_deref(),
+            Some("stats"),
+            "pid {pid}: what srun kept"
+        );
+        assert_eq!(
+            environ(pid, "MPI_OBSERVER_TOOLS_ON_ERROR").as_deref(),
+            Some("skip"),
+            "pid {pid}: the shim leaves out what it cannot use"
+        );
+        assert_eq!(
+            environ(pid, "SLURM_MPI_OBSERVER_TOOLS"),
+            None,
+            "pid {pid}: the plugin's handover is not the task's"
+        );
+    }
+    let (jobid, nodes) = wait_observed(&job, true);
+    assert_exact(job, &jobid, &nodes);
+    assert_eq!(
+        err_lines(&err),
+        [format!(
+            "srun: error: mpi-observer: --mpi-observer=stats,bogus: \"bogus\" is no keyword \
+             ({keywords}) and no library libbogus.so is found {where_}; running with \
+             --mpi-observer=stats"
+        )],
+        "stats,bogus: one srun line"
+    );
+    // A library srun finds but the ranks' loader refuses (a symbol nothing
+    // defines): srun has nothing to say, and the shim in each rank leaves
+    // it out with one line instead of ending the rank.
+    let broken_c = work.join("broken.c");
+    std::fs::write(
+        &broken_c,
+        "#include <mpi.h>\n\
+         void mpi_observer_test_nowhere(void);\n\
+         int MPI_Barrier(MPI_Comm c) { mpi_observer_test_nowhere(); return PMPI_Barrier(c); }\n",
+    )
+    .unwrap();
+    let broken = work.join("libbroken.so");
+    compile(
+        Mpi::Mpich,
+        &broken_c,
+        &broken,
+        &["-shared", "-fPIC", "-Wl,--unresolved-symbols=ignore-all"],
+    );
+    let option = format!("--mpi-observer=stats,{}", broken.display());
+    let (job, err) = srun_job(&cl, &work, Mpi::Mpich, &mpich, &option, "broken");
+    let (jobid, nodes) = wait_observed(&job, true);
+    assert_exact(job, &jobid, &nodes);
+    let lines = err_lines(&err);
+    let want = format!(
+        "mpi-observer-shim: tools entry `{0}`: cannot load {0}: {0}: undefined symbol: \
+         mpi_observer_test_nowhere; left out (MPI_OBSERVER_TOOLS_ON_ERROR=skip)",
+        broken.display()
+    );
+    assert!(
+        lines.len() == NP as usize && lines.iter().all(|l| *l == want),
+        "one line from each rank's shim, none from srun:\n{}",
+        lines.join("\n")
+    );
+
+    phase("tools lists checked");
     // 6. --mpi-observer=stats: the shim in every rank, exact counts.
     for (mpi, exe) in [(Mpi::OpenMpi, &ompi), (Mpi::Mpich, &mpich)] {
-        let job = srun_job(&cl, &work, mpi, exe, "--mpi-observer=stats");
+        let (job, _) = srun_job(
+            &cl,
+            &work,
+            mpi,
+            exe,
+            "--mpi-observer=stats",
+            &format!("stats-{}", mpi.name()),
+        );
         for pid in job.pids() {
             assert!(maps_shim(pid), "{mpi:?} rank pid {pid} maps the shim");
         }
@@ -781,7 +1103,9 @@ fn site_deployment_on_a_slurm_cluster() {
             })
             .sum()
     };
-    assert_eq!(knocks("held"), 2.0 * NP as f64, "exit knocks held");
+    // Four shim jobs so far: step 5b's two (stats,bogus and the broken
+    // library) and these two.
+    assert_eq!(knocks("held"), 4.0 * NP as f64, "exit knocks held");
     for refused in [
         "not_observed",
         "not_mpi",
@@ -797,15 +1121,18 @@ fn site_deployment_on_a_slurm_cluster() {
     phase("stats jobs exact");
     // 7. The site's default (default=stats), and opting out of it: no shim
     // in any rank, exact counts through the probes.
-    std::fs::write(
-        PLUGSTACK,
-        format!("optional {PLUGIN} shim={SHIM} default=stats\n"),
-    )
-    .unwrap();
+    std::fs::write(PLUGSTACK, format!("optional {PLUGIN} default=stats\n")).unwrap();
     assert_eq!(tasks_with_shim(&cl, &work, None), 3, "default=stats");
     assert_eq!(tasks_with_shim(&cl, &work, Some("--mpi-observer=off")), 0);
     for (mpi, exe) in [(Mpi::OpenMpi, &ompi), (Mpi::Mpich, &mpich)] {
-        let job = srun_job(&cl, &work, mpi, exe, "--mpi-observer=off");
+        let (job, _) = srun_job(
+            &cl,
+            &work,
+            mpi,
+            exe,
+            "--mpi-observer=off",
+            &format!("off-{}", mpi.name()),
+        );
         for pid in job.pids() {
             assert!(!maps_shim(pid), "{mpi:?} rank pid {pid} opted out");
         }
@@ -972,6 +1299,14 @@ fn site_deployment_on_a_slurm_cluster() {
     drop(prom);
 
     phase("batch jobs and reports checked");
+    // 8b. Another user claims a running job's id: her own process, outside
+    // Slurm, with the victim's SLURM_JOB_ID in its environment, running on
+    // the job's node through the job's end. The Epilog asks for the job's
+    // user's ranks only (`report --uid`): her section is not in the
+    // victim's report, and her running rank does not hold the Epilog's wait
+    // (up to 15 s) for the job's ranks to end.
+    claimed_job_report(&cl, &batch, &bexe, uid);
+    phase("a claimed job id checked");
     // 9. The package goes: its prerm stops the node daemons, no probe and no
     // file of its own is left; the site's TLS files stay.
     dpkg(&["--purge", PKG]);

@@ -2,7 +2,7 @@
 
 use std::{fs, io::Write as _, time::Duration};
 
-use super::{Data, Limits, ReportError, analyse, html, json, text};
+use super::{Data, Limits, ReportError, analyse, html, json, select, text};
 use crate::{
     cli::{ReportArgs, ReportFormat},
     client::http_get::{self, Client, Url},
@@ -42,21 +42,7 @@ pub fn run(args: &ReportArgs) -> Result<(), ReportError> {
         top: args.top,
         ..Limits::default()
     };
-    let mut reports = analyse(&data, limits);
-    if let Some(j) = &args.job {
-        let known: Vec<String> = reports.iter().map(|r| r.jobid.clone()).collect();
-        reports.retain(|r| &r.jobid == j);
-        if reports.is_empty() {
-            return Err(ReportError::Empty(format!(
-                "no job `{j}` in the data (jobs there: {}); give one of those to --job",
-                if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                }
-            )));
-        }
-    }
+    let reports = select(analyse(&data, limits), args.job.as_deref(), args.uid)?;
     if reports.is_empty() {
         return Err(ReportError::Empty(
             "the data holds no rank: the daemon observed none yet (or its --retain-exited let them go); \

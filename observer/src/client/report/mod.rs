@@ -81,6 +81,17 @@ pub enum ReportError {
     /// Nothing to report.
     #[error("{0}")]
     Empty(String),
+    /// `--job` or `--uid` matched no job of the data.
+    #[error("no {wanted} in the data (jobs there: {known}); give one of those to --job{}", if *by_uid { " and its uid to --uid" } else { "" })]
+    NoSuchJob {
+        /// What was asked for: "job `42`", "job `42` of uid 1000".
+        wanted: String,
+        /// The jobs the data holds, as [`Report::title`] names them, or
+        /// "none".
+        known: String,
+        /// `--uid` was given.
+        by_uid: bool,
+    },
     /// Writing the output failed.
     #[error("cannot write the report to {path}: {source}")]
     Write {
@@ -346,6 +357,41 @@ impl Report {
             None => self.jobid.clone(),
         }
     }
+}
+
+/// The reports of `reports` that are job `job` (if given) of uid `uid` (if
+/// given): none of another user's, whose processes may claim any job id.
+/// Refused when nothing is left.
+pub fn select(
+    reports: Vec<Report>,
+    job: Option<&str>,
+    uid: Option<u32>,
+) -> Result<Vec<Report>, ReportError> {
+    if job.is_none() && uid.is_none() {
+        return Ok(reports);
+    }
+    let known: Vec<String> = reports.iter().map(Report::title).collect();
+    let kept: Vec<Report> = reports
+        .into_iter()
+        .filter(|r| job.is_none_or(|j| r.jobid == j) && uid.is_none_or(|u| r.uid == Some(u)))
+        .collect();
+    if !kept.is_empty() {
+        return Ok(kept);
+    }
+    let wanted = match (job, uid) {
+        (Some(j), Some(u)) => format!("job `{j}` of uid {u}"),
+        (Some(j), None) => format!("job `{j}`"),
+        (None, _) => format!("job of uid {}", uid.unwrap_or_default()),
+    };
+    Err(ReportError::NoSuchJob {
+        wanted,
+        known: if known.is_empty() {
+            "none".to_string()
+        } else {
+            known.join(", ")
+        },
+        by_uid: uid.is_some(),
+    })
 }
 
 /// The sum of `v`, saturating: figures come from user-written segments.

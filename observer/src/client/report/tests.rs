@@ -194,6 +194,51 @@ fn one_job_id_claimed_by_two_users_is_two_jobs() {
 }
 
 #[test]
+fn uid_keeps_the_users_own_job_only() {
+    let mut d = data();
+    for r in &mut d.ranks {
+        r.uid = Some(1004);
+    }
+    // Another user's process claims the victim's job id: its own group,
+    // listed first (lower uid).
+    let mut forged = rank(0, 5, false);
+    forged.uid = Some(1003);
+    forged.pid = 999;
+    forged.callsites[0].site = "her_secret at her.c:1".into();
+    d.ranks.push(forged);
+    let all = analyse(&[d], Limits::default());
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].uid, Some(1003), "the claim sorts first");
+
+    let mine = select(all.clone(), Some("job7"), Some(1004)).unwrap();
+    assert_eq!(mine.len(), 1);
+    assert_eq!((mine[0].uid, mine[0].totals.ranks), (Some(1004), 2));
+    let text = text::render(&mine);
+    assert!(text.contains("job job7 of uid 1004 (2 ranks"), "{text}");
+    assert!(
+        !text.contains("uid 1003") && !text.contains("her_secret"),
+        "{text}"
+    );
+    // --uid alone: every job of that user; nothing of hers.
+    assert_eq!(select(all.clone(), None, Some(1003)).unwrap().len(), 1);
+    // Without either: everything, as before.
+    assert_eq!(select(all.clone(), None, None).unwrap().len(), 2);
+    // A job of that id run by nobody of that uid is one clear error.
+    let e = select(all.clone(), Some("job7"), Some(1005)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "no job `job7` of uid 1005 in the data (jobs there: job7 of uid 1003, job7 of uid 1004); \
+         give one of those to --job and its uid to --uid"
+    );
+    let e = select(all, Some("job8"), None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "no job `job8` in the data (jobs there: job7 of uid 1003, job7 of uid 1004); \
+         give one of those to --job"
+    );
+}
+
+#[test]
 fn the_header_names_the_lowest_ranks_scheduler_facts() {
     let mut d = data();
     let facts = |step: &str, task: &str| SchedulerData {
