@@ -18,7 +18,7 @@ use crate::{
     attach::identity::{self, Identity, JobidSource, Label},
     attach::probes::{Attachment, ProbeError, Probes},
     attach::symbols::{self, SymbolError},
-    collect::callsites::{Budget as SiteBudget, Names, RankSites},
+    collect::callsites::{Budget as SiteBudget, Names, RankSites, Who},
     collect::segment::Segment,
     collect::snapshot::{
         CallsByFunction, Health, Labels, RankSnapshot, RawSite, SegmentSnapshot, Snapshot,
@@ -1091,9 +1091,12 @@ impl State {
                 }
                 let add = r.figures.as_ref().is_some_and(|f| f.injected) && !r.adopted;
                 let raw = rank_sites(sites.remove(&r.pid), r.figures.as_ref(), add);
-                let callsites =
-                    r.sites
-                        .resolve(&mut names, r.pid, r.exited_at.is_none(), &raw, budget);
+                let who = Who {
+                    pid: r.pid,
+                    uid: r.uid,
+                    alive: r.exited_at.is_none(),
+                };
+                let callsites = r.sites.resolve(&mut names, who, &raw, budget);
                 RankSnapshot {
                     pid: r.pid,
                     identity: r.identity.clone(),
