@@ -289,6 +289,11 @@ pub struct Rank {
     /// with them): a user's retained short jobs never crowd out their
     /// next ones.
     released: bool,
+    /// Once it exited: the call sites its final figures were named from,
+    /// kept while some of their names are still to be made (the
+    /// symbolizer is busy, or its user spent its budget), so that they are
+    /// named after it is released instead of never.
+    exited_sites: Vec<RawSite>,
 }
 
 impl Rank {
@@ -344,6 +349,7 @@ impl Rank {
             sites: RankSites::default(),
             pending_datatypes: None,
             released: false,
+            exited_sites: Vec::new(),
         }
     }
 
@@ -679,6 +685,7 @@ impl State {
                 sites: p.sites,
                 pending_datatypes,
                 released: false,
+                exited_sites: Vec::new(),
             },
         );
         self.selfm.attached.set(self.attached_count() as i64);
@@ -1078,25 +1085,35 @@ impl State {
         let mut names = self.names.session();
         let budget = self.callsite_budget;
         let bytes = self.bytes;
-        let kept = &self.exited_figures;
+        let kept = &mut self.exited_figures;
         let ranks = self
             .ranks
             .values_mut()
             .map(|r| {
-                // Gone from the maps: its final figures as kept.
-                if r.released
-                    && let Some(k) = kept.get(&r.pid)
-                {
-                    return k.clone();
-                }
-                let add = r.figures.as_ref().is_some_and(|f| f.injected) && !r.adopted;
-                let raw = rank_sites(sites.remove(&r.pid), r.figures.as_ref(), add);
                 let who = Who {
                     pid: r.pid,
                     uid: r.uid,
                     alive: r.exited_at.is_none(),
                 };
+                // Gone from the maps: its final figures as kept, with the
+                // names of its sites made since.
+                if r.released
+                    && let Some(k) = kept.get_mut(&r.pid)
+                {
+                    if k.callsites.iter().any(|s| s.pending) {
+                        k.callsites = r.sites.resolve(&mut names, who, &r.exited_sites, budget);
+                    }
+                    if !k.callsites.iter().any(|s| s.pending) {
+                        r.exited_sites = Vec::new();
+                    }
+                    return k.clone();
+                }
+                let add = r.figures.as_ref().is_some_and(|f| f.injected) && !r.adopted;
+                let raw = rank_sites(sites.remove(&r.pid), r.figures.as_ref(), add);
                 let callsites = r.sites.resolve(&mut names, who, &raw, budget);
+                if r.exited_at.is_some() {
+                    r.exited_sites = raw;
+                }
                 RankSnapshot {
                     pid: r.pid,
                     identity: r.identity.clone(),
@@ -1305,6 +1322,63 @@ mod tests {
         st.register(of_step(50, 1, None));
         assert_eq!(rank_label(&st, 50), "1#pid50");
         assert_eq!(st.selfm.identity_conflicts.get(), 2);
+    }
+
+    #[test]
+    fn a_rank_released_before_its_call_sites_are_named_gets_them_named() {
+        use crate::collect::{
+            callsites::NamesConfig,
+            snapshot::{Figures, RawSite},
+        };
+        let mut st = State::new(None, Vec::new(), true, RenderOptions::default());
+        // No wait: the first collection cannot have the name yet.
+        st.names = Names::with_config(NamesConfig {
+            wait: Duration::ZERO,
+            limits: crate::attach::symbolizer::Limits {
+                deadline: Duration::from_secs(30),
+                ..Default::default()
+            },
+            program: Some(crate::attach::symbolizer::tests::child_program()),
+            ..NamesConfig::default()
+        });
+        let pid = std::process::id();
+        let mut r = Rank::synthetic(pid, 0, "34");
+        r.sites.prime(pid);
+        let addr =
+            a_rank_released_before_its_call_sites_are_named_gets_them_named as *const () as u64;
+        r.figures = Some(Figures {
+            ready: true,
+            callsites: vec![RawSite {
+                function: 1,
+                addr: addr + 1,
+                calls: 3,
+                time_ns: 5,
+            }],
+            ..Figures::default()
+        });
+        r.exited_at = Some(Instant::now());
+        r.exited_wall = Some(SystemTime::now());
+        st.register(r);
+        let first = st.collect();
+        assert!(first.ranks[0].callsites[0].pending, "{first:?}");
+        assert!(st.ranks[&pid].released, "its final figures are kept");
+        let start = Instant::now();
+        let site = loop {
+            let s = st.collect();
+            let site = s.ranks[0].callsites[0].clone();
+            if !site.pending {
+                break site;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "never named");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(
+            site.name
+                .contains("a_rank_released_before_its_call_sites_are_named"),
+            "{site:?}"
+        );
+        assert!(site.exported && site.calls == 3, "{site:?}");
+        assert!(st.ranks[&pid].exited_sites.is_empty(), "kept no longer");
     }
 
     #[test]
