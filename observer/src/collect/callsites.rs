@@ -583,6 +583,11 @@ fn worker(shared: &Shared, mut client: Client) {
                     }
                     inner = shared.lock();
                 }
+                if !matches!(next, Next::Serve(_)) {
+                    // Idle: hold no user's file open (it could keep a
+                    // deleted file's space, or a file system, busy).
+                    open = None;
+                }
                 match next {
                     Next::Serve(r) => break r,
                     Next::Wait(until) => {
