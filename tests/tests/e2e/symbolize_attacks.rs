@@ -592,20 +592,31 @@ fn many_slow_files_of_one_user_delay_anothers_names_by_one_deadline() {
             .map(|x| x.value)
             .sum()
     };
-    let (s, took) = wait_for(
-        "the honest job's call sites to be named",
-        Duration::from_secs(60),
-        || {
-            let s = assert_scrape_within(&d.addr, SCRAPE_LIMIT);
-            let job = jobid_of(&s, honest_pids[0])?;
-            let done = ["0", "1"].iter().all(|r| named(&s, &job, r) == 1000.0);
-            if done {
-                return Some((s, go.elapsed()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-            None
-        },
-    );
+    let (s, took) = loop {
+        let s = assert_scrape_within(&d.addr, SCRAPE_LIMIT);
+        let job = jobid_of(&s, honest_pids[0]);
+        if let Some(job) = &job
+            && ["0", "1"].iter().all(|r| named(&s, job, r) == 1000.0)
+        {
+            break (s, go.elapsed());
+        }
+        if go.elapsed() > Duration::from_secs(60) {
+            let sites: Vec<String> = s
+                .iter()
+                .filter(|x| {
+                    (x.name == "mpi_callsite_calls_total" || x.name == "mpi_calls_total")
+                        && x.label("jobid") == job.as_deref()
+                })
+                .map(|x| format!("{x:?}"))
+                .collect();
+            panic!(
+                "root's call sites were not named within 60 s (job {job:?}); its series:\n{}\nthe daemon's log:\n{}",
+                sites.join("\n"),
+                d.log().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let tried = timeouts(&s);
     eprintln!(
         "fair: root's call sites named {took:?} after its job started, with {tried} of the attacker's {SLOW_FILES} slow files tried"
