@@ -224,6 +224,12 @@ pub struct AttachArgs {
     /// (docs/callsites.md); a file that needs more is not symbolized.
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
     pub symbolizer_memory: u64,
+    /// Seconds of the call-site symbolizer each user may spend in a burst,
+    /// refilled at that many a minute (docs/callsites.md); past it that
+    /// user's new call sites wait, as object+offset, and other users' are
+    /// not delayed. 0: no budget (users are still served in turn).
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::collect::callsites::DEFAULT_BUDGET.as_secs(), value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub symbolizer_budget: u64,
 }
 
 /// How `report` renders.

@@ -22,6 +22,11 @@
 //! Two call instructions on one source line share a name, and their figures
 //! are added together.
 //!
+//! **Sharing.** The one symbolizer process is shared between users: the
+//! offsets to name wait in one queue per uid, served in turn and within a
+//! budget of symbolizer seconds per uid, and a file that failed is poisoned
+//! for the uid that asked only ([`schedule`]).
+//!
 //! **Bounds.** The maps and the shim's table hold every call site; the
 //! exposition holds, per (rank, function), the first [`Budget::per_function`]
 //! call sites seen (the heaviest first among those seen at one collection),
@@ -32,23 +37,28 @@
 //! site.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashMap},
     num::NonZeroUsize,
     path::Path,
     sync::{
         Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError,
         atomic::{AtomicU64, Ordering},
-        mpsc,
     },
+    thread::JoinHandle,
     time::{Duration, Instant},
 };
 
 use crate::{
-    attach::symbolizer::{self, Client, Limits},
+    attach::symbolizer::{Client, Limits},
     collect::snapshot::{RawSite, Site},
     os::procfs,
     os::userfile,
 };
+
+mod schedule;
+
+pub use schedule::{DEFAULT_BUDGET, Fairness};
+use schedule::{Next, Pushed, Request, Scheduler};
 
 /// The name of the series summing a function's call sites beyond the budget
 /// (and the calls no site was recorded for).
@@ -59,15 +69,11 @@ pub const UNKNOWN: &str = "[unknown]";
 /// Default bound of the daemon's name cache (`--max-callsite-names`).
 pub const DEFAULT_MAX_NAMES: u64 = 65_536;
 /// Bound of the name cache's bytes (names are cut at
-/// [`symbolizer::MAX_NAME`] bytes; most are under 60).
+/// [`crate::attach::symbolizer::MAX_NAME`] bytes; most are under 60).
 pub const DEFAULT_MAX_NAME_BYTES: usize = 16 << 20;
 /// Addresses a rank names at most over its life; past it, its new
 /// addresses are counted in `callsite="other"` (and refusals counted).
 pub const PER_RANK_NAMES: usize = 16_384;
-/// Files whose symbolization failed, remembered at most.
-const MAX_POISONED: usize = 4_096;
-/// Call-site offsets waiting to be named at most.
-const MAX_PENDING: usize = 65_536;
 /// How long one collection waits, in all, for names it asked for.
 pub const DEFAULT_NAME_WAIT: Duration = Duration::from_millis(300);
 
@@ -167,6 +173,9 @@ pub struct NamingCounters {
     pub refusals_queue_full: AtomicU64,
     /// Names in the daemon's cache now.
     pub cached: AtomicU64,
+    /// Per uid: how often it spent its symbolizer budget with call sites
+    /// still to name.
+    throttled: Mutex<BTreeMap<u32, u64>>,
 }
 
 impl NamingCounters {
@@ -183,6 +192,25 @@ impl NamingCounters {
             .unwrap_or_else(PoisonError::into_inner)
             .entry(reason)
             .or_default() += 1;
+    }
+
+    fn throttled(&self, uid: u32) {
+        *self
+            .throttled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(uid)
+            .or_default() += 1;
+    }
+
+    /// How often `uid` spent its symbolizer budget with sites to name.
+    pub fn throttled_of(&self, uid: u32) -> u64 {
+        self.throttled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&uid)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Failures of the symbolizer for `reason`.
@@ -214,6 +242,21 @@ pub fn render_self_metrics(out: &mut String) {
         );
     }
     drop(failures);
+    let _ = writeln!(
+        out,
+        "# HELP mpi_observer_symbolizer_throttled_total Times a uid spent its symbolizer budget (--symbolizer-budget seconds a minute) with call sites still to name: they waited, named object+offset, until it refilled; other users were served meanwhile.\n# TYPE mpi_observer_symbolizer_throttled_total counter"
+    );
+    for (uid, n) in c
+        .throttled
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+    {
+        let _ = writeln!(
+            out,
+            "mpi_observer_symbolizer_throttled_total{{uid=\"{uid}\"}} {n}"
+        );
+    }
     let lines: [(&str, &str, &str, String); 6] = [
         (
             "mpi_observer_user_files_refused_total",
@@ -280,6 +323,8 @@ pub struct NamesConfig {
     pub max_bytes: usize,
     /// The symbolizer process's bounds.
     pub limits: Limits,
+    /// How the symbolizer is shared between users.
+    pub fairness: Fairness,
     /// How long one collection waits, in all, for names.
     pub wait: Duration,
     /// The symbolizer program and its arguments, when not this binary's
@@ -293,33 +338,26 @@ impl Default for NamesConfig {
             max_names: DEFAULT_MAX_NAMES as usize,
             max_bytes: DEFAULT_MAX_NAME_BYTES,
             limits: Limits::default(),
+            fairness: Fairness::default(),
             wait: DEFAULT_NAME_WAIT,
             program: None,
         }
     }
 }
 
-/// What the worker is asked: name these offsets of this mapping's file.
-struct Job {
-    pid: u32,
-    mapping: Mapping,
-    /// Return-address offsets.
-    offsets: Vec<u64>,
-}
-
 struct Inner {
     cache: lru::LruCache<Key, Arc<str>>,
     bytes: usize,
     max_bytes: usize,
-    pending: HashSet<Key>,
-    poisoned: lru::LruCache<FileId, ()>,
-    /// Bumped at each answer, for waiters.
-    generation: u64,
+    /// What waits to be named, per uid, and the uids' budgets and
+    /// poisoned files.
+    sched: Scheduler,
+    /// The [`Names`] is gone: the naming thread ends.
+    closed: bool,
 }
 
 impl Inner {
     fn insert(&mut self, key: Key, name: Arc<str>) {
-        self.pending.remove(&key);
         // Every name becomes a label value: capped (and the cut counted).
         let name = match crate::attach::identity::cap_callsite(&name) {
             std::borrow::Cow::Borrowed(_) => name,
@@ -345,7 +383,11 @@ impl Inner {
 
 struct Shared {
     inner: Mutex<Inner>,
+    /// Names were made (collections wait on it).
     answered: Condvar,
+    /// Work was queued, or the [`Names`] closed (the naming thread waits
+    /// on it).
+    work: Condvar,
 }
 
 impl Shared {
@@ -361,9 +403,19 @@ impl Shared {
 pub struct Names {
     shared: Arc<Shared>,
     config: NamesConfig,
-    jobs: Option<mpsc::Sender<Job>>,
+    /// The naming thread, started at the first lookup.
+    worker: Option<JoinHandle<()>>,
     unknown: Arc<str>,
     other: Arc<str>,
+}
+
+impl Drop for Names {
+    fn drop(&mut self) {
+        // The thread ends at its next look (after the request in flight),
+        // and its symbolizer process with it.
+        self.shared.lock().closed = true;
+        self.shared.work.notify_all();
+    }
 }
 
 impl Default for Names {
@@ -395,14 +447,14 @@ impl Names {
                     cache: lru::LruCache::new(cap(config.max_names)),
                     bytes: 0,
                     max_bytes: config.max_bytes,
-                    pending: HashSet::new(),
-                    poisoned: lru::LruCache::new(cap(MAX_POISONED)),
-                    generation: 0,
+                    sched: Scheduler::new(config.fairness),
+                    closed: false,
                 }),
                 answered: Condvar::new(),
+                work: Condvar::new(),
             }),
             config,
-            jobs: None,
+            worker: None,
             unknown: Arc::from(UNKNOWN),
             other: Arc::from(OTHER),
         }
@@ -415,7 +467,7 @@ impl Names {
 
     /// Offsets waiting to be named now.
     pub fn pending(&self) -> usize {
-        self.shared.lock().pending.len()
+        self.shared.lock().sched.pending()
     }
 
     /// A naming session for one collection: it waits for names, in all,
@@ -428,68 +480,70 @@ impl Names {
         }
     }
 
-    /// The worker's queue, started at first use.
-    fn sender(&mut self) -> &mpsc::Sender<Job> {
-        let shared = self.shared.clone();
-        let limits = self.config.limits;
-        let program = self.config.program.clone();
-        self.jobs.get_or_insert_with(|| {
-            let (tx, rx) = mpsc::channel::<Job>();
-            let client = match program {
-                Some((p, args)) => Client::with_program(p, args, limits),
-                None => Client::new(limits),
+    /// Starts the naming thread if it is not running; whether it runs (a
+    /// thread that panicked runs no more).
+    fn worker_runs(&mut self) -> bool {
+        if self.worker.is_none() {
+            let shared = self.shared.clone();
+            let client = match self.config.program.clone() {
+                Some((p, args)) => Client::with_program(p, args, self.config.limits),
+                None => Client::new(self.config.limits),
             };
-            std::thread::Builder::new()
-                .name("callsite-names".into())
-                .spawn(move || worker(&shared, &rx, client))
-                .expect("spawn the call-site naming thread");
-            tx
-        })
+            self.worker = Some(
+                std::thread::Builder::new()
+                    .name("callsite-names".into())
+                    .spawn(move || worker(&shared, client))
+                    .expect("spawn the call-site naming thread"),
+            );
+        }
+        self.worker.as_ref().is_some_and(|w| !w.is_finished())
     }
 
-    /// The cached name of `key`, or the fallback of a poisoned file, or
-    /// `None` after asking the worker for it.
-    fn lookup(&mut self, pid: u32, m: &Mapping, ret_offset: u64) -> Option<Arc<str>> {
+    /// The cached name of `key`, or the fallback of a file poisoned for
+    /// `uid`, or `None` after queuing it for `uid`, whose process `pid`
+    /// maps it.
+    fn lookup(&mut self, uid: u32, pid: u32, m: &Mapping, ret_offset: u64) -> Option<Arc<str>> {
         let key = (m.file(), ret_offset);
-        {
-            let mut inner = self.shared.lock();
-            if let Some(n) = inner.cache.get(&key) {
-                return Some(n.clone());
+        let fallback = || -> Arc<str> { Arc::from(m.fallback(ret_offset)) };
+        let runs = self.worker_runs();
+        let mut inner = self.shared.lock();
+        if let Some(n) = inner.cache.get(&key) {
+            return Some(n.clone());
+        }
+        // Not cached: a file that failed for this uid says nothing about
+        // the same file for another, who pays for its own try.
+        if inner.sched.is_poisoned(uid, m.file()) {
+            return Some(fallback());
+        }
+        if !runs {
+            // The naming thread is gone (it panicked): names fall back.
+            let name = fallback();
+            inner.insert(key, name.clone());
+            return Some(name);
+        }
+        match inner.sched.push(uid, pid, m, ret_offset, Instant::now()) {
+            Pushed::Queued => {
+                drop(inner);
+                self.shared.work.notify_one();
             }
-            if inner.poisoned.contains(&m.file()) {
-                let name: Arc<str> = Arc::from(m.fallback(ret_offset));
-                inner.insert(key, name.clone());
-                return Some(name);
-            }
-            if inner.pending.contains(&key) {
-                return None;
-            }
-            if inner.pending.len() >= MAX_PENDING {
+            Pushed::Already => {}
+            Pushed::Full => {
                 NamingCounters::global()
                     .refusals_queue_full
                     .fetch_add(1, Ordering::Relaxed);
-                return None;
             }
-            inner.pending.insert(key);
-        }
-        let job = Job {
-            pid,
-            mapping: m.clone(),
-            offsets: vec![ret_offset],
-        };
-        if self.sender().send(job).is_err() {
-            // The worker is gone (it panicked): the file's names fall back.
-            let name: Arc<str> = Arc::from(m.fallback(ret_offset));
-            self.shared.lock().insert(key, name.clone());
-            return Some(name);
         }
         None
     }
 
-    /// Waits until `key`'s name is made or `deadline` passes.
-    fn wait_for(&self, keys: &[Key], deadline: Instant) {
+    /// Waits until the names of `keys` that `uid` asked for are made or
+    /// `deadline` passes.
+    fn wait_for(&self, uid: u32, keys: &[Key], deadline: Instant) {
         let mut inner = self.shared.lock();
-        while keys.iter().any(|k| inner.pending.contains(k)) {
+        while keys
+            .iter()
+            .any(|k| inner.sched.is_pending(uid, k) && !inner.cache.contains(k))
+        {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return;
@@ -504,72 +558,118 @@ impl Names {
     }
 }
 
-/// The naming thread: takes jobs, batches those of one file, and names them
-/// in the symbolizer process.
-fn worker(shared: &Shared, rx: &mpsc::Receiver<Job>, mut client: Client) {
-    while let Ok(first) = rx.recv() {
-        // Everything queued now, grouped by file.
-        let mut batch: BTreeMap<FileId, (u32, Mapping, Vec<u64>)> = BTreeMap::new();
-        for job in std::iter::once(first).chain(rx.try_iter()) {
-            let e = batch
-                .entry(job.mapping.file())
-                .or_insert_with(|| (job.pid, job.mapping.clone(), Vec::new()));
-            e.2.extend(job.offsets);
-        }
-        for (file, (pid, m, mut offsets)) in batch {
-            offsets.sort_unstable();
-            offsets.dedup();
-            let names = name_file(&mut client, pid, &m, &offsets);
+/// The naming thread: takes the next request, users in turn (see
+/// [`schedule`]), names it in the symbolizer process, and charges its uid
+/// the time it took.
+fn worker(shared: &Shared, mut client: Client) {
+    // The file of the last request, kept open for the next of that file.
+    let mut open: Option<(FileId, userfile::UserFile)> = None;
+    loop {
+        let request = {
             let mut inner = shared.lock();
-            if names.is_none() {
-                inner.poisoned.put(file, ());
+            loop {
+                if inner.closed {
+                    return;
+                }
+                let now = Instant::now();
+                let Inner { sched, cache, .. } = &mut *inner;
+                let next = sched.next(now, |k| cache.contains(k));
+                let lines = sched.take_lines();
+                if !lines.is_empty() {
+                    // Not under the lock: stderr may be a slow pipe.
+                    drop(inner);
+                    for l in lines {
+                        eprintln!("mpi-observer: {l}");
+                    }
+                    inner = shared.lock();
+                }
+                if !matches!(next, Next::Serve(_)) {
+                    // Idle: hold no user's file open (it could keep a
+                    // deleted file's space, or a file system, busy).
+                    open = None;
+                }
+                match next {
+                    Next::Serve(r) => break r,
+                    Next::Wait(until) => {
+                        let left = until.saturating_duration_since(Instant::now());
+                        inner = shared
+                            .work
+                            .wait_timeout(inner, left)
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .0;
+                    }
+                    Next::Idle => {
+                        inner = shared
+                            .work
+                            .wait(inner)
+                            .unwrap_or_else(PoisonError::into_inner);
+                    }
+                }
             }
-            for (i, off) in offsets.iter().enumerate() {
+        };
+        let file = request.mapping.file();
+        let started = Instant::now();
+        let names = name_request(&mut client, &mut open, &request);
+        let spent = started.elapsed();
+        let mut inner = shared.lock();
+        if let Some(names) = &names {
+            for (i, off) in request.offsets.iter().enumerate() {
                 let name = names
-                    .as_ref()
-                    .and_then(|n| n.get(i).cloned().flatten())
-                    .unwrap_or_else(|| m.fallback(*off));
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_else(|| request.mapping.fallback(*off));
                 inner.insert((file, *off), Arc::from(name));
             }
-            inner.generation += 1;
-            drop(inner);
-            shared.answered.notify_all();
         }
+        inner
+            .sched
+            .done(&request, spent, names.is_none(), Instant::now());
+        drop(inner);
+        shared.answered.notify_all();
     }
 }
 
-/// The names of `ret_offsets` in `m`'s file, `None` where it has no symbol
-/// there; `None` in all when the file cannot be symbolized (logged once:
-/// the caller marks the file).
-fn name_file(
+/// The names of `r`'s offsets in its file, `None` where it has no symbol
+/// there; `None` in all when the file cannot be symbolized (logged: the
+/// scheduler marks the file for the uid). `open` keeps the last file open.
+fn name_request(
     client: &mut Client,
-    pid: u32,
-    m: &Mapping,
-    ret_offsets: &[u64],
+    open: &mut Option<(FileId, userfile::UserFile)>,
+    r: &Request,
 ) -> Option<Vec<Option<String>>> {
     let counters = NamingCounters::global();
-    let f = match userfile::open_mapped(pid, &m.entry, crate::attach::symbols::max_file_size()) {
-        Ok(f) => f,
-        Err(e) => {
-            counters.files_refused.fetch_add(1, Ordering::Relaxed);
-            eprintln!("mpi-observer: call sites of pid {pid} not symbolized: {e}");
-            return None;
-        }
-    };
-    let mut out = Vec::with_capacity(ret_offsets.len());
-    for chunk in ret_offsets.chunks(symbolizer::MAX_OFFSETS) {
-        // The call instruction: the byte before the return address.
-        let calls: Vec<u64> = chunk.iter().map(|o| o.saturating_sub(1)).collect();
-        match client.symbolize(&f.file, &f.shown, &calls) {
-            Ok(names) => out.extend(names),
+    let file = r.mapping.file();
+    if open.as_ref().is_none_or(|(f, _)| *f != file) {
+        *open = None;
+        match userfile::open_mapped(
+            r.pid,
+            &r.mapping.entry,
+            crate::attach::symbols::max_file_size(),
+        ) {
+            Ok(f) => *open = Some((file, f)),
             Err(e) => {
-                counters.failed(e.reason());
-                eprintln!("mpi-observer: {e}");
+                counters.files_refused.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "mpi-observer: call sites of pid {} not symbolized: {e}",
+                    r.pid
+                );
                 return None;
             }
         }
     }
-    Some(out)
+    let f = &open.as_ref().expect("just opened").1;
+    // The call instruction: the byte before the return address.
+    let calls: Vec<u64> = r.offsets.iter().map(|o| o.saturating_sub(1)).collect();
+    match client.symbolize(&f.file, &f.shown, &calls) {
+        Ok(names) => Some(names),
+        Err(e) => {
+            *open = None;
+            counters.failed(e.reason());
+            eprintln!("mpi-observer: {e}");
+            None
+        }
+    }
 }
 
 /// Names call sites during one collection; see [`Names::session`].
@@ -585,6 +685,17 @@ pub struct RankSites {
     maps: Option<Maps>,
     names: HashMap<u64, Arc<str>>,
     exported: BTreeMap<u16, Vec<Arc<str>>>,
+}
+
+/// The process whose call sites are named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Who {
+    /// Its pid.
+    pub pid: u32,
+    /// Its real uid: whose share of the symbolizer its names take.
+    pub uid: u32,
+    /// Whether it still runs (its maps may be read again).
+    pub alive: bool,
 }
 
 /// A site after the first naming pass: function, name if made, address,
@@ -609,9 +720,9 @@ impl RankSites {
         self.names.is_empty()
     }
 
-    /// The name of `addr` in process `pid`; `alive` says whether its maps
-    /// may still be read.
-    fn name(&mut self, names: &mut Names, pid: u32, alive: bool, addr: u64) -> Naming {
+    /// The name of `addr` in `who`'s address space.
+    fn name(&mut self, names: &mut Names, who: Who, addr: u64) -> Naming {
+        let Who { pid, uid, alive } = who;
         if let Some(n) = self.names.get(&addr) {
             return Naming::Named(n.clone());
         }
@@ -635,7 +746,7 @@ impl RankSites {
             return Naming::Named(names.unknown.clone());
         };
         let ret_offset = m.offset_of(addr);
-        match names.lookup(pid, &m, ret_offset) {
+        match names.lookup(uid, pid, &m, ret_offset) {
             Some(name) => {
                 self.names.insert(addr, name.clone());
                 Naming::Named(name)
@@ -665,8 +776,7 @@ impl RankSites {
     pub fn resolve(
         &mut self,
         session: &mut Session<'_>,
-        pid: u32,
-        alive: bool,
+        who: Who,
         raw: &[RawSite],
         budget: Budget,
     ) -> Vec<Site> {
@@ -674,7 +784,7 @@ impl RankSites {
         let mut named: Vec<FirstPass> = Vec::new();
         let mut waiting: Vec<Key> = Vec::new();
         for r in raw.iter().filter(|r| r.calls > 0) {
-            let n = match self.name(session.names, pid, alive, r.addr) {
+            let n = match self.name(session.names, who, r.addr) {
                 Naming::Named(n) => Some(n),
                 Naming::Pending(k, _) => {
                     waiting.push(k);
@@ -684,13 +794,13 @@ impl RankSites {
             named.push((r.function, n, r.addr, r.calls, r.time_ns));
         }
         if !waiting.is_empty() {
-            session.names.wait_for(&waiting, session.deadline);
+            session.names.wait_for(who.uid, &waiting, session.deadline);
         }
         let mut merged: BTreeMap<(u16, bool, Arc<str>), (u64, u64)> = BTreeMap::new();
         for (function, n, addr, calls, time_ns) in named {
             let (pending, name) = match n {
                 Some(n) => (false, n),
-                None => match self.name(session.names, pid, alive, addr) {
+                None => match self.name(session.names, who, addr) {
                     Naming::Named(n) => (false, n),
                     Naming::Pending(_, shown) => (true, shown),
                 },
@@ -732,6 +842,7 @@ impl RankSites {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attach::symbolizer;
 
     const MAPS: &str = "\
 5581a000-5581b000 r--p 00000000 fe:01 1234                       /opt/app/bin/halo
@@ -760,6 +871,23 @@ mod tests {
         assert!(m.find(0x7ffd2010).is_none(), "not a file");
     }
 
+    /// A running process of uid 0.
+    fn alive(pid: u32) -> Who {
+        Who {
+            pid,
+            uid: 0,
+            alive: true,
+        }
+    }
+
+    /// A process of uid 0 that exited.
+    fn gone(pid: u32) -> Who {
+        Who {
+            alive: false,
+            ..alive(pid)
+        }
+    }
+
     fn site(function: u16, addr: u64, time_ns: u64) -> RawSite {
         RawSite {
             function,
@@ -782,7 +910,7 @@ mod tests {
             r.names.insert(a, Arc::from(n));
         }
         let b = Budget { per_function: 2 };
-        let s = r.resolve(&mut names, 0, false, &[site(7, 1, 5), site(7, 2, 9)], b);
+        let s = r.resolve(&mut names, gone(0), &[site(7, 1, 5), site(7, 2, 9)], b);
         assert_eq!(
             s.iter().map(|s| (&*s.name, s.exported)).collect::<Vec<_>>(),
             [("b", true), ("a", true)]
@@ -790,8 +918,7 @@ mod tests {
         // c is now the heaviest, but the places are taken for good.
         let s = r.resolve(
             &mut names,
-            0,
-            false,
+            gone(0),
             &[site(7, 1, 5), site(7, 2, 9), site(7, 3, 99)],
             b,
         );
@@ -822,7 +949,7 @@ mod tests {
                 time_ns: 5,
             },
         ];
-        let s = r.resolve(&mut names, 0, false, &raw, Budget::default());
+        let s = r.resolve(&mut names, gone(0), &raw, Budget::default());
         assert_eq!(s.len(), 1);
         assert_eq!((s[0].calls, s[0].time_ns), (5, 15));
     }
@@ -864,8 +991,7 @@ mod tests {
         // A return address just past the function's first byte.
         let s = r.resolve(
             &mut session,
-            pid,
-            true,
+            alive(pid),
             &[site(1, addr + 1, 5)],
             Budget::default(),
         );
@@ -900,8 +1026,7 @@ mod tests {
         let t = Instant::now();
         let s = r.resolve(
             &mut cache.session(),
-            std::process::id(),
-            true,
+            alive(std::process::id()),
             &[site(1, addr, 5)],
             Budget::default(),
         );
@@ -911,8 +1036,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2500));
         let s = r.resolve(
             &mut cache.session(),
-            std::process::id(),
-            true,
+            alive(std::process::id()),
             &[site(1, addr, 5)],
             Budget::default(),
         );
@@ -921,15 +1045,158 @@ mod tests {
         assert!(NamingCounters::global().failures("timeout") >= 1);
     }
 
+    /// The executable mapping of this process that holds `addr`.
+    fn own_mapping(addr: u64) -> Mapping {
+        Maps::read(std::process::id())
+            .unwrap()
+            .find(addr)
+            .unwrap()
+            .clone()
+    }
+
+    /// `n` files of their own (distinct inodes) under a fresh directory,
+    /// as mappings of this process; the symbolizer child hangs on any of
+    /// them when asked for [`symbolizer::HANG`].
+    fn hanging_files(tag: &str, n: u64) -> (std::path::PathBuf, Vec<Mapping>) {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = std::env::temp_dir().join(format!("mpi-observer-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let maps = (0..n)
+            .map(|i| {
+                let p = dir.join(format!("slow{i}"));
+                std::fs::write(&p, b"\x7fELF").unwrap();
+                let md = std::fs::metadata(&p).unwrap();
+                let (maj, min) = (libc::major(md.dev()), libc::minor(md.dev()));
+                let line = format!(
+                    "1000-2000 r-xp 00000000 {maj:x}:{min:x} {} {}\n",
+                    md.ino(),
+                    p.display()
+                );
+                let entry = procfs::parse_maps(line.as_bytes()).remove(0);
+                Mapping {
+                    path: p.display().to_string(),
+                    entry,
+                }
+            })
+            .collect();
+        (dir, maps)
+    }
+
+    /// The names `uid` waits for, asked and waited for (`wait` at most);
+    /// how long it took.
+    fn name_for(
+        cache: &mut Names,
+        uid: u32,
+        m: &Mapping,
+        off: u64,
+        wait: Duration,
+    ) -> (Option<Arc<str>>, Duration) {
+        let pid = std::process::id();
+        let t = Instant::now();
+        if let Some(n) = cache.lookup(uid, pid, m, off) {
+            return (Some(n), t.elapsed());
+        }
+        cache.wait_for(uid, &[(m.file(), off)], t + wait);
+        (cache.lookup(uid, pid, m, off), t.elapsed())
+    }
+
+    #[test]
+    fn one_users_slow_files_delay_anothers_names_by_one_deadline() {
+        let deadline = Duration::from_millis(800);
+        let config = NamesConfig {
+            limits: Limits {
+                deadline,
+                ..Limits::default()
+            },
+            program: Some(symbolizer::tests::child_program()),
+            fairness: Fairness {
+                budget: Duration::ZERO,
+                ..Fairness::default()
+            },
+            ..NamesConfig::default()
+        };
+        // libc's getpid, mapped by this process: a small, quick name.
+        let getpid = libc::getpid as *const () as u64;
+        let libc_map = own_mapping(getpid);
+        let off = libc_map.offset_of(getpid) + 1;
+        // What naming it costs alone (the child's start included).
+        let mut alone = Names::with_config(config.clone());
+        let (name, normal) = name_for(&mut alone, 5002, &libc_map, off, Duration::from_secs(30));
+        assert!(name.is_some_and(|n| n.contains("getpid")), "{normal:?}");
+        drop(alone);
+        // uid 5001 asks first for ten files that each hang until the
+        // deadline: ten deadlines of work.
+        let (dir, slow) = hanging_files("fair", 10);
+        let mut cache = Names::with_config(config);
+        let pid = std::process::id();
+        for m in &slow {
+            assert!(cache.lookup(5001, pid, m, symbolizer::HANG + 1).is_none());
+        }
+        // Its first request is in flight.
+        std::thread::sleep(Duration::from_millis(100));
+        let (name, took) = name_for(&mut cache, 5002, &libc_map, off, Duration::from_secs(30));
+        assert!(name.is_some_and(|n| n.contains("getpid")), "{took:?}");
+        // At most the request in flight (one deadline), then its own.
+        let bound = deadline + normal * 2 + Duration::from_millis(500);
+        assert!(
+            took <= bound,
+            "uid 5002's name took {took:?}: more than one deadline ({deadline:?}) plus its own naming ({normal:?})"
+        );
+        assert!(
+            took < deadline * 3,
+            "{took:?}, with ten deadlines ({:?}) queued ahead",
+            deadline * 10
+        );
+        // uid 5001's files are still being tried, and fall back one by one.
+        assert!(cache.pending() > 0);
+        let (n, _) = name_for(
+            &mut cache,
+            5001,
+            &slow[9],
+            symbolizer::HANG + 1,
+            deadline * 15,
+        );
+        assert!(n.is_some_and(|n| n.starts_with("slow9+0x")));
+        assert_eq!(cache.pending(), 0);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_file_poisoned_for_one_uid_is_tried_for_another() {
+        let (dir, slow) = hanging_files("poison", 1);
+        let mut cache = Names::with_config(NamesConfig {
+            limits: Limits {
+                deadline: Duration::from_millis(300),
+                ..Limits::default()
+            },
+            program: Some(symbolizer::tests::child_program()),
+            ..NamesConfig::default()
+        });
+        let m = &slow[0];
+        let off = symbolizer::HANG + 1;
+        let before = NamingCounters::global().failures("timeout");
+        let (n, _) = name_for(&mut cache, 6001, m, off, Duration::from_secs(10));
+        assert!(n.is_some_and(|n| n.starts_with("slow0+0x")));
+        // Poisoned for 6001: named at once, no new try.
+        let (n, took) = name_for(&mut cache, 6001, m, off, Duration::ZERO);
+        assert!(n.is_some() && took < Duration::from_millis(100));
+        // 6002 pays for its own try: another timeout.
+        assert!(cache.lookup(6002, std::process::id(), m, off).is_none());
+        let (n, _) = name_for(&mut cache, 6002, m, off, Duration::from_secs(10));
+        assert!(n.is_some_and(|n| n.starts_with("slow0+0x")));
+        assert!(NamingCounters::global().failures("timeout") >= before + 2);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn the_name_cache_is_bounded_by_entries_and_bytes() {
         let mut inner = Inner {
             cache: lru::LruCache::new(NonZeroUsize::new(3).unwrap()),
             bytes: 0,
             max_bytes: 10,
-            pending: HashSet::new(),
-            poisoned: lru::LruCache::new(NonZeroUsize::new(1).unwrap()),
-            generation: 0,
+            sched: Scheduler::new(Fairness::default()),
+            closed: false,
         };
         let f = ((1, 2), 3);
         let before = NamingCounters::global().evictions.load(Ordering::Relaxed);
@@ -959,13 +1226,7 @@ mod tests {
         }
         let extra = PER_RANK_NAMES as u64 + 7;
         for _ in 0..2 {
-            let s = r.resolve(
-                &mut names,
-                0,
-                false,
-                &[site(1, extra, 5)],
-                Budget::default(),
-            );
+            let s = r.resolve(&mut names, gone(0), &[site(1, extra, 5)], Budget::default());
             assert_eq!(s.len(), 1);
             assert_eq!(&*s[0].name, OTHER);
             assert!(!s[0].exported && !s[0].pending);

@@ -281,6 +281,10 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
                 memory: args.symbolizer_memory,
                 ..Default::default()
             },
+            fairness: crate::collect::callsites::Fairness {
+                budget: std::time::Duration::from_secs(args.symbolizer_budget),
+                ..Default::default()
+            },
             ..Default::default()
         });
     {

@@ -4,11 +4,16 @@
 //! `/dev/zero` or a sparse 1 GiB file, twenty processes mapping one
 //! library, and a rank with thousands of call sites. Each time the daemon
 //! stays up, every scrape answers within 2 s, its memory stays bounded, and
-//! what was refused is counted.
+//! what was refused is counted. Issue 34: many files crafted to be slow to
+//! symbolize delay another user's call-site names by one deadline, not by
+//! one deadline each.
 //!
 //! Harness: `e2e::attack`.
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
 
 use e2e::{
     Daemon, Job, Mpi, Need, Sample,
@@ -378,4 +383,290 @@ fn thousands_of_call_sites_keep_the_name_cache_at_its_bound() {
         last < first + (8 << 20),
         "RSS grew from {first} to {last} across scrapes: {rss_seen:?}"
     );
+}
+
+/// Builds `tests/programs/attack/fake.c` with `-g` into `dir/slow-fake`
+/// and makes it slow to symbolize ([`slow_to_symbolize`], `lines` rows).
+fn slow_fake_binary(dir: &Path, lines: u64) -> PathBuf {
+    let out = dir.join("slow-fake");
+    let o = std::process::Command::new("cc")
+        .args(["-g", "-O0", "-o"])
+        .arg(&out)
+        .arg(program("attack/fake.c"))
+        .arg("-ldl")
+        .output()
+        .expect("running cc");
+    assert!(
+        o.status.success(),
+        "cc -g attack/fake.c failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    slow_to_symbolize(&out, lines);
+    out
+}
+
+/// Makes the ELF64 `exe` (built with `-g`, one line-number program) slow to
+/// name a call site of: its `.debug_line` gets `rows` `DW_LNS_copy` opcodes
+/// at the start of its program and is stored zlib-compressed
+/// (`SHF_COMPRESSED`), appended to the file with its section header
+/// pointed there. Each opcode is a row at the same address, which a
+/// parser keeps as one, so naming any address of the program costs
+/// inflating and running `rows` opcodes (400 Mi of them: seconds of CPU)
+/// without any allocation but the inflated section, from a file under
+/// 1 MiB. The file stays a valid executable (no loaded byte moves).
+fn slow_to_symbolize(exe: &Path, rows: u64) {
+    use std::io::Write as _;
+    let mut data = std::fs::read(exe).unwrap();
+    let u16_at = |d: &[u8], o: usize| u16::from_le_bytes(d[o..o + 2].try_into().unwrap());
+    let u32_at = |d: &[u8], o: usize| u32::from_le_bytes(d[o..o + 4].try_into().unwrap());
+    let u64_at = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap());
+    assert_eq!(&data[..5], b"\x7fELF\x02", "{} is ELF64", exe.display());
+    // Elf64_Ehdr: e_shoff at 0x28, e_shentsize, e_shnum, e_shstrndx at 0x3a.
+    let shoff = u64_at(&data, 0x28) as usize;
+    let (shentsize, shnum, shstrndx) = (
+        u16_at(&data, 0x3a) as usize,
+        u16_at(&data, 0x3c) as usize,
+        u16_at(&data, 0x3e) as usize,
+    );
+    // Elf64_Shdr: sh_name 0, sh_flags 8, sh_offset 24, sh_size 32, sh_addralign 48.
+    let header = |i: usize| shoff + i * shentsize;
+    let strtab = u64_at(&data, header(shstrndx) + 24) as usize;
+    let line_header = (0..shnum)
+        .map(header)
+        .find(|&h| {
+            let name = strtab + u32_at(&data, h) as usize;
+            data[name..].starts_with(b".debug_line\0")
+        })
+        .unwrap_or_else(|| panic!("{} has no .debug_line: build it with -g", exe.display()));
+    let (off, size) = (
+        u64_at(&data, line_header + 24) as usize,
+        u64_at(&data, line_header + 32) as usize,
+    );
+    let line = data[off..off + size].to_vec();
+    // The unit: unit_length (32-bit DWARF), version, [v5: address and
+    // segment selector sizes], header_length, the header, the program.
+    let unit_length = u32_at(&line, 0) as usize;
+    assert_eq!(unit_length + 4, line.len(), "one 32-bit line-number unit");
+    let version = u16_at(&line, 4);
+    let at = 6 + if version >= 5 { 2 } else { 0 };
+    let program = at + 4 + u32_at(&line, at) as usize;
+    let grown = u32::try_from(unit_length as u64 + rows).expect("rows fit a 32-bit unit");
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(&grown.to_le_bytes()).unwrap();
+    z.write_all(&line[4..program]).unwrap();
+    // DW_LNS_copy is opcode 1.
+    let copies = vec![1u8; 1 << 20];
+    let mut left = rows;
+    while left > 0 {
+        let n = left.min(copies.len() as u64) as usize;
+        z.write_all(&copies[..n]).unwrap();
+        left -= n as u64;
+    }
+    z.write_all(&line[program..]).unwrap();
+    let compressed = z.finish().unwrap();
+    // Elf64_Chdr: ch_type (ELFCOMPRESS_ZLIB = 1), ch_reserved, ch_size, ch_addralign.
+    let inflated = line.len() as u64 + rows;
+    let mut section = Vec::with_capacity(24 + compressed.len());
+    section.extend_from_slice(&1u32.to_le_bytes());
+    section.extend_from_slice(&0u32.to_le_bytes());
+    section.extend_from_slice(&inflated.to_le_bytes());
+    section.extend_from_slice(&1u64.to_le_bytes());
+    section.extend_from_slice(&compressed);
+    data.resize(data.len().next_multiple_of(8), 0);
+    let new_off = data.len() as u64;
+    data.extend_from_slice(&section);
+    const SHF_COMPRESSED: u64 = 0x800;
+    let flags = u64_at(&data, line_header + 8) | SHF_COMPRESSED;
+    for (at, v) in [
+        (8, flags),
+        (24, new_off),
+        (32, section.len() as u64),
+        (48, 8),
+    ] {
+        data[line_header + at..line_header + at + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(exe, &data).unwrap();
+}
+
+/// The symbolizer's deadline per request (`Limits::default`).
+const DEADLINE: Duration = Duration::from_secs(2);
+/// What naming the honest job's sites takes besides the request in flight
+/// ahead of it: the symbolizer's restart after the kill, its own request
+/// (one small file), the scrapes' cadence and wait, on a busy machine.
+const NORMAL: Duration = Duration::from_secs(4);
+/// The attacker's slow files.
+const SLOW_FILES: u32 = 12;
+
+/// Issue 34: the attacker runs twelve processes, each its own copy of a
+/// binary whose line-number program takes seconds to run (400 Mi rows,
+/// compressed into 400 KiB: each request hits the 2 s deadline), so 24 s
+/// of symbolizer time wait ahead of anyone else. Root's job, started after
+/// them, has its call sites named within one deadline plus its own
+/// naming (6 s), while most of the attacker's files still wait; the
+/// attacker then spends her budget (10 s a minute by default), which is
+/// counted by uid and said in one line.
+#[test]
+fn many_slow_files_of_one_user_delay_anothers_names_by_one_deadline() {
+    if !require(&[Need::Root, Need::Mpi(Mpi::OpenMpi)]) {
+        return;
+    }
+    let attacker = User::ensure(ATTACKER);
+    let dir = scratch("symbolize-attacks-fair");
+    let honest_exe = dir.join("two_sites-openmpi");
+    compile(
+        Mpi::OpenMpi,
+        &program("callsites/two_sites.c"),
+        &honest_exe,
+        &["-g"],
+    );
+    let slow = slow_fake_binary(&dir, 400 << 20);
+    let stub = attacker.stub_libmpi("stub", false);
+    // One file each (the daemon poisons by device and inode), hers.
+    let mut fakes = Vec::new();
+    let mut args = vec!["--callsites".to_string()];
+    for i in 0..SLOW_FILES {
+        let copy = attacker.home.join(format!("slow{i}"));
+        std::fs::copy(&slow, &copy).unwrap();
+        attacker.own(&copy);
+        let f = Fakes::spawn(&attacker, &copy, FakeMode::Call(1), &stub, 1);
+        args.extend(["--pid".to_string(), f.pids[0].to_string()]);
+        fakes.push(f);
+    }
+    let fake_pids: Vec<u32> = fakes.iter().map(|f| f.pids[0]).collect();
+    let mut honest_cmd = Mpi::OpenMpi.launcher(2);
+    honest_cmd.arg(&honest_exe).args(["300", "700", "50"]);
+    let honest = Job::spawn(
+        honest_cmd,
+        2,
+        dir.join(format!("go-honest-{}", std::process::id())),
+    );
+    let honest_pids = honest.pids();
+    args.extend(honest.pid_args());
+    let d = Daemon::start(&args);
+    wait_for(
+        "the attacker's processes to be attached",
+        Duration::from_secs(60),
+        || rank_labels(&assert_scrape_within(&d.addr, SCRAPE_LIMIT), &fake_pids),
+    );
+    // A scrape that sees the attacker's sites queues their names: twelve
+    // deadlines of work, the first in flight.
+    wait_for(
+        "the attacker's call sites to be seen",
+        Duration::from_secs(30),
+        || {
+            let s = assert_scrape_within(&d.addr, SCRAPE_LIMIT);
+            let seen = fake_pids
+                .iter()
+                .filter(|p| {
+                    let job = jobid_of(&s, **p);
+                    s.iter().any(|x| {
+                        x.name == "mpi_calls_total"
+                            && x.label("jobid") == job.as_deref()
+                            && x.value > 0.0
+                    })
+                })
+                .count();
+            (seen == fake_pids.len()).then_some(())
+        },
+    );
+    assert_scrape_within(&d.addr, SCRAPE_LIMIT);
+    let timeouts = |s: &[Sample]| {
+        sum(
+            s,
+            "mpi_observer_symbolizer_failures_total",
+            &[("reason", "timeout")],
+        )
+    };
+    let go = Instant::now();
+    honest.go();
+    let named = |s: &[Sample], job: &str, rank: &str| -> f64 {
+        s.iter()
+            .filter(|x| {
+                x.name == "mpi_callsite_calls_total"
+                    && x.label("jobid") == Some(job)
+                    && x.label("rank") == Some(rank)
+                    && x.label("function") == Some("MPI_Allreduce")
+                    && x.label("callsite")
+                        .is_some_and(|c| c.contains("two_sites.c:"))
+            })
+            .map(|x| x.value)
+            .sum()
+    };
+    let (s, took) = loop {
+        let s = assert_scrape_within(&d.addr, SCRAPE_LIMIT);
+        let job = jobid_of(&s, honest_pids[0]);
+        if let Some(job) = &job
+            && ["0", "1"].iter().all(|r| named(&s, job, r) == 1000.0)
+        {
+            break (s, go.elapsed());
+        }
+        if go.elapsed() > Duration::from_secs(60) {
+            let sites: Vec<String> = s
+                .iter()
+                .filter(|x| {
+                    (x.name == "mpi_callsite_calls_total" || x.name == "mpi_calls_total")
+                        && x.label("jobid") == job.as_deref()
+                })
+                .map(|x| format!("{x:?}"))
+                .collect();
+            panic!(
+                "root's call sites were not named within 60 s (job {job:?}); its series:\n{}\nthe daemon's log:\n{}",
+                sites.join("\n"),
+                d.log().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let tried = timeouts(&s);
+    eprintln!(
+        "fair: root's call sites named {took:?} after its job started, with {tried} of the attacker's {SLOW_FILES} slow files tried"
+    );
+    assert!(
+        took <= DEADLINE + NORMAL,
+        "root's call sites were named {took:?} after its job started: more than one deadline ({DEADLINE:?}) plus its own naming ({NORMAL:?}), with {SLOW_FILES} slow files ({:?}) queued ahead",
+        DEADLINE * SLOW_FILES
+    );
+    assert!(
+        tried < f64::from(SLOW_FILES) - 4.0,
+        "root's names were made while the attacker's files still waited ({tried} of {SLOW_FILES} tried)"
+    );
+    honest.finish("OK");
+    // Her files cost her budget: 10 s, refilled at 10 s a minute, pays
+    // for about six 2 s timeouts before she waits.
+    let uid = attacker.uid.to_string();
+    let s = wait_for(
+        "the attacker to spend her symbolizer budget",
+        Duration::from_secs(60),
+        || {
+            let s = assert_scrape_within(&d.addr, SCRAPE_LIMIT);
+            let spent = sum(
+                &s,
+                "mpi_observer_symbolizer_throttled_total",
+                &[("uid", &uid)],
+            );
+            std::thread::sleep(Duration::from_millis(250));
+            (spent >= 1.0).then_some(s)
+        },
+    );
+    let tried = timeouts(&s);
+    assert!(
+        (4.0..=8.0).contains(&tried),
+        "the 10 s budget paid for about six 2 s timeouts, not {tried}"
+    );
+    assert_eq!(
+        sum(
+            &s,
+            "mpi_observer_symbolizer_throttled_total",
+            &[("uid", "0")]
+        ),
+        0.0,
+        "root's budget was not spent"
+    );
+    let said = format!("uid {uid} spent its symbolizer budget");
+    let lines = wait_for("the line that says it", Duration::from_secs(10), || {
+        let n = d.log().iter().filter(|l| l.contains(&said)).count();
+        (n > 0).then_some(n)
+    });
+    assert_eq!(lines, 1, "one line says it:\n{}", d.log().join("\n"));
+    drop(fakes);
 }

@@ -147,6 +147,7 @@ impl State {
                 sites: p.sites,
                 pending_datatypes,
                 released: false,
+                exited_sites: Vec::new(),
             },
         );
         self.selfm.attached.set(self.attached_count() as i64);

@@ -9,7 +9,7 @@ use crate::{
     attach::symbols,
     collect::callsites::RankSites,
     collect::segment::Segment,
-    collect::snapshot::{Figures, Labels, SegmentProblem},
+    collect::snapshot::{Figures, Labels, RawSite, SegmentProblem},
     os::procfs,
 };
 
@@ -74,6 +74,11 @@ pub struct Rank {
     /// with them): a user's retained short jobs never crowd out their
     /// next ones.
     pub(super) released: bool,
+    /// Once it exited: the call sites its final figures were named from,
+    /// kept while some of their names are still to be made (the
+    /// symbolizer is busy, or its user spent its budget), so that they are
+    /// named after it is released instead of never.
+    pub(super) exited_sites: Vec<RawSite>,
 }
 
 impl Rank {
@@ -129,6 +134,7 @@ impl Rank {
             sites: RankSites::default(),
             pending_datatypes: None,
             released: false,
+            exited_sites: Vec::new(),
         }
     }
 

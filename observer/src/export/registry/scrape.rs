@@ -11,6 +11,7 @@ use std::{
 
 use super::{State, rank::adoption_line};
 use crate::{
+    collect::callsites::Who,
     collect::segment::Segment,
     collect::snapshot::{
         CallsByFunction, Figures, Health, RankSnapshot, RawSite, SegmentSnapshot, Snapshot,
@@ -165,22 +166,35 @@ impl State {
         let mut names = self.names.session();
         let budget = self.callsite_budget;
         let bytes = self.bytes;
-        let kept = &self.exited_figures;
+        let kept = &mut self.exited_figures;
         let ranks = self
             .ranks
             .values_mut()
             .map(|r| {
-                // Gone from the maps: its final figures as kept.
+                let who = Who {
+                    pid: r.pid,
+                    uid: r.uid,
+                    alive: r.exited_at.is_none(),
+                };
+                // Gone from the maps: its final figures as kept, with the
+                // names of its sites made since.
                 if r.released
-                    && let Some(k) = kept.get(&r.pid)
+                    && let Some(k) = kept.get_mut(&r.pid)
                 {
+                    if k.callsites.iter().any(|s| s.pending) {
+                        k.callsites = r.sites.resolve(&mut names, who, &r.exited_sites, budget);
+                    }
+                    if !k.callsites.iter().any(|s| s.pending) {
+                        r.exited_sites = Vec::new();
+                    }
                     return k.clone();
                 }
                 let add = r.figures.as_ref().is_some_and(|f| f.injected) && !r.adopted;
                 let raw = rank_sites(sites.remove(&r.pid), r.figures.as_ref(), add);
-                let callsites =
-                    r.sites
-                        .resolve(&mut names, r.pid, r.exited_at.is_none(), &raw, budget);
+                let callsites = r.sites.resolve(&mut names, who, &raw, budget);
+                if r.exited_at.is_some() {
+                    r.exited_sites = raw;
+                }
                 RankSnapshot {
                     pid: r.pid,
                     identity: r.identity.clone(),
@@ -273,5 +287,70 @@ impl State {
     pub fn scrape_ranks(&mut self, jobids: Option<&[String]>) -> String {
         let snap = self.collect();
         metrics::render_ranks(&snap, &self.selfm, self.render, jobids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant, SystemTime};
+
+    use crate::{
+        collect::callsites::{Names, NamesConfig},
+        collect::snapshot::{Figures, RawSite},
+        export::metrics::RenderOptions,
+        export::registry::{Rank, State},
+    };
+
+    #[test]
+    fn a_rank_released_before_its_call_sites_are_named_gets_them_named() {
+        let mut st = State::new(None, Vec::new(), true, RenderOptions::default());
+        // No wait: the first collection cannot have the name yet.
+        st.names = Names::with_config(NamesConfig {
+            wait: Duration::ZERO,
+            limits: crate::attach::symbolizer::Limits {
+                deadline: Duration::from_secs(30),
+                ..Default::default()
+            },
+            program: Some(crate::attach::symbolizer::tests::child_program()),
+            ..NamesConfig::default()
+        });
+        let pid = std::process::id();
+        let mut r = Rank::synthetic(pid, 0, "34");
+        r.sites.prime(pid);
+        let addr =
+            a_rank_released_before_its_call_sites_are_named_gets_them_named as *const () as u64;
+        r.figures = Some(Figures {
+            ready: true,
+            callsites: vec![RawSite {
+                function: 1,
+                addr: addr + 1,
+                calls: 3,
+                time_ns: 5,
+            }],
+            ..Figures::default()
+        });
+        r.exited_at = Some(Instant::now());
+        r.exited_wall = Some(SystemTime::now());
+        st.register(r);
+        let first = st.collect();
+        assert!(first.ranks[0].callsites[0].pending, "{first:?}");
+        assert!(st.ranks[&pid].released, "its final figures are kept");
+        let start = Instant::now();
+        let site = loop {
+            let s = st.collect();
+            let site = s.ranks[0].callsites[0].clone();
+            if !site.pending {
+                break site;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "never named");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(
+            site.name
+                .contains("a_rank_released_before_its_call_sites_are_named"),
+            "{site:?}"
+        );
+        assert!(site.exported && site.calls == 3, "{site:?}");
+        assert!(st.ranks[&pid].exited_sites.is_empty(), "kept no longer");
     }
 }
