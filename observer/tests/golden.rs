@@ -297,6 +297,7 @@ fn render(how: Exposition) -> String {
             stats: 3,
             inflight: 1,
             callsites: 2,
+            site_cookies: 0,
         },
         scrapes_total: 0,
     };

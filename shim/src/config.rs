@@ -21,14 +21,6 @@ pub enum Keyword {
     Stats,
 }
 
-impl Keyword {
-    /// Whether the keyword is a level of the stack, which a list may hold
-    /// once (the flags may repeat).
-    pub fn is_layer(self) -> bool {
-        matches!(self, Keyword::Fortran | Keyword::Stats)
-    }
-}
-
 /// The keywords an entry may be instead of a library, in the order messages
 /// list them. The one definition: the SPANK plugin's checker reads them from
 /// `slurm/tools_list.h`, which `cargo xtask codegen` writes from this table.
@@ -138,12 +130,6 @@ impl ToolsList {
             .iter()
             .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()))
             .unwrap_or_default()
-    }
-
-    /// Reads the list from the environment; an unset or empty list is a
-    /// pure pass-through.
-    pub fn from_env() -> Result<ToolsList, ConfigError> {
-        ToolsList::parse(&ToolsList::env_text())
     }
 
     /// Parses a comma-separated list. Empty entries are ignored, so trailing

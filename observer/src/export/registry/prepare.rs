@@ -210,12 +210,12 @@ mod tests {
 
     #[test]
     fn an_attach_error_of_a_rank_gone_or_a_zombie_is_its_exit() {
-        use crate::attach::multi::MultiError;
+        use crate::attach::links::LinkError;
         use procfs::{Liveness, ProcError, Stat};
         let link = || {
             AttachError::Probe(crate::attach::probes::ProbeError::Attach {
                 pid: 41,
-                source: MultiError::Link {
+                source: LinkError::MultiLink {
                     program: "mpi_enter",
                     path: "/proc/41/root/usr/lib/libmpi.so.40".into(),
                     source: std::io::Error::from_raw_os_error(libc::ENOENT),
