@@ -28,8 +28,8 @@ use aya_ebpf::{
 };
 use observer_common::maps::{
     CALLSITES_CAPACITY, CallStats, ERROR_COUNTERS, EXECS_BYTES, INFLIGHT_CAPACITY, Inflight,
-    OMPI_TYPES_CAPACITY, PROCS_CAPACITY, ProcConfig, STATS_CAPACITY, SiteCount, SiteKey, SiteOffset,
-    SiteStats, StatKey, TRACE_BYTES, TypeKey,
+    OMPI_TYPES_CAPACITY, PROCS_CAPACITY, ProcConfig, STATS_CAPACITY, SiteCount, SiteKey,
+    SiteOffset, SiteStats, StatKey, TRACE_BYTES, TypeKey,
 };
 
 /// Per-(process, function) statistics, shared by the CPUs: the probes add

@@ -5,9 +5,7 @@
 //! The kernel hands BPF programs of kprobe type a `user_pt_regs`: x0-x30,
 //! sp, pc, pstate.
 
-use aya_ebpf::{
-    bindings::user_pt_regs, helpers::bpf_probe_read_user, programs::ProbeContext,
-};
+use aya_ebpf::{bindings::user_pt_regs, helpers::bpf_probe_read_user, programs::ProbeContext};
 
 #[inline(always)]
 fn regs(ctx: &ProbeContext) -> *const user_pt_regs {

@@ -415,7 +415,11 @@ impl Probes {
     /// [`Probes::read_callsites`]) in a map of [`maps::CALLSITES_CAPACITY`]
     /// entries; without, that map is left at one entry, so it costs no
     /// memory.
-    pub fn load_chosen(object: &[u8], opts: LoadOptions, choice: Choice) -> Result<Self, ProbeError> {
+    pub fn load_chosen(
+        object: &[u8],
+        opts: LoadOptions,
+        choice: Choice,
+    ) -> Result<Self, ProbeError> {
         Self::load_with(object, opts, choice.mechanism, None)
     }
 
@@ -431,10 +435,8 @@ impl Probes {
         let by_address = !mechanism.cookies();
         let per_file = opts.all && mechanism.per_file();
         let (sizes, percpu_stats) = map_sizes(&opts, by_address);
-        let (capacity, site_capacity) = (
-            maps::stats_capacity_within(opts.stats_budget),
-            sizes[2].1,
-        );
+        let (capacity, site_capacity) =
+            (maps::stats_capacity_within(opts.stats_budget), sizes[2].1);
         let percpu_flag = u32::from(percpu_stats);
         let pidns = pid_namespace()?;
         let (layout, _) = handover::layout(
@@ -639,9 +641,7 @@ impl Probes {
         let prog: &mut aya::programs::RawTracePoint = self
             .ebpf
             .program_mut(maps::EXEC_PROGRAM)
-            .ok_or_else(|| {
-                failed(aya::programs::ProgramError::UnexpectedProgramType)
-            })?
+            .ok_or_else(|| failed(aya::programs::ProgramError::UnexpectedProgramType))?
             .try_into()
             .map_err(failed)?;
         prog.load().map_err(failed)?;

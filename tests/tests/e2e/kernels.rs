@@ -15,8 +15,8 @@
 use std::{collections::HashSet, path::Path, process::Command, time::Duration};
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, attack::User, breakpoints_left,
-    compile, observer_bin, program, require, run_with_timeout, scratch, signal, sum, wait_for,
+    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, attack::User, breakpoints_left, compile,
+    observer_bin, program, require, run_with_timeout, scratch, signal, sum, wait_for,
 };
 
 const NP: u32 = 2;
@@ -62,7 +62,10 @@ fn jobid_of(s: &[Sample], pid: u32) -> Option<String> {
 /// The daemon's open perf events and BPF links, from its fd table.
 fn perf_and_link_fds(pid: u32) -> (usize, usize) {
     let (mut perf, mut links) = (0, 0);
-    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
         let Ok(t) = std::fs::read_link(e.path()) else {
             continue;
         };
@@ -86,7 +89,14 @@ fn the_mechanism_is_said_exported_and_the_expected_one() {
     let mechanism = info.label("mechanism").unwrap().to_string();
     assert!(MECHANISMS.contains(&mechanism.as_str()), "{mechanism}");
     assert_ne!(mechanism, "none", "CI's kernels all have a mechanism");
-    for feature in ["uprobe_multi", "perf_link", "attach_cookie", "ringbuf", "ns_pid", "btf"] {
+    for feature in [
+        "uprobe_multi",
+        "perf_link",
+        "attach_cookie",
+        "ringbuf",
+        "ns_pid",
+        "btf",
+    ] {
         let v = info.label(feature).unwrap();
         assert!(
             ["yes", "no", "main_thread_only"].contains(&v),
@@ -97,9 +107,16 @@ fn the_mechanism_is_said_exported_and_the_expected_one() {
         assert_eq!(mechanism, want, "the mechanism this run must use");
     }
     let log = daemon.log();
-    let lines: Vec<&String> = log.iter().filter(|l| l.contains("attaching with")).collect();
+    let lines: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("attaching with"))
+        .collect();
     assert_eq!(lines.len(), 1, "one line on the mechanism: {log:?}");
-    assert!(lines[0].contains("this kernel: uprobe_multi="), "{}", lines[0]);
+    assert!(
+        lines[0].contains("this kernel: uprobe_multi="),
+        "{}",
+        lines[0]
+    );
     assert!(daemon.stop(signal::TERM).success());
 }
 
@@ -122,10 +139,14 @@ fn all_probes_a_library_file_once_and_both_jobs_are_exact() {
     let a = start_mix(mpi, &dir, ITERS);
     let b = start_mix(mpi, &dir, ITERS);
     let pids: Vec<u32> = a.pids().into_iter().chain(b.pids()).collect();
-    let s = wait_for("--all to attach the four ranks", Duration::from_secs(30), || {
-        let (_, s) = daemon.scrape();
-        pids.iter().all(|p| jobid_of(&s, *p).is_some()).then_some(s)
-    });
+    let s = wait_for(
+        "--all to attach the four ranks",
+        Duration::from_secs(30),
+        || {
+            let (_, s) = daemon.scrape();
+            pids.iter().all(|p| jobid_of(&s, *p).is_some()).then_some(s)
+        },
+    );
     let mechanism = kernel_info(&s).label("mechanism").unwrap().to_string();
     let (perf, links) = perf_and_link_fds(daemon.pid());
     let (perf, links) = (perf - perf0, links - links0);
@@ -134,10 +155,16 @@ fn all_probes_a_library_file_once_and_both_jobs_are_exact() {
     assert!(per_rank > 100, "about 350 sites per rank: {per_rank}");
     match mechanism.as_str() {
         "perf_link" => {
-            assert_eq!(links, per_rank, "one link per site of the file, not per rank");
+            assert_eq!(
+                links, per_rank,
+                "one link per site of the file, not per rank"
+            );
         }
         "perf_ioctl" => {
-            assert_eq!(perf, per_rank, "one perf event per site of the file, not per rank");
+            assert_eq!(
+                perf, per_rank,
+                "one perf event per site of the file, not per rank"
+            );
         }
         "uprobe_multi" => {
             // Return probes and three entry programs per rank, at most.
@@ -217,19 +244,29 @@ fn a_process_refused_by_a_budget_is_unharmed_and_not_counted() {
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|e| e["formatted"]["key"]["tgid"].as_u64().or_else(|| {
-            // Without BTF, keys come as bytes: the tgid is the first four.
-            let k = e["key"].as_array()?;
-            let b: Vec<u8> = k
-                .iter()
-                .take(4)
-                .filter_map(|x| u8::from_str_radix(x.as_str()?.trim_start_matches("0x"), 16).ok())
-                .collect();
-            (b.len() == 4).then(|| u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-        }))
+        .filter_map(|e| {
+            e["formatted"]["key"]["tgid"].as_u64().or_else(|| {
+                // Without BTF, keys come as bytes: the tgid is the first four.
+                let k = e["key"].as_array()?;
+                let b: Vec<u8> = k
+                    .iter()
+                    .take(4)
+                    .filter_map(|x| {
+                        u8::from_str_radix(x.as_str()?.trim_start_matches("0x"), 16).ok()
+                    })
+                    .collect();
+                (b.len() == 4).then(|| u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            })
+        })
         .collect();
-    assert!(tgids.contains(&u64::from(observed)), "the observed rank has entries: {tgids:?}");
-    assert!(!tgids.contains(&u64::from(refused)), "the refused rank has none");
+    assert!(
+        tgids.contains(&u64::from(observed)),
+        "the observed rank has entries: {tgids:?}"
+    );
+    assert!(
+        !tgids.contains(&u64::from(refused)),
+        "the refused rank has none"
+    );
     assert!(daemon.stop(signal::TERM).success());
     assert_no_probes_left();
 }
@@ -251,14 +288,21 @@ fn without_usable_ebpf_pid_names_the_alternatives_and_all_serves_the_shim() {
     launcher.arg(&exe).arg("30");
     let job = Job::spawn(launcher, NP, dir.join("go"));
     let mut pid = Command::new(observer_bin());
-    pid.env("MPI_OBSERVER_ATTACH_MECHANISM", "none")
-        .args(["attach", "--pid", &job.pid(0).to_string()]);
+    pid.env("MPI_OBSERVER_ATTACH_MECHANISM", "none").args([
+        "attach",
+        "--pid",
+        &job.pid(0).to_string(),
+    ]);
     let o = run_with_timeout(&mut pid, Duration::from_secs(30));
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "one line: {err}");
-    for needle in ["mpi-observer run", "srun --mpi-observer", "MPI_OBSERVER_ATTACH_MECHANISM=none"] {
+    for needle in [
+        "mpi-observer run",
+        "srun --mpi-observer",
+        "MPI_OBSERVER_ATTACH_MECHANISM=none",
+    ] {
         assert!(lines[0].contains(needle), "{needle} in: {}", lines[0]);
     }
     let mut daemon = Daemon::start_wrapped(
@@ -280,7 +324,10 @@ fn without_usable_ebpf_pid_names_the_alternatives_and_all_serves_the_shim() {
         let calls = sum(&s, "mpi_calls_total", &[("function", "MPI_Allreduce")]);
         (calls == 60.0).then_some(s)
     });
-    assert_eq!(sum(&s, "mpi_calls_total", &[("function", "MPI_Barrier")]), 60.0);
+    assert_eq!(
+        sum(&s, "mpi_calls_total", &[("function", "MPI_Barrier")]),
+        60.0
+    );
     assert_eq!(sum(&s, "mpi_observer_probes", &[]), 0.0);
     assert!(daemon.stop(signal::TERM).success());
 }

@@ -306,12 +306,7 @@ fn new_run_dir(k: &Kernel) -> Result<PathBuf> {
 /// test executable built here. Fails with the guest's whole output when
 /// anything fails, and when no test matched: a run that ran nothing proves
 /// nothing.
-pub fn run_suite(
-    kernel: &str,
-    arch: Arch,
-    filters: &[&str],
-    env: &[(&str, &str)],
-) -> Result<()> {
+pub fn run_suite(kernel: &str, arch: Arch, filters: &[&str], env: &[(&str, &str)]) -> Result<()> {
     let k = kernels::find(kernel, arch)?;
     let exe = e2e_executable()?;
     let mut command = vec![exe.display().to_string()];

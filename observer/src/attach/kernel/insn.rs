@@ -103,7 +103,13 @@ pub fn count(map: RawFd) -> Vec<bpf_insn> {
     let mut v = lookup_slot_zero(map);
     v.push(mov64_imm(R1, 1));
     // lock *(u64 *)(r0 + 0) += r1
-    v.push(insn(BPF_STX | BPF_DW | BPF_ATOMIC, R0, R1, 0, BPF_ADD as i32));
+    v.push(insn(
+        BPF_STX | BPF_DW | BPF_ATOMIC,
+        R0,
+        R1,
+        0,
+        BPF_ADD as i32,
+    ));
     v.push(mov64_imm(R0, 0));
     v.push(exit());
     jump_to_end(&mut v);

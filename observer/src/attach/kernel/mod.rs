@@ -67,15 +67,15 @@ pub enum NoMechanism {
     #[error("{FORCE}=none")]
     ForcedNone,
     /// [`FORCE`] names no mechanism.
-    #[error(
-        "{FORCE}={name} is not a mechanism: use uprobe_multi, perf_link, perf_ioctl or none"
-    )]
+    #[error("{FORCE}={name} is not a mechanism: use uprobe_multi, perf_link, perf_ioctl or none")]
     Unknown {
         /// What it said.
         name: String,
     },
     /// No ring buffers: the object's maps cannot be made.
-    #[error("this kernel has no BPF ring buffers (BPF_MAP_TYPE_RINGBUF), which the programs' maps need")]
+    #[error(
+        "this kernel has no BPF ring buffers (BPF_MAP_TYPE_RINGBUF), which the programs' maps need"
+    )]
     NoRingbuf,
 }
 
@@ -267,7 +267,10 @@ mod tests {
         }
         let ioctl = f.choose(Some("perf_ioctl")).unwrap().mechanism;
         assert!(!ioctl.cookies(), "forced ioctl tells functions by address");
-        assert!(matches!(f.choose(Some("none")), Err(NoMechanism::ForcedNone)));
+        assert!(matches!(
+            f.choose(Some("none")),
+            Err(NoMechanism::ForcedNone)
+        ));
         assert!(matches!(
             f.choose(Some("kprobe")),
             Err(NoMechanism::Unknown { .. })

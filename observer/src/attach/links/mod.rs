@@ -53,7 +53,10 @@ pub enum LinkError {
         program: &'static str,
     },
     /// The kernel rejected a program.
-    #[error("the kernel rejected program {program}: {source}{}", verifier_tail(log))]
+    #[error(
+        "the kernel rejected program {program}: {source}{}",
+        verifier_tail(log)
+    )]
     Load {
         /// Program name.
         program: String,

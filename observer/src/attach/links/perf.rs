@@ -149,7 +149,11 @@ pub struct PerfUprobes {
 
 impl Mechanism for PerfUprobes {
     fn name(&self) -> &'static str {
-        if self.links { "perf_link" } else { "perf_ioctl" }
+        if self.links {
+            "perf_link"
+        } else {
+            "perf_ioctl"
+        }
     }
 
     fn clone_box(&self) -> Box<dyn Mechanism> {

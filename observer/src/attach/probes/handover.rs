@@ -638,7 +638,14 @@ mod tests {
     #[test]
     fn layout_depends_on_sizes_and_pid_namespace() {
         let l = |size, percpu, pidns| {
-            layout(crate::EBPF_OBJECT, &[(maps::STATS, size)], percpu, pidns, "v").unwrap()
+            layout(
+                crate::EBPF_OBJECT,
+                &[(maps::STATS, size)],
+                percpu,
+                pidns,
+                "v",
+            )
+            .unwrap()
         };
         let a = l(100, false, None);
         let b = l(101, false, None);

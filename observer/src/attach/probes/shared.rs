@@ -130,15 +130,19 @@ impl Files {
     /// Takes out the links of files with no rank for `linger` or longer
     /// (every file with no rank, for `None`; every file at all, with
     /// `all`), to be closed.
-    pub fn take_idle(&mut self, linger: Option<Duration>, all: bool) -> Vec<(FileKey, Vec<OwnedFd>)> {
+    pub fn take_idle(
+        &mut self,
+        linger: Option<Duration>,
+        all: bool,
+    ) -> Vec<(FileKey, Vec<OwnedFd>)> {
         let now = Instant::now();
         let gone: Vec<FileKey> = self
             .probed
             .iter()
             .filter(|(_, p)| {
-                all || p.idle_since.is_some_and(|t| {
-                    linger.is_none_or(|l| now.saturating_duration_since(t) >= l)
-                })
+                all || p
+                    .idle_since
+                    .is_some_and(|t| linger.is_none_or(|l| now.saturating_duration_since(t) >= l))
             })
             .map(|(f, _)| *f)
             .collect();
@@ -260,9 +264,12 @@ impl Files {
 }
 
 fn cookies_map(ebpf: &mut Ebpf) -> Result<BpfHashMap<&mut MapData, SiteOffset, u64>, MapError> {
-    BpfHashMap::try_from(ebpf.map_mut(maps::SITE_COOKIES).ok_or(MapError::InvalidName {
-        name: maps::SITE_COOKIES.into(),
-    })?)
+    BpfHashMap::try_from(
+        ebpf.map_mut(maps::SITE_COOKIES)
+            .ok_or(MapError::InvalidName {
+                name: maps::SITE_COOKIES.into(),
+            })?,
+    )
 }
 
 #[cfg(test)]
@@ -281,7 +288,10 @@ mod tests {
         assert_eq!(files.join(f, 1), 10);
         files.join(f, 2);
         files.leave(f, 1);
-        assert!(files.take_idle(None, false).is_empty(), "rank 2 still uses it");
+        assert!(
+            files.take_idle(None, false).is_empty(),
+            "rank 2 still uses it"
+        );
         files.leave(f, 2);
         assert!(files.take_idle(Some(LINGER), false).is_empty(), "lingers");
         assert_eq!(files.take_idle(None, false).len(), 1);
