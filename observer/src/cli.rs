@@ -15,6 +15,17 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// What is said on stderr: error, warn (what is lost or degraded),
+    /// info (also every attach, exit and restart: the default) or debug
+    /// (also the messages of the libraries underneath).
+    #[arg(
+        long = "log.level",
+        global = true,
+        default_value = "info",
+        value_name = "LEVEL",
+        value_parser = crate::os::logger::parse_level
+    )]
+    pub log_level: log::LevelFilter,
 }
 
 /// Subcommands.

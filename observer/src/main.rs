@@ -4,10 +4,12 @@ use std::process::ExitCode;
 use mpi_observer::{cli, daemon::commands, one_line};
 
 fn main() -> ExitCode {
-    match commands::run(cli::parse()) {
+    let cli = cli::parse();
+    mpi_observer::os::logger::init(cli.log_level);
+    match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("mpi-observer: error: {}", one_line(&*e));
+            log::error!("{}", one_line(&*e));
             ExitCode::FAILURE
         }
     }

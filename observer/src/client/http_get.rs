@@ -208,7 +208,7 @@ impl Url {
 /// The warning for a URL that carries a password; one line.
 pub fn password_warning(url: &Url) -> String {
     format!(
-        "warning: the password in the URL for {} is readable by every local user (/proc/PID/cmdline): \
+        "the password in the URL for {} is readable by every local user (/proc/PID/cmdline): \
          put `user:password` in a mode-0600 file and give it with --auth-file",
         url.shown()
     )

@@ -579,7 +579,7 @@ fn worker(shared: &Shared, mut client: Client) {
                     // Not under the lock: stderr may be a slow pipe.
                     drop(inner);
                     for l in lines {
-                        eprintln!("mpi-observer: {l}");
+                        log::warn!("{l}");
                     }
                     inner = shared.lock();
                 }
@@ -650,10 +650,7 @@ fn name_request(
             Ok(f) => *open = Some((file, f)),
             Err(e) => {
                 counters.files_refused.fetch_add(1, Ordering::Relaxed);
-                eprintln!(
-                    "mpi-observer: call sites of pid {} not symbolized: {e}",
-                    r.pid
-                );
+                log::warn!("call sites of pid {} not symbolized: {e}", r.pid);
                 return None;
             }
         }
@@ -666,7 +663,7 @@ fn name_request(
         Err(e) => {
             *open = None;
             counters.failed(e.reason());
-            eprintln!("mpi-observer: {e}");
+            log::warn!("{e}");
             None
         }
     }

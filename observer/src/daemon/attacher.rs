@@ -298,8 +298,8 @@ fn attach_and_rest(
     }
     match result {
         Ok(true) => {
-            eprintln!(
-                "mpi-observer: attached to pid {} ({}, uid {}, {:.0} ms)",
+            log::info!(
+                "attached to pid {} ({}, uid {}, {:.0} ms)",
                 c.pid,
                 crate::os::procfs::comm(c.pid),
                 c.uid,
@@ -314,19 +314,19 @@ fn attach_and_rest(
         Err(AttachError::Proc(crate::os::procfs::ProcError::NoSuchProcess { .. })) => {}
         // A rank of a short job, ended as it was attached: said, counted
         // apart from failures, and not remembered (its pid is free).
-        Err(e @ AttachError::Exited { .. }) => eprintln!("mpi-observer: {e}"),
+        Err(e @ AttachError::Exited { .. }) => log::info!("{e}"),
         // Its figures were gone when it was found (counted by the
         // registry): said once, and never looked at again while it lives,
         // which is not long (it is past its MPI_Finalize). Not `refused`:
         // that is forgotten when one of its user's ranks exits.
         Err(e @ AttachError::SegmentGone { .. }) => {
-            eprintln!("mpi-observer: {e}");
+            log::warn!("{e}");
             if let AttachError::SegmentGone { comm, .. } = e {
                 not_mpi.insert(c.pid, c.ticks, comm);
             }
         }
         Err(e) => {
-            eprintln!("mpi-observer: pid {}: {}", c.pid, crate::one_line(&e));
+            log::warn!("pid {}: {}", c.pid, crate::one_line(&e));
             // Not offered again by every scan (one line, one count), until
             // one of its user's ranks exits and frees room.
             state

@@ -335,8 +335,8 @@ fn attach_knocker(state: &Mutex<State>, config: &Config, k: &Knock, ticks: u64) 
         Ok(()) => {
             let held = known(&st, k.pid, ticks) == Some(true);
             drop(st);
-            eprintln!(
-                "mpi-observer: attached to pid {} ({}, uid {}) at its exit handover",
+            log::info!(
+                "attached to pid {} ({}, uid {}) at its exit handover",
                 k.pid,
                 procfs::comm(k.pid),
                 k.uid
@@ -351,7 +351,7 @@ fn attach_knocker(state: &Mutex<State>, config: &Config, k: &Knock, ticks: u64) 
         Err(AttachError::Refused { .. }) => Outcome::Refused,
         Err(e @ AttachError::Exited { .. }) => {
             drop(st);
-            eprintln!("mpi-observer: {e}");
+            log::info!("{e}");
             Outcome::NotObserved
         }
         Err(e) => {
@@ -359,7 +359,7 @@ fn attach_knocker(state: &Mutex<State>, config: &Config, k: &Knock, ticks: u64) 
             // until one of its user's ranks exits and frees room.
             st.refused.insert((k.pid, ticks), k.uid);
             drop(st);
-            eprintln!("mpi-observer: pid {}: {}", k.pid, crate::one_line(&e));
+            log::warn!("pid {}: {}", k.pid, crate::one_line(&e));
             Outcome::NotObserved
         }
     }

@@ -100,14 +100,14 @@ fn parse_request(text: &str) -> Vec<(u32, u64)> {
 /// were dropped instead.
 pub fn adopt(state: &Arc<Mutex<State>>, adoption: Adoption) {
     if let Some(why) = &adoption.unavailable {
-        eprintln!(
-            "mpi-observer: the probes an earlier daemon handed over cannot be looked for: {why}; any it pinned stay until that directory is removed"
+        log::warn!(
+            "the probes an earlier daemon handed over cannot be looked for: {why}; any it pinned stay until that directory is removed"
         );
     }
     let lock = || state.lock().unwrap_or_else(|p| p.into_inner());
     let mut dropped = adoption.lost.len() as u64;
     for (_, line) in &adoption.lost {
-        eprintln!("mpi-observer: {line}");
+        log::warn!("{line}");
     }
     let mut adopted = 0;
     let mut why = std::collections::HashMap::new();
@@ -118,8 +118,8 @@ pub fn adopt(state: &Arc<Mutex<State>>, adoption: Adoption) {
         match st.commit(prepared, Admission::Named) {
             Ok(()) if st.rank(pid).is_some_and(|r| r.is_probed()) => {
                 adopted += 1;
-                eprintln!(
-                    "mpi-observer: pid {pid}: adopted with the probes the earlier daemon handed over; its figures carry on"
+                log::info!(
+                    "pid {pid}: adopted with the probes the earlier daemon handed over; its figures carry on"
                 );
             }
             Ok(()) => {
@@ -137,8 +137,8 @@ pub fn adopt(state: &Arc<Mutex<State>>, adoption: Adoption) {
     for pid in probes.drop_unclaimed() {
         dropped += 1;
         let why = why.remove(&pid).unwrap_or_else(|| "not registered".into());
-        eprintln!(
-            "mpi-observer: pid {pid}: the probes an earlier daemon handed over are dropped ({why}); a live rank is attached afresh and counts from then"
+        log::warn!(
+            "pid {pid}: the probes an earlier daemon handed over are dropped ({why}); a live rank is attached afresh and counts from then"
         );
     }
     if adoption.maps {
@@ -155,8 +155,8 @@ pub fn adopt(state: &Arc<Mutex<State>>, adoption: Adoption) {
             .collect();
         if !gone.is_empty() {
             dropped += gone.len() as u64;
-            eprintln!(
-                "mpi-observer: the earlier daemon's figures of {} exited or detached processes ({gone:?}) are not carried over",
+            log::warn!(
+                "the earlier daemon's figures of {} exited or detached processes ({gone:?}) are not carried over",
                 gone.len()
             );
         }
@@ -179,7 +179,7 @@ pub fn adopt(state: &Arc<Mutex<State>>, adoption: Adoption) {
 pub fn hand_over(state: &Mutex<State>) -> bool {
     let st = state.lock().unwrap_or_else(|p| p.into_inner());
     let Some(probes) = st.probes.as_ref() else {
-        eprintln!("mpi-observer: restart requested; no probes to hand over (--no-bpf)");
+        log::info!("restart requested; no probes to hand over (--no-bpf)");
         return true;
     };
     let ranks: Vec<_> = st
@@ -190,16 +190,16 @@ pub fn hand_over(state: &Mutex<State>) -> bool {
         .collect();
     match probes.hand_over(&ranks) {
         Ok(links) => {
-            eprintln!(
-                "mpi-observer: restart requested: the probes of {} ranks ({links} links) and the maps are pinned in {} for the next daemon; exiting without detaching",
+            log::info!(
+                "restart requested: the probes of {} ranks ({links} links) and the maps are pinned in {} for the next daemon; exiting without detaching",
                 ranks.len(),
                 pins::DIR
             );
             true
         }
         Err(e) => {
-            eprintln!(
-                "mpi-observer: restart requested, but the probes cannot be handed over ({e}); detaching them: the next daemon attaches the ranks afresh, counting from then"
+            log::warn!(
+                "restart requested, but the probes cannot be handed over ({e}); detaching them: the next daemon attaches the ranks afresh, counting from then"
             );
             false
         }

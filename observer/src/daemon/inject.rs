@@ -158,8 +158,8 @@ fn attempt(state: &Arc<Mutex<State>>, req: Request, first: bool) {
     let pid = req.pid;
     match inject(state, &req) {
         Ok(i) => {
-            eprintln!(
-                "mpi-observer: injected the shim into pid {pid}: {} slots, thread {} stopped {:.2} ms, shim live after {:.1} ms, {:.0} ms in all",
+            log::info!(
+                "injected the shim into pid {pid}: {} slots, thread {} stopped {:.2} ms, shim live after {:.1} ms, {:.0} ms in all",
                 i.slots,
                 i.tid,
                 i.stopped.as_secs_f64() * 1e3,
@@ -167,8 +167,8 @@ fn attempt(state: &Arc<Mutex<State>>, req: Request, first: bool) {
                 i.total.as_secs_f64() * 1e3,
             );
             if i.lost_in_flight > 0 {
-                eprintln!(
-                    "mpi-observer: pid {pid}: {} calls were still open after {}s when its probes went; they are not counted",
+                log::warn!(
+                    "pid {pid}: {} calls were still open after {}s when its probes went; they are not counted",
                     i.lost_in_flight,
                     DRAIN_TIMEOUT.as_secs()
                 );
@@ -182,8 +182,8 @@ fn attempt(state: &Arc<Mutex<State>>, req: Request, first: bool) {
                 return;
             }
             if first {
-                eprintln!(
-                    "mpi-observer: pid {pid} made no MPI call within {secs} s; the injection stays armed, untraced, and happens at its next MPI calls; its probes count until then"
+                log::info!(
+                    "pid {pid} made no MPI call within {secs} s; the injection stays armed, untraced, and happens at its next MPI calls; its probes count until then"
                 );
             }
             if !a.ranks.iter().any(|(r, _)| r.pid == pid) {
@@ -195,8 +195,8 @@ fn attempt(state: &Arc<Mutex<State>>, req: Request, first: bool) {
                 thread::spawn(move || watch(&state));
             }
         }
-        Err(e @ InjectError::AlreadyLoaded { .. }) => eprintln!("mpi-observer: {e}"),
-        Err(e) => eprintln!("mpi-observer: {e}; it stays observed by probes"),
+        Err(e @ InjectError::AlreadyLoaded { .. }) => log::info!("{e}"),
+        Err(e) => log::warn!("{e}; it stays observed by probes"),
     }
 }
 
@@ -249,8 +249,8 @@ fn watch(state: &Arc<Mutex<State>>) {
                         Some(s) => kept.push((req, s)),
                         None => {
                             disarm(state, pid);
-                            eprintln!(
-                                "mpi-observer: pid {pid} now catches both SIGURG and SIGWINCH, which the injection's trigger raises; not injected, it stays observed by probes"
+                            log::warn!(
+                                "pid {pid} now catches both SIGURG and SIGWINCH, which the injection's trigger raises; not injected, it stays observed by probes"
                             );
                         }
                     }

@@ -119,7 +119,9 @@ fn kernel_choice(
     Result<Option<crate::attach::kernel::Choice>, NoEbpf>,
     [&'static str; 7],
 ) {
-    let mut info = ["none", "unknown", "unknown", "unknown", "unknown", "unknown", "unknown"];
+    let mut info = [
+        "none", "unknown", "unknown", "unknown", "unknown", "unknown", "unknown",
+    ];
     if args.no_bpf {
         return (Ok(None), info);
     }
@@ -134,8 +136,8 @@ fn kernel_choice(
         Ok(c) => c,
         Err(e) => return (Err(e.into()), info),
     };
-    eprintln!(
-        "mpi-observer: attaching with {}; this kernel: {}",
+    log::info!(
+        "attaching with {}; this kernel: {}",
         choice.why,
         features.summary()
     );
@@ -146,8 +148,8 @@ fn kernel_choice(
 /// The line of an `--all` daemon that cannot use eBPF, which then serves
 /// what shim ranks give, as `--no-bpf` does.
 fn say_shim_only(e: &NoEbpf) {
-    eprintln!(
-        "mpi-observer: no usable eBPF here ({}): serving the figures of shim ranks only, as --no-bpf does",
+    log::warn!(
+        "no usable eBPF here ({}): serving the figures of shim ranks only, as --no-bpf does",
         crate::one_line(e)
     );
 }
@@ -234,8 +236,8 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     let (probes, adoption) = match loaded {
         Some(Ok((p, a))) => {
             if let Some(ns) = p.pid_namespace() {
-                eprintln!(
-                    "mpi-observer: running in pid namespace pid:[{}]: the probes count the ranks of this namespace only (run the daemon on the host, e.g. hostPID, to observe every rank of the node)",
+                log::warn!(
+                    "running in pid namespace pid:[{}]: the probes count the ranks of this namespace only (run the daemon on the host, e.g. hostPID, to observe every rank of the node)",
                     ns.ino
                 );
             }
@@ -315,8 +317,8 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             .and_then(|ticks| crate::export::registry::prepare(pid, ticks));
         let mut st = state.lock().expect("not poisoned yet");
         st.commit(prepared, crate::export::registry::Admission::Named)?;
-        eprintln!(
-            "mpi-observer: attached to pid {pid} ({} probes, {:.0} ms)",
+        log::info!(
+            "attached to pid {pid} ({} probes, {:.0} ms)",
             st.ranks.get(&pid).map_or(0, |r| r.probes()),
             t.elapsed().as_secs_f64() * 1e3
         );
@@ -327,7 +329,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         }
     }
     if let Some(w) = server::exposure_warning(args.listen, web.as_ref()) {
-        eprintln!("mpi-observer: {w}");
+        log::warn!("{w}");
     }
     let scheme = if web.as_ref().is_some_and(|w| w.tls.is_some()) {
         "https"
@@ -381,9 +383,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             ))
         }
         (Some(_), Err(e)) => {
-            eprintln!(
-                "mpi-observer: no exec events ({e}): new ranks are found by the once-a-second scan only"
-            );
+            log::warn!("no exec events ({e}): new ranks are found by the once-a-second scan only");
             None
         }
         (None, _) => None,
@@ -392,7 +392,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     start_orphan_sweeps(&state);
     // Served once discovery runs: a job started after /metrics answers is
     // seen at its exec, not only by the next scan.
-    eprintln!("mpi-observer: serving {scheme}://{}/metrics", args.listen);
+    log::info!("serving {scheme}://{}/metrics", args.listen);
     let server = tokio::spawn(server::serve(listener, state.clone(), web));
 
     let mut sigint = signal(SignalKind::interrupt()).expect("signal handler");
@@ -410,8 +410,8 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
         let exited = st.notice_exits();
         for pid in &exited {
-            eprintln!(
-                "mpi-observer: pid {pid} exited; keeping its figures for {}s",
+            log::info!(
+                "pid {pid} exited; keeping its figures for {}s",
                 retain.as_secs()
             );
         }
@@ -487,9 +487,9 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         // it on the rank's next call, so a rank that makes none stays
         // routed, correct, until it does.
         match crate::attach::inject::eject(pid, EJECT_WAIT) {
-            Ok(true) => eprintln!("mpi-observer: pid {pid}: the shim is detached"),
+            Ok(true) => log::info!("pid {pid}: the shim is detached"),
             Ok(false) | Err(_) => {
-                eprintln!("mpi-observer: pid {pid}: the shim detaches at the rank's next MPI call")
+                log::info!("pid {pid}: the shim detaches at the rank's next MPI call")
             }
         }
     }
@@ -500,7 +500,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         write_report(&mut st, path);
     }
     st.detach_all();
-    eprintln!("mpi-observer: detached, exiting");
+    log::info!("detached, exiting");
     Ok(())
 }
 
@@ -520,8 +520,8 @@ fn exec_source(state: &Mutex<State>) -> Result<crate::os::procevents::Source, St
                 seen: 0,
             });
         }
-        Some(Err(e)) => eprintln!(
-            "mpi-observer: {}; exec events come from the process connector",
+        Some(Err(e)) => log::warn!(
+            "{}; exec events come from the process connector",
             crate::one_line(&e)
         ),
         None => {}
@@ -553,8 +553,8 @@ fn start_exit_handover(
         if let exit_handover::Place::Own(p) = &place {
             // SAFETY: geteuid cannot fail.
             let uid = unsafe { libc::geteuid() };
-            eprintln!(
-                "mpi-observer: shim ranks of uid {uid} knock at exit at {} (this user's own handover socket: a daemon without root has none in {})",
+            log::info!(
+                "shim ranks of uid {uid} knock at exit at {} (this user's own handover socket: a daemon without root has none in {})",
                 p.display(),
                 std::path::Path::new(exit_handover::DEFAULT_SOCKET)
                     .parent()
@@ -576,8 +576,8 @@ fn start_exit_handover(
     match started {
         Ok(t) => Some(t),
         Err(e) => {
-            eprintln!(
-                "mpi-observer: {}; a shim rank that ends before a scrape loses its figures",
+            log::warn!(
+                "{}; a shim rank that ends before a scrape loses its figures",
                 crate::one_line(&e)
             );
             None
@@ -611,8 +611,8 @@ fn start_orphan_sweeps(state: &Arc<Mutex<State>>) {
                 );
                 if n > 0 {
                     removed.inc_by(n as u64);
-                    eprintln!(
-                        "mpi-observer: removed {n} orphaned shim file{} from {}",
+                    log::info!(
+                        "removed {n} orphaned shim file{} from {}",
                         if n == 1 { "" } else { "s" },
                         observer_common::segment::DIR
                     );
@@ -643,16 +643,13 @@ fn check_report_file(path: &std::path::Path) -> Result<(), DaemonError> {
 fn write_report(st: &mut State, path: &std::path::Path) {
     let data = st.report_data();
     match data.write(path) {
-        Ok(()) => eprintln!(
-            "mpi-observer: wrote the report data of {} ranks to {} (read it with `mpi-observer report {}`)",
+        Ok(()) => log::info!(
+            "wrote the report data of {} ranks to {} (read it with `mpi-observer report {}`)",
             data.ranks.len(),
             path.display(),
             path.display()
         ),
-        Err(e) => eprintln!(
-            "mpi-observer: cannot write the report data to {}: {e}",
-            path.display()
-        ),
+        Err(e) => log::error!("cannot write the report data to {}: {e}", path.display()),
     }
 }
 

@@ -8,12 +8,14 @@
 //! file under the SIGBUS guard, [`sys`] the system calls std lacks,
 //! [`clock`] the monotonic clock every figure is stamped with, [`host`]
 //! this node's name, [`seqpacket`] the Unix sockets a user's process may
-//! knock on (their directories checked, the peer named by the kernel), and
-//! [`epoll`] the readiness of many descriptors at once.
+//! knock on (their directories checked, the peer named by the kernel),
+//! [`epoll`] the readiness of many descriptors at once, and [`logger`] the
+//! one writer of the daemon's lines on stderr, at a level.
 
 pub mod clock;
 pub mod epoll;
 pub mod host;
+pub mod logger;
 pub mod procevents;
 pub mod procfs;
 pub mod seqpacket;

@@ -379,8 +379,8 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
         .iter()
         .filter(|t| matches!(t.source, Source::Shim(_)))
         .count();
-    eprintln!(
-        "mpi-observer: recording {} rank{} of job {jobid} ({n_shim} through the shim, {} through probes) into {}",
+    log::info!(
+        "recording {} rank{} of job {jobid} ({n_shim} through the shim, {} through probes) into {}",
         list.len(),
         if list.len() == 1 { "" } else { "s" },
         list.len() - n_shim,
@@ -443,8 +443,8 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
     drop(probes);
     archive.finish(epoch_realtime)?;
     let why = why?;
-    eprintln!(
-        "mpi-observer: recorded {} events of {} ranks in {:.1} s ({why}, {:.3} s of CPU) into {}; dropped: {dropped_total} in the shim's rings, {probe_dropped} in the probes' ring{}",
+    log::info!(
+        "recorded {} events of {} ranks in {:.1} s ({why}, {:.3} s of CPU) into {}; dropped: {dropped_total} in the shim's rings, {probe_dropped} in the probes' ring{}",
         tally.events,
         list.len(),
         began.elapsed().as_secs_f64(),
@@ -598,9 +598,10 @@ fn drain(
             if !t.lost {
                 t.lost = true;
                 t.exited = true;
-                eprintln!(
-                    "mpi-observer: rank {} (pid {}): {e}; the other ranks are still recorded",
-                    t.rank, t.pid
+                log::warn!(
+                    "rank {} (pid {}): {e}; the other ranks are still recorded",
+                    t.rank,
+                    t.pid
                 );
             }
             continue;

@@ -76,7 +76,7 @@ impl ShimRecorder {
         let map = match Guarded::new(&file, len as usize, true) {
             Ok(m) => m,
             Err(e) => {
-                eprintln!("mpi-observer: pid {pid}: {e}; this rank is recorded through the probes");
+                log::warn!("pid {pid}: {e}; this rank is recorded through the probes");
                 return None;
             }
         };

@@ -32,7 +32,7 @@ pub fn run(args: &ReportArgs) -> Result<(), ReportError> {
     };
     for u in &urls {
         if u.has_password() {
-            eprintln!("{}", http_get::password_warning(u));
+            log::warn!("{}", http_get::password_warning(u));
         }
         let body = client.get(u, Duration::from_secs(args.timeout))?;
         // Named without the password.

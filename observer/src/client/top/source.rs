@@ -204,7 +204,7 @@ impl Source {
 fn parse(url: &str) -> Result<Url, SourceError> {
     let u = Url::parse(url)?;
     if u.has_password() {
-        eprintln!("{}", http_get::password_warning(&u));
+        log::warn!("{}", http_get::password_warning(&u));
     }
     Ok(u)
 }

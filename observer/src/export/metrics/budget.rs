@@ -204,8 +204,8 @@ impl BudgetStats {
         if dropped > 0 && logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
             *logged = Some(Instant::now());
             let families: Vec<&str> = outcome.dropped.keys().copied().collect();
-            eprintln!(
-                "mpi-observer: {path} is over --max-series {max}: {dropped} series dropped ({}), counted in mpi_observer_series_dropped; raise --max-series, or lower --detail-ranks",
+            log::warn!(
+                "{path} is over --max-series {max}: {dropped} series dropped ({}), counted in mpi_observer_series_dropped; raise --max-series, or lower --detail-ranks",
                 families.join(", ")
             );
         }

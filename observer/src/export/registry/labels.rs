@@ -31,9 +31,12 @@ impl State {
         let (labels, conflict) = Labels::distinct(identity, pid, &taken);
         if conflict {
             self.selfm.identity_conflicts.inc();
-            eprintln!(
-                "mpi-observer: pid {pid} claims rank {:?} of job {:?} (uid {}), which another process holds; its series carry {}",
-                identity.rank, identity.jobid, identity.uid, labels.rank
+            log::warn!(
+                "pid {pid} claims rank {:?} of job {:?} (uid {}), which another process holds; its series carry {}",
+                identity.rank,
+                identity.jobid,
+                identity.uid,
+                labels.rank
             );
         }
         labels
@@ -53,8 +56,8 @@ impl State {
             return;
         };
         self.selfm.scheduler_conflict();
-        eprintln!(
-            "mpi-observer: rank {:?} of job {:?} (uid {}) has other scheduler facts ({:?}) than pid {} ({:?}); the job's lowest rank's are exported",
+        log::warn!(
+            "rank {:?} of job {:?} (uid {}) has other scheduler facts ({:?}) than pid {} ({:?}); the job's lowest rank's are exported",
             identity.rank,
             identity.jobid,
             identity.uid,

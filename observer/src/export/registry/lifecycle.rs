@@ -8,8 +8,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::{Admission, AttachError, Prepared, Rank, State, prepare, rank::adoption_line};
 use crate::{
-    attach::budget::Cost, attach::datatypes, attach::identity::Label, attach::symbols,
-    collect::segment::Segment, collect::snapshot::{RankSnapshot, SegmentProblem}, os::procfs,
+    attach::budget::Cost,
+    attach::datatypes,
+    attach::identity::Label,
+    attach::symbols,
+    collect::segment::Segment,
+    collect::snapshot::{RankSnapshot, SegmentProblem},
+    os::procfs,
 };
 
 /// How often, at most, exited ranks' map entries are released.
@@ -69,7 +74,7 @@ impl State {
         };
         if let Some(budget) = over {
             if let Some(line) = self.refusals.line(p.uid, pid, budget, &self.budgets) {
-                eprintln!("mpi-observer: {line}");
+                log::warn!("{line}");
             }
             self.refused.insert((pid, p.ticks), p.uid);
             return Err(AttachError::Refused {
@@ -153,7 +158,7 @@ impl State {
         self.selfm.attached.set(self.attached_count() as i64);
         if p.adopted {
             self.selfm.injected.inc();
-            eprintln!("mpi-observer: {}", adoption_line(pid));
+            log::info!("{}", adoption_line(pid));
         }
         Ok(())
     }

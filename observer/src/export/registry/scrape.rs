@@ -141,7 +141,7 @@ impl State {
             self.detach(pid);
         }
         for pid in adopt {
-            eprintln!("mpi-observer: {}", adoption_line(pid));
+            log::info!("{}", adoption_line(pid));
             self.detach(pid);
             if let Some(r) = self.ranks.get_mut(&pid) {
                 r.injected = true;

@@ -137,7 +137,7 @@ pub fn exposure_warning(addr: SocketAddr, web: Option<&WebConfig>) -> Option<Str
         }
     };
     Some(format!(
-        "warning: serving {addr} {what}; configure tls_server_config and basic_auth_users in a --web.config.file (example: dashboards/deploy/web-config.yml)"
+        "serving {addr} {what}; configure tls_server_config and basic_auth_users in a --web.config.file (example: dashboards/deploy/web-config.yml)"
     ))
 }
 
@@ -219,18 +219,18 @@ impl Server {
                 web.seen = now;
                 let path = web.current.path().to_path_buf();
                 match web_config::load(&path) {
-                    Ok(new) if new.tls.is_some() != web.current.tls.is_some() => eprintln!(
-                        "mpi-observer: warning: {} now turns TLS {}; restart the daemon for that (keeping the previous configuration)",
+                    Ok(new) if new.tls.is_some() != web.current.tls.is_some() => log::warn!(
+                        "{} now turns TLS {}; restart the daemon for that (keeping the previous configuration)",
                         path.display(),
                         if new.tls.is_some() { "on" } else { "off" }
                     ),
                     Ok(new) => {
-                        eprintln!("mpi-observer: reloaded {}", path.display());
+                        log::info!("reloaded {}", path.display());
                         web.seen = new.stamps();
                         web.current = Arc::new(new);
                     }
-                    Err(e) => eprintln!(
-                        "mpi-observer: warning: keeping the previous web configuration: {}",
+                    Err(e) => log::warn!(
+                        "keeping the previous web configuration: {}",
                         crate::one_line(&e)
                     ),
                 }
