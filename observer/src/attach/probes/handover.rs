@@ -430,7 +430,7 @@ impl Probes {
             .ebpf
             .map(maps::OMPI_TYPES)
             .and_then(|m| BpfHashMap::<&MapData, TypeKey, u64>::try_from(m).ok())
-            .map(|m| super::of_pid(m.keys(), |k: &TypeKey| k.tgid == pid))
+            .map(|m| super::detach::of_pid(m.keys(), |k: &TypeKey| k.tgid == pid))
             .unwrap_or_default();
         let since = Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(p.since));
         if self.per_file {
@@ -522,7 +522,7 @@ impl Probes {
                 .map_mut(maps::OMPI_TYPES)
                 .map(BpfHashMap::<&mut MapData, TypeKey, u64>::try_from)
             {
-                let keys = super::of_pid(types.keys(), |k: &TypeKey| k.tgid == pid);
+                let keys = super::detach::of_pid(types.keys(), |k: &TypeKey| k.tgid == pid);
                 keys.iter().for_each(|k| drop(types.remove(k)));
             }
             if with_figures.contains(&pid) {
