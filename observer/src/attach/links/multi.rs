@@ -28,7 +28,7 @@ impl Mechanism for UprobeMulti {
     }
 
     fn clone_box(&self) -> Box<dyn Mechanism> {
-        Box::new(self.clone())
+        Box::new(*self)
     }
 
     fn attach_type(&self) -> u32 {

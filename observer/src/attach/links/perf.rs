@@ -157,7 +157,7 @@ impl Mechanism for PerfUprobes {
     }
 
     fn clone_box(&self) -> Box<dyn Mechanism> {
-        Box::new(self.clone())
+        Box::new(*self)
     }
 
     fn attach_type(&self) -> u32 {
