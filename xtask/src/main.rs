@@ -247,7 +247,10 @@ fn kernels_suite() -> Result<()> {
         eprintln!("test: the kernels subset with {mechanism} forced on this kernel");
         let t = std::time::Instant::now();
         setup::run_cmd(&mut e2e)?;
-        eprintln!("test: {mechanism} forced: {:.0} s", t.elapsed().as_secs_f64());
+        eprintln!(
+            "test: {mechanism} forced: {:.0} s",
+            t.elapsed().as_secs_f64()
+        );
     }
     // Bullseye's 5.10 has neither uprobe_multi nor attach cookies, nor BPF
     // links on perf events; bookworm's 6.1 has the two last;
@@ -265,7 +268,10 @@ fn kernels_suite() -> Result<()> {
             subset,
             &[("E2E_EXPECT_MECHANISM", mechanism)],
         )?;
-        eprintln!("test: the {kernel} guest: {:.0} s", t.elapsed().as_secs_f64());
+        eprintln!(
+            "test: the {kernel} guest: {:.0} s",
+            t.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }
