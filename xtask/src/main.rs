@@ -4,6 +4,7 @@ mod bench_common;
 mod bench_finalize;
 mod bench_inject;
 mod bench_kmaps;
+mod bench_mechanisms;
 mod bench_observer;
 mod bench_record;
 mod bench_scale;
@@ -85,7 +86,10 @@ enum Cmd {
     /// `finalize` (what the shim's exit knock costs `MPI_Finalize`), `scan`
     /// (the daemon's CPU per `--all` fallback scan of /proc, by how many
     /// processes it remembers as not MPI), `scan-reads` (the scan's reads
-    /// of one process, the daemon's way against a single read).
+    /// of one process, the daemon's way against a single read),
+    /// `mechanisms` (each attach mechanism's probe cost, what an unobserved
+    /// process pays under `--all`, attach and detach time and descriptors
+    /// at 1, 16 and 64 ranks).
     Bench {
         /// Which benchmark to run.
         which: String,
@@ -382,9 +386,10 @@ fn main() -> Result<()> {
             "finalize" => bench_finalize::run(&root),
             "scan" => bench_scan::run(&root),
             "scan-reads" => bench_scan::run_reads(&root),
+            "mechanisms" => bench_mechanisms::run(&root),
             other => {
                 anyhow::bail!(
-                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps, scale, finalize, scan, scan-reads)"
+                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps, scale, finalize, scan, scan-reads, mechanisms)"
                 )
             }
         },
