@@ -534,7 +534,8 @@ mod tests {
         assert_eq!(ErrorCounter::InflightUpdate as u32, 1);
         assert_eq!(ErrorCounter::CallsiteUpdate as u32, 2);
         assert_eq!(ErrorCounter::TraceDropped as u32, 3);
-        assert_eq!(ERROR_COUNTERS, ErrorCounter::TraceDropped as u32 + 1);
+        assert_eq!(ErrorCounter::SiteUnknown as u32, 4);
+        assert_eq!(ERROR_COUNTERS, ErrorCounter::SiteUnknown as u32 + 1);
     }
 
     #[test]
