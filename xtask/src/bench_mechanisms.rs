@@ -47,9 +47,8 @@ use crate::bench_common::{
 const FORCE: &str = "MPI_OBSERVER_ATTACH_MECHANISM";
 /// Rounds of the probe-cost part; odd, so the median is a run.
 const REPS: usize = 9;
-/// Rounds of the unobserved-process part (each classic daemon takes tens of
-/// seconds to close its probes).
-const UNOBSERVED_REPS: usize = 5;
+/// Rounds of the unobserved-process part.
+const UNOBSERVED_REPS: usize = 9;
 /// Timed batches per probe-cost run, and calls per batch.
 const BATCHES: u32 = 15;
 const CALLS: u32 = 4000;
@@ -197,24 +196,36 @@ impl Daemon {
         }
     }
 
-    /// Waits until every pid in `pids` is attached; the time from spawning
-    /// the daemon to the last, and the probes the lines name (`--pid`'s
-    /// lines do; `--all`'s do not).
+    /// Waits until every pid in `pids` is attached and the daemon serves;
+    /// the time from spawning the daemon to the last rank's line, and the
+    /// probes the lines name (`--pid`'s lines do; `--all`'s do not).
     fn attached(&mut self, pids: &[u32]) -> Result<(Duration, u64)> {
         let mut left: HashSet<u32> = pids.iter().copied().collect();
-        let mut probes = 0;
-        while !left.is_empty() {
-            let l = self.wait(SLOW, |l| l.contains("attached to pid "))?;
+        let (mut probes, mut last) = (0, Duration::ZERO);
+        // Its signal handlers are in once it serves: a SIGTERM before then
+        // would kill it (with `--pid` the ranks are attached first).
+        let mut serving = self.log.iter().any(|l| l.contains(": serving "));
+        while !left.is_empty() || !serving {
+            let l = self.wait(SLOW, |l| {
+                l.contains("attached to pid ") || l.contains(": serving ")
+            })?;
+            if l.contains(": serving ") {
+                serving = true;
+                continue;
+            }
             let Some(pid) = number_after(&l, "attached to pid ") else {
                 continue;
             };
             if left.remove(&(pid as u32)) {
+                last = self.spawned.elapsed();
                 probes += number_after(&l, "(")
                     .filter(|_| l.contains(" probes"))
                     .unwrap_or(0);
             }
         }
-        Ok((self.spawned.elapsed(), probes))
+        // The handlers go in just after the line that says it serves.
+        thread::sleep(Duration::from_millis(100));
+        Ok((last, probes))
     }
 
     /// The daemon's open perf events and BPF links.
@@ -292,12 +303,11 @@ fn scrape(port: u16) -> Option<String> {
     Some(s)
 }
 
-/// `mpi_calls_total` of `MPI_Comm_rank` for `pid`, summed over its series.
-fn comm_rank_calls(text: &str, pid: u32) -> u64 {
-    let pid = format!("pid=\"{pid}\"");
+/// `mpi_calls_total` of `MPI_Comm_rank`, summed over its series (the
+/// daemon observes one rank; the series name it by rank, not by pid).
+fn comm_rank_calls(text: &str) -> u64 {
     text.lines()
         .filter(|l| l.starts_with("mpi_calls_total{") && l.contains("function=\"MPI_Comm_rank\""))
-        .filter(|l| l.contains(&pid))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
@@ -418,28 +428,47 @@ struct Series {
 }
 
 /// One row per configuration: its median, spread, and the medians of its
-/// per-round difference and ratio to the bare runs (the first series).
-fn cost_table(out: &mut String, series: &[Series]) -> Result<()> {
+/// per-round difference and ratio to the bare runs (the first series) and,
+/// with `reference`, its per-round ratio to that series.
+fn cost_table(out: &mut String, series: &[Series], reference: Option<usize>) -> Result<()> {
+    let ratio_to = |s: &Series, to: &Series| -> Vec<f64> {
+        s.cpu.iter().zip(&to.cpu).map(|(a, b)| a / b).collect()
+    };
+    // Two decimals near 1, none far from it.
+    let show = |r: &[f64]| {
+        let m = median(r);
+        let d = if m < 10.0 { 2 } else { 0 };
+        format!("**{m:.d$}×** ({})", spread(r, d))
+    };
+    let by = reference.map(|i| &series[i]);
+    let extra = by.map_or(String::new(), |r| {
+        format!(" ratio to {}, median of rounds |", r.label)
+    });
     writeln!(
         out,
-        "| configuration | CPU ns/call, median (runs) | added, median of rounds | ratio to bare, median of rounds | wall ns/call |\n\
-         |---|---|---|---|---|"
+        "| configuration | CPU ns/call, median (runs) | added, median of rounds | ratio to bare, median of rounds |{extra} wall ns/call |\n\
+         |---|---|---|---|{}---|",
+        if by.is_some() { "---|" } else { "" }
     )?;
     let bare = &series[0];
     for s in series {
         let diff: Vec<f64> = s.cpu.iter().zip(&bare.cpu).map(|(a, b)| a - b).collect();
-        let ratio: Vec<f64> = s.cpu.iter().zip(&bare.cpu).map(|(a, b)| a / b).collect();
         let (added, ratio) = if std::ptr::eq(s, bare) {
             ("–".to_string(), "–".to_string())
         } else {
             (
                 format!("{:+.1} ns", median(&diff)),
-                format!("**{:.1}×** ({})", median(&ratio), spread(&ratio, 1)),
+                show(&ratio_to(s, bare)),
             )
+        };
+        let extra = match by {
+            None => String::new(),
+            Some(r) if std::ptr::eq(s, bare) || std::ptr::eq(s, r) => " – |".to_string(),
+            Some(r) => format!(" {} |", show(&ratio_to(s, r))),
         };
         writeln!(
             out,
-            "| {} | {:.1} ({}) | {added} | {ratio} | {:.1} |",
+            "| {} | {:.1} ({}) | {added} | {ratio} |{extra} {:.1} |",
             s.label,
             median(&s.cpu),
             spread(&s.cpu, 1),
@@ -467,7 +496,7 @@ fn probe_cost_run(p: &Paths, mech: Option<Mech>) -> Result<(f64, f64)> {
     let ns = rank.run()?;
     if let Some(d) = &daemon {
         let text = scrape(d.port).context("scraping the daemon")?;
-        let n = comm_rank_calls(&text, rank.pid);
+        let n = comm_rank_calls(&text);
         let want = u64::from(BATCHES * CALLS);
         if n < want {
             bail!("the daemon counted {n} MPI_Comm_rank calls, expected >= {want}");
@@ -508,7 +537,7 @@ fn probe_cost(p: &Paths, out: &mut String) -> Result<()> {
             wall: v.iter().map(|x| x.1).collect(),
         })
         .collect();
-    cost_table(out, &series)
+    cost_table(out, &series, Some(1))
 }
 
 /// A daemon's perf-event and BPF-link descriptors, and how long it took to
@@ -528,7 +557,15 @@ fn unobserved_run(
     let mut daemon = match mech {
         None => None,
         Some(m) => {
-            let args = ["--all", "--user-max-processes", "1"].map(String::from);
+            // MPI_Comm_rank is not among the default functions.
+            let args = [
+                "--all",
+                "--user-max-processes",
+                "1",
+                "--functions",
+                "MPI_Comm_rank",
+            ]
+            .map(String::from);
             let mut d = Daemon::start(&p.observer, m, &args)?;
             d.attached(&[anchor])?;
             Some(d)
@@ -588,7 +625,7 @@ fn unobserved(p: &Paths, out: &mut String) -> Result<Vec<Held>> {
             wall: v.iter().map(|x| x.1).collect(),
         })
         .collect();
-    cost_table(out, &series)?;
+    cost_table(out, &series, None)?;
     Ok(stops)
 }
 
@@ -788,7 +825,10 @@ fn attach_table(
     }
     let starts: Vec<String> = starts
         .iter()
-        .map(|(n, d)| format!("{n} ranks {:.1} s", d.as_secs_f64()))
+        .map(|(n, d)| {
+            let ranks = if *n == 1 { "rank" } else { "ranks" };
+            format!("{n} {ranks} {:.1} s", d.as_secs_f64())
+        })
         .collect();
     writeln!(
         out,
@@ -799,9 +839,9 @@ fn attach_table(
         let secs: Vec<f64> = stops.iter().map(|s| s.2.as_secs_f64()).collect();
         writeln!(
             out,
-            "The {} `perf_link --all` daemons of the unobserved-process part (1 rank observed, \
-             the library file probed; {} perf-event and {} BPF-link fds held) took {:.2} s to \
-             stop, median ({} s).",
+            "The {} `perf_link --all --functions MPI_Comm_rank` daemons of the unobserved-process \
+             part (1 rank observed, the library file's 2 probes; {} perf-event and {} BPF-link \
+             fds held) took {:.2} s to stop, median ({} s).",
             secs.len(),
             stops[0].0,
             stops[0].1,
@@ -850,9 +890,10 @@ pub fn run(root: &Path) -> Result<()> {
     writeln!(
         r,
         "\n**A process that maps the library and is not observed.** `attach --all \
-         --user-max-processes 1`: a waiting root rank is observed first, then a second root \
-         process (the same probe-cost program) is refused by the budget (the daemon's `not \
-         observed` line, and no `mpi_rank_info` for it, are checked) and times its calls. With \
+         --user-max-processes 1 --functions MPI_Comm_rank` (not a default function): a \
+         waiting root rank is observed first, then a second root process (the same probe-cost \
+         program) is refused by the budget (the daemon's `not observed` line, and no \
+         `mpi_rank_info` for it, are checked) and times its calls. With \
          classic probes under `--all` the library file is probed for every process that maps \
          it, the refused one included; `uprobe_multi` links are per process. Against the same \
          program with no daemon. {UNOBSERVED_REPS} rounds, order rotated.\n"
