@@ -111,22 +111,31 @@ pub enum NoEbpf {
     Load(#[from] ProbeError),
 }
 
-/// The probes' kernel side: the chosen mechanism (its line said), or why
-/// there is none; and the values of `mpi_observer_kernel_info` either way.
-fn kernel_choice(
-    args: &AttachArgs,
-) -> (
-    Result<Option<crate::attach::kernel::Choice>, NoEbpf>,
-    [&'static str; 7],
-) {
+/// What [`kernel_choice`] found: the chosen mechanism, or why there is
+/// none; the values of `mpi_observer_kernel_info` either way; and the line
+/// that says the choice, said once the arguments are known to be good (bad
+/// input gets its one line and nothing else).
+struct KernelChoice {
+    chosen: Result<Option<crate::attach::kernel::Choice>, NoEbpf>,
+    info: [&'static str; 7],
+    line: Option<String>,
+}
+
+/// The probes' kernel side, tried before anything else.
+fn kernel_choice(args: &AttachArgs) -> KernelChoice {
     let mut info = [
         "none", "unknown", "unknown", "unknown", "unknown", "unknown", "unknown",
     ];
+    let without = |chosen, info| KernelChoice {
+        chosen,
+        info,
+        line: None,
+    };
     if args.no_bpf {
-        return (Ok(None), info);
+        return without(Ok(None), info);
     }
     if let Err(e) = checks::kernel() {
-        return (Err(e.into()), info);
+        return without(Err(e.into()), info);
     }
     let (features, choice) = crate::attach::kernel::detect();
     for (v, (_, f)) in info[1..].iter_mut().zip(features.labels()) {
@@ -134,15 +143,19 @@ fn kernel_choice(
     }
     let choice = match choice {
         Ok(c) => c,
-        Err(e) => return (Err(e.into()), info),
+        Err(e) => return without(Err(e.into()), info),
     };
-    log::info!(
+    let line = format!(
         "attaching with {}; this kernel: {}",
         choice.why,
         features.summary()
     );
     info[0] = choice.mechanism.name();
-    (Ok(Some(choice)), info)
+    KernelChoice {
+        chosen: Ok(Some(choice)),
+        info,
+        line: Some(line),
+    }
 }
 
 /// The line of an `--all` daemon that cannot use eBPF, which then serves
@@ -172,13 +185,14 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     }
     // The kernel first: a --pid daemon that cannot probe says so before
     // anything else, and --all then knows it serves the shim only.
-    let (chosen, mut kernel_info) = kernel_choice(&args);
-    let chosen = match chosen {
-        Ok(c) => c,
-        Err(e) if args.all => {
-            say_shim_only(&e);
-            None
-        }
+    let KernelChoice {
+        chosen,
+        info: mut kernel_info,
+        line: kernel_line,
+    } = kernel_choice(&args);
+    let (chosen, shim_only) = match chosen {
+        Ok(c) => (c, None),
+        Err(e) if args.all => (None, Some(e)),
         Err(source) => return Err(DaemonError::NoEbpf { source }),
     };
     let functions = functions::select(args.functions.as_deref())?;
@@ -223,6 +237,13 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         .map(web_config::load)
         .transpose()?;
     let listener = server::bind(args.listen).await?;
+    // The arguments are good: what the kernel allows is said now.
+    if let Some(line) = &kernel_line {
+        log::info!("{line}");
+    }
+    if let Some(e) = &shim_only {
+        say_shim_only(e);
+    }
     // A planned restart's predecessor may have handed its probes over.
     let loaded = chosen.map(|choice| {
         let opts = crate::attach::probes::LoadOptions {
