@@ -265,8 +265,10 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             (Some(p), Some(a))
         }
         None => (None, None),
-        // --all serves what the shim's ranks give, as --no-bpf does.
-        Some(Err(e)) if args.all => {
+        // --all serves what the shim's ranks give, as --no-bpf does, where
+        // the kernel lacks what the probes need; a set-up at fault (a pid
+        // namespace without its own /proc) stops it, as with --pid.
+        Some(Err(e)) if args.all && e.is_kernel_lacking() => {
             say_shim_only(&NoEbpf::Load(e));
             kernel_info[0] = "none";
             (None, None)

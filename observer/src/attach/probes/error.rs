@@ -107,3 +107,20 @@ pub enum ProbeError {
         source: aya::maps::MapError,
     },
 }
+
+impl ProbeError {
+    /// Whether loading failed because of what the kernel cannot do (the
+    /// object, its programs or their maps refused), where an `--all`
+    /// daemon still serves the shim's figures; not a fault of the set-up
+    /// (a pid namespace without its own `/proc`), which must stop it.
+    pub fn is_kernel_lacking(&self) -> bool {
+        matches!(
+            self,
+            ProbeError::Object { .. }
+                | ProbeError::Programs { .. }
+                | ProbeError::Layout { .. }
+                | ProbeError::ExecEvents { .. }
+                | ProbeError::Kernel { .. }
+        )
+    }
+}
