@@ -70,6 +70,10 @@ enum Cmd {
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
+        /// Only the attach mechanisms' part (after the build): the host's
+        /// forced classic runs and the VMs of other kernels.
+        #[arg(long, conflicts_with = "filter")]
+        kernels: bool,
     },
     /// Run a command as root in a QEMU guest on one of Debian's own kernels
     /// (5.10, 6.1, 6.12), this machine's root file system read-only under
@@ -367,7 +371,12 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Layout => layout::run(&root),
-        Cmd::Test { filter } => test(filter),
+        Cmd::Test { kernels: true, .. } => {
+            setup::run()?;
+            build()?;
+            kernels_suite()
+        }
+        Cmd::Test { filter, .. } => test(filter),
         Cmd::Vm(a) => vm::cli(a),
         Cmd::Demo { seconds } => {
             setup::run()?;
