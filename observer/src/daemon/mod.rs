@@ -188,7 +188,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     let KernelChoice {
         chosen,
         info: mut kernel_info,
-        line: kernel_line,
+        line: mut kernel_line,
     } = kernel_choice(&args);
     let (chosen, shim_only) = match chosen {
         Ok(c) => (c, None),
@@ -237,13 +237,6 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         .map(web_config::load)
         .transpose()?;
     let listener = server::bind(args.listen).await?;
-    // The arguments are good: what the kernel allows is said now.
-    if let Some(line) = &kernel_line {
-        log::info!("{line}");
-    }
-    if let Some(e) = &shim_only {
-        say_shim_only(e);
-    }
     // A planned restart's predecessor may have handed its probes over.
     let loaded = chosen.map(|choice| {
         let opts = crate::attach::probes::LoadOptions {
@@ -271,13 +264,15 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         Some(Err(e)) if args.all && e.is_kernel_lacking() => {
             say_shim_only(&NoEbpf::Load(e));
             kernel_info[0] = "none";
+            kernel_line = None;
             (None, None)
         }
-        Some(Err(e)) => {
+        Some(Err(e)) if e.is_kernel_lacking() => {
             return Err(DaemonError::NoEbpf {
                 source: NoEbpf::Load(e),
             });
         }
+        Some(Err(e)) => return Err(e.into()),
     };
     let render = RenderOptions {
         per_rank_histograms: args.per_rank_histograms,
@@ -415,6 +410,14 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     start_orphan_sweeps(&state);
     // Served once discovery runs: a job started after /metrics answers is
     // seen at its exec, not only by the next scan.
+    // The arguments are good and the --pid ranks attached: what the kernel
+    // allows is said now (bad input gets its one line and nothing else).
+    if let Some(line) = &kernel_line {
+        log::info!("{line}");
+    }
+    if let Some(e) = &shim_only {
+        say_shim_only(e);
+    }
     log::info!("serving {scheme}://{}/metrics", args.listen);
     let server = tokio::spawn(server::serve(listener, state.clone(), web));
 
