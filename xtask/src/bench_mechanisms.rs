@@ -28,11 +28,11 @@ use std::{
     collections::HashSet,
     fmt::Write as _,
     fs,
-    io::{Read as _, Write as _},
+    io::{BufRead as _, BufReader, Read as _, Write as _},
     net::TcpStream,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::mpsc::Receiver,
+    sync::mpsc::{self, Receiver},
     thread,
     time::{Duration, Instant},
 };
@@ -130,18 +130,28 @@ impl Mech {
 /// A running `mpi-observer attach`.
 struct Daemon {
     child: Child,
-    err: Receiver<String>,
+    /// Its stderr lines, each with when it was read.
+    err: Receiver<(Instant, String)>,
     spawned: Instant,
     port: u16,
+    mech: Mech,
     /// Its stderr so far.
     log: Vec<String>,
-    /// From spawning it to its "attaching with" line.
-    startup: Duration,
+}
+
+/// What a daemon took to attach its ranks.
+struct Attached {
+    /// From spawning the daemon to the last rank's `attached` line.
+    last: Duration,
+    /// From spawning it until its first rank's attach began: that line's
+    /// time less the milliseconds the line gives for the attach.
+    first_began: Duration,
+    /// The probes the lines name (`--pid`'s lines do; `--all`'s do not).
+    probes: u64,
 }
 
 impl Daemon {
-    /// Starts `attach ARGS` with `mech` forced; waits for the mechanism's
-    /// line and checks it is `mech`.
+    /// Starts `attach ARGS` with `mech` forced.
     fn start(observer: &Path, mech: Mech, args: &[String]) -> Result<Daemon> {
         let port = free_port()?;
         let spawned = Instant::now();
@@ -155,34 +165,37 @@ impl Daemon {
             .stdout(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", observer.display()))?;
-        let err = lines(child.stderr.take().context("stderr")?);
-        let mut d = Daemon {
+        let stderr = child.stderr.take().context("stderr")?;
+        let (tx, err) = mpsc::channel();
+        // Stamped as read, so a line's time does not depend on when the
+        // bench gets to it.
+        thread::spawn(move || {
+            for l in BufReader::new(stderr).lines() {
+                let Ok(l) = l else { break };
+                let _ = tx.send((Instant::now(), l));
+            }
+        });
+        Ok(Daemon {
             child,
             err,
             spawned,
             port,
+            mech,
             log: Vec::new(),
-            startup: Duration::ZERO,
-        };
-        let line = d.wait(STEP, |l| l.contains("attaching with"))?;
-        d.startup = spawned.elapsed();
-        if !line.contains(mech.said()) {
-            d.kill();
-            bail!("{FORCE}={}: the daemon said `{line}`", mech.name());
-        }
-        Ok(d)
+        })
     }
 
-    /// The next stderr line `want` accepts, within `limit`.
-    fn wait(&mut self, limit: Duration, want: impl Fn(&str) -> bool) -> Result<String> {
+    /// The next stderr line `want` accepts, within `limit`, and how long
+    /// after the spawn it was read.
+    fn wait(&mut self, limit: Duration, want: impl Fn(&str) -> bool) -> Result<(Duration, String)> {
         let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.err.recv_timeout(left) {
-                Ok(l) => {
+                Ok((at, l)) => {
                     self.log.push(l.clone());
                     if want(&l) {
-                        return Ok(l);
+                        return Ok((at.saturating_duration_since(self.spawned), l));
                     }
                 }
                 Err(e) => {
@@ -196,36 +209,51 @@ impl Daemon {
         }
     }
 
-    /// Waits until every pid in `pids` is attached and the daemon serves;
-    /// the time from spawning the daemon to the last rank's line, and the
-    /// probes the lines name (`--pid`'s lines do; `--all`'s do not).
-    fn attached(&mut self, pids: &[u32]) -> Result<(Duration, u64)> {
+    /// Waits until every pid in `pids` is attached, and the daemon has said
+    /// its mechanism (checked: the one forced) and that it serves, in
+    /// whatever order it says them.
+    fn attached(&mut self, pids: &[u32]) -> Result<Attached> {
         let mut left: HashSet<u32> = pids.iter().copied().collect();
-        let (mut probes, mut last) = (0, Duration::ZERO);
+        let mut got = Attached {
+            last: Duration::ZERO,
+            first_began: Duration::ZERO,
+            probes: 0,
+        };
+        let mut first = true;
         // Its signal handlers are in once it serves: a SIGTERM before then
-        // would kill it (with `--pid` the ranks are attached first).
-        let mut serving = self.log.iter().any(|l| l.contains(": serving "));
-        while !left.is_empty() || !serving {
-            let l = self.wait(SLOW, |l| {
-                l.contains("attached to pid ") || l.contains(": serving ")
+        // would kill it.
+        let (mut serving, mut said) = (false, false);
+        while !left.is_empty() || !serving || !said {
+            let (at, l) = self.wait(SLOW, |l| {
+                l.contains("attached to pid ")
+                    || l.contains(": serving ")
+                    || l.contains("attaching with")
             })?;
-            if l.contains(": serving ") {
+            if l.contains("attaching with") {
+                if !l.contains(self.mech.said()) {
+                    self.kill();
+                    bail!("{FORCE}={}: the daemon said `{l}`", self.mech.name());
+                }
+                said = true;
+            } else if l.contains(": serving ") {
                 serving = true;
-                continue;
-            }
-            let Some(pid) = number_after(&l, "attached to pid ") else {
-                continue;
-            };
-            if left.remove(&(pid as u32)) {
-                last = self.spawned.elapsed();
-                probes += number_after(&l, "(")
+            } else if let Some(pid) = number_after(&l, "attached to pid ")
+                && left.remove(&(pid as u32))
+            {
+                got.last = at;
+                if first {
+                    first = false;
+                    let own = Duration::from_secs_f64(ms_before(&l).unwrap_or(0.0) / 1e3);
+                    got.first_began = at.saturating_sub(own);
+                }
+                got.probes += number_after(&l, "(")
                     .filter(|_| l.contains(" probes"))
                     .unwrap_or(0);
             }
         }
         // The handlers go in just after the line that says it serves.
         thread::sleep(Duration::from_millis(100));
-        Ok((last, probes))
+        Ok(got)
     }
 
     /// The daemon's open perf events and BPF links.
@@ -261,8 +289,9 @@ impl Daemon {
             }
             thread::sleep(Duration::from_millis(2));
         };
-        let rest = crate::bench_common::drain(&self.err);
-        self.log.extend(rest);
+        while let Ok((_, l)) = self.err.recv_timeout(Duration::from_secs(1)) {
+            self.log.push(l);
+        }
         if !self.log.iter().any(|l| l.contains("detached, exiting")) {
             bail!(
                 "mpi-observer exited without `detached, exiting`:\n{}",
@@ -290,6 +319,13 @@ fn number_after(line: &str, key: &str) -> Option<u64> {
     let rest = &line[line.find(key)? + key.len()..];
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits.parse().ok()
+}
+
+/// The number before the ` ms)` that ends an `attached to pid` line.
+fn ms_before(line: &str) -> Option<f64> {
+    let end = line.rfind(" ms)")?;
+    let start = line[..end].rfind([' ', '('])? + 1;
+    line[start..end].parse().ok()
 }
 
 /// GET /metrics, or None while nothing answers.
@@ -731,8 +767,11 @@ fn attach_run(p: &Paths, job: &Job, config: &'static str, mech: Mech) -> Result<
             .collect()
     };
     let mut d = Daemon::start(&p.observer, mech, &args)?;
-    let (attach, probes) = d.attached(&job.pids)?;
-    let startup = d.startup;
+    let Attached {
+        last: attach,
+        first_began: startup,
+        probes,
+    } = d.attached(&job.pids)?;
     let (perf, links) = d.fds()?;
     let detach = d.stop()?;
     println!(
@@ -787,7 +826,7 @@ fn attach_table(
 ) -> Result<()> {
     writeln!(
         out,
-        "| configuration | ranks | attach: daemon spawned → last rank's `attached` line (start-up to `attaching with`) | detach: SIGTERM → exit | perf-event fds | BPF-link fds | probes (`--pid` lines) |\n\
+        "| configuration | ranks | attach: daemon spawned → last rank's `attached` line (of it, until the first rank's attach began) | detach: SIGTERM → exit | perf-event fds | BPF-link fds | probes (`--pid` lines) |\n\
          |---|---:|---:|---:|---:|---:|---:|"
     )?;
     for r in rows {
@@ -904,7 +943,9 @@ pub fn run(root: &Path) -> Result<()> {
         "\n**Attach and detach.** A job of N Open MPI ranks (`mpirun.openmpi --oversubscribe`; \
          each rank calls `MPI_Comm_rank` every 100 ms and `MPI_Barrier` every second) is \
          started once per size; each configuration then starts a daemon on it (default \
-         functions), waits for every rank's `attached to pid` line, counts the daemon's \
+         functions), waits for every rank's `attached to pid` line and the daemon's `serving` \
+         line (the first rank's attach began at its line's time less the milliseconds the line \
+         gives), counts the daemon's \
          `/proc/PID/fd` entries that are `anon_inode:[perf_event]` and `anon_inode:bpf_link`, \
          and sends SIGTERM. **One run per configuration** (seconds-long figures, not \
          nanoseconds; no spread is given).\n"
