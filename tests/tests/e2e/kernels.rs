@@ -20,6 +20,8 @@ use e2e::{
 };
 
 const NP: u32 = 2;
+/// Ranks of tests/programs/mix.c, which needs three (rank 2 is a peer).
+const MIX_NP: u32 = 3;
 const ITERS: u64 = 40;
 
 /// The mechanisms the daemon may report.
@@ -30,10 +32,10 @@ fn start_mix(mpi: Mpi, dir: &Path, iters: u64) -> Job {
     if !exe.exists() {
         compile(mpi, &program("mix.c"), &exe, &[]);
     }
-    let mut launcher = mpi.launcher(NP);
+    let mut launcher = mpi.launcher(MIX_NP);
     launcher.arg(&exe).arg(iters.to_string());
     let go = dir.join(format!("go-{}-{}", std::process::id(), iters));
-    Job::spawn(launcher, NP, go)
+    Job::spawn(launcher, MIX_NP, go)
 }
 
 /// The labels of `mpi_observer_kernel_info`.
@@ -121,7 +123,7 @@ fn the_mechanism_is_said_exported_and_the_expected_one() {
 }
 
 /// Under `--all`, two jobs of one library at once: on classic uprobes the
-/// library file is probed once for all four ranks (the daemon holds one
+/// library file is probed once for all six ranks (the daemon holds one
 /// perf event per site, not one per site and rank), on uprobe_multi each
 /// rank has its own links; either way both jobs are exact, and every
 /// probe is gone after SIGTERM, from the kernel and from the ranks'
@@ -140,7 +142,7 @@ fn all_probes_a_library_file_once_and_both_jobs_are_exact() {
     let b = start_mix(mpi, &dir, ITERS);
     let pids: Vec<u32> = a.pids().into_iter().chain(b.pids()).collect();
     let s = wait_for(
-        "--all to attach the four ranks",
+        "--all to attach the six ranks",
         Duration::from_secs(30),
         || {
             let (_, s) = daemon.scrape();
@@ -188,8 +190,8 @@ fn all_probes_a_library_file_once_and_both_jobs_are_exact() {
         let (_, s) = daemon.scrape();
         (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some(s)
     });
-    e2e::check_mix_exact(&s, mpi, &ja, NP, ITERS);
-    e2e::check_mix_exact(&s, mpi, &jb, NP, ITERS);
+    e2e::check_mix_exact(&s, mpi, &ja, MIX_NP, ITERS);
+    e2e::check_mix_exact(&s, mpi, &jb, MIX_NP, ITERS);
     assert!(daemon.stop(signal::TERM).success());
     assert_no_probes_left();
 }
@@ -343,7 +345,15 @@ fn kill_9_leaves_no_breakpoint_in_the_ranks() {
         return;
     }
     let dir = scratch("kernels-kill9");
-    let job = start_mix(mpi, &dir, 3000);
+    // steady.c holds after its calls until `stop`: its ranks live on after
+    // the daemon's kill, for their memory to be read.
+    let exe = dir.join("steady");
+    if !exe.exists() {
+        compile(mpi, &program("cluster/steady.c"), &exe, &[]);
+    }
+    let mut launcher = mpi.launcher(NP);
+    launcher.arg(&exe).arg("200");
+    let job = Job::spawn_held(launcher, NP, dir.join("go"), dir.join("stop"));
     let mut daemon = Daemon::start(&job.pid_args());
     let pids = job.pids();
     let probed: Vec<String> = breakpoints_left(pids[0]);
