@@ -190,8 +190,8 @@ fn all_probes_a_library_file_once_and_both_jobs_are_exact() {
         let (_, s) = daemon.scrape();
         (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some(s)
     });
-    e2e::check_mix_exact(&s, mpi, &ja, MIX_NP, ITERS);
-    e2e::check_mix_exact(&s, mpi, &jb, MIX_NP, ITERS);
+    e2e::check_mix_exact_found_at_exec(&s, mpi, &ja, MIX_NP, ITERS);
+    e2e::check_mix_exact_found_at_exec(&s, mpi, &jb, MIX_NP, ITERS);
     assert!(daemon.stop(signal::TERM).success());
     assert_no_probes_left();
 }
