@@ -33,7 +33,7 @@ use e2e::{
     package::{self, DEFAULTS, Installed, PKG},
     parse_metrics, program, require, scratch, shim_launcher, signal, sum,
     systemd::Systemd,
-    uprobe_multi_links, wait_for,
+    wait_for,
 };
 
 /// Ranks per job.
@@ -273,8 +273,13 @@ fn restart(mismatch: bool) {
         log.join("\n")
     );
     assert!(!pins().is_empty(), "A pinned nothing in {PINS}");
+    // Whatever the mechanism (uprobe_multi links, pinned perf links): the
+    // probes are breakpoints in the ranks' memory.
     assert!(
-        uprobe_multi_links() > 0,
+        probed
+            .pids()
+            .iter()
+            .all(|p| !e2e::breakpoints_left(*p).is_empty()),
         "the probes must stay in the ranks while no daemon runs"
     );
     // Counted by the probes and the shim while no daemon runs.
