@@ -5,7 +5,11 @@
  * until GOFILE exists, then runs ITER iterations of the counted phase, checks
  * every result it received, and prints "OK <rank>" or exits non-zero.
  * With MIX_POLL set, the wait makes an MPI_Iprobe call every 2 ms, so a
- * daemon can inject the shim at one of them (tests/tests/inject.rs). 
+ * daemon can inject the shim at one of them (tests/tests/inject.rs).
+ * With MIX_STOP=PATH, ITER is only a cap: the phase ends after the round in
+ * which rank 0 sees PATH exist, so a test can act in the middle of it
+ * however fast the machine is. Rank 0 says so in the round's own Bcast
+ * (b[0], which no rank checks otherwise): no call is added to a round.
  * The expected per-rank counts are documented in tests/tests/observer.rs. */
 #include <mpi.h>
 #include <stdio.h>
@@ -34,6 +38,7 @@ int main(int argc, char **argv) {
     printf("READY %d %d\n", rank, (int)getpid());
     fflush(stdout);
     int poll = getenv("MIX_POLL") != NULL;
+    const char *stop = getenv("MIX_STOP");
     while (go && access(go, F_OK) != 0) {
         if (poll) {
             int flag;
@@ -85,8 +90,10 @@ int main(int argc, char **argv) {
 
         int b[N4];
         if (rank == 0) for (int i = 0; i < N4; i++) b[i] = it * 7 + i;
+        if (rank == 0 && stop) b[0] = access(stop, F_OK) == 0 ? -1 : 0;
         MPI_Bcast(b, N4, MPI_INT, 0, MPI_COMM_WORLD);
         if (b[N4 - 1] != it * 7 + N4 - 1) fail("bcast", rank, it);
+        if (stop && b[0] == -1) iters = it + 1; /* this round is the last */
 
         double a[N5], s[N5];
         for (int i = 0; i < N5; i++) a[i] = rank + i;

@@ -23,6 +23,7 @@ mod package;
 mod semantics;
 mod setup;
 mod spec;
+mod test_log;
 mod vm;
 
 use std::{path::PathBuf, process::Command};
@@ -187,7 +188,7 @@ fn test(filter: Option<String>) -> Result<()> {
     }
     // The tests share two cores, BPF and mpirun: one at a time.
     e2e.args(["--test-threads=1"]);
-    setup::run_cmd(&mut e2e)?;
+    test_log::run(&mut e2e, &test_log_path("e2e"))?;
     if filter.is_none() {
         kernels_suite()?;
     }
@@ -249,6 +250,13 @@ pub const CONTROL_SUBSET: &[&str] = &[
 /// cookies on the whole subset; ioctl without cookies, by address, on the
 /// mechanism's tests, exact counts and threads, as 5.10 runs it).
 /// `E2E_EXPECT_MECHANISM` makes `kernels::` fail if a run used another.
+/// Where a test run's whole output is kept (`test_log`).
+fn test_log_path(name: &str) -> PathBuf {
+    workspace_root()
+        .join("target/e2e/logs")
+        .join(format!("{name}.log"))
+}
+
 fn kernels_suite() -> Result<()> {
     let mut failed = Vec::new();
     // Bullseye's 5.10 has neither uprobe_multi nor attach cookies, nor BPF
@@ -290,7 +298,7 @@ fn kernels_suite() -> Result<()> {
             .env("E2E_EXPECT_MECHANISM", mechanism);
         eprintln!("test: the kernels subset with {mechanism} forced on this kernel");
         let t = std::time::Instant::now();
-        let r = setup::run_cmd(&mut e2e);
+        let r = test_log::run(&mut e2e, &test_log_path(&format!("forced-{mechanism}")));
         eprintln!(
             "test: {mechanism} forced: {:.0} s",
             t.elapsed().as_secs_f64()
@@ -303,8 +311,8 @@ fn kernels_suite() -> Result<()> {
     // kernel that fails.
     ensure!(
         failed.is_empty(),
-        "the kernels suite failed: {}",
-        failed.join("; ")
+        "the kernels suite failed:\n{}",
+        failed.join("\n")
     );
     Ok(())
 }

@@ -267,20 +267,33 @@ fn in_full_traffic(mpi: Mpi) {
     if !needs(mpi) {
         return;
     }
-    // MPICH busy-polls: 3 ranks on 2 cores make about 30 rounds a second.
-    let long: u64 = if mpi.is_open_mpi() { 4000 } else { 400 };
+    // The phase runs until the test says stop (MIX_STOP), so the daemon
+    // attaches and injects in its middle however fast the ranks are: a
+    // fixed 4000 rounds once ended before the daemon had started. The
+    // cap is never reached.
+    let cap: u64 = 100_000_000;
     let dir = scratch(&format!("inject-traffic-{}", mpi.name()));
-    let job = start(mpi, &dir, "mix.c", NP, &[long.to_string()], &[]);
+    let stop = dir.join("stop");
+    let _ = std::fs::remove_file(&stop);
+    let job = start(
+        mpi,
+        &dir,
+        "mix.c",
+        NP,
+        &[cap.to_string()],
+        &[("MIX_STOP", stop.to_str().unwrap())],
+    );
     job.go();
     let mut d = Daemon::start(&inject_args(&job));
     wait_injected(&mut d, NP);
+    std::fs::write(&stop, b"stop").unwrap();
     job.finish("OK ");
     let s = final_scrape(&mut d);
     // Probes before the handover plus the shim after it: every call of the
     // phase once. (The daemon attached after the phase began, so each
     // function counts the rounds from the attach on.)
     for rank in 0..NP {
-        assert_one_cut(&s, mpi, rank, long);
+        assert_one_cut(&s, mpi, rank, cap);
     }
     let _ = d.stop(e2e::signal::TERM);
     e2e::assert_no_probes_left();

@@ -334,14 +334,15 @@ pub fn run_suite(kernel: &str, arch: Arch, filters: &[&str], env: &[(&str, &str)
         let _ = e.write_all(&o.stdout);
         let _ = e.write_all(&o.stderr);
         bail!(
-            "e2e `{filter}` in {} ({}): exit status {}, {}",
+            "e2e `{filter}` in {} ({}): exit status {}, {}\n{}",
             k.package,
             arch,
             o.status,
             match counts {
                 Some((p, f)) => format!("{p} passed, {f} failed"),
                 None => "no libtest summary".to_string(),
-            }
+            },
+            crate::test_log::digest(&stdout)
         );
     }
     let (p, _) = counts.unwrap_or_default();
