@@ -169,7 +169,8 @@ pub fn open_mapped(pid: u32, m: &MapEntry, write: bool, cap: u64) -> Result<File
                 path: shown.clone(),
                 source,
             })?;
-            if (meta.dev(), meta.ino()) != (libc::makedev(m.dev.0, m.dev.1), m.inode) {
+            let want = (libc::makedev(m.dev.0, m.dev.1), m.inode);
+            if !crate::os::userfile::is_mapped_file(&f, &meta, want) {
                 return Err(ShmError::Untrusted { pid, path: shown });
             }
             f

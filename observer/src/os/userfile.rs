@@ -11,7 +11,13 @@
 //!    process exited), the path is opened through the process's root, then
 //!    as seen by the daemon, with `O_NOFOLLOW | O_NONBLOCK` (a FIFO opens
 //!    without waiting for a writer), and kept only if its device and inode
-//!    are those of the maps line.
+//!    are those of the maps line. `fstat` and the maps line may disagree
+//!    for the very same file: on overlayfs (containers, and the test VMs'
+//!    target directory) kernels before 6.8 or so show the upper or lower
+//!    layer's device in maps and the overlay's in `fstat`. So where they
+//!    differ, the daemon maps the opened file itself, without touching a
+//!    byte of it, and asks its own maps how the kernel shows that mapping:
+//!    the same file is shown the same way, whatever the file system.
 //!
 //! Either way the file must be a regular file no larger than the cap, and
 //! it is read with a bounded read.
@@ -200,6 +206,49 @@ pub fn open_expected(path: &Path, want: (u64, u64), cap: u64) -> Result<UserFile
     checked(f, Some(want), shown, cap)
 }
 
+/// Whether `file` (with metadata `meta`) is the file a maps line shows as
+/// device and inode `want`: by `fstat`, or else by how the kernel shows a
+/// mapping of it (see the module's documentation).
+pub fn is_mapped_file(file: &File, meta: &std::fs::Metadata, want: (u64, u64)) -> bool {
+    want == (meta.dev(), meta.ino()) || shown_in_maps(file).is_ok_and(|s| s == want)
+}
+
+/// How `/proc/self/maps` shows a mapping of `file`: its device and inode
+/// as maps lines give them, to compare with another process's maps line
+/// (see the module's documentation). The file is mapped one page, read
+/// only and private, and unmapped again; no byte of it is read, so a file
+/// truncated meanwhile faults nobody.
+fn shown_in_maps(file: &File) -> io::Result<(u64, u64)> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: sysconf has no memory effects.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .map_err(|_| io::Error::other("no page size"))?;
+    // SAFETY: a new private read-only mapping at an address the kernel
+    // picks; it aliases no memory of ours and is never dereferenced.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            page,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let shown = std::fs::read("/proc/self/maps").map(|text| {
+        crate::os::procfs::parse_maps(&text)
+            .into_iter()
+            .find(|m| m.start == addr as u64)
+            .map(|m| (dev_of(m.dev), m.inode))
+    });
+    // SAFETY: the mapping made above, of that length, unused since.
+    unsafe { libc::munmap(addr, page) };
+    shown?.ok_or_else(|| io::Error::other("our own mapping is not in /proc/self/maps"))
+}
+
 fn checked(
     file: File,
     want: Option<(u64, u64)>,
@@ -213,7 +262,7 @@ fn checked(
     if !meta.file_type().is_file() {
         return Err(UserFileError::NotRegular { path: shown });
     }
-    if want.is_some_and(|w| w != (meta.dev(), meta.ino())) {
+    if want.is_some_and(|w| !is_mapped_file(&file, &meta, w)) {
         return Err(UserFileError::Replaced { path: shown });
     }
     if meta.len() > cap {
@@ -291,6 +340,25 @@ mod tests {
         std::fs::write(&real, b"x").unwrap();
         let e = open_expected(&real, (1, 1), u64::MAX).unwrap_err();
         assert!(matches!(e, UserFileError::Replaced { .. }), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_is_shown_in_maps_as_another_process_sees_it() {
+        // Our executable, as our own maps line shows it (what a rank's
+        // maps line would show), and as mapping it again shows it.
+        let m = own_exe_mapping();
+        let f = File::open(m.path.as_deref().unwrap()).unwrap();
+        assert_eq!(shown_in_maps(&f).unwrap(), (dev_of(m.dev), m.inode));
+        // Another file is another identity, and an empty one maps too.
+        let dir = std::env::temp_dir().join(format!("userfile-maps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty.so");
+        std::fs::write(&empty, b"").unwrap();
+        let md = std::fs::metadata(&empty).unwrap();
+        let shown = shown_in_maps(&File::open(&empty).unwrap()).unwrap();
+        assert_eq!(shown.1, md.ino());
+        assert_ne!(shown, (dev_of(m.dev), m.inode));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
