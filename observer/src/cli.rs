@@ -180,6 +180,17 @@ pub struct AttachArgs {
     /// injection armed for its next call (its probes count until then).
     #[arg(long, value_name = "SECS", default_value_t = 30, requires = "inject")]
     pub inject_timeout: u64,
+    /// Seconds an injected rank may take to load the shim (`dlopen` and its
+    /// preparation) before the injection is undone and the rank stays
+    /// observed by its probes: raise it on slow or overloaded nodes.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = crate::attach::inject::DEFAULT_LOAD_TIMEOUT.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=3600),
+        requires = "inject"
+    )]
+    pub inject_load_timeout: u64,
     /// The socket where shim ranks knock at exit so their segment is held
     /// before they unlink it (docs/shim.md, "Exit handover"). Default: for
     /// root (or the owner of /run/mpi-observer, the package's unit)

@@ -39,6 +39,8 @@ pub struct Request {
     pub tools: String,
     /// How long to wait for the rank's next MPI call.
     pub timeout: Duration,
+    /// How long loading the shim may take in the rank.
+    pub load_timeout: Duration,
 }
 
 /// A finished injection.
@@ -372,6 +374,7 @@ fn inject_and_hand_over(state: &Mutex<State>, req: &Request) -> Result<Injected,
             shim: &req.shim,
             tools: &req.tools,
             timeout: req.timeout,
+            load_timeout: req.load_timeout,
         },
         &probes,
     )?;

@@ -212,6 +212,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             shim: crate::collect::launcher::shim_path()?,
             tools: args.inject_tools.clone(),
             timeout: Duration::from_secs(args.inject_timeout),
+            load_timeout: Duration::from_secs(args.inject_load_timeout),
         })
     } else {
         None

@@ -60,8 +60,9 @@ use crate::os::procfs;
 const SHIM_NAME: &str = "libmpi_observer_shim.so";
 /// How long the shim waits for the daemon's go before it undoes itself.
 const GO_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long `dlopen` and the shim's preparation may take.
-const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `dlopen` and the shim's preparation may take by default
+/// (`attach --inject-load-timeout`).
+pub const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the daemon looks at the threads and the mailbox.
 const POLL: Duration = Duration::from_micros(200);
 
@@ -225,6 +226,8 @@ pub struct Target<'a> {
     pub tools: &'a str,
     /// How long to wait for the rank's next MPI call.
     pub timeout: Duration,
+    /// How long `dlopen` and the shim's preparation may take in the rank.
+    pub load_timeout: Duration,
 }
 
 /// A shim loaded and committed in a rank.
@@ -348,7 +351,15 @@ pub fn load_shim(
             }
             tracer.resume(tid, 0)?;
             let stopped = stopped_at.elapsed();
-            let outcome = converse(pid, &mem, data_at, &mut tracer, &set_skip, &hand_over);
+            let outcome = converse(
+                pid,
+                &mem,
+                data_at,
+                &mut tracer,
+                target.load_timeout,
+                &set_skip,
+                &hand_over,
+            );
             Ok::<_, InjectError>((tid, stopped, stopped_at.elapsed(), outcome?))
         })
         .join()
@@ -405,6 +416,7 @@ fn converse(
     mem: &Mem,
     mb: u64,
     tracer: &mut Tracer,
+    load_timeout: Duration,
     set_skip: &dyn Fn(u64, u64) -> Result<(), InjectError>,
     hand_over: &dyn Fn() -> Result<(), InjectError>,
 ) -> Result<u32, InjectError> {
@@ -465,7 +477,7 @@ fn converse(
             }
             _ => {}
         }
-        if t.elapsed() > LOAD_TIMEOUT + GO_TIMEOUT {
+        if t.elapsed() > load_timeout + GO_TIMEOUT {
             // The shim undoes itself when no go comes; say so at once.
             let _ = mem.write(
                 field(core::mem::offset_of!(Mailbox, go)),
@@ -474,7 +486,7 @@ fn converse(
             return Err(InjectError::Timeout {
                 pid,
                 step: "loading the shim",
-                secs: (LOAD_TIMEOUT + GO_TIMEOUT).as_secs(),
+                secs: (load_timeout + GO_TIMEOUT).as_secs(),
             });
         }
         thread::sleep(POLL);
