@@ -1181,6 +1181,25 @@ pub fn check_mix_exact(samples: &[Sample], mpi: Mpi, jobid: &str, np: u32, iters
     mix_exact(samples, mpi, jobid, np, iters, false)
 }
 
+/// Waits (30 s at most) until the daemon has every live Open MPI rank's
+/// datatypes (`mpi_observer_datatypes_pending_processes` is 0). A rank
+/// `--all` found at its exec, before its `MPI_Init`, has them looked at
+/// again every second; a phase begun before that counts derived types'
+/// bytes as unknown. In the test VMs, MPI_Init takes seconds.
+pub fn wait_datatypes(daemon: &mut Daemon) {
+    wait_for(
+        "the ranks' datatypes to check out",
+        Duration::from_secs(30),
+        || {
+            let (_, s) = daemon.scrape();
+            s.iter()
+                .find(|x| x.name == "mpi_observer_datatypes_pending_processes")
+                .is_some_and(|x| x.value == 0.0)
+                .then_some(())
+        },
+    );
+}
+
 /// [`check_mix_exact`] for ranks `attach --all` found at their exec: their
 /// `MPI_Init` is counted if their probes were in before it began (on a
 /// library file already probed for another rank, as classic uprobes under

@@ -105,21 +105,62 @@ fn executable_copies(pid: u32) -> BTreeMap<String, u64> {
     out
 }
 
-/// Inspects `pid`'s Open MPI datatypes. Never fails: what cannot be
-/// verified is left out, and those calls' bytes are counted as unknown.
-pub fn inspect(pid: u32, lib: &Library, map: &MappedLib) -> Datatypes {
-    let mut out = Datatypes::default();
+/// Where a process's Open MPI datatype objects live: found once, from its
+/// library's and executable's symbols (reading the executable, which may
+/// be large), and then looked at in its memory as often as needed
+/// ([`check`]).
+#[derive(Clone, Debug, Default)]
+pub struct Located {
+    /// Each datatype symbol's runtime address (the executable's copy if it
+    /// has one).
+    addrs: BTreeMap<String, u64>,
+    /// The runtime address of `ompi_datatype_t_class`, if the library
+    /// names it.
+    derived_class: Option<u64>,
+}
+
+/// Finds where `pid`'s Open MPI datatypes are; empty for other libraries.
+pub fn locate(pid: u32, lib: &Library, map: &MappedLib) -> Located {
     if lib.kind != lib_kind::OPEN_MPI {
-        return out;
+        return Located::default();
     }
     let copies = executable_copies(pid);
-    let addr = |name: &str| {
-        copies.get(name).copied().or_else(|| {
-            lib.ompi_datatypes
-                .get(name)
-                .map(|v| runtime_addr(lib, map, *v))
+    let names = lib
+        .ompi_datatypes
+        .keys()
+        .map(String::as_str)
+        .chain(KNOWN.iter().map(|(n, _)| *n));
+    let addrs = names
+        .filter_map(|name| {
+            let a = copies.get(name).copied().or_else(|| {
+                lib.ompi_datatypes
+                    .get(name)
+                    .map(|v| runtime_addr(lib, map, *v))
+            })?;
+            Some((name.to_string(), a))
         })
-    };
+        .collect();
+    Located {
+        addrs,
+        derived_class: lib.ompi_datatype_class.map(|c| runtime_addr(lib, map, c)),
+    }
+}
+
+/// Inspects `pid`'s Open MPI datatypes: [`locate`], then [`check`].
+pub fn inspect(pid: u32, lib: &Library, map: &MappedLib) -> Datatypes {
+    check(pid, &locate(pid, lib, map))
+}
+
+/// Reads `pid`'s datatypes where `at` says they are. Never fails: what
+/// cannot be verified is left out, and those calls' bytes are counted as
+/// unknown. Cheap (a few dozen 8-byte reads of its memory): a rank still
+/// in its MPI_Init is looked at again until they check out.
+pub fn check(pid: u32, at: &Located) -> Datatypes {
+    let mut out = Datatypes::default();
+    if at.addrs.is_empty() {
+        return out;
+    }
+    let addr = |name: &str| at.addrs.get(name).copied();
     // The fixed LP64 sizes: the whole table when the layout cannot be
     // checked, and the reference the check compares against.
     let known = || {
@@ -152,8 +193,7 @@ pub fn inspect(pid: u32, lib: &Library, map: &MappedLib) -> Datatypes {
         out.sizes.extend(known());
         return out;
     };
-    for name in lib.ompi_datatypes.keys() {
-        let Some(a) = addr(name) else { continue };
+    for &a in at.addrs.values() {
         if class(a) != Some(pclass) {
             continue;
         }
@@ -163,8 +203,8 @@ pub fn inspect(pid: u32, lib: &Library, map: &MappedLib) -> Datatypes {
     }
     // Derived types are created as ompi_datatype_t objects: trust their
     // size field only when their class is ompi_datatype_t_class.
-    if let Some(c) = lib.ompi_datatype_class {
-        out.derived = Some((runtime_addr(lib, map, c), OMPI_SIZE_OFFSET));
+    if let Some(c) = at.derived_class {
+        out.derived = Some((c, OMPI_SIZE_OFFSET));
     }
     out
 }

@@ -34,17 +34,20 @@ pub const QUEUE_CAP: usize = 16_384;
 /// The shortest rest between two attaches.
 pub const MIN_REST: Duration = Duration::from_millis(2);
 /// When an Open MPI rank attached before it initialised its datatypes
-/// (found as it started) has them looked at again, after its attach.
-pub const DATATYPE_REVISITS: [Duration; 8] = [
+/// (found as it started) has them looked at again, after its attach; then
+/// every [`DATATYPE_REVISIT_EVERY`] while it runs. A look reads a few
+/// dozen words of its memory (`datatypes::check`), so it need not stop:
+/// a fixed last look (60 s) lost every derived type's bytes of ranks whose
+/// MPI_Init took longer, as it can on a slow file system, at 64 k ranks,
+/// or in the test VMs.
+pub const DATATYPE_REVISITS: [Duration; 4] = [
     Duration::from_millis(50),
     Duration::from_millis(200),
     Duration::from_millis(500),
     Duration::from_secs(1),
-    Duration::from_secs(2),
-    Duration::from_secs(5),
-    Duration::from_secs(15),
-    Duration::from_secs(60),
 ];
+/// See [`DATATYPE_REVISITS`].
+pub const DATATYPE_REVISIT_EVERY: Duration = Duration::from_secs(1);
 
 enum Work {
     Attach(Candidate),
@@ -344,32 +347,36 @@ fn attach_and_rest(
 }
 
 /// Looks at rank `pid`'s Open MPI datatypes again (without the lock) and
-/// applies them once they check out; else tries later, up to the last of
-/// [`DATATYPE_REVISITS`] (derived types' bytes then stay unknown, counted
-/// as such).
+/// applies them once they check out; else tries later, as long as it runs
+/// with its probes (until then, derived types' bytes are counted as
+/// unknown).
 fn revisit(shared: &Shared, state: &Mutex<State>, pid: u32, ticks: u64, n: usize) {
     let pending = state
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .datatypes_pending(pid, ticks);
-    let Some((lib, map)) = pending else { return };
-    let dt = crate::attach::datatypes::inspect(pid, &lib, &map);
+    let Some(at) = pending else { return };
+    let dt = crate::attach::datatypes::check(pid, &at);
     if dt.derived.is_some() {
         state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .apply_datatypes(pid, &dt);
-    } else if let Some(next) = DATATYPE_REVISITS.get(n + 1) {
+    } else {
+        let wait = match (DATATYPE_REVISITS.get(n), DATATYPE_REVISITS.get(n + 1)) {
+            (Some(now), Some(next)) => *next - *now,
+            _ => DATATYPE_REVISIT_EVERY,
+        };
         shared
             .queue
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .revisits
             .push(Reverse((
-                Instant::now() + (*next - DATATYPE_REVISITS[n]),
+                Instant::now() + wait,
                 pid,
                 ticks,
-                n + 1,
+                n.saturating_add(1),
             )));
     }
 }

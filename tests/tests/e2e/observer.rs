@@ -134,6 +134,7 @@ fn all_mode_picks_up_a_job_started_later_and_retains_it() {
             attached.then(|| jobid_of(&s, pids[0]).unwrap())
         },
     );
+    e2e::wait_datatypes(&mut daemon);
     job.go();
     job.finish("OK ");
     let s = wait_for("the exits to be noticed", Duration::from_secs(10), || {

@@ -64,6 +64,8 @@ pub struct SelfMetrics {
     pub attach_exited: IntCounter,
     /// Ranks the shim was injected into and that are alive.
     pub injected: IntGauge,
+    /// Live Open MPI ranks whose datatypes have not checked out yet.
+    pub datatypes_pending: IntGauge,
     /// Duration of the last scrape's collection.
     pub scrape_seconds: Gauge,
     scrapes: IntCounter,
@@ -128,6 +130,11 @@ impl SelfMetrics {
         let injected = IntGauge::new(
             "mpi_observer_injected_processes",
             "Live MPI processes whose calls an injected shim counts (attach --inject, by this daemon or adopted from an earlier one); they carry no probes.",
+        )
+        .expect("valid metric");
+        let datatypes_pending = IntGauge::new(
+            "mpi_observer_datatypes_pending_processes",
+            "Live Open MPI ranks attached before their MPI_Init set up the datatypes, whose datatypes are looked at again every second until they check out: until then their calls with a derived datatype count in mpi_bytes_unknown_calls_total, not in mpi_bytes_total.",
         )
         .expect("valid metric");
         let attach_failures = IntCounter::new(
@@ -281,6 +288,7 @@ impl SelfMetrics {
             Box::new(attach_failures.clone()),
             Box::new(attach_exited.clone()),
             Box::new(injected.clone()),
+            Box::new(datatypes_pending.clone()),
             Box::new(scrape_seconds.clone()),
             Box::new(scrapes.clone()),
             Box::new(map_failures.clone()),
@@ -307,6 +315,7 @@ impl SelfMetrics {
             attach_failures,
             attach_exited,
             injected,
+            datatypes_pending,
             scrape_seconds,
             scrapes,
             map_failures,

@@ -11,7 +11,6 @@ use crate::{
     attach::budget::Cost,
     attach::datatypes,
     attach::identity::Label,
-    attach::symbols,
     collect::segment::Segment,
     collect::snapshot::{RankSnapshot, SegmentProblem},
     os::procfs,
@@ -103,7 +102,7 @@ impl State {
             && self.probes.is_some()
             && p.lib.kind == observer_common::maps::lib_kind::OPEN_MPI
             && p.datatypes.derived.is_none())
-        .then(|| (p.lib.clone(), p.map.clone()));
+        .then(|| p.located.clone());
         let attachment = match self.probes.as_mut() {
             Some(probes) if !p.timed => Some(probes.attach(
                 pid,
@@ -170,7 +169,7 @@ impl State {
         &self,
         pid: u32,
         ticks: u64,
-    ) -> Option<(std::sync::Arc<symbols::Library>, procfs::MappedLib)> {
+    ) -> Option<std::sync::Arc<datatypes::Located>> {
         let r = self.ranks.get(&pid).filter(|r| r.ticks == ticks)?;
         if r.exited_at.is_some() || r.attachment.is_none() {
             return None;

@@ -119,6 +119,9 @@ pub struct Prepared {
     pub(super) host_path: std::path::PathBuf,
     pub(super) lib: std::sync::Arc<symbols::Library>,
     pub(super) datatypes: datatypes::Datatypes,
+    /// Where its datatypes are, to look at them again if they did not
+    /// check out yet.
+    pub(super) located: std::sync::Arc<datatypes::Located>,
     pub(super) identity: Identity,
     pub(super) comm: String,
     pub(super) segment: Option<Segment>,
@@ -144,7 +147,8 @@ fn prepare_inner(pid: u32, ticks: u64) -> Result<Prepared, AttachError> {
     let host_path = map.host_path(pid);
     // Opened as mapped, within the size cap, parsed once per file.
     let lib = symbols::LibraryCache::global().get_mapped(pid, &map)?;
-    let datatypes = datatypes::inspect(pid, &lib, &map);
+    let located = std::sync::Arc::new(datatypes::locate(pid, &lib, &map));
+    let datatypes = datatypes::check(pid, &located);
     // A rank whose shim already times its calls gets no probes: the
     // segment counts them all (see `rank_calls`), and a live shim an
     // earlier daemon injected is adopted. One detached since counts
@@ -184,6 +188,7 @@ fn prepare_inner(pid: u32, ticks: u64) -> Result<Prepared, AttachError> {
         host_path,
         lib,
         datatypes,
+        located,
         identity,
         segment,
         timed,

@@ -6,11 +6,9 @@ use crate::{
     attach::budget::Cost,
     attach::identity::{Identity, JobidSource},
     attach::probes::Attachment,
-    attach::symbols,
     collect::callsites::RankSites,
     collect::segment::Segment,
     collect::snapshot::{Figures, Labels, RawSite, SegmentProblem},
-    os::procfs,
 };
 
 /// One observed rank.
@@ -68,7 +66,7 @@ pub struct Rank {
     /// An Open MPI rank attached before its library initialised its
     /// datatypes (found as it started): what to look at them again with,
     /// until they check out (see [`State::datatypes_pending`](super::State::datatypes_pending)).
-    pub(super) pending_datatypes: Option<(std::sync::Arc<symbols::Library>, procfs::MappedLib)>,
+    pub(super) pending_datatypes: Option<std::sync::Arc<crate::attach::datatypes::Located>>,
     /// It exited, its final figures are kept in [`State`](super::State)'s
     /// `exited_figures`, and its map entries are freed (and its budget
     /// with them): a user's retained short jobs never crowd out their

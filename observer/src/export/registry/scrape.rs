@@ -228,6 +228,14 @@ impl State {
     /// Reads the stats segments and the maps, now.
     pub fn collect(&mut self) -> Snapshot {
         self.read_segments();
+        let pending = self
+            .ranks
+            .values()
+            .filter(|r| {
+                r.pending_datatypes.is_some() && r.exited_at.is_none() && r.attachment.is_some()
+            })
+            .count();
+        self.selfm.datatypes_pending.set(pending as i64);
         // Call sites before the statistics: a call adds to its function's
         // figures first, so the sites never exceed the function's calls.
         let (sites, calls, map_failures) = self
