@@ -405,9 +405,22 @@ impl Drop for Fakes {
 /// `iters` `MPI_Barrier` calls once let go ([`Job::go`]). Checks that its
 /// ranks run as `user`.
 pub fn victim_job(mpi: Mpi, dir: &Path, user: &User, iters: u64) -> Job {
+    victim_job_with(mpi, dir, user, iters, &[])
+}
+
+/// [`victim_job`] with `env` set in its ranks (`VICTIM_POLL`: see the
+/// program).
+pub fn victim_job_with(mpi: Mpi, dir: &Path, user: &User, iters: u64, env: &[(&str, &str)]) -> Job {
     let bin = dir.join(format!("victim-{}", mpi.name()));
     compile(mpi, &program("attack/victim.c"), &bin, &[]);
     let mut launcher = user.launcher(mpi, 2);
+    for (k, v) in env {
+        if mpi.is_open_mpi() {
+            launcher.args(["-x", &format!("{k}={v}")]);
+        } else {
+            launcher.args(["-genv", k, v]);
+        }
+    }
     launcher.arg(&bin).arg(iters.to_string());
     let job = Job::spawn(launcher, 2, dir.join(format!("victim-{}.go", mpi.name())));
     user.assert_runs(&job.pids());

@@ -184,6 +184,7 @@ fn all_probes_a_library_file_once_and_both_jobs_are_exact() {
         jobid_of(&s, b.pids()[0]).unwrap(),
     );
     assert_ne!(ja, jb);
+    e2e::wait_datatypes(&mut daemon);
     a.finish("OK ");
     b.finish("OK ");
     let s = wait_for("the exits", Duration::from_secs(20), || {
@@ -210,7 +211,11 @@ fn a_process_refused_by_a_budget_is_unharmed_and_not_counted() {
     let dir = scratch("kernels-refused");
     let user = User::ensure("mpiobs-kern");
     let mut daemon = Daemon::start(&["--all".into(), "--user-max-processes".into(), "1".into()]);
-    let job = e2e::attack::victim_job(mpi, &dir, &user, 200);
+    // Polling while it waits: the observed rank has figures while both
+    // ranks still run. Read after the job, they were a race: the daemon
+    // frees an exited rank's entries once it has kept its final figures,
+    // and in the test VMs it did so before bpftool ran.
+    let job = e2e::attack::victim_job_with(mpi, &dir, &user, 200, &[("VICTIM_POLL", "1")]);
     let pids = job.pids();
     let (observed, refused) = wait_for(
         "one rank attached and one refused",
@@ -233,17 +238,36 @@ fn a_process_refused_by_a_budget_is_unharmed_and_not_counted() {
             })
         },
     );
+    // Nothing in the kernel's statistics under the refused process, while
+    // the observed one's polls are there.
+    let tgids = wait_for(
+        "the observed rank's entries in MPI_STATS",
+        Duration::from_secs(30),
+        || {
+            let t = stats_tgids();
+            t.contains(&u64::from(observed)).then_some(t)
+        },
+    );
+    assert!(
+        !tgids.contains(&u64::from(refused)),
+        "the refused rank {refused} has none: {tgids:?}"
+    );
     job.go();
     job.finish("OK ");
-    // Nothing in the kernel's statistics under the refused process.
+    assert!(daemon.stop(signal::TERM).success());
+    assert_no_probes_left();
+}
+
+/// The processes (tgids) with entries in the probes' statistics map, as
+/// `bpftool` dumps it.
+fn stats_tgids() -> HashSet<u64> {
     let out = Command::new("bpftool")
         .args(["-j", "map", "dump", "name", "MPI_STATS"])
         .output()
         .unwrap();
     assert!(out.status.success(), "bpftool map dump MPI_STATS");
     let dump: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let tgids: HashSet<u64> = dump
-        .as_array()
+    dump.as_array()
         .unwrap()
         .iter()
         .filter_map(|e| {
@@ -260,17 +284,7 @@ fn a_process_refused_by_a_budget_is_unharmed_and_not_counted() {
                 (b.len() == 4).then(|| u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
             })
         })
-        .collect();
-    assert!(
-        tgids.contains(&u64::from(observed)),
-        "the observed rank has entries: {tgids:?}"
-    );
-    assert!(
-        !tgids.contains(&u64::from(refused)),
-        "the refused rank has none"
-    );
-    assert!(daemon.stop(signal::TERM).success());
-    assert_no_probes_left();
+        .collect()
 }
 
 /// No usable eBPF (forced here; a kernel without BPF or uprobes behaves
