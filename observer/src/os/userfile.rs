@@ -207,10 +207,13 @@ pub fn open_expected(path: &Path, want: (u64, u64), cap: u64) -> Result<UserFile
 }
 
 /// Whether `file` (with metadata `meta`) is the file a maps line shows as
-/// device and inode `want`: by `fstat`, or else by how the kernel shows a
-/// mapping of it (see the module's documentation).
+/// device and inode `want`: by `fstat`, or else, for a regular file only,
+/// by how the kernel shows a mapping of it (see the module's
+/// documentation). A path a user controls may lead to a device through a
+/// directory symlink, and mapping a device can have effects: never done.
 pub fn is_mapped_file(file: &File, meta: &std::fs::Metadata, want: (u64, u64)) -> bool {
-    want == (meta.dev(), meta.ino()) || shown_in_maps(file).is_ok_and(|s| s == want)
+    want == (meta.dev(), meta.ino())
+        || (meta.file_type().is_file() && shown_in_maps(file).is_ok_and(|s| s == want))
 }
 
 /// How `/proc/self/maps` shows a mapping of `file`: its device and inode
