@@ -252,6 +252,12 @@ pub struct AttachArgs {
     /// not delayed. 0: no budget (users are still served in turn).
     #[arg(long, value_name = "SECONDS", default_value_t = crate::collect::callsites::DEFAULT_BUDGET.as_secs(), value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub symbolizer_budget: u64,
+    /// The longest the call-site symbolizer may take over one request (64
+    /// offsets of one file), seconds (docs/callsites.md); past it the file
+    /// keeps object+offset names for that user. Raise it where files are
+    /// slow to read (network file systems) or the CPU is emulated.
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::attach::symbolizer::DEFAULT_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub symbolizer_timeout: u64,
 }
 
 /// How `report` renders.

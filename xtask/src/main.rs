@@ -237,6 +237,13 @@ pub const VM_SUBSET: &[&str] = &[
     "stats::stats_exact_per_peer_no_bpf::openmpi",
 ];
 
+/// Where a test run's whole output is kept (`test_log`).
+fn test_log_path(name: &str) -> PathBuf {
+    workspace_root()
+        .join("target/e2e/logs")
+        .join(format!("{name}.log"))
+}
+
 /// What the control kernel (6.12, uprobe_multi like this machine's)
 /// must show: that it chose uprobe_multi itself, and exact counts.
 pub const CONTROL_SUBSET: &[&str] = &[
@@ -251,29 +258,14 @@ pub const CONTROL_SUBSET: &[&str] = &[
 /// cookies on the whole subset; ioctl without cookies, by address, on the
 /// mechanism's tests, exact counts and threads, as 5.10 runs it).
 /// `E2E_EXPECT_MECHANISM` makes `kernels::` fail if a run used another.
-/// Where a test run's whole output is kept (`test_log`).
-fn test_log_path(name: &str) -> PathBuf {
-    workspace_root()
-        .join("target/e2e/logs")
-        .join(format!("{name}.log"))
-}
-
 fn kernels_suite() -> Result<()> {
     let mut failed = Vec::new();
     // Bullseye's 5.10 has neither uprobe_multi nor attach cookies, nor BPF
     // links on perf events; bookworm's 6.1 has the two last;
     // bookworm-backports' 6.12 has uprobe_multi whose PID filter covers
     // every thread.
-    // 5.10 records no call site at all (its MPI_CALLSITES stays empty
-    // under perf_ioctl; the same mechanism forced on 6.18 records them):
-    // left out there, open in issue 35.
-    let old_kernel: Vec<&str> = VM_SUBSET
-        .iter()
-        .copied()
-        .filter(|t| *t != "callsites::probes_split_is_exact::openmpi")
-        .collect();
     for (kernel, mechanism, subset) in [
-        ("5.10", "perf_ioctl", &old_kernel[..]),
+        ("5.10", "perf_ioctl", VM_SUBSET),
         ("6.1", "perf_link", VM_SUBSET),
         ("6.12", "uprobe_multi", CONTROL_SUBSET),
     ] {

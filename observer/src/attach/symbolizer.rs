@@ -65,13 +65,15 @@ pub struct Limits {
 
 /// Default address-space cap of the symbolizer process.
 pub const DEFAULT_MEMORY: u64 = 1 << 30;
+/// Default longest time of one request (`--symbolizer-timeout`).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             memory: DEFAULT_MEMORY,
             cpu_secs: 600,
-            deadline: Duration::from_secs(2),
+            deadline: DEFAULT_DEADLINE,
         }
     }
 }

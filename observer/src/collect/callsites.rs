@@ -173,6 +173,8 @@ pub struct NamingCounters {
     pub refusals_queue_full: AtomicU64,
     /// Names in the daemon's cache now.
     pub cached: AtomicU64,
+    /// Offsets waiting to be named now, all users together.
+    pub pending: AtomicU64,
     /// Per uid: how often it spent its symbolizer budget with call sites
     /// still to name.
     throttled: Mutex<BTreeMap<u32, u64>>,
@@ -257,7 +259,7 @@ pub fn render_self_metrics(out: &mut String) {
             "mpi_observer_symbolizer_throttled_total{{uid=\"{uid}\"}} {n}"
         );
     }
-    let lines: [(&str, &str, &str, String); 6] = [
+    let lines: [(&str, &str, &str, String); 7] = [
         (
             "mpi_observer_user_files_refused_total",
             "counter",
@@ -269,6 +271,12 @@ pub fn render_self_metrics(out: &mut String) {
             "gauge",
             "Call-site names in the daemon's cache (bounded by --max-callsite-names).",
             c.cached.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "mpi_observer_callsite_names_pending",
+            "gauge",
+            "Call-site addresses waiting for the symbolizer now: their calls are in no mpi_callsite_* series (nor in callsite=\"other\") until named, usually by the next collection.",
+            c.pending.load(Ordering::Relaxed).to_string(),
         ),
         (
             "mpi_observer_callsite_name_evictions_total",
@@ -378,6 +386,13 @@ impl Inner {
             c.evictions.fetch_add(1, Ordering::Relaxed);
         }
         c.cached.store(self.cache.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Sets `mpi_observer_callsite_names_pending` to the offsets waiting now.
+    fn publish_pending(&self) {
+        NamingCounters::global()
+            .pending
+            .store(self.sched.pending() as u64, Ordering::Relaxed);
     }
 }
 
@@ -521,7 +536,9 @@ impl Names {
             inner.insert(key, name.clone());
             return Some(name);
         }
-        match inner.sched.push(uid, pid, m, ret_offset, Instant::now()) {
+        let pushed = inner.sched.push(uid, pid, m, ret_offset, Instant::now());
+        inner.publish_pending();
+        match pushed {
             Pushed::Queued => {
                 drop(inner);
                 self.shared.work.notify_one();
@@ -575,6 +592,7 @@ fn worker(shared: &Shared, mut client: Client) {
                 let Inner { sched, cache, .. } = &mut *inner;
                 let next = sched.next(now, |k| cache.contains(k));
                 let lines = sched.take_lines();
+                inner.publish_pending();
                 if !lines.is_empty() {
                     // Not under the lock: stderr may be a slow pipe.
                     drop(inner);
@@ -625,6 +643,7 @@ fn worker(shared: &Shared, mut client: Client) {
         inner
             .sched
             .done(&request, spent, names.is_none(), Instant::now());
+        inner.publish_pending();
         drop(inner);
         shared.answered.notify_all();
     }

@@ -300,6 +300,7 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             max_names: usize::try_from(args.max_callsite_names).unwrap_or(usize::MAX),
             limits: crate::attach::symbolizer::Limits {
                 memory: args.symbolizer_memory,
+                deadline: std::time::Duration::from_secs(args.symbolizer_timeout),
                 ..Default::default()
             },
             fairness: crate::collect::callsites::Fairness {

@@ -88,6 +88,22 @@ fn sites(samples: &[Sample], rank: u32, function: &str) -> (BTreeMap<String, u64
     (named, other)
 }
 
+/// The call-site and naming series of a scrape, one per line, to say why
+/// a split is not as expected.
+fn naming_figures(samples: &[Sample]) -> String {
+    samples
+        .iter()
+        .filter(|s| {
+            s.name.starts_with("mpi_callsite_")
+                || s.name.starts_with("mpi_observer_symbolizer")
+                || s.name.starts_with("mpi_observer_callsite")
+                || s.name == "mpi_observer_user_files_refused_total"
+                || s.name == "mpi_observer_map_update_failures_total"
+        })
+        .map(|s| format!("\n  {}{:?} {}", s.name, s.labels, s.value))
+        .collect()
+}
+
 /// Asserts the exact split of every rank: A calls from step_a's line, B from
 /// step_b's, none elsewhere, time in each, and the sends from main.
 fn check_split(samples: &[Sample], what: &str) {
@@ -105,8 +121,10 @@ fn check_split(samples: &[Sample], what: &str) {
         let (named, other) = sites(samples, rank, "MPI_Allreduce");
         let want: BTreeMap<String, u64> = [(site_a(), A), (site_b(), B)].into_iter().collect();
         assert_eq!(
-            named, want,
-            "{what} rank {rank}: MPI_Allreduce's call sites"
+            named,
+            want,
+            "{what} rank {rank}: MPI_Allreduce's call sites; the naming's figures: {}",
+            naming_figures(samples)
         );
         assert_eq!(
             other, 0,
@@ -137,13 +155,21 @@ fn check_split(samples: &[Sample], what: &str) {
     }
 }
 
-/// Scrapes until every rank has exited; returns that scrape.
+/// Scrapes until every rank has exited and no call site waits for its
+/// name (`mpi_observer_callsite_names_pending` is 0: every call is in a
+/// site's series or in `other`); returns that scrape.
 fn final_scrape(d: &mut Daemon) -> Vec<Sample> {
-    wait_for("every rank's exit", Duration::from_secs(60), || {
-        let (_, s) = d.scrape();
-        let ranks = s.iter().filter(|x| x.name == "mpi_rank_up").count();
-        (ranks == NP as usize && sum(&s, "mpi_rank_up", &[]) == 0.0).then_some(s)
-    })
+    wait_for(
+        "every rank's exit, every call site named",
+        Duration::from_secs(120),
+        || {
+            let (_, s) = d.scrape();
+            let ranks = s.iter().filter(|x| x.name == "mpi_rank_up").count();
+            let pending = sum(&s, "mpi_observer_callsite_names_pending", &[]);
+            (ranks == NP as usize && sum(&s, "mpi_rank_up", &[]) == 0.0 && pending == 0.0)
+                .then_some(s)
+        },
+    )
 }
 
 /// Runs the job to its end under a daemon started with `daemon_args` (plus
@@ -176,7 +202,15 @@ fn probes_split(mpi: Mpi) {
     }
     let dir = scratch(&format!("callsites-probes-{}", mpi.name()));
     let exe = build(mpi, &dir, false);
-    let (samples, d) = observe(mpi, &dir, &exe, false, &["--callsites"]);
+    // The kernels suite runs this in emulated (TCG) guests, where naming
+    // a file the first time takes over the default 2 s.
+    let (samples, d) = observe(
+        mpi,
+        &dir,
+        &exe,
+        false,
+        &["--callsites", "--symbolizer-timeout", "60"],
+    );
     check_split(&samples, &format!("{mpi:?} probes"));
     d.stop(signal::INT);
 }
