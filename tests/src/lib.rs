@@ -986,6 +986,21 @@ impl Daemon {
         )
     }
 
+    /// How long this daemon may take to remove its probes: the classic
+    /// uprobes' limit where it said it attached with them (whatever the
+    /// environment says), else [`detach_limit`].
+    pub fn detach_limit(&self) -> Duration {
+        if self
+            .log()
+            .iter()
+            .any(|l| l.contains("attaching with classic uprobes"))
+        {
+            CLASSIC_DETACH_LIMIT
+        } else {
+            detach_limit()
+        }
+    }
+
     /// Sends `sig` and waits for the daemon to exit.
     pub fn stop(self, sig: i32) -> std::process::ExitStatus {
         self.stop_and_log(sig).0
@@ -997,7 +1012,7 @@ impl Daemon {
         let child = self.child.take().unwrap();
         // SAFETY: kill(2) on our own child.
         unsafe { kill(child.id() as i32, sig) };
-        let status = wait_with_timeout(child, detach_limit()).status;
+        let status = wait_with_timeout(child, self.detach_limit()).status;
         if let Some(r) = self.reader.take() {
             let _ = r.join();
         }
@@ -1043,13 +1058,21 @@ pub const PROGRAMS: [&str; 5] = [
 /// `event_mutex`: about 20 ms each on 6.1, 100 ms on 6.18 (BENCHMARKS.md),
 /// so a 3-rank job's 1,056 sites take up to two minutes where the classic
 /// mechanism is forced on a new kernel. The daemon stops counting at once
-/// either way.
+/// either way. Without a daemon to ask ([`Daemon::detach_limit`]), the
+/// mechanism forced or expected in the environment decides.
 pub fn detach_limit() -> Duration {
     let classic = std::env::var("MPI_OBSERVER_ATTACH_MECHANISM")
         .or_else(|_| std::env::var("E2E_EXPECT_MECHANISM"))
         .is_ok_and(|m| m.starts_with("perf"));
-    Duration::from_secs(if classic { 300 } else { 30 })
+    if classic {
+        CLASSIC_DETACH_LIMIT
+    } else {
+        Duration::from_secs(30)
+    }
 }
+
+/// [`detach_limit`] of classic uprobes.
+pub const CLASSIC_DETACH_LIMIT: Duration = Duration::from_secs(300);
 
 /// Waits until no program of ours is loaded and no uprobe_multi link is
 /// left: links and perf events keep their programs alive, so none means
