@@ -324,9 +324,10 @@ pub struct TraceCall {
     pub bytes: [u64; 2],
 }
 
-/// Default size of [`TRACE`] in bytes (a power-of-two number of pages);
-/// `mpi-observer record` sizes it at load time, the daemon, which never
-/// traces, keeps this one page.
+/// Default size of [`TRACE`] in bytes; `mpi-observer record` sizes it at
+/// load time, the daemon, which never traces, keeps it as small as the
+/// kernel allows: the loader rounds it up to a power-of-two number of
+/// pages (one 16 or 64 KiB page on such arm64 kernels).
 pub const TRACE_BYTES: u32 = 4096;
 
 /// Key of [`OMPI_TYPES`].

@@ -160,8 +160,8 @@ impl Mapping {
     fn u64_at(&self, off: u64) -> u64 {
         debug_assert!(off as usize + 8 <= self.len && off.is_multiple_of(8));
         // SAFETY: callers pass offsets checked against the mapping's length
-        // and 8-byte aligned; an atomic load is a plain load on x86-64 and
-        // never writes, so read-only memory is fine.
+        // and 8-byte aligned; a relaxed atomic load is a plain load (on
+        // x86-64 and arm64) and never writes, so read-only memory is fine.
         unsafe { (*(self.base.add(off as usize) as *const AtomicU64)).load(Ordering::Relaxed) }
     }
 
@@ -186,6 +186,10 @@ impl Mapping {
             // Not initialised yet: nothing to read, not an error.
             return Ok(Figures::default());
         }
+        // Pairs with the shim's Release store of `ready`: the header read
+        // next is the one written before it (x86-64 keeps loads in order
+        // anyway; arm64 does not).
+        std::sync::atomic::fence(Ordering::Acquire);
         let version = self.u32_at(h(offset_of!(Header, version)));
         if (version != VERSION && version != V2)
             || self.u64_at(h(offset_of!(Header, spec_fingerprint))) != SPEC_FINGERPRINT

@@ -236,23 +236,29 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut
                 libc::PROT_READ
             };
             // Put a zero page where the file's page vanished and resume.
-            let page = addr & !4095;
+            let size = PAGE.load(Ordering::Relaxed);
+            let page = addr & !(size - 1);
             // SAFETY: the page lies inside our own mapping of the file;
             // replacing it with anonymous zeros cannot affect anything else.
-            unsafe {
+            let zeroed = unsafe {
                 libc::mmap(
                     page as *mut libc::c_void,
-                    4096,
+                    size,
                     prot,
                     libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                     -1,
                     0,
                 )
             };
-            return;
+            if zeroed != libc::MAP_FAILED {
+                return;
+            }
+            // Retrying the load would fault forever: die of the fault.
+            break;
         }
     }
-    // Not ours: restore the default action and let the fault kill us.
+    // Not ours, or no zero page could take the vanished one's place:
+    // restore the default action and let the fault kill us.
     // SAFETY: plain signal-disposition calls.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
@@ -260,8 +266,13 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut
     }
 }
 
+/// The page size the handler replaces, read before it is installed (the
+/// handler calls nothing that is not async-signal-safe).
+static PAGE: AtomicUsize = AtomicUsize::new(4096);
+
 fn install_handler() {
     HANDLER.call_once(|| {
+        PAGE.store(crate::os::sys::page_size(), Ordering::Relaxed);
         // SAFETY: installs a handler that only touches atomics and mmap.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();

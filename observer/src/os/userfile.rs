@@ -223,9 +223,7 @@ pub fn is_mapped_file(file: &File, meta: &std::fs::Metadata, want: (u64, u64)) -
 /// truncated meanwhile faults nobody.
 fn shown_in_maps(file: &File) -> io::Result<(u64, u64)> {
     use std::os::fd::AsRawFd as _;
-    // SAFETY: sysconf has no memory effects.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-        .map_err(|_| io::Error::other("no page size"))?;
+    let page = crate::os::sys::page_size();
     // SAFETY: a new private read-only mapping at an address the kernel
     // picks; it aliases no memory of ours and is never dereferenced.
     let addr = unsafe {

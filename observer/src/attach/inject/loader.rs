@@ -35,15 +35,17 @@ impl Loader {
         let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
             .map_err(|_| static_err())?;
         let endian = elf.endian();
-        // The load bias: the lowest mapping holds the segment at its offset.
+        // The load bias: the lowest mapping holds the segment at its offset
+        // (both rounded down to the kernel's page, as it maps them).
+        let page_mask = !(crate::os::sys::page_size() as u64 - 1);
         let bias = elf
             .elf_program_headers()
             .iter()
             .find(|ph| {
                 ph.p_type(endian) == object::elf::PT_LOAD
-                    && ph.p_offset(endian) & !0xfff == libc.offset
+                    && ph.p_offset(endian) & page_mask == libc.offset
             })
-            .and_then(|ph| libc.start.checked_sub(ph.p_vaddr(endian) & !0xfff))
+            .and_then(|ph| libc.start.checked_sub(ph.p_vaddr(endian) & page_mask))
             .ok_or_else(static_err)?;
         let find = |name: &str| {
             elf.dynamic_symbols()

@@ -136,7 +136,7 @@ impl Maps {
                 .filter(move |&(_, p)| p == perm)
                 .filter_map(move |(end, _)| {
                     let at = end.next_multiple_of(16);
-                    let limit = end.next_multiple_of(4096);
+                    let limit = end.next_multiple_of(crate::os::sys::page_size() as u64);
                     let m = self.holding(at, limit.saturating_sub(at).max(1))?;
                     let ok = match perm {
                         Perm::Exec => m.exec && !m.write,
@@ -204,9 +204,10 @@ pub(super) fn segment_ends(pid: u32, m: &procfs::MapEntry, first: u64) -> Vec<(u
         .filter(|ph| ph.p_type(endian) == object::elf::PT_LOAD)
         .collect();
     // The first loadable segment maps the file from offset 0 at `first`.
+    let page_mask = !(crate::os::sys::page_size() as u64 - 1);
     let Some(bias) = loads
         .iter()
-        .map(|ph| ph.p_vaddr(endian) & !0xfff)
+        .map(|ph| ph.p_vaddr(endian) & page_mask)
         .min()
         .and_then(|v| first.checked_sub(v))
     else {

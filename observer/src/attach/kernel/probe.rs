@@ -67,8 +67,7 @@ pub fn read(map: &OwnedFd) -> u64 {
 
 /// Whether the kernel makes BPF ring buffers (Linux 5.8).
 pub fn ringbuf() -> bool {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
+    let page = u32::try_from(crate::os::sys::page_size()).unwrap_or(u32::MAX);
     // SAFETY: plain old data, zero is the default.
     let mut attr: bpf_attr = unsafe { zeroed() };
     // SAFETY: the map-create member of the zeroed union.
