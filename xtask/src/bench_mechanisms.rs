@@ -39,6 +39,8 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+pub mod guest;
+
 use crate::bench_common::{
     Mpi, STEP, free_port, lines, loadavg, machine, median, reap, signal, spread, wait_line,
 };
@@ -357,6 +359,9 @@ fn has_rank(text: &str, pid: u32) -> bool {
 
 /// The programs, compiled here.
 struct Paths {
+    /// Calls per batch: [`CALLS`], or [`guest::GUEST_CALLS`] in an emulated
+    /// guest.
+    calls: u32,
     observer: PathBuf,
     probecost: PathBuf,
     rank: PathBuf,
@@ -374,6 +379,7 @@ fn build(root: &Path) -> Result<Paths> {
         );
     }
     let p = Paths {
+        calls: CALLS,
         observer,
         probecost: work.join("probecost"),
         rank: work.join("rank"),
@@ -403,7 +409,7 @@ impl Probecost {
         MPI.env(&mut c);
         c.arg(&go)
             .arg(batches.to_string())
-            .arg(CALLS.to_string())
+            .arg(p.calls.to_string())
             .stdout(Stdio::piped());
         if batches > 0 {
             c.arg("comm_rank");
@@ -533,7 +539,7 @@ fn probe_cost_run(p: &Paths, mech: Option<Mech>) -> Result<(f64, f64)> {
     if let Some(d) = &daemon {
         let text = scrape(d.port).context("scraping the daemon")?;
         let n = comm_rank_calls(&text);
-        let want = u64::from(BATCHES * CALLS);
+        let want = u64::from(BATCHES * p.calls);
         if n < want {
             bail!("the daemon counted {n} MPI_Comm_rank calls, expected >= {want}");
         }
@@ -553,13 +559,19 @@ fn probe_cost(p: &Paths, out: &mut String) -> Result<()> {
         Some(Mech::PerfLink),
         Some(Mech::PerfIoctl),
     ];
+    probe_cost_of(p, &configs, REPS, out)
+}
+
+/// The probe-cost table of `configs` (the first `None`, no probe) over
+/// `reps` rounds, the order rotated.
+fn probe_cost_of(p: &Paths, configs: &[Option<Mech>], reps: usize, out: &mut String) -> Result<()> {
     let mut got: Vec<Vec<(f64, f64)>> = vec![Vec::new(); configs.len()];
-    for rep in 0..REPS {
+    for rep in 0..reps {
         for k in 0..configs.len() {
             let i = (k + rep) % configs.len();
             got[i].push(probe_cost_run(p, configs[i])?);
         }
-        println!("probe cost: round {} of {REPS} done", rep + 1);
+        println!("probe cost: round {} of {reps} done", rep + 1);
     }
     let series: Vec<Series> = configs
         .iter()
@@ -573,7 +585,7 @@ fn probe_cost(p: &Paths, out: &mut String) -> Result<()> {
             wall: v.iter().map(|x| x.1).collect(),
         })
         .collect();
-    cost_table(out, &series, Some(1))
+    cost_table(out, &series, (configs.len() > 2).then_some(1))
 }
 
 /// A daemon's perf-event and BPF-link descriptors, and how long it took to

@@ -94,7 +94,8 @@ enum Cmd {
     /// of one process, the daemon's way against a single read),
     /// `mechanisms` (each attach mechanism's probe cost, what an unobserved
     /// process pays under `--all`, attach and detach time and descriptors
-    /// at 1, 16 and 64 ranks).
+    /// at 1, 16 and 64 ranks), `mechanisms-guest` (the probe cost of each
+    /// mechanism the running kernel has, for a `cargo xtask vm` guest).
     Bench {
         /// Which benchmark to run.
         which: String,
@@ -430,9 +431,10 @@ fn main() -> Result<()> {
             "scan" => bench_scan::run(&root),
             "scan-reads" => bench_scan::run_reads(&root),
             "mechanisms" => bench_mechanisms::run(&root),
+            "mechanisms-guest" => bench_mechanisms::guest::run_guest(&root),
             other => {
                 anyhow::bail!(
-                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps, scale, finalize, scan, scan-reads, mechanisms)"
+                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps, scale, finalize, scan, scan-reads, mechanisms, mechanisms-guest)"
                 )
             }
         },
