@@ -339,11 +339,12 @@ refresh_then!(
 /// after its others (`ELF_MACHINE_IRELATIVE`), so the shim's GOT is
 /// complete; the resolver calls nothing in libc all the same, but for
 /// `getauxval` ([`loaded::page_size`]). glibc's aarch64 port has no such
-/// rule and applies them in table order, and GNU ld puts this IRELATIVE at
-/// the end of `.rela.dyn`, before `.rela.plt`: there the resolver runs
-/// before the shim's own PLT slots are bound, and must not make any PLT
-/// call until that is changed (not done yet: the aarch64 shim is built and
-/// linted, not run).
+/// rule and applies them in table order; there the reference is a branch
+/// (`ifunc_reference!` in [`crate::arch`]), which puts the IRELATIVE after
+/// the shim's JUMP_SLOTs (with a pointer, GNU ld put it in `.rela.dyn`, and
+/// the resolver's first PLT call, `strlen`, jumped to an unrelocated PLT0
+/// under qemu-user). Only TLSDESC relocations follow it, so the resolver
+/// touches no general-dynamic `thread_local!`.
 #[unsafe(naked)]
 unsafe extern "C" fn startup_ifunc() {
     ifunc_asm!(startup_ifunc, startup_resolver)
@@ -443,6 +444,6 @@ fn rewrite<'a>(
 
 extern "C" fn inert() {}
 
-/// The reference that makes the linker emit the IRELATIVE relocation.
-#[used]
-pub(crate) static STARTUP: unsafe extern "C" fn() = startup_ifunc;
+// The reference that makes the linker emit the IRELATIVE relocation:
+// `STARTUP`.
+ifunc_reference!(STARTUP, startup_ifunc);

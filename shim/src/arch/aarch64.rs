@@ -260,6 +260,30 @@ macro_rules! ifunc_asm {
     };
 }
 
+/// Defines `$name`, the reference to the IFUNC `$ifunc` that makes the linker
+/// emit its IRELATIVE relocation. glibc's aarch64 port applies relocations
+/// in table order, and a pointer to an IFUNC puts its IRELATIVE in
+/// `.rela.dyn`, before `.rela.plt`: the resolver would run while the shim's
+/// own PLT slots (`strlen`, `malloc`...) still hold link-time addresses. A
+/// branch instead gives the IFUNC a PLT entry, and GNU ld places the
+/// IRELATIVE of a local IFUNC's PLT entry after every JUMP_SLOT of
+/// `.rela.plt` (it allocates IFUNC entries last). Only TLSDESC relocations
+/// follow it, so the resolver must not touch a general-dynamic
+/// `thread_local!`. `$name` points at a function that is never called and
+/// holds only that branch.
+macro_rules! ifunc_reference {
+    ($name:ident, $ifunc:path) => {
+        /// Never called: its branch is the reference (see `ifunc_reference!`).
+        #[unsafe(naked)]
+        unsafe extern "C" fn startup_branch() {
+            core::arch::naked_asm!("b {f}", f = sym $ifunc)
+        }
+        /// The reference that makes the linker emit the IRELATIVE relocation.
+        #[used]
+        pub(crate) static $name: unsafe extern "C" fn() = startup_branch;
+    };
+}
+
 /// `mprotect(2)` by a raw system call (226, asm-generic): the result, or
 /// `-errno`. Touches no libc state (not `errno`, which is thread-local).
 ///

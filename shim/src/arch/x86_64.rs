@@ -244,6 +244,18 @@ macro_rules! ifunc_asm {
     };
 }
 
+/// Defines `$name`, the reference to the IFUNC `$ifunc` that makes the linker
+/// emit its IRELATIVE relocation: a pointer to it, whose relocation lands
+/// in `.rela.dyn`, which glibc applies after the object's others on x86_64
+/// (`ELF_MACHINE_IRELATIVE`).
+macro_rules! ifunc_reference {
+    ($name:ident, $ifunc:path) => {
+        /// The reference that makes the linker emit the IRELATIVE relocation.
+        #[used]
+        pub(crate) static $name: unsafe extern "C" fn() = $ifunc;
+    };
+}
+
 /// `mprotect(2)` by a raw system call (10): the result, or `-errno`. Touches
 /// no libc state (not `errno`, which is thread-local).
 ///
