@@ -20,6 +20,7 @@ mod codegen_slurm;
 mod demo;
 mod layout;
 mod package;
+mod qemu_shim;
 mod semantics;
 mod setup;
 mod spec;
@@ -60,6 +61,9 @@ enum Cmd {
     /// modules of a folder in any crate, no hand-written code file over
     /// 1,000 lines outside tests; one line per offence.
     Layout,
+    /// The aarch64 shim cross-built and run under qemu-user with a stand-in
+    /// MPI library and a PMPI tool (part of `test`; xtask/src/qemu_shim.rs).
+    QemuShim,
     /// The main job: a real 4-rank Open MPI job, observed live.
     Demo {
         /// How long the job runs.
@@ -67,7 +71,9 @@ enum Cmd {
         seconds: u32,
     },
     /// Everything CI runs: setup, generated-code check, fmt, clippy (the
-    /// eBPF crate for the BPF target too), unit and end-to-end tests.
+    /// eBPF crate for the BPF target too, for x86_64 and aarch64), the
+    /// shim checked, linted and run under qemu-user for aarch64, unit and
+    /// end-to-end tests.
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
@@ -170,6 +176,7 @@ fn test(filter: Option<String>) -> Result<()> {
         clippy_bpf(arch)?;
     }
     check_aarch64()?;
+    qemu_shim::run()?;
     build()?;
     // The package tests (tests/tests/e2e/package.rs) install it.
     package::deb()?;
@@ -430,6 +437,10 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Layout => layout::run(&root),
+        Cmd::QemuShim => {
+            setup::run()?;
+            qemu_shim::run()
+        }
         Cmd::Test { kernels: true, .. } => {
             setup::run()?;
             build()?;

@@ -65,6 +65,9 @@ const PACKAGES: &[&str] = &[
     // it) that `cargo check --target aarch64-unknown-linux-gnu` needs: build
     // scripts compile C for the target, and the shim links against libc.
     "gcc-aarch64-linux-gnu",
+    // Runs the aarch64 shim and its test programs on this host
+    // (`qemu-aarch64-static -L /usr/aarch64-linux-gnu`).
+    "qemu-user-static",
 ];
 
 /// The foreign target `cargo xtask test` checks and lints the shim for.
