@@ -61,8 +61,9 @@ enum Cmd {
     /// modules of a folder in any crate, no hand-written code file over
     /// 1,000 lines outside tests; one line per offence.
     Layout,
-    /// The aarch64 shim cross-built and run under qemu-user with a stand-in
-    /// MPI library and a PMPI tool (part of `test`; xtask/src/qemu_shim.rs).
+    /// The aarch64 shim's unit tests under qemu-user, then the shim
+    /// cross-built and run there with a stand-in MPI library and a PMPI tool
+    /// (part of `test`; xtask/src/qemu_shim.rs).
     QemuShim,
     /// The main job: a real 4-rank Open MPI job, observed live.
     Demo {

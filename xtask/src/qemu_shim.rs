@@ -1,4 +1,5 @@
-//! The aarch64 shim, run: cross-built, then preloaded under
+//! The aarch64 shim, run: its unit tests under `qemu-aarch64-static`; then
+//! cross-built and preloaded under
 //! `qemu-aarch64-static` into a small aarch64 program that calls a stand-in
 //! MPI library (xtask/qemu/: `app.c`, `fake_mpi.c`, and a PMPI tool,
 //! `tool.c`). It runs the shim's own machinery on aarch64 code: the startup
@@ -54,6 +55,16 @@ library: init=1 comm_rank=1 send=4 finalize=1
 
 pub fn run() -> Result<()> {
     let root = crate::workspace_root();
+    run_cmd(
+        crate::cargo()
+            .args(["test", "--release", "--target", AARCH64])
+            .args(["-p", "mpi-observer-shim"])
+            .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", CC)
+            .env(
+                "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER",
+                format!("{QEMU} -L {SYSROOT}"),
+            ),
+    )?;
     run_cmd(
         crate::cargo()
             .args(["build", "--release", "--target", AARCH64])

@@ -8,8 +8,9 @@
 //! through `x16` or `x17`, the only registers a `bti c` landing pad (or
 //! `paciasp`) accepts a `br` from in a BTI-guarded tool or library.
 //!
-//! None of this assembly has yet run on aarch64: the assembler and clippy
-//! check it (`cargo xtask test`), nothing executes it.
+//! It runs under qemu-user (`cargo xtask qemu-shim`, part of `cargo xtask
+//! test`), which shows neither Arm's weak memory ordering (TCG on an x86
+//! host is stronger) nor other page sizes; it has not run on hardware.
 
 /// The base page sizes Linux runs with here, smallest first (4 KiB on
 /// Debian, 16 KiB on Apple silicon and Debian's `-16k` kernels, 64 KiB on
