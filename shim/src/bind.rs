@@ -37,10 +37,6 @@ use crate::{
     rows::Raw,
 };
 
-const R_X86_64_64: u32 = 1;
-const R_X86_64_GLOB_DAT: u32 = 6;
-const R_X86_64_JUMP_SLOT: u32 = 7;
-
 /// Every layered name: `MPI_X`, `PMPI_X` and the Fortran spellings, with
 /// its row and whether it is a profiling spelling.
 pub(crate) struct Names(HashMap<&'static [u8], (usize, usize)>);
@@ -95,10 +91,8 @@ pub(crate) fn plan(
     let relro = loaded::relro_pages(map);
     let mut out = Vec::new();
     for (slot, ty, addend, sym) in obj.relocations() {
-        let add = match ty {
-            R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT => 0,
-            R_X86_64_64 => addend as usize,
-            _ => continue,
+        let Some(add) = crate::arch::slot_addend(ty, addend) else {
+            continue;
         };
         // SAFETY: `sym` comes from this object's own relocation.
         let name = unsafe { obj.name(sym) };

@@ -3,8 +3,9 @@
 //! It must be cheap: every call of an exported entry point writes it once
 //! and reads it once. Rust's `thread_local!` in a cdylib compiles to the general-dynamic TLS
 //! model (a `__tls_get_addr` call per access) and stable Rust cannot choose
-//! the model, so the variable is defined in assembly and read with the
-//! initial-exec model: one GOT load and one `%fs`-relative access. The linker
+//! the model, so the variable is defined in assembly ([`crate::arch`]'s
+//! `tls_block!`) and read with the initial-exec model: one GOT load and one
+//! access relative to the thread pointer. The linker
 //! marks the object `STATIC_TLS`, which an `LD_PRELOAD`ed library (or one
 //! dlopened into glibc's surplus static TLS) satisfies.
 //!
@@ -21,37 +22,27 @@
 //! | 32 | 8 | the library mark ([`IN_LIB`]): 0, or the stack pointer of the innermost library gate open on this thread |
 //!
 //! Every exported entry point is a trampoline (`entry!` in
-//! [`crate::dispatch`]) that stores `[rsp]` at its entry, the address its
-//! caller's `call` instruction returns to, at offset 8 ([`SITE`]), then
+//! [`crate::dispatch`]) that stores the return address at its entry (`[rsp]`
+//! on x86_64, `x30` on aarch64), the address its caller's call instruction
+//! returns to, at offset 8 ([`SITE`]), then
 //! jumps to the first level. The `stats` layer reads it back when it opens
 //! a timed call: the application's call site. Calls between levels do not
 //! pass through the trampolines (the stack is bound, see
 //! [`crate::bind`]), so a tool's own calls never overwrite it.
 
-core::arch::global_asm!(
-    ".pushsection .tbss,\"awT\",@nobits",
-    ".p2align 3",
-    // Global so every codegen unit can reach it, hidden so it is not exported.
-    ".globl mpi_observer_shim_depth",
-    ".hidden mpi_observer_shim_depth",
-    ".type mpi_observer_shim_depth,@object",
-    // A spare u32 and the timing flag of `crate::timing`, then the call
-    // site (a u64), then the recording's ring, traced flag and generation
-    // (`crate::stats::trace`), then the library mark.
-    ".size mpi_observer_shim_depth,40",
-    "mpi_observer_shim_depth:",
-    ".zero 40",
-    ".popsection",
-);
+// A spare u32 and the timing flag of `crate::timing`, then the call site (a
+// u64), then the recording's ring, traced flag and generation
+// (`crate::stats::trace`), then the library mark.
+tls_block!(40);
 
 /// Byte offset of the call site in the variable; the trampolines' store
-/// (`entry!` in [`crate::dispatch`]) spells it as a literal `8`.
+/// (`entry!` in [`crate::dispatch`]) takes it as a constant.
 pub(crate) const SITE: usize = 8;
 
-/// Byte offset of the library mark; the trampolines' compare spells it as a
-/// literal `32`. A gate ([`crate::dispatch`]'s `gate!`) sets it to its own
+/// Byte offset of the library mark; the trampolines' compare takes it as a
+/// constant. A gate ([`crate::dispatch`]'s `gate!`) sets it to its own
 /// stack pointer around its call of the MPI library, so an entry point
-/// called while `rsp` is below it runs inside the library (the library
+/// called while the stack pointer is below it runs inside the library (the library
 /// itself, a component it loaded, or a callback it made) and goes straight
 /// to the library, as the MPI library's own calls always have.
 pub(crate) const IN_LIB: usize = 32;
@@ -79,12 +70,7 @@ pub(crate) unsafe fn set_in_lib(block: *mut u32, v: usize) {
 /// The caller's stack pointer: every frame it calls lies below it.
 #[inline(always)]
 pub(crate) fn stack_pointer() -> usize {
-    let sp: usize;
-    // SAFETY: reads a register.
-    unsafe {
-        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags));
-    }
-    sp
+    crate::arch::stack_pointer()
 }
 
 /// The call site the last trampoline on this thread stored.
@@ -107,39 +93,17 @@ pub(crate) unsafe fn set_site(depth: *mut u32, v: u64) {
     unsafe { depth.cast::<u8>().add(SITE).cast::<u64>().write(v) }
 }
 
-/// The address of the calling thread's depth: `%fs:0` (the thread pointer)
-/// plus the variable's initial-exec offset. Taken once per call, so the
-/// compiler keeps it in a register across the layer's call.
+/// The address of the calling thread's depth: the thread pointer plus the
+/// variable's initial-exec offset. Taken once per call, so the compiler
+/// keeps it in a register across the layer's call.
 #[inline(always)]
 pub(crate) fn slot() -> *mut u32 {
-    let p: *mut u32;
-    // SAFETY: reads the thread pointer and the GOT entry of the TLS variable
-    // defined above; no memory is written.
-    unsafe {
-        core::arch::asm!(
-            "mov {p}, qword ptr fs:[0]",
-            "add {p}, qword ptr [rip + mpi_observer_shim_depth@GOTTPOFF]",
-            p = out(reg) p,
-            options(nostack, pure, readonly),
-        );
-    }
-    p
+    crate::arch::thread_block()
 }
 
 /// [`slot`], recomputed rather than reused: after the layer's call, two
 /// instructions are cheaper than a callee-saved register kept across it.
 #[inline(always)]
 pub(crate) fn slot_again() -> *mut u32 {
-    let p: *mut u32;
-    // SAFETY: as in `slot`; not `pure`, so the compiler cannot reuse the
-    // value computed before the call.
-    unsafe {
-        core::arch::asm!(
-            "mov {p}, qword ptr fs:[0]",
-            "add {p}, qword ptr [rip + mpi_observer_shim_depth@GOTTPOFF]",
-            p = out(reg) p,
-            options(nostack, readonly),
-        );
-    }
-    p
+    crate::arch::thread_block_again()
 }

@@ -1,8 +1,9 @@
 //! The entry points, their cold path, and the library gates.
 //!
 //! **Entry points.** Every exported `MPI_X`, `PMPI_X` and Fortran spelling
-//! is a naked trampoline (`entry!`). It stores the return address its
-//! caller's `call` pushed (`[rsp]`, the call site) in the thread's block
+//! is a naked trampoline (`entry!`, its body in [`crate::arch`]). It stores
+//! the return address of its caller's call (the call site: `[rsp]` on
+//! x86_64, `x30` on aarch64) in the thread's block
 //! ([`crate::depth`]) and *jumps* into the first level that defines the
 //! procedure ([`crate::table::ENTRY`]). A jump, not a call: the first
 //! level's wrapper runs with the application's return address and the
@@ -10,9 +11,10 @@
 //! alone, so `__builtin_return_address(0)`, `backtrace()` and libunwind name
 //! the application's call, and a tool that returns returns straight to the
 //! application. Arguments, stack-passed ones included, and `rax` (the
-//! vector count of the variadic `MPI_Pcontrol`) are untouched: the
-//! trampoline uses only `r10` and `r11`, which carry nothing at the entry of
-//! a SysV function.
+//! vector count of the variadic `MPI_Pcontrol` on x86_64) are untouched: the
+//! trampoline uses only two scratch registers that carry nothing at a
+//! function's entry (`r10` and `r11` in the SysV ABI, `x16` and `x17` in
+//! AAPCS64).
 //!
 //! Only the application's calls come here. Every level below is bound to
 //! the next one when the stack is built ([`crate::bind`]): a tool's
@@ -48,8 +50,9 @@ macro_rules! word {
 
 /// One exported entry point for row `$row`, `$pmpi` 1 for a profiling
 /// spelling: stores the call site, then jumps to `ENTRY[row][pmpi]`, or to
-/// `RAW[row]` when called inside the library (`rsp` below the thread's
-/// library mark; the mark is 0, below every stack, when no gate is open).
+/// `RAW[row]` when called inside the library (the stack pointer below the
+/// thread's library mark; the mark is 0, below every stack, when no gate is
+/// open).
 /// The cold path gets `row * 4 + pmpi`, plus 2 from inside the library.
 macro_rules! entry {
     ([$($vis:tt)*] $name:ident, $doc:expr, $row:expr, $pmpi:expr) => {
@@ -57,107 +60,28 @@ macro_rules! entry {
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
         $($vis)* unsafe extern "C" fn $name() {
-            core::arch::naked_asm!(
-                // No stack change: the caller's frame rule (return address at
-                // [rsp]) holds at every instruction.
-                ".cfi_startproc",
-                "mov r10, qword ptr [rip + mpi_observer_shim_depth@GOTTPOFF]",
-                "mov r11, qword ptr [rsp]",
-                "mov qword ptr fs:[r10 + 8], r11",
-                "cmp rsp, qword ptr fs:[r10 + 32]",
-                "jb 2f",
-                "mov r11, qword ptr [rip + {entry} + {off}]",
-                "test r11, r11",
-                "jz 3f",
-                "jmp r11",
-                "2:",
-                "mov r11, qword ptr [rip + {raw} + {roff}]",
-                "test r11, r11",
-                "jz 4f",
-                "jmp r11",
-                "3:",
-                "mov r10d, {code}",
-                "jmp mpi_observer_shim_cold",
-                "4:",
-                "mov r10d, {code} + 2",
-                "jmp mpi_observer_shim_cold",
-                ".cfi_endproc",
-                entry = sym $crate::table::ENTRY,
-                raw = sym $crate::table::RAW,
-                off = const (($row) * 2 + ($pmpi)) * 8,
-                roff = const ($row) * 8,
-                code = const ($row) * 4 + ($pmpi),
+            trampoline_asm!(
+                entry: $crate::table::ENTRY,
+                off: (($row) * 2 + ($pmpi)) * 8,
+                raw: $crate::table::RAW,
+                roff: ($row) * 8,
+                code: ($row) * 4 + ($pmpi),
+                site: $crate::depth::SITE,
+                in_lib: $crate::depth::IN_LIB,
             )
         }
     };
 }
 
-// The cold path of every entry point (`mpi_observer_shim_cold`): `r10` holds `row * 4
-// + pmpi (+ 2 inside the library)`, the argument registers and the stack
-// hold the call's arguments. It saves them (and `rax` and the vector
-// registers, which a variadic call may use), asks `cold_target` where the
-// call goes, and jumps there with everything as it was. Written as global
-// assembly, with its unwind information, so a profiler's stack walk through
-// it (the stack is being built) stays correct.
-core::arch::global_asm!(
-    ".pushsection .text.mpi_observer_shim_cold,\"ax\",@progbits",
-    ".p2align 4",
-    ".globl mpi_observer_shim_cold",
-    ".hidden mpi_observer_shim_cold",
-    ".type mpi_observer_shim_cold,@function",
-    "mpi_observer_shim_cold:",
-    ".cfi_startproc",
-    "push rbp",
-    ".cfi_adjust_cfa_offset 8",
-    ".cfi_rel_offset rbp, 0",
-    "mov rbp, rsp",
-    ".cfi_def_cfa_register rbp",
-    "push rax",
-    "push rdi",
-    "push rsi",
-    "push rdx",
-    "push rcx",
-    "push r8",
-    "push r9",
-    // 7 words pushed after rbp: 8 more bytes align the stack for the call
-    // below, and 128 hold xmm0-7.
-    "sub rsp, 136",
-    "movdqu xmmword ptr [rsp], xmm0",
-    "movdqu xmmword ptr [rsp + 16], xmm1",
-    "movdqu xmmword ptr [rsp + 32], xmm2",
-    "movdqu xmmword ptr [rsp + 48], xmm3",
-    "movdqu xmmword ptr [rsp + 64], xmm4",
-    "movdqu xmmword ptr [rsp + 80], xmm5",
-    "movdqu xmmword ptr [rsp + 96], xmm6",
-    "movdqu xmmword ptr [rsp + 112], xmm7",
-    "mov rdi, r10",
-    "call {target}",
-    "mov r11, rax",
-    "movdqu xmm0, xmmword ptr [rsp]",
-    "movdqu xmm1, xmmword ptr [rsp + 16]",
-    "movdqu xmm2, xmmword ptr [rsp + 32]",
-    "movdqu xmm3, xmmword ptr [rsp + 48]",
-    "movdqu xmm4, xmmword ptr [rsp + 64]",
-    "movdqu xmm5, xmmword ptr [rsp + 80]",
-    "movdqu xmm6, xmmword ptr [rsp + 96]",
-    "movdqu xmm7, xmmword ptr [rsp + 112]",
-    "add rsp, 136",
-    "pop r9",
-    "pop r8",
-    "pop rcx",
-    "pop rdx",
-    "pop rsi",
-    "pop rdi",
-    "pop rax",
-    "pop rbp",
-    ".cfi_def_cfa rsp, 8",
-    ".cfi_restore rbp",
-    "jmp r11",
-    ".cfi_endproc",
-    ".size mpi_observer_shim_cold, . - mpi_observer_shim_cold",
-    ".popsection",
-    target = sym cold_target,
-);
+// The cold path of every entry point (`mpi_observer_shim_cold`): the
+// trampoline's scratch register holds `row * 4 + pmpi (+ 2 inside the
+// library)`, the argument registers and the stack hold the call's
+// arguments. It saves them (and the vector registers, which a variadic call
+// may use), asks `cold_target` where the call goes, and jumps there with
+// everything as it was. Written as global assembly ([`crate::arch`]), with
+// its unwind information, so a profiler's stack walk through it (the stack
+// is being built) stays correct.
+cold_path!(cold_target);
 
 /// Where a call that found an empty slot goes: builds the stack if needed,
 /// then answers the slot, or ends the process if no level defines the
@@ -192,7 +116,8 @@ extern "C" fn cold_target(code: usize) -> *const c_void {
 /// its address.
 ///
 /// Every argument of every MPI procedure is of the INTEGER class in the
-/// x86_64 SysV ABI (handles are pointers in Open MPI and `int`s in MPICH,
+/// x86_64 SysV ABI, and passed in x registers or 8-byte stack slots in
+/// AAPCS64 (handles are pointers in Open MPI and `int`s in MPICH,
 /// the rest are pointers, integers or `MPI_Aint`s), so forwarding N
 /// machine words in the same registers and stack slots passes them through
 /// unchanged without knowing either `mpi.h`.

@@ -235,12 +235,10 @@ fn update(full: bool) {
 /// the writes, then read-only again.
 fn set(shim: &Object, want: impl Fn(usize, u16) -> u16) {
     let count = shim.count();
-    let page = 4096usize;
-    let lo = shim.versym as usize & !(page - 1);
-    let hi = (shim.versym as usize + 2 * count).next_multiple_of(page);
-    if mprotect(lo, hi - lo, PROT_READ | PROT_WRITE) != 0 {
+    let Some((lo, len)) = protect_pages(shim.versym as usize, 2 * count, PROT_READ | PROT_WRITE)
+    else {
         return;
-    }
+    };
     // Every definition, hidden ones included (a lookup skips those).
     for (i, name) in shim.symbols() {
         if !managed(name) {
@@ -255,7 +253,7 @@ fn set(shim: &Object, want: impl Fn(usize, u16) -> u16) {
             }
         }
     }
-    mprotect(lo, hi - lo, PROT_READ);
+    mprotect(lo, len, PROT_READ);
 }
 
 /// Bits for [`update`]'s table of the shim's symbols (it has about 6,500).
@@ -267,22 +265,32 @@ const PROT_WRITE: usize = 2;
 /// `mprotect(2)` by a raw system call: libc may not be initialised yet, and
 /// this must not touch `errno` (thread-local storage).
 fn mprotect(addr: usize, len: usize, prot: usize) -> isize {
-    let ret: isize;
     // SAFETY: changes the protection of pages of the shim's own read-only
-    // segment, which no one executes or writes.
-    unsafe {
-        core::arch::asm!(
-            "syscall",
-            inlateout("rax") 10isize => ret,
-            in("rdi") addr,
-            in("rsi") len,
-            in("rdx") prot,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
+    // segment, which no one executes or writes, or of a RELRO page of GOT
+    // slots.
+    unsafe { crate::arch::mprotect_raw(addr, len, prot) }
+}
+
+/// `-EINVAL`, as a raw system call returns it.
+const NEG_EINVAL: isize = -22;
+
+/// [`mprotect`]s the pages holding `addr..addr + len` without knowing the
+/// page size, which takes libc ([`loaded::page_size`]) and this runs in the
+/// startup IFUNC too: the start rounded down to each page size the ISA
+/// has ([`crate::arch::PAGE_SIZES`]) in turn, until the kernel accepts one. A start that is not
+/// page-aligned fails with `EINVAL` and changes nothing, so the first start
+/// accepted is the page's, and the kernel rounds the length up itself.
+/// Returns the range changed, for the call that restores it.
+fn protect_pages(addr: usize, len: usize, prot: usize) -> Option<(usize, usize)> {
+    for &page in crate::arch::PAGE_SIZES {
+        let (lo, n) = loaded::page_span(addr, len, page);
+        match mprotect(lo, n, prot) {
+            0 => return Some((lo, n)),
+            NEG_EINVAL => {}
+            _ => return None,
+        }
     }
-    ret
+    None
 }
 
 /// What the hooks jump to if libc's `dlopen`/`dlsym` cannot be found (a
@@ -307,19 +315,7 @@ macro_rules! refresh_then {
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
         unsafe extern "C" fn $name() {
-            core::arch::naked_asm!(
-                // Entry: rsp = 8 mod 16. Two pushes and 8 bytes realign it.
-                "push rdi",
-                "push rsi",
-                "sub rsp, 8",
-                "call {refresh}",
-                "add rsp, 8",
-                "pop rsi",
-                "pop rdi",
-                "jmp qword ptr [rip + {real}]",
-                refresh = sym refresh,
-                real = sym $real,
-            )
+            refresh_then_asm!(refresh, $real)
         }
     };
 }
@@ -339,17 +335,19 @@ refresh_then!(
 /// relocates the shim (for the IRELATIVE relocation of [`STARTUP`]), after
 /// every object of the program is mapped and before the program itself is
 /// relocated, so the program's own references, weak ones included, see
-/// the right set. glibc applies an object's IRELATIVE relocations after its
-/// others, so the shim's GOT is complete; the resolver calls nothing in
-/// libc all the same.
+/// the right set. On x86_64 glibc applies an object's IRELATIVE relocations
+/// after its others (`ELF_MACHINE_IRELATIVE`), so the shim's GOT is
+/// complete; the resolver calls nothing in libc all the same, but for
+/// `getauxval` ([`loaded::page_size`]). glibc's aarch64 port has no such
+/// rule and applies them in table order; there the reference is a branch
+/// (`ifunc_reference!` in [`crate::arch`]), which puts the IRELATIVE after
+/// the shim's JUMP_SLOTs (with a pointer, GNU ld put it in `.rela.dyn`, and
+/// the resolver's first PLT call, `strlen`, jumped to an unrelocated PLT0
+/// under qemu-user). Only TLSDESC relocations follow it, so the resolver
+/// touches no general-dynamic `thread_local!`.
 #[unsafe(naked)]
 unsafe extern "C" fn startup_ifunc() {
-    core::arch::naked_asm!(
-        ".type {me}, @gnu_indirect_function",
-        "jmp {resolver}",
-        me = sym startup_ifunc,
-        resolver = sym startup_resolver,
-    )
+    ifunc_asm!(startup_ifunc, startup_resolver)
 }
 
 /// The resolver of [`startup_ifunc`]: refreshes, clears what was bound
@@ -404,9 +402,6 @@ fn rewrite<'a>(
     weak_only: bool,
     decide: impl Fn(u16, usize, &CStr) -> Option<(usize, usize)>,
 ) {
-    const R_X86_64_64: u32 = 1;
-    const R_X86_64_GLOB_DAT: u32 = 6;
-    const R_X86_64_JUMP_SLOT: u32 = 7;
     for m in objects {
         let Some(o) = Object::new(m) else {
             continue;
@@ -420,10 +415,8 @@ fn rewrite<'a>(
             let Some((bound, target)) = decide(entry, ours, name) else {
                 continue;
             };
-            let add = match ty {
-                R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT => 0,
-                R_X86_64_64 => addend as usize,
-                _ => continue,
+            let Some(add) = crate::arch::slot_addend(ty, addend) else {
+                continue;
             };
             let (bound, target) = (bound.wrapping_add(add), target.wrapping_add(add));
             // SAFETY: the slot is in the object's mapped segments (its
@@ -434,11 +427,13 @@ fn rewrite<'a>(
             let Some(place) = loaded::placement(m, slot as usize) else {
                 continue;
             };
-            let page = slot as usize & !4095;
-            if place.relro && mprotect(page, 4096, PROT_READ | PROT_WRITE) == 0 {
+            if place.relro
+                && let Some((lo, len)) =
+                    protect_pages(slot as usize, size_of::<usize>(), PROT_READ | PROT_WRITE)
+            {
                 // SAFETY: writable now.
                 unsafe { slot.write_volatile(target) };
-                mprotect(page, 4096, PROT_READ);
+                mprotect(lo, len, PROT_READ);
             } else if place.writable && !place.relro {
                 // SAFETY: a writable data segment.
                 unsafe { slot.write_volatile(target) };
@@ -449,6 +444,6 @@ fn rewrite<'a>(
 
 extern "C" fn inert() {}
 
-/// The reference that makes the linker emit the IRELATIVE relocation.
-#[used]
-pub(crate) static STARTUP: unsafe extern "C" fn() = startup_ifunc;
+// The reference that makes the linker emit the IRELATIVE relocation:
+// `STARTUP`.
+ifunc_reference!(STARTUP, startup_ifunc);

@@ -43,16 +43,13 @@ use std::time::Instant;
 use observer_common::inject::{MAGIC, Mailbox, VERSION, go, state};
 
 use crate::{
+    arch::{R_GLOB_DAT, R_JUMP_SLOT},
     dl,
     got::{self, Rewritten, dword, finish, word},
     layers,
     loaded::{self, LinkMap, Object},
     stats::{lifecycle, segment},
 };
-
-/// `R_X86_64_GLOB_DAT` and `R_X86_64_JUMP_SLOT`.
-const R_GLOB_DAT: u32 = 6;
-const R_JUMP_SLOT: u32 = 7;
 
 /// Set once an injection has committed: a second one is refused.
 static COMMITTED: AtomicBool = AtomicBool::new(false);
@@ -259,10 +256,13 @@ fn plan(bottom: &[*mut c_void], tools: &[*mut c_void]) -> Vec<Rewritten> {
             continue;
         };
         let relro = loaded::relro_pages(map);
-        for (slot, ty, _addend, sym) in obj.relocations() {
+        for (slot, ty, addend, sym) in obj.relocations() {
             if ty != R_JUMP_SLOT && ty != R_GLOB_DAT {
                 continue;
             }
+            let Some(add) = crate::arch::slot_addend(ty, addend) else {
+                continue;
+            };
             // SAFETY: `sym` comes from this object's own relocation.
             let name = unsafe { obj.name(sym) };
             if !crate::exports::managed(name) {
@@ -271,6 +271,7 @@ fn plan(bottom: &[*mut c_void], tools: &[*mut c_void]) -> Vec<Rewritten> {
             let Some(new) = shim.function(name, loaded::gnu_hash(name)) else {
                 continue;
             };
+            let new = new.wrapping_add(add);
             // SAFETY: a slot of a loaded object's GOT, naturally aligned.
             let old = unsafe { AtomicUsize::from_ptr(slot) }.load(Relaxed);
             let holder = map_of(old);

@@ -28,6 +28,8 @@
 //!   adapters read at every call, and their macros.
 //! - [`inject`]: the entries `mpi-observer attach --inject` calls in a
 //!   running rank; [`got`]: the slots it rewrote, and ejection.
+//! - [`arch`]: everything said in one instruction set's terms (the
+//!   trampolines' assembly, relocation numbers, the counter), one file per ISA.
 //! - [`fatal`], here: one line and exit, for every module.
 //!
 //! Dependencies run one way, from the top, and `cargo xtask layout` holds
@@ -42,15 +44,16 @@
 //! `stats::segment` (marked at ejection); `table` uses `rows` and the
 //! generated Fortran rows. The generated per-row gates, timing wrappers
 //! and QMPI adapters ([`generated::next`]) expand macros of `dispatch`,
-//! `timing` and `qmpi_table`. `rows`, `depth`, `loaded`, `dl` and `config`
+//! `timing` and `qmpi_table`. `rows`, `depth`, `loaded`, `dl`, `config` and `arch`
 //! use no other module.
 //!
-//! Arguments are forwarded as machine words, which is only right for the
-//! x86_64 SysV calling convention.
+//! Arguments are forwarded as machine words, which is right for the x86_64
+//! SysV and the AAPCS64 calling conventions (every MPI argument is of the
+//! integer class in both); [`arch`] refuses any other ISA.
 
-#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-compile_error!("the shim forwards arguments as x86_64 SysV machine words and uses Linux TLS");
-
+// First: its macros are used by the modules below.
+#[macro_use]
+mod arch;
 mod bind;
 #[macro_use]
 mod dispatch;

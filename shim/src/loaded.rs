@@ -7,7 +7,10 @@
 //! prefix is stable ABI (`<link.h>`), and reads each object's `.gnu.hash`
 //! (or `.hash`), `.dynsym`, `.dynstr` and `.gnu.version` in memory.
 
-use core::ffi::{CStr, c_char, c_void};
+use core::{
+    ffi::{CStr, c_char, c_void},
+    sync::atomic::{AtomicUsize, Ordering::Relaxed},
+};
 
 /// The public prefix of glibc's `struct link_map`.
 #[repr(C)]
@@ -487,7 +490,7 @@ pub(crate) fn placement(map: &LinkMap, addr: usize) -> Option<Placement> {
             }
             // glibc protects the range's whole pages only: a slot in
             // its last, partial page stays writable.
-            PT_GNU_RELRO => place.relro = addr < (vaddr + memsz) & !4095,
+            PT_GNU_RELRO => place.relro = in_relro_pages(addr, vaddr, memsz, page_size()),
             _ => {}
         }
     }
@@ -501,9 +504,52 @@ pub(crate) fn relro_pages(map: &LinkMap) -> Option<(usize, usize)> {
     let ph = program_headers(map)?
         .iter()
         .find(|p| p.p_type == PT_GNU_RELRO)?;
-    let start = (ph.p_vaddr as usize + map.l_addr) & !4095;
-    let end = (ph.p_vaddr as usize + map.l_addr + ph.p_memsz as usize) & !4095;
-    (end > start).then_some((start, end))
+    relro_span(
+        ph.p_vaddr as usize + map.l_addr,
+        ph.p_memsz as usize,
+        page_size(),
+    )
+}
+
+/// The page size the kernel runs this process with (`AT_PAGESZ`), read
+/// once: 4 KiB on x86_64; 4, 16 or 64 KiB on aarch64.
+pub(crate) fn page_size() -> usize {
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    let p = PAGE.load(Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: getauxval reads the vector the kernel passed, which ld.so
+    // recorded before it relocated any object.
+    let p = match unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize {
+        p if p.is_power_of_two() => p,
+        // Linux always passes it; the smallest page rounds least wrongly.
+        _ => 4096,
+    };
+    PAGE.store(p, Relaxed);
+    p
+}
+
+/// The whole pages that hold `addr..addr + len` as `(start, length)`: the
+/// start rounded down, the end up, to `page` (a power of two).
+pub(crate) fn page_span(addr: usize, len: usize, page: usize) -> (usize, usize) {
+    let lo = addr & !(page - 1);
+    (lo, (addr + len).next_multiple_of(page) - lo)
+}
+
+/// The pages of a `PT_GNU_RELRO` range at `start`, `memsz` long, that
+/// glibc's `_dl_protect_relro` makes read-only: start and end both rounded
+/// down to `page`, so a last, partial page stays writable. `None` if that
+/// leaves no page.
+fn relro_span(start: usize, memsz: usize, page: usize) -> Option<(usize, usize)> {
+    let (lo, hi) = (start & !(page - 1), (start + memsz) & !(page - 1));
+    (hi > lo).then_some((lo, hi))
+}
+
+/// Whether `addr`, inside the `PT_GNU_RELRO` range at `start`, `memsz`
+/// long, lies in one of the pages [`relro_span`] protects.
+fn in_relro_pages(addr: usize, start: usize, memsz: usize, page: usize) -> bool {
+    addr < (start + memsz) & !(page - 1)
 }
 
 /// The addresses of `map`'s executable loadable segments: from the lowest
@@ -551,6 +597,62 @@ mod tests {
         assert_eq!(gnu_hash(c""), 5381);
         assert_eq!(gnu_hash(c"printf"), 0x156b_2bb8);
         assert_eq!(sysv_hash(c"printf"), 0x077905a6);
+    }
+
+    const PAGES: [usize; 3] = [4096, 16_384, 65_536];
+
+    #[test]
+    fn page_spans_cover_whole_pages_of_every_size() {
+        for page in PAGES {
+            let base = 16 * 65_536;
+            // An aligned start and a range inside one page: that page.
+            assert_eq!(page_span(base, 8, page), (base, page));
+            // A slot in the middle of a page: its page, however it lies.
+            assert_eq!(page_span(base + page / 2, 8, page), (base, page));
+            // The last byte of one page and the first of the next: both.
+            assert_eq!(page_span(base + page - 1, 2, page), (base, 2 * page));
+            // An end exactly at a boundary takes no further page.
+            assert_eq!(page_span(base + 100, page - 100, page), (base, page));
+        }
+        // 4 KiB rounding inside a 16 KiB page is not the 16 KiB page.
+        assert_eq!(page_span(0x13000, 8, 4096), (0x13000, 4096));
+        assert_eq!(page_span(0x13000, 8, 16_384), (0x10000, 16_384));
+        assert_eq!(page_span(0x13000, 8, 65_536), (0x10000, 65_536));
+    }
+
+    #[test]
+    fn relro_pages_round_both_ends_down_as_glibc_does() {
+        for page in PAGES {
+            let start = 32 * 65_536 + page / 2;
+            // Three pages' length from the middle of one: both ends
+            // rounded down, so the first page counts and the last half
+            // page stays out.
+            let memsz = 3 * page;
+            let (lo, hi) = relro_span(start, memsz, page).expect("pages");
+            assert_eq!((lo, hi), (start - page / 2, start - page / 2 + 3 * page));
+            assert!(in_relro_pages(start, start, memsz, page));
+            assert!(in_relro_pages(hi - 8, start, memsz, page));
+            assert!(!in_relro_pages(hi, start, memsz, page));
+            // A range inside one page protects nothing.
+            assert_eq!(relro_span(start, page / 4, page), None);
+            assert!(!in_relro_pages(start, start, page / 4, page));
+        }
+        // The same range is one 16 KiB page but three 4 KiB ones, and no
+        // 64 KiB page.
+        assert_eq!(relro_span(0x21000, 0x3800, 4096), Some((0x21000, 0x24000)));
+        assert_eq!(
+            relro_span(0x21000, 0x3800, 16_384),
+            Some((0x20000, 0x24000))
+        );
+        assert_eq!(relro_span(0x21000, 0x3800, 65_536), None);
+    }
+
+    #[test]
+    fn the_page_size_is_the_kernels() {
+        // SAFETY: sysconf has no preconditions.
+        let sys = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        assert_eq!(page_size(), sys);
+        assert_eq!(page_size(), sys);
     }
 
     #[test]

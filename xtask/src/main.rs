@@ -20,6 +20,7 @@ mod codegen_slurm;
 mod demo;
 mod layout;
 mod package;
+mod qemu_shim;
 mod semantics;
 mod setup;
 mod spec;
@@ -60,6 +61,10 @@ enum Cmd {
     /// modules of a folder in any crate, no hand-written code file over
     /// 1,000 lines outside tests; one line per offence.
     Layout,
+    /// The aarch64 shim's unit tests under qemu-user, then the shim
+    /// cross-built and run there with a stand-in MPI library and a PMPI tool
+    /// (part of `test`; xtask/src/qemu_shim.rs).
+    QemuShim,
     /// The main job: a real 4-rank Open MPI job, observed live.
     Demo {
         /// How long the job runs.
@@ -67,7 +72,9 @@ enum Cmd {
         seconds: u32,
     },
     /// Everything CI runs: setup, generated-code check, fmt, clippy (the
-    /// eBPF crate for the BPF target too), unit and end-to-end tests.
+    /// eBPF crate for the BPF target too, for x86_64 and aarch64), the
+    /// shim checked, linted and run under qemu-user for aarch64, unit and
+    /// end-to-end tests.
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
@@ -167,7 +174,11 @@ fn test(filter: Option<String>) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
-    clippy_bpf()?;
+    for arch in BPF_TARGET_ARCHES {
+        clippy_bpf(arch)?;
+    }
+    check_aarch64()?;
+    qemu_shim::run()?;
     build()?;
     // The package tests (tests/tests/e2e/package.rs) install it.
     package::deb()?;
@@ -319,14 +330,45 @@ fn kernels_suite() -> Result<()> {
     Ok(())
 }
 
+/// The `bpf_target_arch`es the eBPF crate has an `arch/` file for, each
+/// linted: aya-build sets the cfg from the userspace crate's target, so an
+/// aarch64 build of the observer embeds the aarch64 programs.
+const BPF_TARGET_ARCHES: &[&str] = &["x86_64", "aarch64"];
+
+/// The shim and the QMPI stubs for aarch64: `cargo check` and clippy with
+/// warnings denied for `aarch64-unknown-linux-gnu` (neither built nor run
+/// here). The shim's instruction-set half is `shim/src/arch/aarch64.rs`.
+/// The observer is not checked: `attach --inject` reads x86 registers
+/// (`PTRACE_GETREGS`, `rip`).
+fn check_aarch64() -> Result<()> {
+    for (cmd, lints) in [
+        ("check", &[][..]),
+        ("clippy", &["--", "-D", "warnings"][..]),
+    ] {
+        setup::run_cmd(
+            cargo()
+                .args([
+                    cmd,
+                    "--release",
+                    "--all-targets",
+                    "--target",
+                    setup::AARCH64,
+                ])
+                .args(["-p", "mpi-observer-shim", "-p", "mpi-observer-qmpi-stubs"])
+                .args(lints),
+        )?;
+    }
+    Ok(())
+}
+
 /// Clippy on the eBPF programs, for the BPF target they run on (the host
 /// clippy above skips observer-ebpf: it is not a default member, and does
 /// not build for the host). As aya's xtask lints its eBPF crates: nightly,
 /// `-Z build-std=core`, warnings denied. The toolchain is observer/build.rs's
 /// choice: nightly when installed, otherwise stable with RUSTC_BOOTSTRAP=1;
-/// and the `bpf_target_arch` cfg is the host's, as aya-build sets it, so
-/// the code that ships is the code linted.
-fn clippy_bpf() -> Result<()> {
+/// and the `bpf_target_arch` cfg is `arch`'s, as aya-build sets it for a
+/// build for that architecture, so the code that ships is the code linted.
+fn clippy_bpf(arch: &str) -> Result<()> {
     let toolchain = if setup::have_nightly() {
         "nightly"
     } else {
@@ -337,10 +379,10 @@ fn clippy_bpf() -> Result<()> {
         .args(["run", toolchain, "cargo", "clippy", "--release"])
         .args(["--package", "observer-ebpf", "--target", bpf_target()])
         .args(["-Z", "build-std=core", "--", "-D", "warnings"])
-        // aya-build's flag; riscv64 variants are plain riscv64 there too.
+        // aya-build's flag, as it sets it for a build for `arch`.
         .env(
             "CARGO_ENCODED_RUSTFLAGS",
-            format!("--cfg=bpf_target_arch=\"{}\"", bpf_target_arch()),
+            format!("--cfg=bpf_target_arch=\"{arch}\""),
         )
         // Set by the cargo running xtask; they would pick its toolchain.
         .env_remove("RUSTC")
@@ -358,15 +400,6 @@ fn bpf_target() -> &'static str {
         "bpfeb-unknown-none"
     } else {
         "bpfel-unknown-none"
-    }
-}
-
-/// The `bpf_target_arch` aya-build gives the eBPF crate: the host's
-/// architecture (the probes read its registers).
-fn bpf_target_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        a if a.starts_with("riscv64") => "riscv64",
-        a => a,
     }
 }
 
@@ -406,6 +439,10 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Layout => layout::run(&root),
+        Cmd::QemuShim => {
+            setup::run()?;
+            qemu_shim::run()
+        }
         Cmd::Test { kernels: true, .. } => {
             setup::run()?;
             build()?;

@@ -1,5 +1,6 @@
 //! Installs what a fresh Debian machine lacks, idempotently: the MPI and
-//! tooling packages, rust-src for the BPF build, bpf-linker 0.10.1,
+//! tooling packages, rust-src for the BPF build, the aarch64 standard
+//! library (the shim's cross check), bpf-linker 0.10.1,
 //! cargo-deb 3.8.0 (the .deb), and the
 //! MPI stacks from PyPI under `target/mpi/` (see [`mpi_stacks`]).
 
@@ -60,7 +61,17 @@ const PACKAGES: &[&str] = &[
     "slurmd",
     "munge",
     "slurm-client",
+    // The C cross compiler and arm64 libc (libc6-dev-arm64-cross comes with
+    // it) that `cargo check --target aarch64-unknown-linux-gnu` needs: build
+    // scripts compile C for the target, and the shim links against libc.
+    "gcc-aarch64-linux-gnu",
+    // Runs the aarch64 shim and its test programs on this host
+    // (`qemu-aarch64-static -L /usr/aarch64-linux-gnu`).
+    "qemu-user-static",
 ];
+
+/// The foreign target `cargo xtask test` checks and lints the shim for.
+pub const AARCH64: &str = "aarch64-unknown-linux-gnu";
 
 /// bpf-linker 0.10.1 links with rustc's own LLVM; 0.11 and later need a
 /// system LLVM that Debian 12 does not have.
@@ -122,6 +133,20 @@ pub fn run() -> Result<()> {
             "--toolchain",
             toolchain,
         ]))?;
+    }
+    // No `--toolchain`: under `cargo xtask` rustup's RUSTUP_TOOLCHAIN names
+    // the toolchain in use, the one whose cargo runs the cross check.
+    let has_aarch64 = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l == AARCH64)
+        });
+    if !has_aarch64 {
+        eprintln!("setup: adding the {AARCH64} standard library to the toolchain in use");
+        run_cmd(Command::new("rustup").args(["target", "add", AARCH64]))?;
     }
     let linker_ok = Command::new("bpf-linker")
         .arg("--version")
