@@ -335,30 +335,26 @@ fn kernels_suite() -> Result<()> {
 /// aarch64 build of the observer embeds the aarch64 programs.
 const BPF_TARGET_ARCHES: &[&str] = &["x86_64", "aarch64"];
 
-/// The shim and the QMPI stubs for aarch64: `cargo check` and clippy with
-/// warnings denied for `aarch64-unknown-linux-gnu` (neither built nor run
-/// here). The shim's instruction-set half is `shim/src/arch/aarch64.rs`.
-/// The observer is not checked: `attach --inject` reads x86 registers
-/// (`PTRACE_GETREGS`, `rip`).
+/// The daemon, the shim and the QMPI stubs for aarch64: clippy (which
+/// type-checks everything `cargo check` does) with warnings denied for
+/// `aarch64-unknown-linux-gnu`; the daemon is not linked here. The shim's
+/// instruction-set half is `shim/src/arch/aarch64.rs`; the daemon's
+/// `attach --inject` has no aarch64 stub yet and refuses in one line
+/// (`attach/inject/regs.rs`).
 fn check_aarch64() -> Result<()> {
-    for (cmd, lints) in [
-        ("check", &[][..]),
-        ("clippy", &["--", "-D", "warnings"][..]),
-    ] {
-        setup::run_cmd(
-            cargo()
-                .args([
-                    cmd,
-                    "--release",
-                    "--all-targets",
-                    "--target",
-                    setup::AARCH64,
-                ])
-                .args(["-p", "mpi-observer-shim", "-p", "mpi-observer-qmpi-stubs"])
-                .args(lints),
-        )?;
-    }
-    Ok(())
+    setup::run_cmd(
+        cargo()
+            .args([
+                "clippy",
+                "--release",
+                "--all-targets",
+                "--target",
+                setup::AARCH64,
+            ])
+            .args(["-p", "mpi-observer-shim", "-p", "mpi-observer-qmpi-stubs"])
+            .args(["-p", "mpi-observer"])
+            .args(["--", "-D", "warnings"]),
+    )
 }
 
 /// Clippy on the eBPF programs, for the BPF target they run on (the host

@@ -36,6 +36,7 @@ mod loader;
 mod maps;
 mod mem;
 mod ptrace;
+mod regs;
 pub mod stub;
 
 use std::{
@@ -188,6 +189,16 @@ pub enum InjectError {
         /// The rank.
         pid: u32,
     },
+    /// This build has no loader stub for its instruction set.
+    #[error(
+        "pid {pid}: attach --inject is not available on {arch} yet (issue 36); start the job under `mpi-observer run`, or with `srun --mpi-observer` on Slurm, to have the shim from its start"
+    )]
+    Unsupported {
+        /// The rank.
+        pid: u32,
+        /// The instruction set (`std::env::consts::ARCH`).
+        arch: &'static str,
+    },
     /// A system call failed.
     #[error("pid {pid}: {what}: {source}")]
     Os {
@@ -253,6 +264,12 @@ pub fn load_shim(
     target: &Target<'_>,
     probes: &(dyn ProbeControl + Sync),
 ) -> Result<Loaded, InjectError> {
+    if !regs::supported() {
+        return Err(InjectError::Unsupported {
+            pid,
+            arch: std::env::consts::ARCH,
+        });
+    }
     let maps = Maps::read(pid)?;
     if maps.has_file_named(SHIM_NAME) {
         return Err(InjectError::AlreadyLoaded { pid });
@@ -312,19 +329,19 @@ pub fn load_shim(
             if !matches!(stop, Err(InjectError::NoCall { .. })) {
                 arm(false)?;
             }
-            let (tid, regs, stopped_at) = stop?;
+            let (tid, stopped, stopped_at) = stop?;
             // Everything is written and read back while the thread is
             // stopped and untouched; only then is it pointed at the stub.
             // Any failure before that resumes it as it was.
             let mut hijack = || -> Result<(), InjectError> {
                 // The strings under the red zone, where the stub's own
                 // frame (below STACK_RESERVED) does not reach.
-                let strings_at = (regs.rsp - 128 - strings.len() as u64) & !15;
+                let strings_at = (regs::sp(&stopped) - 128 - strings.len() as u64) & !15;
                 data.mailbox.path = strings_at;
                 data.mailbox.tools = strings_at + path.len() as u64 + 1;
                 let code = stub::code_bytes(&stub::Tail {
                     data: data_at,
-                    resume: regs.rip,
+                    resume: regs::pc(&stopped),
                 });
                 let block = stub::data_bytes(&data);
                 mem.write(strings_at, &strings)?;
@@ -341,8 +358,8 @@ pub fn load_shim(
                         });
                     }
                 }
-                let mut hijacked = regs;
-                hijacked.rip = code_at;
+                let mut hijacked = stopped;
+                regs::set_pc(&mut hijacked, code_at);
                 tracer.set_regs(tid, &hijacked)
             };
             if let Err(e) = hijack() {

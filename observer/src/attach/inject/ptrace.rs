@@ -64,17 +64,18 @@ impl Tracer {
         lib: (u64, u64),
         timeout: Duration,
         arm: &dyn Fn(bool) -> Result<(), InjectError>,
-    ) -> Result<(u32, libc::user_regs_struct, Instant), InjectError> {
+    ) -> Result<(u32, regs::Regs, Instant), InjectError> {
         let t = Instant::now();
         loop {
             for (tid, status) in self.stops()? {
                 let sig = libc::WSTOPSIG(status);
                 if sig == signal && status >> 16 == 0 {
                     let at = Instant::now();
-                    let regs = self.regs(tid)?;
-                    let in_lib = regs.rip >= lib.0 && regs.rip < lib.1;
-                    if in_lib && regs.orig_rax as i64 == -1 {
-                        return Ok((tid, regs, at));
+                    let r = self.regs(tid)?;
+                    let pc = regs::pc(&r);
+                    let in_lib = pc >= lib.0 && pc < lib.1;
+                    if in_lib && regs::outside_syscall(&r) {
+                        return Ok((tid, r, at));
                     }
                     self.resume(tid, 0)?;
                     arm(true)?;
@@ -149,36 +150,12 @@ impl Tracer {
         Ok(())
     }
 
-    pub(super) fn regs(&self, tid: u32) -> Result<libc::user_regs_struct, InjectError> {
-        // SAFETY: zeroed plain struct, filled by the kernel.
-        let mut regs: libc::user_regs_struct = unsafe { core::mem::zeroed() };
-        // SAFETY: PTRACE_GETREGS into a user_regs_struct of a stopped tracee.
-        let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0, &mut regs) };
-        if r != 0 {
-            return Err(InjectError::Os {
-                pid: self.pid,
-                what: "PTRACE_GETREGS",
-                source: io::Error::last_os_error(),
-            });
-        }
-        Ok(regs)
+    pub(super) fn regs(&self, tid: u32) -> Result<regs::Regs, InjectError> {
+        regs::get(self.pid, tid)
     }
 
-    pub(super) fn set_regs(
-        &self,
-        tid: u32,
-        regs: &libc::user_regs_struct,
-    ) -> Result<(), InjectError> {
-        // SAFETY: PTRACE_SETREGS from a user_regs_struct, tracee stopped.
-        let r = unsafe { libc::ptrace(libc::PTRACE_SETREGS, tid, 0, regs) };
-        if r != 0 {
-            return Err(InjectError::Os {
-                pid: self.pid,
-                what: "PTRACE_SETREGS",
-                source: io::Error::last_os_error(),
-            });
-        }
-        Ok(())
+    pub(super) fn set_regs(&self, tid: u32, r: &regs::Regs) -> Result<(), InjectError> {
+        regs::set(self.pid, tid, r)
     }
 
     pub(super) fn resume(&self, tid: u32, sig: i32) -> Result<(), InjectError> {

@@ -62,6 +62,9 @@ pub struct Tail {
     pub resume: u64,
 }
 
+// x86-64 only: elsewhere `load_shim` refuses before a stub is needed
+// (regs::supported), and `code` is empty.
+#[cfg(target_arch = "x86_64")]
 core::arch::global_asm!(
     ".pushsection .rodata.mpi_observer_stub,\"a\",@progbits",
     ".p2align 4",
@@ -157,12 +160,21 @@ core::arch::global_asm!(
     done = const observer_common::inject::state::DONE,
 );
 
+#[cfg(target_arch = "x86_64")]
 unsafe extern "C" {
     static mpi_observer_stub_code: [u8; 0];
     static mpi_observer_stub_tail: [u8; 0];
 }
 
+/// The stub's machine code (none where this build has no stub, see
+/// `regs::supported`); its [`Tail`] goes right after it.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn code() -> &'static [u8] {
+    &[]
+}
+
 /// The stub's machine code; its [`Tail`] goes right after it.
+#[cfg(target_arch = "x86_64")]
 pub fn code() -> &'static [u8] {
     // SAFETY: both labels are in the one section above, code first; the
     // bytes between them are the assembled code (read-only data).
@@ -195,7 +207,7 @@ pub fn data_bytes(data: &Data) -> Vec<u8> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
 
