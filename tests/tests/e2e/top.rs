@@ -46,9 +46,19 @@ impl Tmux {
             socket: format!("mpi-observer-top-{name}-{}", std::process::id()),
         };
         let _ = t.tmux(&["kill-server"]);
+        // Keep the pane when the command ends, no status line: set by the
+        // server's configuration, before the command starts. Set after
+        // new-session, a command that ends at once (top with a dead
+        // endpoint) could close its pane, and the server with it, first.
+        let conf = std::env::temp_dir().join(format!("{}.conf", t.socket));
+        std::fs::write(
+            &conf,
+            "set-option -g remain-on-exit on\nset-option -g status off\n",
+        )
+        .expect("write tmux's configuration");
         let out = t.tmux(&[
             "-f",
-            "/dev/null",
+            conf.to_str().expect("UTF-8 temporary directory"),
             "new-session",
             "-d",
             "-x",
@@ -60,9 +70,7 @@ impl Tmux {
             shell_cmd,
         ]);
         assert!(out.status.success(), "tmux new-session: {out:?}");
-        // Keep the pane when the command ends; no status line.
-        t.tmux(&["set-option", "-g", "remain-on-exit", "on"]);
-        t.tmux(&["set-option", "-g", "status", "off"]);
+        let _ = std::fs::remove_file(&conf);
         t
     }
 
