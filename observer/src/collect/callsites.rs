@@ -173,7 +173,7 @@ pub struct NamingCounters {
     pub refusals_queue_full: AtomicU64,
     /// Names in the daemon's cache now.
     pub cached: AtomicU64,
-    /// Offsets waiting to be named now, all users together.
+    /// Call sites of the last collection still waiting for their name.
     pub pending: AtomicU64,
     /// Per uid: how often it spent its symbolizer budget with call sites
     /// still to name.
@@ -275,7 +275,7 @@ pub fn render_self_metrics(out: &mut String) {
         (
             "mpi_observer_callsite_names_pending",
             "gauge",
-            "Call-site addresses waiting for the symbolizer now: their calls are in no mpi_callsite_* series (nor in callsite=\"other\") until named, usually by the next collection.",
+            "Call sites of this scrape's ranks still waiting for their name: their calls are in no mpi_callsite_* series (nor in callsite=\"other\") until named, usually by the next scrape; 0: every call is in a site's series or in other.",
             c.pending.load(Ordering::Relaxed).to_string(),
         ),
         (
@@ -386,13 +386,6 @@ impl Inner {
             c.evictions.fetch_add(1, Ordering::Relaxed);
         }
         c.cached.store(self.cache.len() as u64, Ordering::Relaxed);
-    }
-
-    /// Sets `mpi_observer_callsite_names_pending` to the offsets waiting now.
-    fn publish_pending(&self) {
-        NamingCounters::global()
-            .pending
-            .store(self.sched.pending() as u64, Ordering::Relaxed);
     }
 }
 
@@ -536,9 +529,7 @@ impl Names {
             inner.insert(key, name.clone());
             return Some(name);
         }
-        let pushed = inner.sched.push(uid, pid, m, ret_offset, Instant::now());
-        inner.publish_pending();
-        match pushed {
+        match inner.sched.push(uid, pid, m, ret_offset, Instant::now()) {
             Pushed::Queued => {
                 drop(inner);
                 self.shared.work.notify_one();
@@ -592,7 +583,6 @@ fn worker(shared: &Shared, mut client: Client) {
                 let Inner { sched, cache, .. } = &mut *inner;
                 let next = sched.next(now, |k| cache.contains(k));
                 let lines = sched.take_lines();
-                inner.publish_pending();
                 if !lines.is_empty() {
                     // Not under the lock: stderr may be a slow pipe.
                     drop(inner);
@@ -643,7 +633,6 @@ fn worker(shared: &Shared, mut client: Client) {
         inner
             .sched
             .done(&request, spent, names.is_none(), Instant::now());
-        inner.publish_pending();
         drop(inner);
         shared.answered.notify_all();
     }

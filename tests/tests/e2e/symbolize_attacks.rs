@@ -571,7 +571,7 @@ fn many_slow_files_of_one_user_delay_anothers_names_by_one_deadline() {
     );
     let s = assert_scrape_within(&d.addr, SCRAPE_LIMIT);
     // Eleven slow files at least wait behind the one in flight: their
-    // addresses are said to wait, their calls in no site's series yet.
+    // sites are said to wait, their calls in no site's series yet.
     let pending = sum(&s, "mpi_observer_callsite_names_pending", &[]);
     assert!(
         pending >= f64::from(SLOW_FILES - 1),

@@ -253,6 +253,16 @@ impl State {
             scrapes_total: scrapes_total(),
         };
         let snap = self.snapshot(calls, sites, health, crate::os::clock::monotonic_ns());
+        // What this collection's figures still lack: sites not named yet.
+        let waiting = snap
+            .ranks
+            .iter()
+            .flat_map(|r| &r.callsites)
+            .filter(|s| s.pending)
+            .count();
+        crate::collect::callsites::NamingCounters::global()
+            .pending
+            .store(waiting as u64, std::sync::atomic::Ordering::Relaxed);
         for r in snap.ranks.iter().filter(|r| r.exited.is_some()) {
             self.exited_figures
                 .entry(r.pid)
