@@ -87,6 +87,10 @@ enum Cmd {
     /// (5.10, 6.1, 6.12), this machine's root file system read-only under
     /// overlays: `cargo xtask vm --kernel 6.1 -- uname -r` (docs/vm.md).
     Vm(vm::VmArgs),
+    /// Run by `vm`'s guest script: holds the perf_sched_events static key
+    /// enabled for the guest's life (xtask/src/vm/steady.rs).
+    #[command(hide = true)]
+    GuestHoldPerfKey,
     /// Benchmarks: `shim` (the layering shim's dispatch cost and latency),
     /// `observer` (probe cost, attach, scrape), `stats` (the argument
     /// layer), `inject` (`attach --inject`: latency, injection time),
@@ -446,6 +450,7 @@ fn main() -> Result<()> {
         }
         Cmd::Test { filter, .. } => test(filter),
         Cmd::Vm(a) => vm::cli(a),
+        Cmd::GuestHoldPerfKey => vm::steady::hold(),
         Cmd::Demo { seconds } => {
             setup::run()?;
             build()?;

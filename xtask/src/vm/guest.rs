@@ -33,6 +33,8 @@ pub struct Run<'a> {
     pub env: &'a [(String, String)],
     /// The command and its arguments.
     pub command: &'a [String],
+    /// This xtask binary, run first as `guest-hold-perf-key` (`steady.rs`).
+    pub holder: Option<&'a Path>,
 }
 
 /// `s` as one word for bash, in single quotes.
@@ -70,6 +72,10 @@ pub fn script(run: &Run) -> String {
         "cd {} || exit 125",
         quote(&run.cwd.display().to_string())
     );
+    if let Some(h) = run.holder {
+        let _ = writeln!(s, "holder={}", quote(&h.display().to_string()));
+        s.push_str(HOLD);
+    }
     let words: Vec<String> = run.command.iter().map(|w| quote(w)).collect();
     let _ = writeln!(s, "set -- {}", words.join(" "));
     s.push_str(RUN);
@@ -91,6 +97,16 @@ mountpoint -q /etc/shadow && umount /etc/shadow
 ip link set lo up
 export HOME=/root LANG=C.UTF-8
 work=$(mktemp -d /run/vm-out.XXXXXX) || exit 125
+"#;
+
+/// Keeps the perf_sched_events static key enabled, so that the kernel does
+/// not patch `__schedule` at each attach under TCG (`steady.rs`). Failing
+/// that is said, not fatal: it only narrows an emulator's race.
+const HOLD: &str = r#"held=
+read -r held < <("$holder" guest-hold-perf-key 2>&1)
+if [ "$held" != held ]; then
+    echo "vm: could not hold the perf_sched_events key enabled (${held:-no answer}): the guest may die in a TCG static-key race (xtask/src/vm/steady.rs)"
+fi
 "#;
 
 /// The command, its output into `$work`, then copied out whole.
@@ -158,8 +174,11 @@ mod tests {
             cwd: Path::new("/work/wt/vm"),
             env: &env,
             command: &cmd,
+            holder: Some(Path::new("/w/target/debug/xtask")),
         });
         assert!(s.starts_with("#!/bin/bash\n"), "{s}");
+        assert!(s.contains("\nholder=/w/target/debug/xtask\n"), "{s}");
+        assert!(s.find("guest-hold-perf-key").unwrap() < s.find("\nset -- ").unwrap());
         assert!(s.contains("\nout=/root/.cache/x/runs/1\n"), "{s}");
         assert!(s.contains("\nexport CI=true\n"), "{s}");
         assert!(s.contains("\ncd /work/wt/vm || exit 125\n"), "{s}");
@@ -170,6 +189,43 @@ mod tests {
         // The status is written after the output it vouches for.
         let status = s.find("status.partial").unwrap();
         assert!(s.find("$f.partial").unwrap() < status, "{s}");
+    }
+
+    /// The hold step says when it failed, and only then, and goes on.
+    #[test]
+    fn a_holder_that_fails_is_said_and_the_script_goes_on() {
+        let run = |holder: &str| {
+            let o = std::process::Command::new("bash")
+                .args(["-c", &format!("set -u\nholder={holder}\n{HOLD}echo next")])
+                .output()
+                .unwrap();
+            String::from_utf8(o.stdout).unwrap()
+        };
+        let dir = std::env::temp_dir().join(format!("xtask-hold-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = dir.join("ok");
+        std::fs::write(&ok, "#!/bin/sh\necho held\n").unwrap();
+        let bad = dir.join("bad");
+        std::fs::write(
+            &bad,
+            "#!/bin/sh\necho 'Error: perf_event_open: EACCES' >&2\nexit 1\n",
+        )
+        .unwrap();
+        for f in [&ok, &bad] {
+            std::process::Command::new("chmod")
+                .arg("+x")
+                .arg(f)
+                .status()
+                .unwrap();
+        }
+        assert_eq!(run(&ok.display().to_string()), "next\n");
+        let said = run(&bad.display().to_string());
+        assert!(
+            said.starts_with("vm: could not hold the perf_sched_events key enabled (Error: perf_event_open: EACCES)")
+                && said.ends_with("\nnext\n"),
+            "{said}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod cache;
 pub mod guest;
 pub mod kernels;
 pub mod output;
+pub mod steady;
 
 use std::{
     fs,
@@ -178,6 +179,7 @@ pub fn run(o: &Options, command: &[String]) -> Result<Outcome> {
             cwd: &cwd,
             env: &env,
             command,
+            holder: std::env::current_exe().ok().as_deref(),
         }),
     )?;
     // The checkout's target directory takes the tests' scratch files and
