@@ -61,9 +61,11 @@ pub enum Command {
         )]
         cmd: Vec<OsString>,
     },
-    /// List the probe sites of an MPI library: one per unique PMPI function
-    /// address, with its first instruction bytes and whether x86-64 uprobes
-    /// emulate that instruction (cheap) or single-step it (dear).
+    /// List the probe sites of an MPI library (x86-64 or arm64, whatever
+    /// this machine is): one per unique PMPI function address, with its
+    /// first instruction bytes and what the kernel's uprobes do with that
+    /// instruction: emulate it (cheap), single-step it (dear), or refuse it
+    /// (then the function is not probed, and the daemon says so).
     Sites {
         /// Path of libmpi.so* or libmpich.so*.
         library: std::path::PathBuf,

@@ -13,6 +13,7 @@
 pub mod budget;
 pub mod checks;
 pub mod datatypes;
+pub mod first_insn;
 pub mod functions;
 pub mod identity;
 pub mod inject;

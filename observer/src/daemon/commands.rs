@@ -4,7 +4,10 @@ use std::io::{self, Write};
 
 use observer_common::FUNCTIONS;
 
-use crate::{attach::functions, attach::symbols, cli, collect::launcher, daemon};
+use crate::{
+    attach::first_insn::FirstInsn, attach::functions, attach::symbols, cli, collect::launcher,
+    daemon,
+};
 
 /// Runs one parsed command line.
 pub fn run(cli: cli::Cli) -> Result<(), Box<dyn std::error::Error>> {
@@ -24,14 +27,16 @@ pub fn run(cli: cli::Cli) -> Result<(), Box<dyn std::error::Error>> {
         cli::Command::Run { tools, cmd } => match launcher::run(tools.as_deref(), &cmd)? {},
         cli::Command::Sites { library } => {
             let lib = symbols::read_library(&library)?;
+            let mut all: Vec<&symbols::Entry> =
+                lib.entries.values().chain(lib.refused.values()).collect();
+            all.sort_by_key(|e| e.id);
             listing(|out| {
-                for e in lib.entries.values() {
+                for e in all {
                     let hex: Vec<String> =
                         e.first_bytes.iter().map(|b| format!("{b:02x}")).collect();
-                    let class = match (e.first_insn_emulated, e.skipped) {
-                        (true, 0) => "emulated".to_string(),
-                        (true, n) => format!("emulated(+{n})"),
-                        (false, _) => "single-stepped".to_string(),
+                    let class = match (e.first_insn, e.skipped) {
+                        (FirstInsn::Emulated, n) if n > 0 => format!("emulated(+{n})"),
+                        (c, _) => c.as_str().to_string(),
                     };
                     let d = if functions::is_default(e.id) {
                         "default"
@@ -39,12 +44,17 @@ pub fn run(cli: cli::Cli) -> Result<(), Box<dyn std::error::Error>> {
                         "-"
                     };
                     let name = FUNCTIONS[e.id as usize].name;
-                    writeln!(
+                    write!(
                         out,
                         "{name:<40} {:#010x} {} {class:<14} {d}",
                         e.file_offset,
                         hex.join(" ")
                     )?;
+                    match e.first_insn {
+                        // Said, since the function is then not probed.
+                        FirstInsn::Refused(why) => writeln!(out, " (not probed: {why})")?,
+                        _ => writeln!(out)?,
+                    }
                 }
                 Ok(())
             })?;

@@ -1,0 +1,74 @@
+//! Where a PMPI function's probe goes, and what the kernel does there: one
+//! decoder per instruction set, chosen by the library file's own machine
+//! (`e_machine`), never by the host's. A new instruction set is a new file
+//! here and one arm in [`place`].
+
+mod aarch64;
+mod x86_64;
+
+/// The instruction set of a library file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// x86-64.
+    X86_64,
+    /// AArch64 (arm64).
+    Aarch64,
+    /// Anything else: probed at the function's first byte, class unknown.
+    Other,
+}
+
+impl Isa {
+    /// From the file's header.
+    pub fn of(arch: object::Architecture) -> Isa {
+        match arch {
+            object::Architecture::X86_64 => Isa::X86_64,
+            object::Architecture::Aarch64 => Isa::Aarch64,
+            _ => Isa::Other,
+        }
+    }
+}
+
+/// What the kernel's uprobes do with the instruction a probe sits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FirstInsn {
+    /// Emulated in the breakpoint handler: the cheap probe.
+    Emulated,
+    /// Single-stepped out of line: about 10x dearer per hit.
+    SingleStepped,
+    /// Refused: registering a uprobe there fails (and with it a whole
+    /// `uprobe_multi` link), so the function is not probed.
+    Refused(&'static str),
+    /// An instruction set we do not decode.
+    Unknown,
+}
+
+impl FirstInsn {
+    /// The word `mpi-observer sites` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FirstInsn::Emulated => "emulated",
+            FirstInsn::SingleStepped => "single-stepped",
+            FirstInsn::Refused(_) => "refused",
+            FirstInsn::Unknown => "unknown",
+        }
+    }
+}
+
+/// Where to probe a function whose code starts with `code`: how many bytes
+/// to skip, and the class of the instruction found there.
+pub fn place(isa: Isa, code: &[u8]) -> (u8, FirstInsn) {
+    match isa {
+        Isa::X86_64 => {
+            let skip = x86_64::skippable_prologue(code);
+            let at = code.get(usize::from(skip)..).unwrap_or(&[]);
+            let class = if x86_64::emulated(at) {
+                FirstInsn::Emulated
+            } else {
+                FirstInsn::SingleStepped
+            };
+            (skip, class)
+        }
+        Isa::Aarch64 => aarch64::place(code),
+        Isa::Other => (0, FirstInsn::Unknown),
+    }
+}
