@@ -277,7 +277,7 @@ pub fn mpi4py_test_dir() -> PathBuf {
     mpi_dir().join("mpi4py-4.1.2/test")
 }
 
-fn in_ci() -> bool {
+pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
@@ -324,6 +324,10 @@ pub fn workspace_root() -> PathBuf {
         .unwrap()
         .to_path_buf()
 }
+
+/// Where `cargo xtask test` unpacks Debian's arm64 MPI libraries, under the
+/// target directory (xtask/src/vm/foreign.rs).
+pub const FOREIGN_ARM64: &str = "foreign/arm64";
 
 /// Cargo's target directory.
 pub fn target_dir() -> PathBuf {

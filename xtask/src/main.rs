@@ -91,6 +91,10 @@ enum Cmd {
     /// enabled for the guest's life (xtask/src/vm/steady.rs).
     #[command(hide = true)]
     GuestHoldPerfKey,
+    /// Fetch (once, pinned) and unpack Debian's arm64 MPI libraries into
+    /// target/foreign/arm64, as `test` does (xtask/src/vm/foreign.rs).
+    #[command(hide = true)]
+    FetchForeign,
     /// Benchmarks: `shim` (the layering shim's dispatch cost and latency),
     /// `observer` (probe cost, attach, scrape), `stats` (the argument
     /// layer), `inject` (`attach --inject`: latency, injection time),
@@ -186,6 +190,8 @@ fn test(filter: Option<String>) -> Result<()> {
     build()?;
     // The package tests (tests/tests/e2e/package.rs) install it.
     package::deb()?;
+    // tests/tests/e2e/sites.rs reads Debian's arm64 MPI libraries.
+    vm::foreign::arm64_mpi()?;
     setup::run_cmd(cargo().args([
         "test",
         "--release",
@@ -451,6 +457,7 @@ fn main() -> Result<()> {
         Cmd::Test { filter, .. } => test(filter),
         Cmd::Vm(a) => vm::cli(a),
         Cmd::GuestHoldPerfKey => vm::steady::hold(),
+        Cmd::FetchForeign => vm::foreign::arm64_mpi().map(|d| println!("{}", d.display())),
         Cmd::Demo { seconds } => {
             setup::run()?;
             build()?;

@@ -31,6 +31,7 @@ mod shim;
 mod shim_symbols;
 mod shim_timing;
 mod shortjobs;
+mod sites;
 mod slurm;
 mod stats;
 mod stats_abi;

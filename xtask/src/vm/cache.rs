@@ -243,10 +243,8 @@ fn masked(system: &[String]) -> Vec<String> {
 /// apt's options for our own state under `root/apt/<suite>-<arch>`: its
 /// sources list names the one suite, and nothing of the host's apt
 /// configuration (sources, lists, archives, preferences) is read or written.
-fn apt_options(root: &Path, k: &Kernel) -> Result<Vec<String>> {
-    let state = root
-        .join("apt")
-        .join(format!("{}-{}", k.suite, k.arch.deb()));
+pub fn apt_options(root: &Path, suite: &str, arch: Arch) -> Result<Vec<String>> {
+    let state = root.join("apt").join(format!("{suite}-{}", arch.deb()));
     let empty = state.join("empty.d");
     for d in [
         state.join("lists/partial"),
@@ -256,7 +254,7 @@ fn apt_options(root: &Path, k: &Kernel) -> Result<Vec<String>> {
         fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
     }
     let list = state.join("sources.list");
-    fs::write(&list, sources_line(k))?;
+    fs::write(&list, sources_line(suite, arch))?;
     let s = |p: &Path| p.display().to_string();
     let mut o = vec![
         format!("Dir::Etc::SourceList={}", s(&list)),
@@ -273,18 +271,17 @@ fn apt_options(root: &Path, k: &Kernel) -> Result<Vec<String>> {
         // Our directories belong to root; apt's _apt user could not write them.
         "APT::Sandbox::User=root".to_string(),
     ];
-    if k.arch.deb() != host_deb_arch() {
-        o.push(format!("APT::Architectures::={}", k.arch.deb()));
+    if arch.deb() != host_deb_arch() {
+        o.push(format!("APT::Architectures::={}", arch.deb()));
     }
     Ok(o.into_iter().flat_map(|x| ["-o".to_string(), x]).collect())
 }
 
-/// The one line of our sources list for `k`'s suite.
-fn sources_line(k: &Kernel) -> String {
+/// The one line of our sources list for `suite`.
+fn sources_line(suite: &str, arch: Arch) -> String {
     format!(
-        "deb [arch={} signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {MIRROR} {} main\n",
-        k.arch.deb(),
-        k.suite
+        "deb [arch={} signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {MIRROR} {suite} main\n",
+        arch.deb(),
     )
 }
 
@@ -295,7 +292,7 @@ fn host_deb_arch() -> &'static str {
     }
 }
 
-fn sha256(path: &Path) -> Result<String> {
+pub fn sha256(path: &Path) -> Result<String> {
     let o = Command::new("sha256sum")
         .arg(path)
         .output()
@@ -317,7 +314,7 @@ fn download(root: &Path, k: &Kernel) -> Result<PathBuf> {
     if deb.exists() && sha256(&deb)? == k.sha256 {
         return Ok(deb);
     }
-    let opts = apt_options(root, k)?;
+    let opts = apt_options(root, k.suite, k.arch)?;
     eprintln!(
         "vm: downloading {}={} from {MIRROR} {}",
         k.package, k.version, k.suite
@@ -412,7 +409,10 @@ mod tests {
 
     #[test]
     fn the_sources_line_names_one_suite_signed_by_debian() {
-        let l = sources_line(find("5.10", Arch::X86_64).unwrap());
+        let l = {
+            let k = find("5.10", Arch::X86_64).unwrap();
+            sources_line(k.suite, k.arch)
+        };
         assert_eq!(
             l,
             "deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \

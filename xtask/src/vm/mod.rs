@@ -11,6 +11,7 @@
 
 pub mod boot;
 pub mod cache;
+pub mod foreign;
 pub mod guest;
 pub mod kernels;
 pub mod output;
