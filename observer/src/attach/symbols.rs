@@ -53,6 +53,21 @@ pub enum SymbolError {
         /// Library path.
         path: String,
     },
+    /// The library is code of another instruction set than this machine's:
+    /// a process that maps it runs under an emulator (qemu-user through
+    /// binfmt_misc), and probing the file would put this machine's
+    /// breakpoints into another machine's code.
+    #[error(
+        "MPI library {path} is {isa} code, and this machine is {host}: the process runs it under an emulator (qemu-user), so it is not probed; observe it on an {isa} node"
+    )]
+    ForeignIsa {
+        /// Library path.
+        path: String,
+        /// The library's instruction set.
+        isa: &'static str,
+        /// This machine's.
+        host: &'static str,
+    },
     /// No PMPI entry point is exported.
     #[error(
         "MPI library {path} exports no dynamic PMPI_* symbols, so there is nothing to probe: \
@@ -105,6 +120,8 @@ pub struct Library {
     pub ompi_datatypes: BTreeMap<String, u64>,
     /// Open MPI: `ompi_datatype_t_class`, relative to the load base.
     pub ompi_datatype_class: Option<u64>,
+    /// The instruction set of its code (its ELF header's machine).
+    pub isa: Isa,
     /// Virtual address corresponding to file offset 0 (first PT_LOAD's
     /// vaddr minus its offset), to turn symbol values into runtime
     /// addresses: runtime = base + (value - load_bias).
@@ -250,6 +267,7 @@ pub fn parse_library(data: &[u8], path: &Path) -> Result<Library, SymbolError> {
             BTreeMap::new()
         },
         ompi_datatype_class,
+        isa,
         load_bias,
     })
 }
@@ -334,6 +352,9 @@ impl LibraryCache {
 
     /// [`LibraryCache::get`] for the library [`procfs::mpi_library`] found:
     /// its lowest mapping, found again in the maps for its device and inode.
+    /// A library of another instruction set than this machine's is an
+    /// error ([`SymbolError::ForeignIsa`]): the attach paths call this one,
+    /// `sites` reads any file.
     pub fn get_mapped(&self, pid: u32, lib: &MappedLib) -> Result<Arc<Library>, SymbolError> {
         let unmapped = || SymbolError::Unmapped {
             pid,
@@ -344,7 +365,15 @@ impl LibraryCache {
             .iter()
             .find(|m| m.start == lib.base && m.path.as_deref() == Some(&*lib.path))
             .ok_or_else(unmapped)?;
-        self.get(pid, m)
+        let parsed = self.get(pid, m)?;
+        if parsed.isa != Isa::HOST {
+            return Err(SymbolError::ForeignIsa {
+                path: lib.path.display().to_string(),
+                isa: parsed.isa.as_str(),
+                host: Isa::HOST.as_str(),
+            });
+        }
+        Ok(parsed)
     }
 
     /// Lookups answered from the cache.

@@ -222,12 +222,14 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     // job nothing.
     for &pid in &args.pid {
         procfs::start_ticks(pid).map_err(AttachError::from)?;
-        if procfs::mpi_library(pid)
-            .map_err(AttachError::from)?
-            .is_none()
-        {
+        let Some(map) = procfs::mpi_library(pid).map_err(AttachError::from)? else {
             return Err(AttachError::no_library(pid).into());
-        }
+        };
+        // Parsed once here (cached for the attach): a library this
+        // machine cannot probe (another instruction set) is said now.
+        crate::attach::symbols::LibraryCache::global()
+            .get_mapped(pid, &map)
+            .map_err(AttachError::from)?;
     }
     if let Some(path) = &args.report_file {
         check_report_file(path)?;

@@ -10,6 +10,7 @@ mod callers;
 mod callsites;
 mod cluster;
 mod exposition;
+mod foreign;
 mod handover;
 mod identity;
 mod inject;

@@ -18,6 +18,26 @@ pub enum Isa {
 }
 
 impl Isa {
+    /// This daemon's own: the only one the kernel's uprobes here can probe
+    /// natively. A library of another (an arm64 libmpi run by qemu-user on
+    /// x86-64) is code an emulator reads, not a probe site.
+    pub const HOST: Isa = if cfg!(target_arch = "x86_64") {
+        Isa::X86_64
+    } else if cfg!(target_arch = "aarch64") {
+        Isa::Aarch64
+    } else {
+        Isa::Other
+    };
+
+    /// Its name, as `uname -m` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isa::X86_64 => "x86_64",
+            Isa::Aarch64 => "aarch64",
+            Isa::Other => "another instruction set",
+        }
+    }
+
     /// From the file's header.
     pub fn of(arch: object::Architecture) -> Isa {
         match arch {
