@@ -326,8 +326,9 @@ impl LibraryCache {
         let name = m.path.as_deref().unwrap_or(Path::new(""));
         let lib = Arc::new(parse_library(&data, name)?);
         self.parses.fetch_add(1, Ordering::Relaxed);
-        // Once per library contents, as it is parsed once.
-        if !lib.refused.is_empty() {
+        // Once per library contents, as it is parsed once; a library of
+        // another instruction set is refused whole (`get_mapped`).
+        if lib.isa == Isa::HOST && !lib.refused.is_empty() {
             let names: Vec<String> = lib
                 .refused
                 .values()
@@ -356,22 +357,10 @@ impl LibraryCache {
     /// error ([`SymbolError::ForeignIsa`]): the attach paths call this one,
     /// `sites` reads any file.
     pub fn get_mapped(&self, pid: u32, lib: &MappedLib) -> Result<Arc<Library>, SymbolError> {
-        let unmapped = || SymbolError::Unmapped {
-            pid,
-            path: lib.path.display().to_string(),
-        };
-        let maps = procfs::maps(pid).map_err(|_| unmapped())?;
-        let m = maps
-            .iter()
-            .find(|m| m.start == lib.base && m.path.as_deref() == Some(&*lib.path))
-            .ok_or_else(unmapped)?;
-        let parsed = self.get(pid, m)?;
+        let m = mapping(pid, lib)?;
+        let parsed = self.get(pid, &m)?;
         if parsed.isa != Isa::HOST {
-            return Err(SymbolError::ForeignIsa {
-                path: lib.path.display().to_string(),
-                isa: parsed.isa.as_str(),
-                host: Isa::HOST.as_str(),
-            });
+            return Err(foreign(lib, parsed.isa));
         }
         Ok(parsed)
     }
@@ -432,6 +421,49 @@ pub fn parse_data_symbols(
         symbols,
         load_bias: load_bias(&file),
     })
+}
+
+/// The lowest mapping of `lib` in `pid`'s maps, found again by address
+/// and path.
+fn mapping(pid: u32, lib: &MappedLib) -> Result<MapEntry, SymbolError> {
+    let unmapped = || SymbolError::Unmapped {
+        pid,
+        path: lib.path.display().to_string(),
+    };
+    let maps = procfs::maps(pid).map_err(|_| unmapped())?;
+    maps.into_iter()
+        .find(|m| m.start == lib.base && m.path.as_deref() == Some(&*lib.path))
+        .ok_or_else(unmapped)
+}
+
+fn foreign(lib: &MappedLib, isa: Isa) -> SymbolError {
+    SymbolError::ForeignIsa {
+        path: lib.path.display().to_string(),
+        isa: isa.as_str(),
+        host: Isa::HOST.as_str(),
+    }
+}
+
+/// `--pid`'s input check, before anything starts: refuses a library of
+/// another instruction set than this machine's from its ELF header alone
+/// (64 bytes; no parse, nothing cached or counted). A file that is no
+/// ELF64 header passes here: the attach's parse says what is wrong.
+pub fn check_mapped_isa(pid: u32, lib: &MappedLib) -> Result<(), SymbolError> {
+    use std::io::Read as _;
+    let m = mapping(pid, lib)?;
+    let f = userfile::open_mapped(pid, &m, max_file_size())?;
+    let mut head = Vec::with_capacity(64);
+    (&f.file)
+        .take(64)
+        .read_to_end(&mut head)
+        .map_err(|source| SymbolError::Read {
+            path: f.shown.clone(),
+            source,
+        })?;
+    match Isa::of_header(&head) {
+        Some(isa) if isa != Isa::HOST => Err(foreign(lib, isa)),
+        _ => Ok(()),
+    }
 }
 
 fn load_bias(file: &object::File<'_>) -> u64 {

@@ -225,11 +225,9 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         let Some(map) = procfs::mpi_library(pid).map_err(AttachError::from)? else {
             return Err(AttachError::no_library(pid).into());
         };
-        // Parsed once here (cached for the attach): a library this
-        // machine cannot probe (another instruction set) is said now.
-        crate::attach::symbols::LibraryCache::global()
-            .get_mapped(pid, &map)
-            .map_err(AttachError::from)?;
+        // A library this machine cannot probe (another instruction set's
+        // code, run by an emulator) is said now, from its header.
+        crate::attach::symbols::check_mapped_isa(pid, &map).map_err(AttachError::from)?;
     }
     if let Some(path) = &args.report_file {
         check_report_file(path)?;

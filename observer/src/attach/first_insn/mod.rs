@@ -38,6 +38,24 @@ impl Isa {
         }
     }
 
+    /// From an ELF64 file's first bytes (`e_machine`), or `None` if they
+    /// are no ELF64 header.
+    pub fn of_header(h: &[u8]) -> Option<Isa> {
+        if h.len() < 20 || &h[..4] != b"\x7fELF" || h[4] != 2 {
+            return None;
+        }
+        let machine = match h[5] {
+            1 => u16::from_le_bytes([h[18], h[19]]),
+            2 => u16::from_be_bytes([h[18], h[19]]),
+            _ => return None,
+        };
+        Some(match machine {
+            object::elf::EM_X86_64 => Isa::X86_64,
+            object::elf::EM_AARCH64 => Isa::Aarch64,
+            _ => Isa::Other,
+        })
+    }
+
     /// From the file's header.
     pub fn of(arch: object::Architecture) -> Isa {
         match arch {
@@ -90,5 +108,24 @@ pub fn place(isa: Isa, code: &[u8]) -> (u8, FirstInsn) {
         }
         Isa::Aarch64 => aarch64::place(code),
         Isa::Other => (0, FirstInsn::Unknown),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_names_the_machine() {
+        let mut h = *b"\x7fELF\x02\x01\x01\x00\0\0\0\0\0\0\0\0\x03\x00\x3e\x00";
+        assert_eq!(Isa::of_header(&h), Some(Isa::X86_64));
+        h[18] = 183;
+        assert_eq!(Isa::of_header(&h), Some(Isa::Aarch64));
+        h[18] = 40; // EM_ARM
+        assert_eq!(Isa::of_header(&h), Some(Isa::Other));
+        h[4] = 1; // ELF32
+        assert_eq!(Isa::of_header(&h), None);
+        assert_eq!(Isa::of_header(b"\x7fELF"), None);
+        assert_eq!(Isa::of_header(b"#!/bin/sh\nexit 0\n\0\0\0\0"), None);
     }
 }
