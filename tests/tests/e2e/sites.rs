@@ -62,24 +62,31 @@ fn has_core(s: &[Site], lib: &Path) {
     }
 }
 
+/// The directory of Debian's arm64 MPI libraries, if unpacked (a failure
+/// under `CI=true` if not; otherwise the test skips, saying why).
+fn arm64_libs() -> Option<std::path::PathBuf> {
+    let dir = target_dir()
+        .join(FOREIGN_ARM64)
+        .join("usr/lib/aarch64-linux-gnu");
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    assert!(
+        !in_ci(),
+        "CI=true and {} is missing: `cargo xtask test` unpacks it (xtask/src/vm/foreign.rs)",
+        dir.display()
+    );
+    eprintln!("SKIPPED: needs {}", dir.display());
+    None
+}
+
 /// Debian's arm64 Open MPI and MPICH, read on x86-64: every site on a
 /// 4-byte instruction boundary, never moved by x86's prologue rule, each
 /// classed by the arm64 kernel's rules (their prologues, `stp x29, x30`
 /// and `sub sp`, are single-stepped; tail calls `b` are emulated).
 #[test]
 fn arm64_libraries_are_decoded_as_arm64() {
-    let dir = target_dir()
-        .join(FOREIGN_ARM64)
-        .join("usr/lib/aarch64-linux-gnu");
-    if !dir.is_dir() {
-        assert!(
-            !in_ci(),
-            "CI=true and {} is missing: `cargo xtask test` unpacks it (xtask/src/vm/foreign.rs)",
-            dir.display()
-        );
-        eprintln!("SKIPPED: needs {}", dir.display());
-        return;
-    }
+    let Some(dir) = arm64_libs() else { return };
     for name in ["libmpi.so.40", "libmpich.so.12"] {
         let lib = dir.join(name);
         let s = sites(&lib);
@@ -138,22 +145,14 @@ fn x86_64_libraries_keep_their_placement() {
 
 /// A function whose first instruction the arm64 kernel refuses (here
 /// `mrs x0, tpidr_el0`, written over MPI_Send's first word in a copy of
-/// Debian's arm64 MPICH) is listed as refused, with why, and left out of
-/// the probed set: one such site would fail a whole uprobe_multi link.
+/// Debian's arm64 MPICH) is listed as refused, with why: one such site
+/// would fail a whole uprobe_multi link, so it is not probed (that it
+/// leaves the probed set is the unit test
+/// `symbols::tests::arm64_sites_and_a_refused_one`).
 #[test]
 fn a_refused_arm64_site_is_said_and_not_probed() {
-    let lib = target_dir()
-        .join(FOREIGN_ARM64)
-        .join("usr/lib/aarch64-linux-gnu/libmpich.so.12");
-    if !lib.exists() {
-        assert!(
-            !in_ci(),
-            "CI=true and {} is missing: `cargo xtask test` unpacks it (xtask/src/vm/foreign.rs)",
-            lib.display()
-        );
-        eprintln!("SKIPPED: needs {}", lib.display());
-        return;
-    }
+    let Some(dir) = arm64_libs() else { return };
+    let lib = dir.join("libmpich.so.12");
     let send = sites(&lib)
         .into_iter()
         .find(|x| x.name == "MPI_Send")
