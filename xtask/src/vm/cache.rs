@@ -326,14 +326,7 @@ fn download(root: &Path, k: &Kernel) -> Result<PathBuf> {
     }
     fs::create_dir_all(&partial)?;
     let pkg = format!("{}:{}={}", k.package, k.arch.deb(), k.version);
-    let ok = Command::new("apt-get")
-        .args(&opts)
-        .args(["download", "-q", &pkg])
-        .current_dir(&partial)
-        .status()
-        .with_context(|| format!("running apt-get download {pkg}"))?
-        .success();
-    if !ok {
+    if !apt_download(&opts, &pkg, &partial)? {
         bail!(
             "{pkg} is no longer served by {} (it now has linux-image-{}: {}): update the pin in xtask/src/vm/kernels.rs",
             k.suite,
@@ -352,6 +345,18 @@ fn download(root: &Path, k: &Kernel) -> Result<PathBuf> {
     fs::rename(&got, &deb)?;
     fs::remove_dir_all(&partial)?;
     Ok(deb)
+}
+
+/// `apt-get download PKG` into `dir` with our apt state `opts`; whether
+/// the mirror served it.
+pub fn apt_download(opts: &[String], pkg: &str, dir: &Path) -> Result<bool> {
+    Ok(Command::new("apt-get")
+        .args(opts)
+        .args(["download", "-q", pkg])
+        .current_dir(dir)
+        .status()
+        .with_context(|| format!("running apt-get download {pkg}"))?
+        .success())
 }
 
 /// The flavour's meta-package suffix: `amd64`, `arm64-16k`: the release

@@ -9,7 +9,7 @@ use std::{fs, path::PathBuf, process::Command};
 use anyhow::{Context as _, Result, bail, ensure};
 
 use super::{
-    cache::{self, apt_options, sha256},
+    cache::{self, apt_download, apt_options, sha256},
     kernels::Arch,
 };
 use crate::setup::{run_cmd, target_dir};
@@ -39,7 +39,8 @@ const ARM64_MPI: [Pin; 2] = [
 const SUITE: &str = "bookworm";
 
 /// Fetches (once) and unpacks the arm64 MPI libraries into
-/// `target/foreign/arm64` (e2e::foreign_root), and returns that directory.
+/// `target/foreign/arm64` (`e2e::FOREIGN_ARM64`), and returns that
+/// directory.
 pub fn arm64_mpi() -> Result<PathBuf> {
     let root = cache::dir();
     let debs = root.join("debs");
@@ -64,14 +65,7 @@ pub fn arm64_mpi() -> Result<PathBuf> {
                 updated = true;
             }
             let pkg = format!("{}:arm64={}", p.package, p.version);
-            let ok = Command::new("apt-get")
-                .args(&opts)
-                .args(["download", "-q", &pkg])
-                .current_dir(&debs)
-                .status()
-                .with_context(|| format!("running apt-get download {pkg}"))?
-                .success();
-            if !ok {
+            if !apt_download(&opts, &pkg, &debs)? {
                 bail!(
                     "{pkg} is no longer served by {SUITE}: update the pin in xtask/src/vm/foreign.rs"
                 );
