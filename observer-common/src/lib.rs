@@ -15,6 +15,8 @@ pub mod std_abi;
 pub mod segment;
 #[cfg(not(target_arch = "bpf"))]
 pub mod trace;
+#[cfg(not(target_arch = "bpf"))]
+pub mod waits;
 
 /// Code generated from the MPI Forum's `apis.json` by `cargo xtask codegen`;
 /// do not edit it by hand. Left as generated (one line per procedure), and

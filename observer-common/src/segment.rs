@@ -12,6 +12,7 @@
 //! ```text
 //! Header | RankCounters | PeerCounters[peer_slots] | FunctionCounters[function_slots] | RequestSlot[request_slots]
 //!        | CallTiming[function_slots] | CallsiteSlot[callsite_slots]
+//!        | waits::RingHeader waits::Record[wait_slots]
 //! ```
 //!
 //! Version 3 is version 2 with fields appended: the [`Header`] gains the
@@ -21,6 +22,10 @@
 //! offset inside its struct; only the structs' sizes, and so the arrays'
 //! offsets, differ. [`Layout::new`] gives both versions' offsets, so a
 //! reader of version 3 reads version 2 too ([`V2`]).
+//!
+//! Version 4 appends the wait-state ring ([`crate::waits`]) after the
+//! call-site table, and its offset, length and sampling period to the
+//! [`Header`]; readers accept versions 2 to 4 ([`V3`]).
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
@@ -29,7 +34,11 @@ use crate::maps::HIST_SLOTS;
 /// First bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"MPIOSEG\0";
 /// Layout version; bump on any change below.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
+/// The version before the wait-state ring, which readers still accept.
+pub const V3: u32 = 3;
+/// `size_of::<Header>()` in version 3: the fields up to `reserved`.
+pub const V3_HEADER_SIZE: u64 = 112;
 /// The previous layout version, which readers still accept: no call-site
 /// table, no message-size histogram (see [`Layout::new`]).
 pub const V2: u32 = 2;
@@ -222,6 +231,17 @@ pub struct Header {
     pub callsite_slots: u32,
     /// Zero.
     pub reserved: u32,
+    /// Byte offset of the wait-state ring (version 4): after the call-site
+    /// table.
+    pub waits_offset: u64,
+    /// Records the ring holds (a power of two): [`crate::waits::RING_SLOTS`],
+    /// or 0 when the process keeps none (`MPI_OBSERVER_WAITS=0`, or a shim
+    /// injected into a running process, whose sequence numbers would not
+    /// line up with its job's other ranks').
+    pub wait_slots: u32,
+    /// log2 of the sampling period: the process records collective
+    /// instances whose sequence number is a multiple of `1 << shift`.
+    pub wait_sample_shift: u32,
 }
 
 /// Bits of [`Header::flags`].
@@ -413,28 +433,40 @@ pub struct Layout {
     pub timing: u64,
     /// The [`CallsiteSlot`] array (version 3; in version 2 the end).
     pub callsites: u64,
+    /// The wait-state ring (version 4; before it, the end).
+    pub waits: u64,
     /// The whole segment's size.
     pub size: u64,
 }
 
 impl Layout {
-    /// The layout of a segment of `version` ([`VERSION`] or [`V2`]) with
-    /// these array lengths; `callsite_slots` counts only in version 3.
+    /// The layout of a segment of `version` ([`VERSION`], [`V3`] or [`V2`])
+    /// with these array lengths; `callsite_slots` counts from version 3 on,
+    /// `wait_slots` from version 4 on.
     pub const fn new(
         version: u32,
         peer_slots: u32,
         function_slots: u32,
         request_slots: u32,
         callsite_slots: u32,
+        wait_slots: u32,
     ) -> Layout {
         use core::mem::size_of;
-        let (header_size, counters_size, callsite_slots) = if version == V2 {
-            (V2_HEADER_SIZE, V2_RANK_COUNTERS_SIZE, 0)
+        let (header_size, counters_size, callsite_slots, wait_slots) = if version == V2 {
+            (V2_HEADER_SIZE, V2_RANK_COUNTERS_SIZE, 0, 0)
+        } else if version == V3 {
+            (
+                V3_HEADER_SIZE,
+                size_of::<RankCounters>() as u64,
+                callsite_slots as u64,
+                0,
+            )
         } else {
             (
                 size_of::<Header>() as u64,
                 size_of::<RankCounters>() as u64,
                 callsite_slots as u64,
+                wait_slots,
             )
         };
         let counters = header_size;
@@ -443,7 +475,8 @@ impl Layout {
         let requests = functions + size_of::<FunctionCounters>() as u64 * function_slots as u64;
         let timing = requests + size_of::<RequestSlot>() as u64 * request_slots as u64;
         let callsites = timing + size_of::<CallTiming>() as u64 * function_slots as u64;
-        let size = callsites + size_of::<CallsiteSlot>() as u64 * callsite_slots;
+        let waits = callsites + size_of::<CallsiteSlot>() as u64 * callsite_slots;
+        let size = waits + crate::waits::ring_bytes(wait_slots);
         Layout {
             header_size,
             counters,
@@ -452,6 +485,7 @@ impl Layout {
             requests,
             timing,
             callsites,
+            waits,
             size,
         }
     }
@@ -520,23 +554,25 @@ mod tests {
     #[test]
     fn layout_is_stable() {
         // A change here is a layout change: bump VERSION with it.
-        assert_eq!(core::mem::size_of::<Header>(), 112);
+        assert_eq!(core::mem::size_of::<Header>(), 128);
         assert_eq!(core::mem::size_of::<RankCounters>(), 576);
         assert_eq!(core::mem::size_of::<PeerCounters>(), 32);
         assert_eq!(core::mem::size_of::<FunctionCounters>(), 24);
         assert_eq!(core::mem::size_of::<RequestSlot>(), 32);
         assert_eq!(core::mem::size_of::<CallTiming>(), 304);
         assert_eq!(core::mem::size_of::<CallsiteSlot>(), 24);
-        let l = Layout::new(VERSION, 4, 10, 2, 8);
-        assert_eq!(l.header_size, 112);
+        let l = Layout::new(VERSION, 4, 10, 2, 8, 16);
+        assert_eq!(l.header_size, 128);
         assert_eq!(
             (l.counters, l.peers, l.functions, l.requests),
-            (112, 688, 816, 1056)
+            (128, 704, 832, 1072)
         );
-        assert_eq!(l.timing, 1056 + 64);
+        assert_eq!(l.timing, 1072 + 64);
         assert_eq!(l.callsites, l.timing + 304 * 10);
-        assert_eq!(l.size, l.callsites + 24 * 8);
-        // Every array starts 8-byte aligned, so its atomics are naturally aligned.
+        assert_eq!(l.waits, l.callsites + 24 * 8);
+        assert_eq!(l.size, l.waits + 64 + 64 * 16);
+        // Every array starts 8-byte aligned, so its atomics are naturally
+        // aligned; the ring starts on a cache line of the mapping.
         for o in [
             l.counters,
             l.peers,
@@ -544,19 +580,29 @@ mod tests {
             l.requests,
             l.timing,
             l.callsites,
+            l.waits,
         ] {
             assert_eq!(o % 8, 0);
         }
-        // Version 2's fields kept their offsets: v2 is v3's prefix.
+        // Version 2's fields kept their offsets: v2 is v3's prefix, v3 v4's.
         use core::mem::offset_of;
         assert_eq!(offset_of!(Header, flags) + 4, V2_HEADER_SIZE as usize);
+        assert_eq!(offset_of!(Header, reserved) + 4, V3_HEADER_SIZE as usize);
         assert_eq!(offset_of!(Header, timing_offset), 80);
         assert_eq!(
             offset_of!(RankCounters, unattributed_messages) + 8,
             V2_RANK_COUNTERS_SIZE as usize
         );
+        // Version 3 as it was: no ring, whatever the slots given.
+        let v3 = Layout::new(V3, 4, 10, 2, 8, 16);
+        assert_eq!(
+            (v3.counters, v3.peers, v3.functions, v3.requests),
+            (112, 688, 816, 1056)
+        );
+        assert_eq!(v3.callsites, v3.timing + 304 * 10);
+        assert_eq!((v3.waits, v3.size), (v3.callsites + 24 * 8, v3.waits));
         // Version 2 as it was.
-        let v2 = Layout::new(V2, 4, 10, 2, 8);
+        let v2 = Layout::new(V2, 4, 10, 2, 8, 16);
         assert_eq!(
             (v2.counters, v2.peers, v2.functions, v2.requests),
             (96, 152, 280, 520)

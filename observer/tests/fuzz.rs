@@ -286,11 +286,12 @@ fn put(b: &mut [u8], off: usize, v: &[u8]) {
 // The stats segment reader (observer/src/collect/segment.rs), through the file the
 // daemon reads: this process's own segment path.
 
-/// A valid version-3 segment with 4 peers, 8 request slots and 16
-/// call-site slots; every counter after the header is from `body`.
+/// A valid version-4 segment with 4 peers, 8 request slots, 16 call-site
+/// slots and a wait ring of 16; every counter after the header (the ring
+/// too) is from `body`.
 fn segment_image(body: &[u8]) -> Vec<u8> {
-    let (peers, funcs, reqs, sites) = (4u32, FUNCTION_COUNT as u32, 8u32, 16u32);
-    let l = SegLayout::new(seg::VERSION, peers, funcs, reqs, sites);
+    let (peers, funcs, reqs, sites, waits) = (4u32, FUNCTION_COUNT as u32, 8u32, 16u32, 16u32);
+    let l = SegLayout::new(seg::VERSION, peers, funcs, reqs, sites, waits);
     let mut b = vec![0u8; l.size as usize];
     for (i, x) in b.iter_mut().enumerate().skip(l.header_size as usize) {
         *x = body.get(i % body.len().max(1)).copied().unwrap_or(0);
@@ -363,6 +364,12 @@ fn segment_image(body: &[u8]) -> Vec<u8> {
         offset_of!(Header, callsite_slots),
         &sites.to_ne_bytes(),
     );
+    put(
+        &mut b,
+        offset_of!(Header, waits_offset),
+        &l.waits.to_ne_bytes(),
+    );
+    put(&mut b, offset_of!(Header, wait_slots), &waits.to_ne_bytes());
     put(&mut b, offset_of!(Header, ready), &1u32.to_ne_bytes());
     b
 }
@@ -425,7 +432,31 @@ fn read_segment(bytes: &[u8]) -> Result<segment::Figures, segment::SegmentProble
     let pid = std::process::id();
     let file = OwnShimFile::new(bytes, false);
     let r = bounded("the segment reader", 8 << 20, || {
-        Segment::open(pid).map(|s| s.expect("the segment just written").read())
+        Segment::open(pid).map(|s| {
+            let s = s.expect("the segment just written");
+            // The wait ring, drained as the daemon does, and its records
+            // matched as a 4-rank job's rank 1.
+            let (mut cursor, mut records) = (0, Vec::new());
+            if let Ok(Some(d)) = s.drain_waits(&mut cursor, &mut records) {
+                assert_eq!(records.len() as u64, d.drained.read);
+                assert!(d.drained.read <= u64::from(observer_common::waits::MAX_RING_SLOTS));
+                let mut w = mpi_observer::collect::waits::Waits::default();
+                w.add(
+                    "job",
+                    &mpi_observer::collect::waits::Drain {
+                        rank: 1,
+                        world_size: d.world_size,
+                        shift: d.sample_shift,
+                        records: &records,
+                        lost: d.drained.lost,
+                    },
+                    0,
+                );
+                w.settle(u64::MAX);
+                assert_eq!(w.pending(), 0);
+            }
+            s.read()
+        })
     });
     drop(file);
     r?

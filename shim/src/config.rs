@@ -67,6 +67,31 @@ pub fn callsites_from_env() -> bool {
     std::env::var(CALLSITES_VAR).map_or(true, |v| callsites_value(&v))
 }
 
+/// The variable that sets the `stats` layer's wait-state records:
+/// `0`/`off`/`no`/`false` keeps none; a power of two `N` keeps one
+/// collective instance in `N` (every rank of a job keeps the same ones);
+/// unset, anything else: every instance.
+pub const WAITS_VAR: &str = "MPI_OBSERVER_WAITS";
+
+/// What [`WAITS_VAR`] says: `None` for no records, else log2 of the
+/// sampling period.
+pub fn waits_from_env() -> Option<u32> {
+    std::env::var(WAITS_VAR).map_or(Some(0), |v| waits_value(&v))
+}
+
+/// [`waits_from_env`] for one value of the variable. A value that is
+/// neither off nor a power of two up to 2^31 keeps every instance: a typo
+/// in a monitoring option must not cost figures.
+fn waits_value(v: &str) -> Option<u32> {
+    if !callsites_value(v) {
+        return None;
+    }
+    match v.trim().parse::<u32>() {
+        Ok(n) if n.is_power_of_two() => Some(n.trailing_zeros()),
+        _ => Some(0),
+    }
+}
+
 /// [`callsites_from_env`] for one value of the variable.
 fn callsites_value(v: &str) -> bool {
     !["0", "off", "no", "false"]
@@ -276,6 +301,20 @@ mod tests {
         }
         for v in ["", "1", "on", "yes"] {
             assert!(callsites_value(v), "{v}");
+        }
+    }
+
+    #[test]
+    fn waits_are_every_instance_unless_told() {
+        for v in ["0", "off", "No"] {
+            assert_eq!(waits_value(v), None, "{v}");
+        }
+        for (v, shift) in [("1", 0), (" 8", 3), ("1024", 10), ("2147483648", 31)] {
+            assert_eq!(waits_value(v), Some(shift), "{v}");
+        }
+        // Not a power of two, or not a number: every instance.
+        for v in ["", "3", "on", "-8", "4294967296", "1e3"] {
+            assert_eq!(waits_value(v), Some(0), "{v}");
         }
     }
 

@@ -25,7 +25,11 @@ use observer_common::{
     FUNCTION_COUNT,
     generated::functions::SPEC_FINGERPRINT,
     maps::HIST_SLOTS,
-    segment::{self, Header, Layout, MAGIC, MAX_SEGMENT_BYTES, V2, VERSION, request_state},
+    segment::{
+        self, Header, Layout, MAGIC, MAX_SEGMENT_BYTES, V2, V3, V3_HEADER_SIZE, VERSION,
+        request_state,
+    },
+    waits,
 };
 
 // What a read returns, so `segment::Figures` names it too.
@@ -112,24 +116,78 @@ impl Segment {
 
     /// Reads the current figures.
     pub fn read(&self) -> Result<Figures, SegmentProblem> {
+        self.with_mapping(|map, size| map.figures(size))
+    }
+
+    /// Reads the wait records written since `cursor` into `out` and moves
+    /// the cursor on: `None` when the segment has no ring to read (not ready,
+    /// an older version, `MPI_OBSERVER_WAITS=0`, or an injected shim, whose
+    /// sequence numbers do not line up with the job's other ranks').
+    pub fn drain_waits(
+        &self,
+        cursor: &mut u64,
+        out: &mut Vec<waits::Plain>,
+    ) -> Result<Option<WaitDrain>, SegmentProblem> {
+        let before = out.len();
+        let at = *cursor;
+        let r = self.with_mapping(|map, size| map.drain_waits(size, cursor, out));
+        if r.is_err() {
+            // Records read from a mapping that faulted are not believed.
+            out.truncate(before);
+            *cursor = at;
+        }
+        r
+    }
+
+    /// Runs `f` on a fresh mapping of the whole file, under the SIGBUS
+    /// guard: a read during which the owner truncated the file is
+    /// [`SegmentProblem::Truncated`], whatever `f` made of it.
+    fn with_mapping<T>(
+        &self,
+        f: impl FnOnce(&Mapping, u64) -> Result<T, SegmentProblem>,
+    ) -> Result<T, SegmentProblem> {
         let size = self
             .file
             .metadata()
             .map_err(|_| SegmentProblem::Corrupt)?
             .len();
-        let header_size = size_of::<Header>() as u64;
-        if size < header_size || size > MAX_SEGMENT_BYTES {
+        if size < size_of::<Header>() as u64 || size > MAX_SEGMENT_BYTES {
             return Err(SegmentProblem::Corrupt);
         }
         let map = Mapping::new(&self.file, size as usize)?;
-        let figures = map.figures(size);
+        let out = f(&map, size);
         let faulted = map.faulted();
         drop(map);
         if faulted {
             return Err(SegmentProblem::Truncated);
         }
-        figures
+        out
     }
+}
+
+/// What one [`Segment::drain_waits`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitDrain {
+    /// Records read and lost.
+    pub drained: waits::Drained,
+    /// log2 of the rank's sampling period.
+    pub sample_shift: u32,
+    /// `MPI_COMM_WORLD`'s size as the rank saw it.
+    pub world_size: u32,
+}
+
+/// A checked header.
+struct Parsed {
+    version: u32,
+    layout: Layout,
+    world_size: u32,
+    peer_slots: u32,
+    function_slots: u32,
+    request_slots: u32,
+    callsite_slots: u32,
+    wait_slots: u32,
+    wait_shift: u32,
+    flags: u32,
 }
 
 /// A read-only mapping of a segment under the SIGBUS guard.
@@ -174,7 +232,9 @@ impl Mapping {
         }
     }
 
-    fn figures(&self, size: u64) -> Result<Figures, SegmentProblem> {
+    /// The header, checked against the layout it claims: `None` while the
+    /// segment is not ready.
+    fn header(&self, size: u64) -> Result<Option<Parsed>, SegmentProblem> {
         use std::mem::{offset_of, size_of};
         let mut magic = [0u8; 8];
         magic.copy_from_slice(&self.u64_at(0).to_ne_bytes());
@@ -184,30 +244,38 @@ impl Mapping {
         let h = |field: usize| field as u64;
         if self.u32_at(h(offset_of!(Header, ready))) != 1 {
             // Not initialised yet: nothing to read, not an error.
-            return Ok(Figures::default());
+            return Ok(None);
         }
         // Pairs with the shim's Release store of `ready`: the header read
         // next is the one written before it (x86-64 keeps loads in order
         // anyway; arm64 does not).
         std::sync::atomic::fence(Ordering::Acquire);
         let version = self.u32_at(h(offset_of!(Header, version)));
-        if (version != VERSION && version != V2)
+        if !(V2..=VERSION).contains(&version)
             || self.u64_at(h(offset_of!(Header, spec_fingerprint))) != SPEC_FINGERPRINT
         {
             return Err(SegmentProblem::Version);
         }
-        let v3 = version == VERSION;
         let world_size = self.u32_at(h(offset_of!(Header, world_size)));
         let peer_slots = self.u32_at(h(offset_of!(Header, peer_slots)));
         let function_slots = self.u32_at(h(offset_of!(Header, function_slots)));
         let request_slots = self.u32_at(h(offset_of!(Header, request_slots)));
-        // Version 3's header fields lie past a version 2 header: read
-        // only once the header is known to be that long.
+        // A later version's header fields lie past an earlier version's
+        // header: read only once the header is known to be that long.
         let header_size = u64::from(self.u32_at(h(offset_of!(Header, header_size))));
-        let callsite_slots = if v3 && header_size == size_of::<Header>() as u64 {
+        let long = |v: u64| header_size >= v;
+        let callsite_slots = if version > V2 && long(V3_HEADER_SIZE) {
             self.u32_at(h(offset_of!(Header, callsite_slots)))
         } else {
             0
+        };
+        let (wait_slots, wait_shift) = if version > V3 && long(size_of::<Header>() as u64) {
+            (
+                self.u32_at(h(offset_of!(Header, wait_slots))),
+                self.u32_at(h(offset_of!(Header, wait_sample_shift))),
+            )
+        } else {
+            (0, 0)
         };
         let l = Layout::new(
             version,
@@ -215,6 +283,7 @@ impl Mapping {
             function_slots,
             request_slots,
             callsite_slots,
+            wait_slots,
         );
         let header_ok = header_size == l.header_size
             && peer_slots <= segment::MAX_PEER_SLOTS
@@ -222,6 +291,9 @@ impl Mapping {
             && function_slots as usize == FUNCTION_COUNT
             && request_slots <= segment::REQUEST_SLOTS
             && callsite_slots <= segment::CALLSITE_SLOTS
+            && wait_slots <= waits::MAX_RING_SLOTS
+            && (wait_slots == 0 || wait_slots.is_power_of_two())
+            && wait_shift < 32
             && self.u64_at(h(offset_of!(Header, total_size))) == size
             && l.size == size;
         let offsets_ok = self.u64_at(h(offset_of!(Header, counters_offset))) == l.counters
@@ -229,11 +301,70 @@ impl Mapping {
             && self.u64_at(h(offset_of!(Header, functions_offset))) == l.functions
             && self.u64_at(h(offset_of!(Header, requests_offset))) == l.requests
             && self.u64_at(h(offset_of!(Header, timing_offset))) == l.timing
-            && (!v3 || self.u64_at(h(offset_of!(Header, callsites_offset))) == l.callsites)
+            && (version == V2
+                || self.u64_at(h(offset_of!(Header, callsites_offset))) == l.callsites)
+            && (version <= V3 || self.u64_at(h(offset_of!(Header, waits_offset))) == l.waits)
             && self.u32_at(h(offset_of!(Header, flags))) & !segment::flags::KNOWN == 0;
         if !header_ok || !offsets_ok {
             return Err(SegmentProblem::Corrupt);
         }
+        Ok(Some(Parsed {
+            version,
+            layout: l,
+            world_size,
+            peer_slots,
+            function_slots,
+            request_slots,
+            callsite_slots,
+            wait_slots,
+            wait_shift,
+            flags: self.u32_at(h(offset_of!(Header, flags))),
+        }))
+    }
+
+    /// Drains the wait ring from `cursor` into `out` (see
+    /// [`Segment::drain_waits`]).
+    fn drain_waits(
+        &self,
+        size: u64,
+        cursor: &mut u64,
+        out: &mut Vec<waits::Plain>,
+    ) -> Result<Option<WaitDrain>, SegmentProblem> {
+        let Some(p) = self.header(size)? else {
+            return Ok(None);
+        };
+        if p.wait_slots == 0 || p.flags & segment::flags::INJECTED != 0 {
+            return Ok(None);
+        }
+        let base = p.layout.waits;
+        let d = waits::drain(
+            |i| self.u64_at(base + 8 * i),
+            p.wait_slots,
+            cursor,
+            |r| out.push(r),
+        );
+        Ok(Some(WaitDrain {
+            drained: d,
+            sample_shift: p.wait_shift,
+            world_size: p.world_size,
+        }))
+    }
+
+    fn figures(&self, size: u64) -> Result<Figures, SegmentProblem> {
+        use std::mem::{offset_of, size_of};
+        let Some(p) = self.header(size)? else {
+            return Ok(Figures::default());
+        };
+        let v3 = p.version > V2;
+        let Parsed {
+            layout: l,
+            world_size,
+            peer_slots,
+            function_slots,
+            request_slots,
+            callsite_slots,
+            ..
+        } = p;
         use observer_common::segment::{
             CallTiming as T, CallsiteSlot as S, FunctionCounters as F, PeerCounters as P,
             RankCounters as C, RequestSlot as R,
@@ -248,8 +379,8 @@ impl Mapping {
         );
         let mut out = Figures {
             ready: true,
-            injected: self.u32_at(h(offset_of!(Header, flags))) & segment::flags::INJECTED != 0,
-            ejected: self.u32_at(h(offset_of!(Header, flags))) & segment::flags::EJECTED != 0,
+            injected: p.flags & segment::flags::INJECTED != 0,
+            ejected: p.flags & segment::flags::EJECTED != 0,
             world_size,
             ..Figures::default()
         };
@@ -382,8 +513,10 @@ mod tests {
     /// Call-site slots of the test images: a short table, as a header may
     /// say (the shim's is [`segment::CALLSITE_SLOTS`]).
     const SITES: u32 = 16;
+    /// Wait-ring slots of the test images.
+    const RING: u32 = 8;
 
-    /// A well-formed segment image of `version` (3 or 2): 4 peers, peer 2
+    /// A well-formed segment image of `version` (4, 3 or 2): 4 peers, peer 2
     /// has sent 3 messages of 24 bytes; two requests outstanding, one
     /// persistent inactive. Version 3 adds the size histogram of those
     /// messages, two call sites of function 7 (one in slot 3, one in the
@@ -392,7 +525,7 @@ mod tests {
     /// had no room for.
     fn image_of(version: u32, now: u64) -> Vec<u8> {
         let (peers, funcs, reqs) = (4u32, FUNCTION_COUNT as u32, 8u32);
-        let l = Layout::new(version, peers, funcs, reqs, SITES);
+        let l = Layout::new(version, peers, funcs, reqs, SITES, RING);
         let size = l.size as usize;
         let (co, po, fo, ro, to) = (l.counters, l.peers, l.functions, l.requests, l.timing);
         let mut b = vec![0u8; size];
@@ -456,7 +589,7 @@ mod tests {
             put32(&mut b, r + offset_of!(RequestSlot, state), state);
             put64(&mut b, r + offset_of!(RequestSlot, started_ns), t);
         }
-        if version == VERSION {
+        if version >= segment::V3 {
             put64(&mut b, offset_of!(Header, callsites_offset), l.callsites);
             put32(&mut b, offset_of!(Header, callsite_slots), SITES);
             let c = co as usize;
@@ -495,7 +628,102 @@ mod tests {
                 put64(&mut b, slot(i) + offset_of!(CallsiteSlot, time_ns), ns);
             }
         }
+        if version == VERSION {
+            // Two barriers on MPI_COMM_WORLD in the wait ring.
+            put64(&mut b, offset_of!(Header, waits_offset), l.waits);
+            put32(&mut b, offset_of!(Header, wait_slots), RING);
+            put32(&mut b, offset_of!(Header, wait_sample_shift), 1);
+            let w = l.waits as usize;
+            put64(&mut b, w, 2);
+            for (i, r) in wait_records().iter().enumerate() {
+                let at = w + 64 + 64 * i;
+                put64(&mut b, at, i as u64 + 1);
+                put64(&mut b, at + 8, r.enter_ns);
+                put64(&mut b, at + 16, r.leave_ns);
+                put64(&mut b, at + 24, r.seq);
+                put64(&mut b, at + 32, r.comm);
+                put64(&mut b, at + 40, r.meta());
+            }
+        }
         b
+    }
+
+    /// The records of the test images' wait ring.
+    fn wait_records() -> [waits::Plain; 2] {
+        let barrier = observer_common::function_by_name("MPI_Barrier").unwrap();
+        [0, 2].map(|seq| waits::Plain {
+            enter_ns: 1000 + seq,
+            leave_ns: 2000 + seq,
+            seq,
+            comm: waits::WORLD,
+            function: barrier,
+            kind: waits::kind::COLL,
+            root: waits::NO_ROOT,
+        })
+    }
+
+    fn drain(
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<Option<(WaitDrain, Vec<waits::Plain>)>, SegmentProblem> {
+        let _g = crate::os::shm::guard_test_lock();
+        let p = write(name, bytes, 0o600);
+        let seg = Segment::open_at(&p, std::process::id()).map(|s| s.expect("present"));
+        let _ = std::fs::remove_file(&p);
+        let seg = seg?;
+        let (mut cursor, mut out) = (0, Vec::new());
+        let d = seg.drain_waits(&mut cursor, &mut out)?;
+        Ok(d.map(|d| {
+            // Read again: nothing new.
+            let mut again = Vec::new();
+            assert_eq!(
+                seg.drain_waits(&mut cursor, &mut again),
+                Ok(Some(WaitDrain {
+                    drained: waits::Drained::default(),
+                    ..d
+                }))
+            );
+            assert!(again.is_empty());
+            (d, out)
+        }))
+    }
+
+    #[test]
+    fn drains_the_wait_ring_of_version_4_only() {
+        let now = monotonic_ns();
+        let (d, recs) = drain("w4", &image(now)).unwrap().expect("a ring");
+        assert_eq!(
+            d,
+            WaitDrain {
+                drained: waits::Drained { read: 2, lost: 0 },
+                sample_shift: 1,
+                world_size: 4,
+            }
+        );
+        assert_eq!(recs, wait_records());
+        // Version 3 has no ring; its figures are version 4's.
+        assert_eq!(drain("w3", &image_of(segment::V3, now)), Ok(None));
+        assert_eq!(
+            read("r3", &image_of(segment::V3, now), 0o600),
+            read("r4", &image(now), 0o600)
+        );
+        // An injected shim's records are not read: its sequence numbers
+        // start where it was injected, not with its job's.
+        let mut injected = image(now);
+        let off = std::mem::offset_of!(Header, flags);
+        injected[off..off + 4].copy_from_slice(&segment::flags::INJECTED.to_ne_bytes());
+        assert_eq!(drain("winj", &injected), Ok(None));
+        // A ring of a length no shim makes, or a sampling shift of 32 or
+        // more, makes the segment corrupt.
+        for (field, v) in [
+            (std::mem::offset_of!(Header, wait_slots), 6u32),
+            (std::mem::offset_of!(Header, wait_sample_shift), 32),
+        ] {
+            let mut bad = image(now);
+            bad[field..field + 4].copy_from_slice(&v.to_ne_bytes());
+            assert_eq!(drain("wbad", &bad), Err(SegmentProblem::Corrupt));
+            assert_eq!(read("wbad", &bad, 0o600), Err(SegmentProblem::Corrupt));
+        }
     }
 
     /// The current version's image.
@@ -615,7 +843,7 @@ mod tests {
     fn a_segment_without_callsites_reads_none() {
         // MPI_OBSERVER_CALLSITES=0: no table, a header that says so.
         let mut b = image(monotonic_ns());
-        let l = Layout::new(VERSION, 4, FUNCTION_COUNT as u32, 8, 0);
+        let l = Layout::new(VERSION, 4, FUNCTION_COUNT as u32, 8, 0, 0);
         b.truncate(l.size as usize);
         let put = |b: &mut Vec<u8>, off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
         use std::mem::offset_of;
@@ -623,6 +851,13 @@ mod tests {
             &mut b,
             offset_of!(Header, callsite_slots),
             &0u32.to_ne_bytes(),
+        );
+        // Nor a wait ring (MPI_OBSERVER_WAITS=0).
+        put(&mut b, offset_of!(Header, wait_slots), &0u32.to_ne_bytes());
+        put(
+            &mut b,
+            offset_of!(Header, waits_offset),
+            &l.waits.to_ne_bytes(),
         );
         put(
             &mut b,
@@ -695,6 +930,7 @@ mod tests {
             FUNCTION_COUNT as u32,
             8,
             segment::CALLSITE_SLOTS + 1,
+            RING,
         );
         huge.resize(l.size as usize, 0);
         let put = |b: &mut Vec<u8>, off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);

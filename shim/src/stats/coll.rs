@@ -360,14 +360,22 @@ fn persist(row: usize, bytes: Bytes, args: &[usize], req: usize) {
 
 /// Defines a blocking collective wrapper, its nonblocking twin (the same
 /// arguments and a request) and its persistent one (an info and a request).
+///
+/// The blocking wrapper also writes the instance's wait record
+/// ([`super::waits`]): `comm` names the communicator argument, `root` the
+/// root's, if it has one.
 macro_rules! collective {
-    ($blocking:ident / $nonblocking:ident / $persistent:ident, $bytes:ident, ($($a:ident),*)) => {
+    (@root) => { observer_common::waits::NO_ROOT };
+    (@root $root:ident) => { int($root) };
+    ($blocking:ident / $nonblocking:ident / $persistent:ident, $bytes:ident, ($($a:ident),*), $comm:ident $(, $root:ident)?) => {
         #[doc = concat!("`MPI_", stringify!($blocking), "` (by function row).")]
         pub(crate) unsafe extern "C" fn $blocking<const ROW: usize, const L: bool>($($a: usize),*) -> c_int {
             super::trace::collective_begin(ROW);
+            let wait = super::waits::enter($comm);
             let rc = next!(ROW; $($a),*);
             if rc == 0 {
                 record(ROW, $bytes::<L>, &[$($a),*]);
+                super::waits::leave(wait, ROW, collective!(@root $($root)?));
             }
             rc
         }
@@ -390,84 +398,106 @@ macro_rules! collective {
     };
 }
 
-collective!(barrier / ibarrier / barrier_init, none, (comm));
+collective!(barrier / ibarrier / barrier_init, none, (comm), comm);
 collective!(
     bcast_ / ibcast / bcast_init,
     bcast,
-    (buf, n, dt, root, comm)
+    (buf, n, dt, root, comm),
+    comm,
+    root
 );
 collective!(
     reduce_ / ireduce / reduce_init,
     reduce,
-    (sbuf, rbuf, n, dt, op, root, comm)
+    (sbuf, rbuf, n, dt, op, root, comm),
+    comm,
+    root
 );
 collective!(
     allreduce_ / iallreduce / allreduce_init,
     allreduce,
-    (sbuf, rbuf, n, dt, op, comm)
+    (sbuf, rbuf, n, dt, op, comm),
+    comm
 );
 collective!(
     gather_ / igather / gather_init,
     gather,
-    (sbuf, sn, st, rbuf, rn, rt, root, comm)
+    (sbuf, sn, st, rbuf, rn, rt, root, comm),
+    comm,
+    root
 );
 collective!(
     gatherv_ / igatherv / gatherv_init,
     gatherv,
-    (sbuf, sn, st, rbuf, rns, ds, rt, root, comm)
+    (sbuf, sn, st, rbuf, rns, ds, rt, root, comm),
+    comm,
+    root
 );
 collective!(
     scatter_ / iscatter / scatter_init,
     scatter,
-    (sbuf, sn, st, rbuf, rn, rt, root, comm)
+    (sbuf, sn, st, rbuf, rn, rt, root, comm),
+    comm,
+    root
 );
 collective!(
     scatterv_ / iscatterv / scatterv_init,
     scatterv,
-    (sbuf, sns, ds, st, rbuf, rn, rt, root, comm)
+    (sbuf, sns, ds, st, rbuf, rn, rt, root, comm),
+    comm,
+    root
 );
 collective!(
     allgather_ / iallgather / allgather_init,
     allgather,
-    (sbuf, sn, st, rbuf, rn, rt, comm)
+    (sbuf, sn, st, rbuf, rn, rt, comm),
+    comm
 );
 collective!(
     allgatherv_ / iallgatherv / allgatherv_init,
     allgatherv,
-    (sbuf, sn, st, rbuf, rns, ds, rt, comm)
+    (sbuf, sn, st, rbuf, rns, ds, rt, comm),
+    comm
 );
 collective!(
     alltoall_ / ialltoall / alltoall_init,
     alltoall,
-    (sbuf, sn, st, rbuf, rn, rt, comm)
+    (sbuf, sn, st, rbuf, rn, rt, comm),
+    comm
 );
 collective!(
     alltoallv_ / ialltoallv / alltoallv_init,
     alltoallv,
-    (sbuf, sns, sds, st, rbuf, rns, rds, rt, comm)
+    (sbuf, sns, sds, st, rbuf, rns, rds, rt, comm),
+    comm
 );
 collective!(
     alltoallw_ / ialltoallw / alltoallw_init,
     alltoallw,
-    (sbuf, sns, sds, sts, rbuf, rns, rds, rts, comm)
+    (sbuf, sns, sds, sts, rbuf, rns, rds, rts, comm),
+    comm
 );
 collective!(
     reduce_scatter_ / ireduce_scatter / reduce_scatter_init,
     reduce_scatter,
-    (sbuf, rbuf, rns, dt, op, comm)
+    (sbuf, rbuf, rns, dt, op, comm),
+    comm
 );
 collective!(
     reduce_scatter_block_ / ireduce_scatter_block / reduce_scatter_block_init,
     reduce_scatter_block,
-    (sbuf, rbuf, rn, dt, op, comm)
+    (sbuf, rbuf, rn, dt, op, comm),
+    comm
 );
 collective!(
     scan_ / iscan / scan_init,
     allreduce,
-    (sbuf, rbuf, n, dt, op, comm)
+    (sbuf, rbuf, n, dt, op, comm),
+    comm
 );
 collective!(
     exscan_ / iexscan / exscan_init,
     allreduce,
-    (sbuf, rbuf, n, dt, op, comm)
+    (sbuf, rbuf, n, dt, op, comm),
+    comm
 );

@@ -16,7 +16,13 @@ use super::{
 /// Creates the segment with header flags `marks` (`ready` set at once or
 /// not) and the process's recording file beside it.
 fn build(marks: u32, ready: bool) -> Result<State, SegmentError> {
-    let s = segment::build(marks, ready, segment::callsites(), &segment::EARLY)?;
+    let s = segment::build(
+        marks,
+        ready,
+        segment::callsites(),
+        segment::waits(),
+        &segment::EARLY,
+    )?;
     // The rings of `mpi-observer record`, in a file of their own.
     let mut rank: c_int = 0;
     // SAFETY: the library's PMPI_Comm_rank with an out-pointer.

@@ -42,6 +42,7 @@ mod p2p;
 mod requests;
 pub(crate) mod segment;
 pub(crate) mod trace;
+mod waits;
 
 /// A layer implemented inside the shim.
 pub(crate) struct Builtin {

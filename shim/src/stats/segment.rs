@@ -13,7 +13,7 @@
 use core::{
     ffi::c_int,
     ptr::null_mut,
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering::*},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering::*},
 };
 use std::ffi::CString;
 
@@ -26,6 +26,7 @@ use observer_common::{
         Layout, MAGIC, MAX_PEER_SLOTS, NAME_MAX, NAME_PREFIX, Name, PeerCounters, REQUEST_SLOTS,
         RankCounters, RequestSlot, VERSION, callsite_hash, callsite_key,
     },
+    waits::{self, Record, RingHeader},
 };
 
 use super::abi::Abi;
@@ -53,6 +54,13 @@ pub(crate) struct State {
     /// The call-site table: [`CALLSITE_SLOTS`] slots, or none when call
     /// sites are off (`MPI_OBSERVER_CALLSITES=0`).
     pub(crate) callsites: &'static [CallsiteSlot],
+    /// The wait-state ring's header and records (none: no records are
+    /// kept; see [`super::waits`]).
+    pub(crate) wait_head: &'static RingHeader,
+    /// The ring's records: [`waits::RING_SLOTS`], or none.
+    pub(crate) wait_records: &'static [Record],
+    /// Sequence numbers of sampled instances have these bits clear.
+    pub(crate) wait_mask: u64,
     /// The segment's path, unlinked at `MPI_Finalize`.
     path: CString,
     /// `MPI_THREAD_MULTIPLE`: counters need atomic read-modify-writes.
@@ -92,6 +100,24 @@ pub(crate) static EARLY: [CallTiming; FUNCTION_COUNT] = [const {
 /// Whether the segment made next gets a call-site table
 /// (`MPI_OBSERVER_CALLSITES`); on unless told otherwise.
 static CALLSITES: AtomicBool = AtomicBool::new(true);
+
+/// log2 of the wait records' sampling period (`MPI_OBSERVER_WAITS`), or
+/// [`NO_WAITS`].
+static WAITS: AtomicU32 = AtomicU32::new(0);
+/// [`WAITS`]: no wait records.
+const NO_WAITS: u32 = u32::MAX;
+
+/// Records the wait records' sampling (`None`: keep none); called while the
+/// stack is built, before the segment is made.
+pub(crate) fn set_waits(shift: Option<u32>) {
+    WAITS.store(shift.unwrap_or(NO_WAITS), Relaxed);
+}
+
+/// The wait records' sampling shift, or `None` for no records.
+pub(crate) fn waits() -> Option<u32> {
+    let w = WAITS.load(Relaxed);
+    (w != NO_WAITS).then_some(w)
+}
 
 /// Records whether timed calls count in the call-site table; called while
 /// the stack is built, before the segment is made.
@@ -223,12 +249,16 @@ fn create_segment_file() -> Result<(c_int, CString), SegmentError> {
 }
 
 /// Creates the segment with header flags `marks`, `ready` set at once or
-/// not, with a call-site table if `callsites`, its timing block starting
-/// from `early` (the calls timed before it existed, see [`crate::timing`]).
+/// not, with a call-site table if `callsites`, a wait ring sampling one
+/// instance in `1 << shift` if `waits` is `Some(shift)` (never for an
+/// injected shim: its sequence numbers would start where it was injected,
+/// not with its job's), its timing block starting from `early` (the calls
+/// timed before it existed, see [`crate::timing`]).
 pub(crate) fn build(
     marks: u32,
     ready: bool,
     callsites: bool,
+    waits: Option<u32>,
     early: &[CallTiming],
 ) -> Result<State, SegmentError> {
     let abi = Abi::detect()?;
@@ -248,12 +278,18 @@ pub(crate) fn build(
     let peer_slots = world_size.min(MAX_PEER_SLOTS);
     let functions = FUNCTION_COUNT as u32;
     let callsite_slots = if callsites { CALLSITE_SLOTS } else { 0 };
+    let waits = waits.filter(|_| marks & observer_common::segment::flags::INJECTED == 0);
+    let (wait_slots, wait_shift) = match waits {
+        Some(shift) => (waits::RING_SLOTS, shift.min(31)),
+        None => (0, 0),
+    };
     let l = Layout::new(
         VERSION,
         peer_slots,
         functions,
         REQUEST_SLOTS,
         callsite_slots,
+        wait_slots,
     );
     let size = l.size;
     let (fd, cpath) = create_segment_file()?;
@@ -298,13 +334,14 @@ pub(crate) fn build(
     // SAFETY: the mapping keeps the file alive.
     unsafe { libc::close(fd) };
     let base = base.cast::<u8>();
-    let (c, p, f, r, t, cs) = (
+    let (c, p, f, r, t, cs, w) = (
         l.counters,
         l.peers,
         l.functions,
         l.requests,
         l.timing,
         l.callsites,
+        l.waits,
     );
     // SAFETY: the mapping is `size` bytes of zeroes (fresh file), page
     // aligned, and every offset is 8-byte aligned (checked in
@@ -329,6 +366,15 @@ pub(crate) fn build(
         (*h).flags = core::sync::atomic::AtomicU32::new(marks);
         (*h).callsites_offset = cs;
         (*h).callsite_slots = callsite_slots;
+        (*h).waits_offset = w;
+        (*h).wait_slots = wait_slots;
+        (*h).wait_sample_shift = wait_shift;
+        // Without a ring, `wait_head` points at a header of nobody's, never
+        // written (no records means nothing is pushed).
+        static NO_RING: RingHeader = RingHeader {
+            head: AtomicU64::new(0),
+            reserved: [const { AtomicU64::new(0) }; 7],
+        };
         let state = State {
             abi,
             world_size,
@@ -353,6 +399,21 @@ pub(crate) fn build(
                 base.add(cs as usize).cast::<CallsiteSlot>(),
                 callsite_slots as usize,
             ),
+            wait_head: if wait_slots == 0 {
+                &NO_RING
+            } else {
+                &*base.add(w as usize).cast::<RingHeader>()
+            },
+            wait_records: if wait_slots == 0 {
+                &[]
+            } else {
+                core::slice::from_raw_parts(
+                    base.add(w as usize + size_of::<RingHeader>())
+                        .cast::<Record>(),
+                    wait_slots as usize,
+                )
+            },
+            wait_mask: (1u64 << wait_shift) - 1,
             path: cpath,
             multi,
             pid: std::process::id(),

@@ -1,0 +1,408 @@
+//! Wait-state records: the shim's `stats` layer writes one per sampled
+//! collective instance into a ring in its segment (layout version 4), and
+//! the node daemon drains the rings of a job's ranks, matches the records of
+//! one instance and computes Scalasca's wait states from them
+//! (docs/waits.md).
+//!
+//! **The ring laps; it never blocks and never reads the consumer.** The
+//! producer writes a record in place (a seqlock per slot: `pos` is 0 while
+//! the slot is written, then the record's position + 1) and moves `head` on.
+//! It never looks at the reader: a reader that falls more than a ring behind
+//! loses the oldest records, and [`drain`] counts each one lost, so no
+//! figure is lost silently. A record overwritten while it is copied is
+//! counted lost too. The trace ring of `mpi-observer record`
+//! ([`crate::trace`]) is the other kind: it drops the newest when full and
+//! the producer reads the consumer's tail at every push; a wait record is
+//! written on every sampled collective, always on, where that cross-core
+//! read would cost more than the record.
+//!
+//! Times are `CLOCK_MONOTONIC` nanoseconds: one clock for every process of
+//! a node, the daemon's too, so records of two ranks on one node compare
+//! with no conversion. A collective costs microseconds, two vDSO reads
+//! about 40 ns.
+
+use core::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+    fence,
+};
+
+/// Slots of a ring (a power of two): at the daemon's 250 ms drain, 32 k
+/// sampled collectives per second per rank before records are lost.
+pub const RING_SLOTS: u32 = 8_192;
+/// Most slots a reader accepts.
+pub const MAX_RING_SLOTS: u32 = 1 << 20;
+/// The communicator id of `MPI_COMM_WORLD`.
+pub const WORLD: u64 = 0;
+/// `root` of a collective that has none.
+pub const NO_ROOT: i32 = -1;
+
+/// What a record stands for.
+pub mod kind {
+    /// A blocking collective.
+    pub const COLL: u8 = 1;
+}
+
+/// The ring's header, one cache line.
+#[repr(C)]
+#[derive(Default)]
+pub struct RingHeader {
+    /// Records written so far: the next record's position.
+    pub head: AtomicU64,
+    /// Zero.
+    pub reserved: [AtomicU64; 7],
+}
+
+/// One record in shared memory, one cache line.
+#[repr(C)]
+#[derive(Default)]
+pub struct Record {
+    /// 0 while written; the record's position + 1 once it is whole.
+    pub pos: AtomicU64,
+    /// When the call was entered (`CLOCK_MONOTONIC` ns).
+    pub enter_ns: AtomicU64,
+    /// When it returned.
+    pub leave_ns: AtomicU64,
+    /// The instance's sequence number on its communicator.
+    pub seq: AtomicU64,
+    /// The communicator's id ([`WORLD`]).
+    pub comm: AtomicU64,
+    /// [`Plain::meta`]: function, kind and root.
+    pub meta: AtomicU64,
+    /// Zero.
+    pub reserved: [AtomicU64; 2],
+}
+
+/// A record's contents.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Plain {
+    /// When the call was entered (`CLOCK_MONOTONIC` ns).
+    pub enter_ns: u64,
+    /// When it returned.
+    pub leave_ns: u64,
+    /// The instance's sequence number on its communicator.
+    pub seq: u64,
+    /// The communicator's id.
+    pub comm: u64,
+    /// The function ID.
+    pub function: u16,
+    /// One of [`kind`].
+    pub kind: u8,
+    /// The root as a world rank, or [`NO_ROOT`].
+    pub root: i32,
+}
+
+impl Plain {
+    /// The function, kind and root in one word.
+    pub const fn meta(&self) -> u64 {
+        self.function as u64 | (self.kind as u64) << 16 | (self.root as u32 as u64) << 32
+    }
+
+    /// A record of these words (`meta` as [`Plain::meta`] makes it).
+    pub const fn from_words(enter_ns: u64, leave_ns: u64, seq: u64, comm: u64, meta: u64) -> Plain {
+        Plain {
+            enter_ns,
+            leave_ns,
+            seq,
+            comm,
+            function: meta as u16,
+            kind: (meta >> 16) as u8,
+            root: (meta >> 32) as u32 as i32,
+        }
+    }
+}
+
+/// Bytes of a ring of `slots` records, header included.
+pub const fn ring_bytes(slots: u32) -> u64 {
+    if slots == 0 {
+        return 0;
+    }
+    (size_of::<RingHeader>() + size_of::<Record>() * slots as usize) as u64
+}
+
+/// Writes `r` as the ring's next record: the producer's side. `multi`: other
+/// threads of the process may push at the same time (`MPI_THREAD_MULTIPLE`),
+/// so the position is claimed with an atomic add; otherwise a plain load and
+/// store, as the segment's counters do.
+///
+/// `records.len()` is a power of two.
+#[inline(always)]
+pub fn push(head: &RingHeader, records: &[Record], r: &Plain, multi: bool) {
+    if records.is_empty() {
+        return;
+    }
+    let p = if multi {
+        head.head.fetch_add(1, Relaxed)
+    } else {
+        head.head.load(Relaxed)
+    };
+    let slot = &records[(p & (records.len() as u64 - 1)) as usize];
+    slot.pos.store(0, Relaxed);
+    // The reader that sees a field of this record also sees `pos` at 0.
+    fence(Release);
+    slot.enter_ns.store(r.enter_ns, Relaxed);
+    slot.leave_ns.store(r.leave_ns, Relaxed);
+    slot.seq.store(r.seq, Relaxed);
+    slot.comm.store(r.comm, Relaxed);
+    slot.meta.store(r.meta(), Relaxed);
+    slot.pos.store(p + 1, Release);
+    if !multi {
+        head.head.store(p + 1, Release);
+    }
+}
+
+/// Word offsets of a [`Record`]'s fields, for [`drain`]'s loads.
+const WORDS: u64 = (size_of::<Record>() / 8) as u64;
+
+/// What one [`drain`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Records passed to the callback.
+    pub read: u64,
+    /// Records lost: overwritten before they were read, or while they were.
+    pub lost: u64,
+}
+
+/// Reads the records written since `cursor`, the consumer's side, through
+/// `word(i)`: an atomic load of the ring's `i`th 8-byte word, header first
+/// (the daemon maps another process's ring, so it gives its own load). Moves
+/// `cursor` on and counts every record it could not read. Stops at a record
+/// still being written (another thread's, under `multi`): it is read next
+/// time, or counted lost once it is overwritten.
+///
+/// Nothing the ring holds is trusted: a head more than a ring ahead counts
+/// the gap lost; a head behind the cursor (a reset ring) starts over from it.
+pub fn drain(
+    word: impl Fn(u64) -> u64,
+    slots: u32,
+    cursor: &mut u64,
+    mut f: impl FnMut(Plain),
+) -> Drained {
+    let mut out = Drained::default();
+    if slots == 0 || !slots.is_power_of_two() {
+        return out;
+    }
+    let head = word(0);
+    fence(Acquire);
+    if head < *cursor {
+        *cursor = head;
+        return out;
+    }
+    let n = u64::from(slots);
+    if head - *cursor > n {
+        out.lost += head - *cursor - n;
+        *cursor = head - n;
+    }
+    let header = (size_of::<RingHeader>() / 8) as u64;
+    while *cursor < head {
+        let at = header + (*cursor & (n - 1)) * WORDS;
+        let want = *cursor + 1;
+        let pos = word(at);
+        fence(Acquire);
+        if pos == 0 || pos < want {
+            // Not written yet (or being rewritten for a later lap, which
+            // a later drain counts as a loss).
+            break;
+        }
+        let r = Plain::from_words(
+            word(at + 1),
+            word(at + 2),
+            word(at + 3),
+            word(at + 4),
+            word(at + 5),
+        );
+        fence(Acquire);
+        if pos == want && word(at) == want {
+            f(r);
+            out.read += 1;
+        } else {
+            out.lost += 1;
+        }
+        *cursor += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::{vec, vec::Vec};
+
+    use super::*;
+
+    struct Ring {
+        head: RingHeader,
+        records: Vec<Record>,
+    }
+
+    impl Ring {
+        fn new(slots: usize) -> Ring {
+            Ring {
+                head: RingHeader::default(),
+                records: (0..slots).map(|_| Record::default()).collect(),
+            }
+        }
+
+        fn word(&self, i: u64) -> u64 {
+            let header = (size_of::<RingHeader>() / 8) as u64;
+            if i < header {
+                return if i == 0 {
+                    self.head.head.load(Relaxed)
+                } else {
+                    0
+                };
+            }
+            let r = &self.records[((i - header) / WORDS) as usize];
+            match (i - header) % WORDS {
+                0 => r.pos.load(Relaxed),
+                1 => r.enter_ns.load(Relaxed),
+                2 => r.leave_ns.load(Relaxed),
+                3 => r.seq.load(Relaxed),
+                4 => r.comm.load(Relaxed),
+                5 => r.meta.load(Relaxed),
+                _ => 0,
+            }
+        }
+
+        fn drain(&self, cursor: &mut u64) -> (Vec<u64>, Drained) {
+            let mut seqs = Vec::new();
+            let d = drain(
+                |i| self.word(i),
+                self.records.len() as u32,
+                cursor,
+                |r| seqs.push(r.seq),
+            );
+            (seqs, d)
+        }
+    }
+
+    fn rec(seq: u64) -> Plain {
+        Plain {
+            enter_ns: 10 * seq,
+            leave_ns: 10 * seq + 5,
+            seq,
+            comm: WORLD,
+            function: 7,
+            kind: kind::COLL,
+            root: if seq.is_multiple_of(2) { NO_ROOT } else { 3 },
+        }
+    }
+
+    #[test]
+    fn layout_is_a_cache_line_each() {
+        assert_eq!(size_of::<RingHeader>(), 64);
+        assert_eq!(size_of::<Record>(), 64);
+        assert_eq!(ring_bytes(8), 64 + 8 * 64);
+        assert_eq!(ring_bytes(0), 0);
+    }
+
+    #[test]
+    fn records_round_trip_in_order() {
+        let ring = Ring::new(8);
+        for s in 0..5 {
+            push(&ring.head, &ring.records, &rec(s), false);
+        }
+        let mut c = 0;
+        let mut got = Vec::new();
+        let d = drain(|i| ring.word(i), 8, &mut c, |r| got.push(r));
+        assert_eq!(d, Drained { read: 5, lost: 0 });
+        assert_eq!(got, (0..5).map(rec).collect::<Vec<_>>());
+        assert_eq!(c, 5);
+        // Nothing new, nothing read.
+        assert_eq!(ring.drain(&mut c).1, Drained::default());
+        let max = Plain {
+            root: i32::MAX,
+            function: u16::MAX,
+            kind: u8::MAX,
+            ..rec(1)
+        };
+        assert_eq!(
+            Plain::from_words(max.enter_ns, max.leave_ns, max.seq, max.comm, max.meta()),
+            max
+        );
+    }
+
+    #[test]
+    fn a_lapped_reader_counts_every_record_it_lost() {
+        let ring = Ring::new(8);
+        let mut c = 0;
+        for s in 0..3 {
+            push(&ring.head, &ring.records, &rec(s), false);
+        }
+        assert_eq!(ring.drain(&mut c).0, vec![0, 1, 2]);
+        // 20 more into 8 slots: the 12 oldest of them are gone.
+        for s in 3..23 {
+            push(&ring.head, &ring.records, &rec(s), false);
+        }
+        let (seqs, d) = ring.drain(&mut c);
+        assert_eq!(seqs, (15..23).collect::<Vec<_>>());
+        assert_eq!(d, Drained { read: 8, lost: 12 });
+        assert_eq!(c, 23);
+    }
+
+    #[test]
+    fn a_record_being_written_is_read_later_and_a_torn_one_is_lost() {
+        let ring = Ring::new(8);
+        let mut c = 0;
+        push(&ring.head, &ring.records, &rec(0), false);
+        // A second thread has claimed position 1 and not finished.
+        ring.head.head.store(2, Relaxed);
+        ring.records[1].pos.store(0, Relaxed);
+        let (seqs, d) = ring.drain(&mut c);
+        assert_eq!((seqs, d), (vec![0], Drained { read: 1, lost: 0 }));
+        assert_eq!(c, 1);
+        // It finishes.
+        ring.head.head.store(1, Relaxed);
+        push(&ring.head, &ring.records, &rec(1), false);
+        assert_eq!(ring.drain(&mut c).0, vec![1]);
+        // A slot whose position is a later lap's: overwritten, lost.
+        push(&ring.head, &ring.records, &rec(2), false);
+        ring.records[2].pos.store(11, Relaxed);
+        assert_eq!(ring.drain(&mut c).1, Drained { read: 0, lost: 1 });
+    }
+
+    #[test]
+    fn hostile_heads_are_not_believed() {
+        let ring = Ring::new(8);
+        let mut c = 0;
+        ring.head.head.store(u64::MAX, Relaxed);
+        let (_, d) = ring.drain(&mut c);
+        // Counted lost, never looped over.
+        assert_eq!(d.lost, u64::MAX - 8);
+        assert_eq!(d.read, 0);
+        // A head that goes back: start over from it.
+        ring.head.head.store(0, Relaxed);
+        assert_eq!(ring.drain(&mut c).1, Drained::default());
+        assert_eq!(c, 0);
+        // Rings of a size the shim never makes are not read.
+        let mut c2 = 0;
+        assert_eq!(
+            drain(|i| ring.word(i), 6, &mut c2, |_| panic!()),
+            Drained::default()
+        );
+    }
+
+    #[test]
+    fn threads_pushing_together_lose_nothing_the_ring_holds() {
+        extern crate std;
+        let ring = Ring::new(1024);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let ring = &ring;
+                s.spawn(move || {
+                    for i in 0..200 {
+                        push(&ring.head, &ring.records, &rec(t * 1000 + i), true);
+                    }
+                });
+            }
+        });
+        let mut c = 0;
+        let (mut seqs, d) = ring.drain(&mut c);
+        assert_eq!(d, Drained { read: 800, lost: 0 });
+        seqs.sort_unstable();
+        let want: Vec<u64> = (0..4)
+            .flat_map(|t| (0..200).map(move |i| t * 1000 + i))
+            .collect();
+        assert_eq!(seqs, want);
+    }
+}
