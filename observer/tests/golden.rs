@@ -250,7 +250,51 @@ fn fixture(render: RenderOptions) -> Fixture {
     )]);
 
     state.selfm.segment_error(SegmentProblem::Corrupt);
+    wait_states(&mut state);
     (state, map, sites)
+}
+
+/// The wait states of the first job: two of its ranks in a barrier (one
+/// 3 ms late) and an allreduce (the other 1 ms late), sampled 1 in 2.
+fn wait_states(state: &mut State) {
+    use mpi_observer::collect::waits::Drain;
+    use observer_common::waits::{self, Plain};
+    let job = state.ranks.values().next().unwrap().labels.job.clone();
+    let f = |name| observer_common::function_by_name(name).unwrap();
+    const MS: u64 = 1_000_000;
+    let rec = |seq, function, enter, leave| Plain {
+        enter_ns: enter,
+        leave_ns: leave,
+        seq,
+        comm: waits::WORLD,
+        function,
+        kind: waits::kind::COLL,
+        root: waits::NO_ROOT,
+    };
+    let per_rank = [
+        [
+            rec(0, f("MPI_Barrier"), 0, 3 * MS),
+            rec(2, f("MPI_Allreduce"), 10 * MS, 12 * MS),
+        ],
+        [
+            rec(0, f("MPI_Barrier"), 3 * MS, 3 * MS),
+            rec(2, f("MPI_Allreduce"), 11 * MS, 12 * MS),
+        ],
+    ];
+    for (rank, records) in per_rank.iter().enumerate() {
+        state.waits.add(
+            &job,
+            &Drain {
+                rank: rank as u32,
+                world_size: 2,
+                shift: 1,
+                records,
+                lost: rank as u64,
+            },
+            NOW_NS,
+        );
+    }
+    state.waits.settle(NOW_NS);
 }
 
 fn golden(name: &str) -> PathBuf {
@@ -316,6 +360,7 @@ fn render(how: Exposition) -> String {
                 detail: &detail,
                 recent: &recent,
                 departed: &state.departed,
+                waits: &state.waits,
             };
             metrics::render_metrics(&snap, &state.selfm, state.render, carried, || {
                 Duration::from_millis(3)

@@ -5,10 +5,12 @@
 //! facts); [`registry`] tracks ranks and takes a snapshot of them from the
 //! probes' maps, the stats [`segment`]s and the [`callsites`]; [`launcher`]
 //! is the shim's launcher (`mpi-observer run`) and its tools list;
-//! [`qmpi_flags`] finds what a QMPI tool is built with.
+//! [`qmpi_flags`] finds what a QMPI tool is built with; [`waits`] matches
+//! the shim's wait records into wait states.
 
 pub mod callsites;
 pub mod launcher;
 pub mod qmpi_flags;
 pub mod segment;
 pub mod snapshot;
+pub mod waits;

@@ -436,6 +436,8 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
             _ = tick.tick() => {}
         }
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        // Wait records first: a rank that exited gave its last ones.
+        st.drain_waits();
         let exited = st.notice_exits();
         for pid in &exited {
             log::info!(

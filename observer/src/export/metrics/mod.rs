@@ -16,6 +16,7 @@ pub mod detail;
 mod job;
 mod peers;
 mod rank;
+mod waits;
 pub mod window;
 
 use std::{
@@ -529,6 +530,8 @@ pub struct Carried<'a> {
     pub recent: &'a Recent,
     /// The job sums of ranks no longer held.
     pub departed: &'a DepartedJobs,
+    /// The jobs' wait states.
+    pub waits: &'a crate::collect::waits::Waits,
 }
 
 /// Which exposition to render.
@@ -565,6 +568,7 @@ pub fn render(
         detail: &detail,
         recent: &Recent::new(),
         departed: &DepartedJobs::default(),
+        waits: &crate::collect::waits::Waits::default(),
     };
     render_metrics(snap, selfm, opts, carried, elapsed)
 }
@@ -672,6 +676,7 @@ fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: P
             c.recent,
             c.departed,
         );
+        waits::families(&mut fams, c.waits, |_| true);
     }
     let mut out = String::with_capacity(64 * 1024 + fams.len() * 256);
     let outcome = budget::write(&fams, opts.max_series, &mut out);

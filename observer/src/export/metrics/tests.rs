@@ -639,6 +639,7 @@ fn the_extreme_ranks_are_values_of_job_gauges_lifetime_and_last_minute() {
             detail: &detail,
             recent: &recent,
             departed: &departed::DepartedJobs::default(),
+            waits: &crate::collect::waits::Waits::default(),
         };
         out = render_metrics(&snap, &SelfMetrics::new(), opts, carried, || Duration::ZERO);
     }
@@ -710,6 +711,7 @@ fn a_forgotten_ranks_figures_stay_in_its_jobs_counters() {
         detail: &detail,
         recent: &Recent::new(),
         departed: &departed,
+        waits: &crate::collect::waits::Waits::default(),
     };
     let after = counters(&render_metrics(
         &after_snap,

@@ -142,6 +142,8 @@ impl State {
                 attachment,
                 segment: p.segment,
                 segment_problem: None,
+                wait_cursor: 0,
+                segment_look: (std::time::Instant::now(), super::rank::FIRST_LOOK),
                 figures: None,
                 injected: p.adopted,
                 adopted: p.adopted,

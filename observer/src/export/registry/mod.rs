@@ -17,7 +17,8 @@
 //! - `lifecycle.rs`: a rank's life in the state: committed, handed over to
 //!   an injected shim, noticed exited, released, retained, forgotten;
 //! - `scrape.rs`: one collection (segments and maps read into a snapshot)
-//!   and what is made of it (`/metrics`, `/metrics/ranks`, the report data).
+//!   and what is made of it (`/metrics`, `/metrics/ranks`, the report data);
+//! - `waits.rs`: the ranks' wait records drained into the matcher.
 
 mod admission;
 mod labels;
@@ -25,6 +26,7 @@ mod lifecycle;
 mod prepare;
 mod rank;
 mod scrape;
+mod waits;
 
 use std::{collections::BTreeMap, time::Instant};
 
@@ -39,6 +41,7 @@ use crate::{
     attach::probes::Probes,
     collect::callsites::{Budget as SiteBudget, Names},
     collect::snapshot::RankSnapshot,
+    collect::waits::Waits,
     export::metrics::{
         RenderOptions, SelfMetrics, departed::DepartedJobs, detail::DetailPicker,
         window::FractionWindow,
@@ -84,6 +87,8 @@ pub struct State {
     /// offered again (nor counted again) until one of that user's ranks
     /// exits and frees room.
     pub refused: std::collections::HashMap<(u32, u64), u32>,
+    /// The wait states of every job, from the ranks' wait records.
+    pub waits: Waits,
 }
 
 impl State {
@@ -114,6 +119,7 @@ impl State {
             ),
             refusals: RefusalLog::default(),
             refused: std::collections::HashMap::new(),
+            waits: Waits::default(),
         }
     }
 }

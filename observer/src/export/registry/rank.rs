@@ -1,6 +1,6 @@
 //! One observed rank, as the state holds it.
 
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::{
     attach::budget::Cost,
@@ -10,6 +10,10 @@ use crate::{
     collect::segment::Segment,
     collect::snapshot::{Figures, Labels, RawSite, SegmentProblem},
 };
+
+/// The first wait before the wait drain looks again for a segment it has
+/// not found (`waits.rs`).
+pub(super) const FIRST_LOOK: Duration = Duration::from_secs(1);
 
 /// One observed rank.
 #[derive(Debug)]
@@ -47,6 +51,12 @@ pub struct Rank {
     pub(super) segment_problem: Option<SegmentProblem>,
     /// The segment's figures as of the last read.
     pub figures: Option<Figures>,
+    /// The next wait record of its segment's ring to read.
+    pub(super) wait_cursor: u64,
+    /// When the wait drain may next look for a segment it has not found
+    /// yet, and the wait after that (doubling, so a rank without the shim
+    /// costs a maps read a minute, not one a tick).
+    pub(super) segment_look: (Instant, Duration),
     /// Its calls are counted by a shim injected into it (`attach
     /// --inject`), by this daemon or, see `adopted`, an earlier one.
     pub injected: bool,
@@ -123,6 +133,8 @@ impl Rank {
             attachment: None,
             segment: None,
             segment_problem: None,
+            wait_cursor: 0,
+            segment_look: (Instant::now(), FIRST_LOOK),
             figures: None,
             injected: false,
             adopted: false,

@@ -88,6 +88,24 @@ fn rank_sites(probed: Option<Vec<RawSite>>, f: Option<&Figures>, add: bool) -> V
     out
 }
 
+/// Opens the segment of a running rank that has none yet, if it has one
+/// now; false if that failed (the problem counted once per change).
+pub(super) fn open_segment(r: &mut super::Rank, selfm: &metrics::SelfMetrics) -> bool {
+    if r.segment.is_none() && r.exited_at.is_none() {
+        match Segment::open(r.pid) {
+            Ok(seg) => r.segment = seg,
+            Err(p) => {
+                if r.segment_problem != Some(p) {
+                    selfm.segment_error(p);
+                    r.segment_problem = Some(p);
+                }
+                return false;
+            }
+        }
+    }
+    true
+}
+
 impl State {
     /// Finds segments not found yet and reads every segment's figures.
     /// A segment that fails is skipped (its figures are dropped) and counted
@@ -103,17 +121,8 @@ impl State {
         let mut handover = Vec::new();
         let mut adopt = Vec::new();
         for r in self.ranks.values_mut() {
-            if r.segment.is_none() && r.exited_at.is_none() {
-                match Segment::open(r.pid) {
-                    Ok(seg) => r.segment = seg,
-                    Err(p) => {
-                        if r.segment_problem != Some(p) {
-                            self.selfm.segment_error(p);
-                            r.segment_problem = Some(p);
-                        }
-                        continue;
-                    }
-                }
+            if !open_segment(r, &self.selfm) {
+                continue;
             }
             let Some(seg) = &r.segment else { continue };
             match seg.read() {
@@ -288,12 +297,16 @@ impl State {
     pub fn scrape(&mut self) -> String {
         let started = Instant::now();
         let snap = self.collect();
+        // The wait records written since the last tick count in this
+        // scrape: drained once the collection has opened new segments.
+        self.drain_waits();
         let detail = self.picker.update(&snap, self.render.detail_ranks);
         let recent = self.window.update(&snap);
         let carried = Carried {
             detail: &detail,
             recent: &recent,
             departed: &self.departed,
+            waits: &self.waits,
         };
         metrics::render_metrics(&snap, &self.selfm, self.render, carried, || {
             started.elapsed()

@@ -1,0 +1,674 @@
+//! Wait states from the shim's wait records (issue 37, docs/waits.md): the
+//! records of one collective instance, from every rank of a job on this
+//! node, matched by their sequence number on `MPI_COMM_WORLD`, and
+//! Scalasca's formulas applied to them. Pure: records in, figures out; the
+//! registry drains the rings (`export/registry/waits.rs`) and the metrics
+//! render the figures (`export/metrics/waits.rs`).
+//!
+//! **Scalasca's definitions** (its pattern documentation, and the callbacks
+//! of `MPI.pattern` in its sources). E and L are the enter and leave times
+//! of each member's call; a wait is counted only when positive.
+//! - Wait at Barrier (Barrier) and Wait at N×N (Allreduce, Allgather(v),
+//!   Alltoall(v), Reduce_scatter(_block)): `E_max = max E_j`, each member
+//!   waits `min(E_max, L_i) − E_i`; the culprit is the last to arrive.
+//! - Late Broadcast (Bcast, Scatter(v)): each member but the root waits
+//!   `min(E_root, L_i) − E_i`; the culprit is the root.
+//! - Early Reduce (Reduce, Gather(v)): only the root waits,
+//!   `min(E_max, L_root) − E_root` with `E_max` the latest enter of the
+//!   others; the culprit is that latest sender.
+//!
+//! Scan, Exscan, Alltoallw and the neighbourhood collectives have no such
+//! pattern here (Scalasca has none, or "Early Scan"): their instances are
+//! matched, so that their records are not taken for invalid ones, and not
+//! counted.
+//!
+//! **Exact or not at all.** An instance is evaluated once every member of
+//! `MPI_COMM_WORLD` has given its record, which on one node needs the whole
+//! job here: the records' clock (`CLOCK_MONOTONIC`) is the node's. An
+//! instance still missing members [`TIMEOUT_NS`] after its first record
+//! (a rank on another node, a rank without the shim's records, a record
+//! lost) is counted unresolved, never as a wait, so no culprit is ever
+//! named from part of a job.
+//!
+//! **Trust.** Records come from the job's own processes, so a user can only
+//! distort their own job's figures. Which rank a record is from, and so
+//! every rank named, is the daemon's (from `/proc`), not the record's. What a
+//! job can make the daemon hold is bounded: one entry per rank per
+//! instance, [`MAX_PENDING`] instances per job.
+
+use std::collections::{BTreeMap, HashMap, btree_map::Entry as Slot};
+
+use observer_common::{FUNCTIONS, functions::Collective, waits};
+
+/// The patterns, in the order of [`Pattern::ALL`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pattern {
+    /// Wait at Barrier.
+    WaitBarrier,
+    /// Wait at N×N.
+    WaitNxn,
+    /// Late Broadcast.
+    LateBroadcast,
+    /// Early Reduce.
+    EarlyReduce,
+}
+
+impl Pattern {
+    /// Every pattern.
+    pub const ALL: [Pattern; 4] = [
+        Pattern::WaitBarrier,
+        Pattern::WaitNxn,
+        Pattern::LateBroadcast,
+        Pattern::EarlyReduce,
+    ];
+
+    /// The `pattern` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Pattern::WaitBarrier => "wait_barrier",
+            Pattern::WaitNxn => "wait_nxn",
+            Pattern::LateBroadcast => "late_broadcast",
+            Pattern::EarlyReduce => "early_reduce",
+        }
+    }
+
+    /// The pattern of a collective function, if it has one.
+    pub fn of(function: u16) -> Option<Pattern> {
+        use Collective::*;
+        Some(match FUNCTIONS.get(usize::from(function))?.collective? {
+            Barrier => Pattern::WaitBarrier,
+            Allreduce | Allgather | Allgatherv | Alltoall | Alltoallv | ReduceScatter
+            | ReduceScatterBlock => Pattern::WaitNxn,
+            Bcast | Scatter | Scatterv => Pattern::LateBroadcast,
+            Reduce | Gather | Gatherv => Pattern::EarlyReduce,
+            _ => return None,
+        })
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Why an instance was not evaluated, in the order of [`Unresolved::ALL`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unresolved {
+    /// Members were missing when it timed out: on another node, without
+    /// records, or their record was lost.
+    Incomplete,
+    /// Its members' records disagree on the function or the root.
+    Mismatch,
+    /// More than [`MAX_PENDING`] instances of the job were waiting for
+    /// members: the oldest was given up.
+    Overflow,
+}
+
+impl Unresolved {
+    /// Every reason.
+    pub const ALL: [Unresolved; 3] = [
+        Unresolved::Incomplete,
+        Unresolved::Mismatch,
+        Unresolved::Overflow,
+    ];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Unresolved::Incomplete => "incomplete",
+            Unresolved::Mismatch => "mismatch",
+            Unresolved::Overflow => "overflow",
+        }
+    }
+}
+
+/// How long an instance waits for its last member's record.
+pub const TIMEOUT_NS: u64 = 5_000_000_000;
+/// Instances a job may have waiting for members.
+pub const MAX_PENDING: usize = 16_384;
+/// The culprit's window: `_1m`.
+pub const WINDOW_NS: u64 = 60_000_000_000;
+/// Buckets of the window.
+const BUCKETS: u64 = 6;
+/// One bucket's span.
+const BUCKET_NS: u64 = WINDOW_NS / BUCKETS;
+
+/// One member's part of an instance.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    rank: u32,
+    function: u16,
+    root: i32,
+    enter: u64,
+    leave: u64,
+}
+
+/// An instance waiting for members.
+#[derive(Debug)]
+struct Instance {
+    /// When its first record was matched.
+    first_ns: u64,
+    parts: Vec<Part>,
+}
+
+/// One job's wait figures on this node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobWaits {
+    /// Seconds the job's ranks waited, per pattern (sampled × period), in ns.
+    pub waited_ns: [u64; 4],
+    /// Sampled instances evaluated, per pattern.
+    pub instances: [u64; 4],
+    /// Instances not evaluated, per reason of [`Unresolved::ALL`].
+    pub unresolved: [u64; 3],
+    /// Records the rings lapped, or that changed while they were read.
+    pub records_lost: u64,
+    /// Records no shim writes (another kind or communicator, a function
+    /// that is no collective, a root out of range, a rank's second record
+    /// of one instance, a leave before the enter): not matched.
+    pub records_invalid: u64,
+    /// The sampling period (the largest its ranks use).
+    pub sample_period: u64,
+    /// The rank that made the others wait longest over the last minute
+    /// (all patterns), and the seconds per second it made them wait.
+    pub culprit: Option<(u32, f64)>,
+}
+
+/// One job's matching state.
+#[derive(Debug, Default)]
+struct Job {
+    figures: JobWaits,
+    world_size: u32,
+    shift: u32,
+    pending: BTreeMap<u64, Instance>,
+    /// Wait caused per culprit rank, per 10-second bucket (its index).
+    caused: [(u64, BTreeMap<u32, u64>); BUCKETS as usize],
+    /// When the job's first record was matched.
+    since_ns: Option<u64>,
+}
+
+/// The matcher of every job on the node, by job label set.
+#[derive(Debug, Default)]
+pub struct Waits {
+    jobs: HashMap<String, Job>,
+}
+
+/// What a rank gave in one drain.
+pub struct Drain<'a> {
+    /// Its world rank.
+    pub rank: u32,
+    /// `MPI_COMM_WORLD`'s size as it saw it.
+    pub world_size: u32,
+    /// log2 of its sampling period.
+    pub shift: u32,
+    /// The records read.
+    pub records: &'a [waits::Plain],
+    /// Records lost.
+    pub lost: u64,
+}
+
+impl Waits {
+    /// Matches what rank `d.rank` of job `job` gave, at `now_ns`
+    /// (`CLOCK_MONOTONIC`).
+    pub fn add(&mut self, job: &str, d: &Drain<'_>, now_ns: u64) {
+        let j = self.jobs.entry(job.to_string()).or_default();
+        j.world_size = j.world_size.max(d.world_size);
+        j.shift = j.shift.max(d.shift.min(31));
+        j.figures.sample_period = 1 << j.shift;
+        j.figures.records_lost = j.figures.records_lost.saturating_add(d.lost);
+        for r in d.records {
+            j.take(d.rank, r, now_ns);
+        }
+    }
+
+    /// Evaluates the instances every member has given, and gives up those
+    /// that waited [`TIMEOUT_NS`]; then refreshes the culprits.
+    pub fn settle(&mut self, now_ns: u64) {
+        for j in self.jobs.values_mut() {
+            j.settle(now_ns);
+            j.figures.culprit = j.culprit(now_ns);
+        }
+    }
+
+    /// Forgets the jobs `keep` says no more.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.jobs.retain(|k, _| keep(k));
+    }
+
+    /// The figures of job `job`, if it has given records.
+    pub fn figures(&self, job: &str) -> Option<&JobWaits> {
+        self.jobs.get(job).map(|j| &j.figures)
+    }
+
+    /// Every job's figures, by job label set.
+    pub fn all(&self) -> impl Iterator<Item = (&str, &JobWaits)> {
+        self.jobs.iter().map(|(k, j)| (k.as_str(), &j.figures))
+    }
+
+    /// Instances waiting for members, over every job.
+    pub fn pending(&self) -> usize {
+        self.jobs.values().map(|j| j.pending.len()).sum()
+    }
+}
+
+impl Job {
+    fn take(&mut self, rank: u32, r: &waits::Plain, now_ns: u64) {
+        let valid = r.kind == waits::kind::COLL
+            && r.comm == waits::WORLD
+            && FUNCTIONS
+                .get(usize::from(r.function))
+                .is_some_and(|f| f.collective.is_some())
+            && r.leave_ns >= r.enter_ns
+            && (r.root == waits::NO_ROOT
+                || (0..i64::from(self.world_size)).contains(&i64::from(r.root)))
+            && rank < self.world_size;
+        if !valid {
+            self.figures.records_invalid += 1;
+            return;
+        }
+        let part = Part {
+            rank,
+            function: r.function,
+            root: r.root,
+            enter: r.enter_ns,
+            leave: r.leave_ns,
+        };
+        if !self.pending.contains_key(&r.seq) && self.pending.len() >= MAX_PENDING {
+            self.pending.pop_first();
+            self.figures.unresolved[Unresolved::Overflow as usize] += 1;
+        }
+        match self.pending.entry(r.seq) {
+            Slot::Occupied(mut o) => {
+                if o.get().parts.iter().any(|p| p.rank == rank) {
+                    self.figures.records_invalid += 1;
+                } else {
+                    o.get_mut().parts.push(part);
+                }
+            }
+            Slot::Vacant(v) => {
+                v.insert(Instance {
+                    first_ns: now_ns,
+                    parts: vec![part],
+                });
+            }
+        }
+        self.since_ns.get_or_insert(now_ns);
+    }
+
+    fn settle(&mut self, now_ns: u64) {
+        let n = self.world_size as usize;
+        let done: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, i)| i.parts.len() >= n || now_ns.saturating_sub(i.first_ns) >= TIMEOUT_NS)
+            .map(|(&s, _)| s)
+            .collect();
+        for seq in done {
+            let Some(i) = self.pending.remove(&seq) else {
+                continue;
+            };
+            if i.parts.len() < n {
+                self.figures.unresolved[Unresolved::Incomplete as usize] += 1;
+                continue;
+            }
+            match evaluate(&i.parts) {
+                Err(Mismatch) => self.figures.unresolved[Unresolved::Mismatch as usize] += 1,
+                // A collective without a pattern (Scan, Alltoallw...).
+                Ok(None) => {}
+                Ok(Some((pattern, waits, culprit))) => {
+                    let period = self.figures.sample_period.max(1);
+                    let total = waits.saturating_mul(period);
+                    let p = pattern.index();
+                    self.figures.instances[p] += 1;
+                    self.figures.waited_ns[p] = self.figures.waited_ns[p].saturating_add(total);
+                    if total > 0 {
+                        self.charge(culprit, total, now_ns);
+                    }
+                }
+            }
+        }
+    }
+
+    fn charge(&mut self, culprit: u32, ns: u64, now_ns: u64) {
+        let epoch = now_ns / BUCKET_NS;
+        let b = &mut self.caused[(epoch % BUCKETS) as usize];
+        if b.0 != epoch {
+            *b = (epoch, BTreeMap::new());
+        }
+        let c = b.1.entry(culprit).or_default();
+        *c = c.saturating_add(ns);
+    }
+
+    /// The rank that caused the most wait over the window, and its wait
+    /// caused per second of the window (or of the job's records, if younger).
+    fn culprit(&self, now_ns: u64) -> Option<(u32, f64)> {
+        let epoch = now_ns / BUCKET_NS;
+        let mut sum: BTreeMap<u32, u64> = BTreeMap::new();
+        for (e, m) in &self.caused {
+            if *e + BUCKETS > epoch && *e <= epoch {
+                for (&r, &ns) in m {
+                    let s = sum.entry(r).or_default();
+                    *s = s.saturating_add(ns);
+                }
+            }
+        }
+        // The most wait; the lowest rank of equals.
+        let (&rank, &ns) = sum.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
+        let since = self.since_ns.unwrap_or(now_ns);
+        let span = now_ns.saturating_sub(since).clamp(BUCKET_NS, WINDOW_NS);
+        Some((rank, ns as f64 / span as f64))
+    }
+}
+
+/// The members of an instance disagree on its function or root.
+struct Mismatch;
+
+/// Scalasca's formula for one whole instance: its pattern, the wait summed
+/// over its members, and the culprit; `None` for a collective without a
+/// pattern.
+fn evaluate(parts: &[Part]) -> Result<Option<(Pattern, u64, u32)>, Mismatch> {
+    let Some(first) = parts.first() else {
+        return Ok(None);
+    };
+    if parts
+        .iter()
+        .any(|p| p.function != first.function || p.root != first.root)
+    {
+        return Err(Mismatch);
+    }
+    let Some(pattern) = Pattern::of(first.function) else {
+        return Ok(None);
+    };
+    shapes(pattern, parts).map(Some).ok_or(Mismatch)
+}
+
+/// [`evaluate`] of agreeing members: `None` when a rooted collective names
+/// no member as its root.
+fn shapes(pattern: Pattern, parts: &[Part]) -> Option<(Pattern, u64, u32)> {
+    let wait = |e: u64, until: u64, leave: u64| until.min(leave).saturating_sub(e);
+    // The latest to enter, the lowest rank of equals.
+    let latest = |of: &mut dyn Iterator<Item = &Part>| {
+        of.max_by(|a, b| a.enter.cmp(&b.enter).then(b.rank.cmp(&a.rank)))
+            .copied()
+    };
+    match pattern {
+        Pattern::WaitBarrier | Pattern::WaitNxn => {
+            let last = latest(&mut parts.iter())?;
+            let w = parts
+                .iter()
+                .map(|p| wait(p.enter, last.enter, p.leave))
+                .fold(0, u64::saturating_add);
+            Some((pattern, w, last.rank))
+        }
+        Pattern::LateBroadcast => {
+            let root = parts.iter().find(|p| p.root == p.rank as i32)?;
+            let w = parts
+                .iter()
+                .filter(|p| p.rank != root.rank)
+                .map(|p| wait(p.enter, root.enter, p.leave))
+                .fold(0, u64::saturating_add);
+            Some((pattern, w, root.rank))
+        }
+        Pattern::EarlyReduce => {
+            let root = parts.iter().find(|p| p.root == p.rank as i32)?;
+            let Some(last) = latest(&mut parts.iter().filter(|p| p.rank != root.rank)) else {
+                // A job of one rank: nobody to wait for.
+                return Some((pattern, 0, root.rank));
+            };
+            Some((pattern, wait(root.enter, last.enter, root.leave), last.rank))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(name: &str) -> u16 {
+        observer_common::function_by_name(name).unwrap()
+    }
+
+    fn rec(seq: u64, function: &str, root: i32, enter: u64, leave: u64) -> waits::Plain {
+        waits::Plain {
+            enter_ns: enter,
+            leave_ns: leave,
+            seq,
+            comm: waits::WORLD,
+            function: f(function),
+            kind: waits::kind::COLL,
+            root,
+        }
+    }
+
+    const MS: u64 = 1_000_000;
+
+    /// Feeds each rank's records of a `size`-rank job, then settles at `now`.
+    fn run(size: u32, shift: u32, per_rank: &[Vec<waits::Plain>], now: u64) -> Waits {
+        let mut w = Waits::default();
+        for (rank, recs) in per_rank.iter().enumerate() {
+            w.add(
+                "j",
+                &Drain {
+                    rank: rank as u32,
+                    world_size: size,
+                    shift,
+                    records: recs,
+                    lost: 0,
+                },
+                now,
+            );
+        }
+        w.settle(now);
+        w
+    }
+
+    #[test]
+    fn wait_at_barrier_is_charged_to_the_last_to_arrive() {
+        // Rank 3 arrives 100 ms late at 10 barriers; everyone leaves at
+        // its arrival + 1 ms.
+        let per_rank: Vec<Vec<waits::Plain>> = (0..4)
+            .map(|r| {
+                (0..10)
+                    .map(|i| {
+                        let t = 1_000 * MS + i * 200 * MS;
+                        let enter = if r == 3 { t + 100 * MS } else { t + r * MS };
+                        rec(i, "MPI_Barrier", -1, enter, t + 101 * MS)
+                    })
+                    .collect()
+            })
+            .collect();
+        let w = run(4, 0, &per_rank, 5_000 * MS);
+        let j = w.figures("j").unwrap();
+        // Ranks 0, 1, 2 wait 100, 99, 98 ms each time.
+        assert_eq!(j.waited_ns, [10 * 297 * MS, 0, 0, 0]);
+        assert_eq!(j.instances, [10, 0, 0, 0]);
+        assert_eq!(j.unresolved, [0, 0, 0]);
+        let (rank, rate) = j.culprit.unwrap();
+        assert_eq!(rank, 3);
+        // 2.97 s caused over the job's first 10 s (the shortest span).
+        assert!((rate - 0.297).abs() < 1e-9, "{rate}");
+        assert_eq!(w.pending(), 0);
+    }
+
+    #[test]
+    fn nxn_waits_are_clamped_to_the_leave() {
+        // Rank 1 leaves before the last arrives (Scalasca's min(E_max, L)).
+        let per_rank = vec![
+            vec![rec(0, "MPI_Allreduce", -1, 0, 50 * MS)],
+            vec![rec(0, "MPI_Allreduce", -1, 10 * MS, 20 * MS)],
+            vec![rec(0, "MPI_Allreduce", -1, 30 * MS, 50 * MS)],
+        ];
+        let j = run(3, 0, &per_rank, 1_000 * MS);
+        let j = j.figures("j").unwrap();
+        assert_eq!(j.waited_ns[Pattern::WaitNxn.index()], 30 * MS + 10 * MS);
+        assert_eq!(j.culprit.map(|c| c.0), Some(2));
+    }
+
+    #[test]
+    fn rooted_patterns_name_the_root_or_the_latest_sender() {
+        // Bcast from a late root 0; Reduce to an early root 0, rank 2 late.
+        let per_rank = vec![
+            vec![
+                rec(0, "MPI_Bcast", 0, 100 * MS, 101 * MS),
+                rec(1, "MPI_Reduce", 0, 200 * MS, 280 * MS),
+            ],
+            vec![
+                rec(0, "MPI_Bcast", 0, 0, 102 * MS),
+                rec(1, "MPI_Reduce", 0, 210 * MS, 211 * MS),
+            ],
+            vec![
+                rec(0, "MPI_Bcast", 0, 40 * MS, 103 * MS),
+                rec(1, "MPI_Reduce", 0, 270 * MS, 271 * MS),
+            ],
+        ];
+        let w = run(3, 0, &per_rank, 1_000 * MS);
+        let j = w.figures("j").unwrap();
+        assert_eq!(
+            j.waited_ns[Pattern::LateBroadcast.index()],
+            100 * MS + 60 * MS
+        );
+        // Only the root waits in a reduce: for rank 2, 70 ms.
+        assert_eq!(j.waited_ns[Pattern::EarlyReduce.index()], 70 * MS);
+        assert_eq!(j.instances, [0, 0, 1, 1]);
+        // Rank 0 caused 160 ms, rank 2 70 ms.
+        assert_eq!(j.culprit.map(|c| c.0), Some(0));
+    }
+
+    #[test]
+    fn an_instance_without_all_its_members_is_never_a_wait() {
+        // A 4-rank job with 3 ranks here: nothing evaluated before the
+        // timeout, then counted unresolved.
+        let per_rank: Vec<Vec<waits::Plain>> = (0..3)
+            .map(|r| vec![rec(0, "MPI_Barrier", -1, r * MS, 10 * MS)])
+            .collect();
+        let mut w = run(4, 0, &per_rank, 1_000 * MS);
+        assert_eq!(w.pending(), 1);
+        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 0]);
+        w.settle(1_000 * MS + TIMEOUT_NS);
+        let j = w.figures("j").unwrap();
+        assert_eq!(j.unresolved, [1, 0, 0]);
+        assert_eq!((j.waited_ns, j.culprit), ([0; 4], None));
+    }
+
+    #[test]
+    fn disagreeing_and_invalid_records_are_counted_not_matched() {
+        let per_rank = vec![
+            vec![
+                rec(0, "MPI_Barrier", -1, 0, 1),
+                rec(1, "MPI_Bcast", 0, 0, 1),
+                // Not a collective, a root beyond the job, time backwards,
+                // another communicator, and a second record of seq 0.
+                rec(2, "MPI_Send", -1, 0, 1),
+                rec(3, "MPI_Bcast", 9, 0, 1),
+                rec(4, "MPI_Barrier", -1, 5, 1),
+                waits::Plain {
+                    comm: 7,
+                    ..rec(5, "MPI_Barrier", -1, 0, 1)
+                },
+                rec(0, "MPI_Barrier", -1, 0, 1),
+            ],
+            vec![
+                rec(0, "MPI_Allreduce", -1, 0, 1),
+                rec(1, "MPI_Bcast", 1, 0, 1),
+            ],
+        ];
+        let w = run(2, 0, &per_rank, 0);
+        let j = w.figures("j").unwrap();
+        assert_eq!(j.unresolved, [0, 2, 0]);
+        assert_eq!(j.records_invalid, 5);
+        // A collective without a pattern is matched and not counted; a
+        // rooted one without a root is a mismatch.
+        let per_rank = vec![
+            vec![rec(0, "MPI_Scan", -1, 0, 9), rec(1, "MPI_Bcast", -1, 0, 1)],
+            vec![rec(0, "MPI_Scan", -1, 5, 9), rec(1, "MPI_Bcast", -1, 0, 1)],
+        ];
+        let w = run(2, 0, &per_rank, 0);
+        let j = w.figures("j").unwrap();
+        assert_eq!((j.unresolved, j.records_invalid), ([0, 1, 0], 0));
+        assert_eq!((j.waited_ns, j.instances), ([0; 4], [0; 4]));
+        assert_eq!(w.pending(), 0);
+        // A rank beyond the job's size: its records are not matched.
+        let mut w = Waits::default();
+        w.add(
+            "j",
+            &Drain {
+                rank: 5,
+                world_size: 2,
+                shift: 0,
+                records: &[rec(0, "MPI_Barrier", -1, 0, 1)],
+                lost: 3,
+            },
+            0,
+        );
+        let j = w.figures("j").unwrap();
+        assert_eq!((j.records_invalid, j.records_lost), (1, 3));
+    }
+
+    #[test]
+    fn sampled_waits_are_scaled_and_pending_instances_bounded() {
+        let per_rank = vec![
+            vec![rec(0, "MPI_Barrier", -1, 0, 10)],
+            vec![rec(0, "MPI_Barrier", -1, 10, 10)],
+        ];
+        let w = run(2, 3, &per_rank, 0);
+        let j = w.figures("j").unwrap();
+        assert_eq!((j.waited_ns[0], j.sample_period), (80, 8));
+        // A job that never completes an instance holds MAX_PENDING at most.
+        let mut w = Waits::default();
+        let recs: Vec<waits::Plain> = (0..MAX_PENDING as u64 + 10)
+            .map(|s| rec(s, "MPI_Barrier", -1, 0, 1))
+            .collect();
+        w.add(
+            "j",
+            &Drain {
+                rank: 0,
+                world_size: 2,
+                shift: 0,
+                records: &recs,
+                lost: 0,
+            },
+            0,
+        );
+        assert_eq!(w.pending(), MAX_PENDING);
+        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 10]);
+        w.retain(|_| false);
+        assert_eq!(w.pending(), 0);
+        assert!(w.figures("j").is_none());
+    }
+
+    #[test]
+    fn the_culprit_window_forgets_what_is_older_than_a_minute() {
+        let mut w = Waits::default();
+        let barrier = |seq, late: u64| {
+            [
+                vec![rec(seq, "MPI_Barrier", -1, 0, late)],
+                vec![rec(seq, "MPI_Barrier", -1, late, late)],
+            ]
+        };
+        let feed = |w: &mut Waits, per: [Vec<waits::Plain>; 2], now| {
+            for (rank, recs) in per.iter().enumerate() {
+                w.add(
+                    "j",
+                    &Drain {
+                        rank: rank as u32,
+                        world_size: 2,
+                        shift: 0,
+                        records: recs,
+                        lost: 0,
+                    },
+                    now,
+                );
+            }
+            w.settle(now);
+        };
+        feed(&mut w, barrier(0, 10 * MS), 0);
+        assert_eq!(w.figures("j").unwrap().culprit.map(|c| c.0), Some(1));
+        // Rank 0 late, much later: rank 1's old wait has left the window.
+        let late = [
+            vec![rec(1, "MPI_Barrier", -1, MS, MS)],
+            vec![rec(1, "MPI_Barrier", -1, 0, MS)],
+        ];
+        feed(&mut w, late, 2 * WINDOW_NS);
+        let (rank, rate) = w.figures("j").unwrap().culprit.unwrap();
+        assert_eq!(rank, 0);
+        assert!((rate - MS as f64 / WINDOW_NS as f64).abs() < 1e-12);
+    }
+}

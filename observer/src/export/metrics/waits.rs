@@ -1,0 +1,130 @@
+//! The wait-state families (issue 37, docs/waits.md): per job and node, a
+//! fixed set of series whatever the ranks, from the matcher's figures
+//! ([`crate::collect::waits`]). Ranks are values, never labels: the culprit
+//! is the gauge `mpi_job_wait_culprit_rank`, so a 64 k-rank job costs the
+//! same few series as a 2-rank one.
+
+use super::budget::{Family, Tier};
+use crate::collect::waits::{Pattern, Unresolved, Waits};
+
+const T: Tier = Tier::Job;
+
+/// Seconds from nanoseconds, for the exposition.
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Every wait-state family of the jobs in `waits` whose label set `keep`
+/// accepts (the jobs of this exposition).
+pub fn families(fams: &mut Vec<Family>, waits: &Waits, mut keep: impl FnMut(&str) -> bool) {
+    let mut seconds = Family::new(
+        "mpi_job_wait_seconds_total",
+        "counter",
+        "Seconds this node's ranks of the job waited in MPI for a late rank, per wait-state pattern (Scalasca's: wait_barrier, wait_nxn, late_broadcast, early_reduce), from the shim's records of blocking collectives on MPI_COMM_WORLD; sampled instances times the sampling period. Only instances whose every rank is on this node are evaluated (see mpi_job_wait_unresolved_total).",
+    );
+    let mut instances = Family::new(
+        "mpi_job_wait_instances_total",
+        "counter",
+        "Sampled collective instances evaluated for wait states, per pattern.",
+    );
+    let mut unresolved = Family::new(
+        "mpi_job_wait_unresolved_total",
+        "counter",
+        "Sampled collective instances not evaluated, by reason: incomplete (a member's record never came: a rank on another node or without the shim's records, or its record was lost), mismatch (the members' records disagree on the function or root), overflow (too many instances waited for members).",
+    );
+    let mut lost = Family::new(
+        "mpi_job_wait_records_lost_total",
+        "counter",
+        "Wait records this node's ranks wrote that the daemon could not read: their ring lapped it, or changed under it.",
+    );
+    let mut invalid = Family::new(
+        "mpi_job_wait_records_invalid_total",
+        "counter",
+        "Wait records no shim of this version writes (unknown kind or communicator, not a collective, a root out of range, a second record of one instance, time running backwards): not matched.",
+    );
+    let mut period = Family::new(
+        "mpi_job_wait_sample_period",
+        "gauge",
+        "The job's ranks record one blocking collective on MPI_COMM_WORLD in this many (MPI_OBSERVER_WAITS).",
+    );
+    let mut culprit = Family::new(
+        "mpi_job_wait_culprit_rank",
+        "gauge",
+        "The world rank (as the value) whose lateness made the job's other ranks wait longest over the last minute, all patterns; absent when nobody waited.",
+    );
+    let mut culprit_rate = Family::new(
+        "mpi_job_wait_culprit_fraction_1m",
+        "gauge",
+        "Seconds of wait per second that mpi_job_wait_culprit_rank caused over the last minute (or since the job's first record, if younger): can exceed 1 when it made several ranks wait.",
+    );
+    let mut jobs: Vec<_> = waits.all().filter(|(job, _)| keep(job)).collect();
+    jobs.sort_unstable_by_key(|(job, _)| *job);
+    for (job, w) in jobs {
+        for p in Pattern::ALL {
+            let i = p as usize;
+            let l = p.label();
+            seconds.line(
+                T,
+                format_args!(
+                    "mpi_job_wait_seconds_total{{{job},pattern=\"{l}\"}} {}",
+                    secs(w.waited_ns[i])
+                ),
+            );
+            instances.line(
+                T,
+                format_args!(
+                    "mpi_job_wait_instances_total{{{job},pattern=\"{l}\"}} {}",
+                    w.instances[i]
+                ),
+            );
+        }
+        for (i, r) in Unresolved::ALL.iter().enumerate() {
+            unresolved.line(
+                T,
+                format_args!(
+                    "mpi_job_wait_unresolved_total{{{job},reason=\"{}\"}} {}",
+                    r.label(),
+                    w.unresolved[i]
+                ),
+            );
+        }
+        lost.line(
+            T,
+            format_args!(
+                "mpi_job_wait_records_lost_total{{{job}}} {}",
+                w.records_lost
+            ),
+        );
+        invalid.line(
+            T,
+            format_args!(
+                "mpi_job_wait_records_invalid_total{{{job}}} {}",
+                w.records_invalid
+            ),
+        );
+        period.line(
+            T,
+            format_args!("mpi_job_wait_sample_period{{{job}}} {}", w.sample_period),
+        );
+        if let Some((rank, rate)) = w.culprit {
+            culprit.line(
+                T,
+                format_args!("mpi_job_wait_culprit_rank{{{job},k=\"1\"}} {rank}"),
+            );
+            culprit_rate.line(
+                T,
+                format_args!("mpi_job_wait_culprit_fraction_1m{{{job},k=\"1\"}} {rate}"),
+            );
+        }
+    }
+    fams.extend([
+        seconds,
+        instances,
+        unresolved,
+        lost,
+        invalid,
+        period,
+        culprit,
+        culprit_rate,
+    ]);
+}
