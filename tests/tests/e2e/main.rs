@@ -39,4 +39,5 @@ mod stats_abi;
 mod stats_unknown_abi;
 mod symbolize_attacks;
 mod top;
+mod waits;
 mod web;

@@ -1,0 +1,71 @@
+/* One rank comes late to every collective of a kind: the wait states of
+ * tests/tests/e2e/waits.rs.
+ *
+ * usage: late MODE ITERS DELAY_MS GOFILE
+ * Every rank prints "READY <rank> <pid>", waits (without MPI calls, polling
+ * every millisecond) until GOFILE exists, synchronises in one MPI_Barrier,
+ * then runs ITERS rounds of MODE, checks every result it received, and
+ * prints "OK <rank>" or exits non-zero:
+ *   barrier  the last rank sleeps DELAY_MS before each MPI_Barrier;
+ *   nxn      rank 2 (mod size) sleeps before each MPI_Allreduce;
+ *   bcast    the root, rank 0, sleeps before each MPI_Bcast;
+ *   reduce   the last rank sleeps before each MPI_Reduce to rank 0.
+ * Rounds make no other MPI call. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void fail(const char *what, int rank, int iter) {
+    fprintf(stderr, "WRONG %s rank %d iter %d\n", what, rank, iter);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc < 5) {
+        fprintf(stderr, "usage: late MODE ITERS DELAY_MS GOFILE\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    const char *mode = argv[1];
+    int iters = atoi(argv[2]);
+    useconds_t delay = (useconds_t)atoi(argv[3]) * 1000;
+    printf("READY %d %d\n", rank, (int)getpid());
+    fflush(stdout);
+    while (access(argv[4], F_OK) != 0) usleep(1000);
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    int last = size - 1;
+    for (int it = 0; it < iters; it++) {
+        if (!strcmp(mode, "barrier")) {
+            if (rank == last) usleep(delay);
+            MPI_Barrier(MPI_COMM_WORLD);
+        } else if (!strcmp(mode, "nxn")) {
+            if (rank == 2 % size) usleep(delay);
+            int v = rank + it, sum = 0;
+            MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+            if (sum != size * (size - 1) / 2 + size * it) fail("allreduce", rank, it);
+        } else if (!strcmp(mode, "bcast")) {
+            if (rank == 0) usleep(delay);
+            int v = rank == 0 ? 1000 + it : -1;
+            MPI_Bcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            if (v != 1000 + it) fail("bcast", rank, it);
+        } else if (!strcmp(mode, "reduce")) {
+            if (rank == last) usleep(delay);
+            int v = rank + it, sum = -1;
+            MPI_Reduce(&v, &sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+            if (rank == 0 && sum != size * (size - 1) / 2 + size * it) fail("reduce", rank, it);
+        } else {
+            fprintf(stderr, "late: unknown mode %s\n", mode);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    printf("OK %d\n", rank);
+    fflush(stdout);
+    MPI_Finalize();
+    return 0;
+}
