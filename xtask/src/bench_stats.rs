@@ -8,6 +8,9 @@
 //!   same calls, and with the shim and `stats`. The difference to the
 //!   pass-through is the layer's own work; to no shim, everything it adds.
 //! - Latency: 8-byte ping-pong between two ranks with `stats` against none.
+//! - What the wait records (docs/waits.md) add to a collective: 2-rank
+//!   `MPI_Barrier` and 8-byte `MPI_Allreduce` under `stats` with every
+//!   instance recorded against `MPI_OBSERVER_WAITS=0`, paired in each round.
 //!
 //! Configurations run round-robin, `REPS` times each, so drift on a shared
 //! VM hits all alike; each run reports the median of 9 timed loops and the
@@ -157,6 +160,53 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// Two ranks: median ns per `MPI_Barrier` and per 8-byte `MPI_Allreduce`.
+const COLL_COST_C: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define LOOPS 9
+#define ITERS 20000
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double loop(int allreduce, int iters) {
+    double in = 1.0, out;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; i++) {
+        if (allreduce)
+            MPI_Allreduce(&in, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        else
+            MPI_Barrier(MPI_COMM_WORLD);
+    }
+    return (MPI_Wtime() - t0) / iters * 1e9;
+}
+
+int main(int argc, char **argv) {
+    int rank;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    double med[2];
+    for (int a = 0; a < 2; a++) {
+        double v[LOOPS];
+        loop(a, ITERS / 4);
+        for (int k = 0; k < LOOPS; k++)
+            v[k] = loop(a, ITERS);
+        qsort(v, LOOPS, sizeof(double), cmp);
+        med[a] = v[LOOPS / 2];
+    }
+    if (rank == 0)
+        printf("barrier_ns=%.1f allreduce_ns=%.1f\n", med[0], med[1]);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
 /// Runs a job and returns every `key=number` of its output.
 fn measure(mut c: Command) -> Result<Vec<(String, f64)>> {
     let o = c.output().with_context(|| format!("running {c:?}"))?;
@@ -190,6 +240,7 @@ fn fastest(v: &[f64]) -> f64 {
 struct Built {
     cost: PathBuf,
     pingpong: PathBuf,
+    coll: PathBuf,
     pass: PathBuf,
 }
 
@@ -204,9 +255,11 @@ fn build(mpi: Mpi, dir: &Path) -> Result<Built> {
     let b = Built {
         cost: dir.join("p2pcost"),
         pingpong: dir.join("pingpong"),
+        coll: dir.join("collcost"),
         pass: dir.join("libpass.so"),
     };
     mpi.mpicc(&[], &src("p2pcost.c", P2P_COST_C)?, &b.cost)?;
+    mpi.mpicc(&[], &src("collcost.c", COLL_COST_C)?, &b.coll)?;
     mpi.mpicc(&[], &src("pingpong.c", PING_PONG_C)?, &b.pingpong)?;
     mpi.mpicc(
         &["-shared", "-fPIC"],
@@ -310,6 +363,64 @@ pub fn run(root: &Path) -> Result<()> {
             mpi.name(),
             ms / mb
         )?;
+        waits(&mut report, mpi, &shim, &b)?;
     }
     write_report(root, "benchmarks-stats.md", report, &load_before)
+}
+
+/// What recording every collective's wait record adds, per call: `stats`
+/// with the records against `stats` without, run in pairs.
+fn waits(report: &mut String, mpi: Mpi, shim: &Path, b: &Built) -> Result<()> {
+    let run = |records: bool| -> Result<(f64, f64)> {
+        let mut c = mpi.job(2, Some((shim, "stats")), &b.coll);
+        if !records {
+            c.env("MPI_OBSERVER_WAITS", "0");
+        }
+        let v = measure(c)?;
+        Ok((get(&v, "barrier_ns")?, get(&v, "allreduce_ns")?))
+    };
+    // Alternate which goes first, so neither always runs on a warmer machine.
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for rep in 0..REPS {
+        let (a, b) = if rep % 2 == 0 {
+            let a = run(false)?;
+            (a, run(true)?)
+        } else {
+            let b = run(true)?;
+            (run(false)?, b)
+        };
+        off.push(a);
+        on.push(b);
+    }
+    writeln!(
+        report,
+        "## {}: wait records, ns per collective (2 ranks)\n\n\
+         `stats` recording every blocking collective on `MPI_COMM_WORLD` (the default) \
+         against `MPI_OBSERVER_WAITS=0`, in pairs within each round.\n\n\
+         | collective | without records | runs | with records | runs | added | paired ratio (median) |\n\
+         |---|---:|---:|---:|---:|---:|---:|",
+        mpi.name()
+    )?;
+    for (name, pick) in [
+        (
+            "MPI_Barrier",
+            (|p: &(f64, f64)| p.0) as fn(&(f64, f64)) -> f64,
+        ),
+        ("MPI_Allreduce, 8 B", |p: &(f64, f64)| p.1),
+    ] {
+        let x: Vec<f64> = off.iter().map(pick).collect();
+        let y: Vec<f64> = on.iter().map(pick).collect();
+        let ratios: Vec<f64> = x.iter().zip(&y).map(|(a, b)| b / a).collect();
+        let (mx, my) = (median(&x), median(&y));
+        writeln!(
+            report,
+            "| {name} | {mx:.0} ns | {} ns | {my:.0} ns | {} ns | {:+.1} ns | {:.3} |",
+            spread(&x, 0),
+            spread(&y, 0),
+            my - mx,
+            median(&ratios)
+        )?;
+    }
+    writeln!(report)?;
+    Ok(())
 }
