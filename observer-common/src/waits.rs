@@ -16,10 +16,15 @@
 //! written on every sampled collective, always on, where that cross-core
 //! read would cost more than the record.
 //!
-//! Times are `CLOCK_MONOTONIC` nanoseconds: one clock for every process of
-//! a node, the daemon's too, so records of two ranks on one node compare
-//! with no conversion. A collective costs microseconds, two vDSO reads
-//! about 40 ns.
+//! **Times** are the CPU's counter (the TSC on x86-64, the generic timer's
+//! virtual count on aarch64) where the kernel keeps time with it, which it
+//! does only for a counter that is invariant and synchronised across CPUs:
+//! then every rank of a node reads one counter, at about a third of a vDSO
+//! `clock_gettime` (12.7 against 32 ns on the AMD VM of BENCHMARKS.md). The
+//! ring says so ([`clock::TICKS`]) and, once the shim has measured it, the
+//! counter's rate ([`RingHeader::ns_per_tick`]); the reader scales
+//! differences of ticks with it. Elsewhere records hold `CLOCK_MONOTONIC`
+//! nanoseconds ([`clock::NS`]), also one clock for the whole node.
 
 use core::sync::atomic::{
     AtomicU64,
@@ -37,6 +42,25 @@ pub const WORLD: u64 = 0;
 /// `root` of a collective that has none.
 pub const NO_ROOT: i32 = -1;
 
+/// The clock of a ring's records ([`RingHeader::clock`]).
+pub mod clock {
+    /// `CLOCK_MONOTONIC` nanoseconds.
+    pub const NS: u64 = 1;
+    /// The CPU's counter, in ticks.
+    pub const TICKS: u64 = 2;
+}
+
+/// Nanoseconds in `ticks` of a counter running at `ns_per_tick` (32.32
+/// fixed point, as the shim's calibration gives it).
+pub const fn ticks_to_ns(ticks: u64, ns_per_tick: u64) -> u64 {
+    let ns = (ticks as u128 * ns_per_tick as u128) >> 32;
+    if ns > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        ns as u64
+    }
+}
+
 /// What a record stands for.
 pub mod kind {
     /// A blocking collective.
@@ -49,8 +73,13 @@ pub mod kind {
 pub struct RingHeader {
     /// Records written so far: the next record's position.
     pub head: AtomicU64,
+    /// The records' clock: one of [`clock`], set when the ring is made.
+    pub clock: AtomicU64,
+    /// With [`clock::TICKS`]: nanoseconds per tick in 32.32 fixed point, 0
+    /// until the shim has measured it (its first 5 ms of timing).
+    pub ns_per_tick: AtomicU64,
     /// Zero.
-    pub reserved: [AtomicU64; 7],
+    pub reserved: [AtomicU64; 5],
 }
 
 /// One record in shared memory, one cache line.
@@ -59,10 +88,10 @@ pub struct RingHeader {
 pub struct Record {
     /// 0 while written; the record's position + 1 once it is whole.
     pub pos: AtomicU64,
-    /// When the call was entered (`CLOCK_MONOTONIC` ns).
-    pub enter_ns: AtomicU64,
+    /// When the call was entered, in the ring's [`clock`].
+    pub enter: AtomicU64,
     /// When it returned.
-    pub leave_ns: AtomicU64,
+    pub leave: AtomicU64,
     /// The instance's sequence number on its communicator.
     pub seq: AtomicU64,
     /// The communicator's id ([`WORLD`]).
@@ -76,10 +105,10 @@ pub struct Record {
 /// A record's contents.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Plain {
-    /// When the call was entered (`CLOCK_MONOTONIC` ns).
-    pub enter_ns: u64,
+    /// When the call was entered, in the ring's [`clock`].
+    pub enter: u64,
     /// When it returned.
-    pub leave_ns: u64,
+    pub leave: u64,
     /// The instance's sequence number on its communicator.
     pub seq: u64,
     /// The communicator's id.
@@ -99,10 +128,10 @@ impl Plain {
     }
 
     /// A record of these words (`meta` as [`Plain::meta`] makes it).
-    pub const fn from_words(enter_ns: u64, leave_ns: u64, seq: u64, comm: u64, meta: u64) -> Plain {
+    pub const fn from_words(enter: u64, leave: u64, seq: u64, comm: u64, meta: u64) -> Plain {
         Plain {
-            enter_ns,
-            leave_ns,
+            enter,
+            leave,
             seq,
             comm,
             function: meta as u16,
@@ -140,8 +169,8 @@ pub fn push(head: &RingHeader, records: &[Record], r: &Plain, multi: bool) {
     slot.pos.store(0, Relaxed);
     // The reader that sees a field of this record also sees `pos` at 0.
     fence(Release);
-    slot.enter_ns.store(r.enter_ns, Relaxed);
-    slot.leave_ns.store(r.leave_ns, Relaxed);
+    slot.enter.store(r.enter, Relaxed);
+    slot.leave.store(r.leave, Relaxed);
     slot.seq.store(r.seq, Relaxed);
     slot.comm.store(r.comm, Relaxed);
     slot.meta.store(r.meta(), Relaxed);
@@ -161,6 +190,10 @@ pub struct Drained {
     pub read: u64,
     /// Records lost: overwritten before they were read, or while they were.
     pub lost: u64,
+    /// The ring's [`RingHeader::clock`] as read.
+    pub clock: u64,
+    /// Its [`RingHeader::ns_per_tick`] as read.
+    pub ns_per_tick: u64,
 }
 
 /// Reads the records written since `cursor`, the consumer's side, through
@@ -184,6 +217,8 @@ pub fn drain(
     }
     let head = word(0);
     fence(Acquire);
+    out.clock = word(1);
+    out.ns_per_tick = word(2);
     if head < *cursor {
         *cursor = head;
         return out;
@@ -246,17 +281,18 @@ mod tests {
         fn word(&self, i: u64) -> u64 {
             let header = (size_of::<RingHeader>() / 8) as u64;
             if i < header {
-                return if i == 0 {
-                    self.head.head.load(Relaxed)
-                } else {
-                    0
+                return match i {
+                    0 => self.head.head.load(Relaxed),
+                    1 => self.head.clock.load(Relaxed),
+                    2 => self.head.ns_per_tick.load(Relaxed),
+                    _ => 0,
                 };
             }
             let r = &self.records[((i - header) / WORDS) as usize];
             match (i - header) % WORDS {
                 0 => r.pos.load(Relaxed),
-                1 => r.enter_ns.load(Relaxed),
-                2 => r.leave_ns.load(Relaxed),
+                1 => r.enter.load(Relaxed),
+                2 => r.leave.load(Relaxed),
                 3 => r.seq.load(Relaxed),
                 4 => r.comm.load(Relaxed),
                 5 => r.meta.load(Relaxed),
@@ -278,8 +314,8 @@ mod tests {
 
     fn rec(seq: u64) -> Plain {
         Plain {
-            enter_ns: 10 * seq,
-            leave_ns: 10 * seq + 5,
+            enter: 10 * seq,
+            leave: 10 * seq + 5,
             seq,
             comm: WORLD,
             function: 7,
@@ -304,12 +340,26 @@ mod tests {
         }
         let mut c = 0;
         let mut got = Vec::new();
+        ring.head.clock.store(clock::TICKS, Relaxed);
+        ring.head.ns_per_tick.store(3 << 31, Relaxed);
         let d = drain(|i| ring.word(i), 8, &mut c, |r| got.push(r));
-        assert_eq!(d, Drained { read: 5, lost: 0 });
+        assert_eq!(
+            d,
+            Drained {
+                read: 5,
+                lost: 0,
+                clock: clock::TICKS,
+                ns_per_tick: 3 << 31
+            }
+        );
+        // 1.5 ns a tick.
+        assert_eq!(ticks_to_ns(1000, d.ns_per_tick), 1500);
+        assert_eq!(ticks_to_ns(u64::MAX, u64::MAX), u64::MAX);
         assert_eq!(got, (0..5).map(rec).collect::<Vec<_>>());
         assert_eq!(c, 5);
         // Nothing new, nothing read.
-        assert_eq!(ring.drain(&mut c).1, Drained::default());
+        let d = ring.drain(&mut c).1;
+        assert_eq!((d.read, d.lost), (0, 0));
         let max = Plain {
             root: i32::MAX,
             function: u16::MAX,
@@ -317,7 +367,7 @@ mod tests {
             ..rec(1)
         };
         assert_eq!(
-            Plain::from_words(max.enter_ns, max.leave_ns, max.seq, max.comm, max.meta()),
+            Plain::from_words(max.enter, max.leave, max.seq, max.comm, max.meta()),
             max
         );
     }
@@ -336,7 +386,7 @@ mod tests {
         }
         let (seqs, d) = ring.drain(&mut c);
         assert_eq!(seqs, (15..23).collect::<Vec<_>>());
-        assert_eq!(d, Drained { read: 8, lost: 12 });
+        assert_eq!((d.read, d.lost), (8, 12));
         assert_eq!(c, 23);
     }
 
@@ -349,7 +399,7 @@ mod tests {
         ring.head.head.store(2, Relaxed);
         ring.records[1].pos.store(0, Relaxed);
         let (seqs, d) = ring.drain(&mut c);
-        assert_eq!((seqs, d), (vec![0], Drained { read: 1, lost: 0 }));
+        assert_eq!((seqs, d.read, d.lost), (vec![0], 1, 0));
         assert_eq!(c, 1);
         // It finishes.
         ring.head.head.store(1, Relaxed);
@@ -358,7 +408,8 @@ mod tests {
         // A slot whose position is a later lap's: overwritten, lost.
         push(&ring.head, &ring.records, &rec(2), false);
         ring.records[2].pos.store(11, Relaxed);
-        assert_eq!(ring.drain(&mut c).1, Drained { read: 0, lost: 1 });
+        let d = ring.drain(&mut c).1;
+        assert_eq!((d.read, d.lost), (0, 1));
     }
 
     #[test]
@@ -398,7 +449,7 @@ mod tests {
         });
         let mut c = 0;
         let (mut seqs, d) = ring.drain(&mut c);
-        assert_eq!(d, Drained { read: 800, lost: 0 });
+        assert_eq!((d.read, d.lost), (800, 0));
         seqs.sort_unstable();
         let want: Vec<u64> = (0..4)
             .flat_map(|t| (0..200).map(move |i| t * 1000 + i))

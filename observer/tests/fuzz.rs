@@ -447,6 +447,8 @@ fn read_segment(bytes: &[u8]) -> Result<segment::Figures, segment::SegmentProble
                         rank: 1,
                         world_size: d.world_size,
                         shift: d.sample_shift,
+                        clock: d.drained.clock,
+                        ns_per_tick: d.drained.ns_per_tick,
                         records: &records,
                         lost: d.drained.lost,
                     },

@@ -263,8 +263,8 @@ fn wait_states(state: &mut State) {
     let f = |name| observer_common::function_by_name(name).unwrap();
     const MS: u64 = 1_000_000;
     let rec = |seq, function, enter, leave| Plain {
-        enter_ns: enter,
-        leave_ns: leave,
+        enter,
+        leave,
         seq,
         comm: waits::WORLD,
         function,
@@ -288,6 +288,8 @@ fn wait_states(state: &mut State) {
                 rank: rank as u32,
                 world_size: 2,
                 shift: 1,
+                clock: waits::clock::TICKS,
+                ns_per_tick: 1 << 32,
                 records,
                 lost: rank as u64,
             },

@@ -395,10 +395,13 @@ fn build(list: ToolsList, how: Build) -> Result<Built, ShimError> {
             Layer::Stats => {
                 stats = true;
                 stats::segment::set_callsites(crate::config::callsites_from_env());
-                stats::segment::set_waits(crate::config::waits_from_env());
                 if !injected {
                     crate::timing::enable();
                 }
+                stats::segment::set_waits(
+                    crate::config::waits_from_env(),
+                    crate::timing::counter_trusted(),
+                );
                 Level::Builtin(&stats::LAYER)
             }
             Layer::Library {

@@ -179,6 +179,14 @@ fn try_calibrate(now: u64) {
         return;
     }
     TSC_MULT.store(mult.max(1), Relaxed);
+    crate::stats::counter_rate(mult.max(1));
+}
+
+/// Whether calls are timed with the CPU's counter, or will be once it is
+/// calibrated: the kernel keeps time with it, so it is one counter for
+/// every process of the node (the wait records' clock, `stats::waits`).
+pub(crate) fn counter_trusted() -> bool {
+    CAL_TSC.load(Relaxed) != 0 || TSC_MULT.load(Relaxed) != 0
 }
 
 /// The start of a timed call: a TSC count with [`TSC`] set, or nanoseconds.

@@ -635,11 +635,12 @@ mod tests {
             put32(&mut b, offset_of!(Header, wait_sample_shift), 1);
             let w = l.waits as usize;
             put64(&mut b, w, 2);
+            put64(&mut b, w + 8, waits::clock::NS);
             for (i, r) in wait_records().iter().enumerate() {
                 let at = w + 64 + 64 * i;
                 put64(&mut b, at, i as u64 + 1);
-                put64(&mut b, at + 8, r.enter_ns);
-                put64(&mut b, at + 16, r.leave_ns);
+                put64(&mut b, at + 8, r.enter);
+                put64(&mut b, at + 16, r.leave);
                 put64(&mut b, at + 24, r.seq);
                 put64(&mut b, at + 32, r.comm);
                 put64(&mut b, at + 40, r.meta());
@@ -652,8 +653,8 @@ mod tests {
     fn wait_records() -> [waits::Plain; 2] {
         let barrier = observer_common::function_by_name("MPI_Barrier").unwrap();
         [0, 2].map(|seq| waits::Plain {
-            enter_ns: 1000 + seq,
-            leave_ns: 2000 + seq,
+            enter: 1000 + seq,
+            leave: 2000 + seq,
             seq,
             comm: waits::WORLD,
             function: barrier,
@@ -679,7 +680,11 @@ mod tests {
             assert_eq!(
                 seg.drain_waits(&mut cursor, &mut again),
                 Ok(Some(WaitDrain {
-                    drained: waits::Drained::default(),
+                    drained: waits::Drained {
+                        read: 0,
+                        lost: 0,
+                        ..d.drained
+                    },
                     ..d
                 }))
             );
@@ -695,7 +700,12 @@ mod tests {
         assert_eq!(
             d,
             WaitDrain {
-                drained: waits::Drained { read: 2, lost: 0 },
+                drained: waits::Drained {
+                    read: 2,
+                    lost: 0,
+                    clock: waits::clock::NS,
+                    ns_per_tick: 0,
+                },
                 sample_shift: 1,
                 world_size: 4,
             }

@@ -24,7 +24,8 @@
 //!
 //! **Exact or not at all.** An instance is evaluated once every member of
 //! `MPI_COMM_WORLD` has given its record, which on one node needs the whole
-//! job here: the records' clock (`CLOCK_MONOTONIC`) is the node's. An
+//! job here: the records' clock (the CPU's counter, scaled by the rate the
+//! rings give, or `CLOCK_MONOTONIC`) is the node's. An
 //! instance still missing members [`TIMEOUT_NS`] after its first record
 //! (a rank on another node, a rank without the shim's records, a record
 //! lost) is counted unresolved, never as a wait, so no culprit is ever
@@ -101,14 +102,18 @@ pub enum Unresolved {
     /// More than [`MAX_PENDING`] instances of the job were waiting for
     /// members: the oldest was given up.
     Overflow,
+    /// Its members' times cannot be compared: their rings keep different
+    /// clocks, or the counter's rate was never given.
+    Clock,
 }
 
 impl Unresolved {
     /// Every reason.
-    pub const ALL: [Unresolved; 3] = [
+    pub const ALL: [Unresolved; 4] = [
         Unresolved::Incomplete,
         Unresolved::Mismatch,
         Unresolved::Overflow,
+        Unresolved::Clock,
     ];
 
     /// The `reason` label.
@@ -117,6 +122,7 @@ impl Unresolved {
             Unresolved::Incomplete => "incomplete",
             Unresolved::Mismatch => "mismatch",
             Unresolved::Overflow => "overflow",
+            Unresolved::Clock => "clock",
         }
     }
 }
@@ -136,6 +142,8 @@ const BUCKET_NS: u64 = WINDOW_NS / BUCKETS;
 #[derive(Clone, Copy, Debug)]
 struct Part {
     rank: u32,
+    /// Its ring's clock (`waits::clock`).
+    clock: u64,
     function: u16,
     root: i32,
     enter: u64,
@@ -158,7 +166,7 @@ pub struct JobWaits {
     /// Sampled instances evaluated, per pattern.
     pub instances: [u64; 4],
     /// Instances not evaluated, per reason of [`Unresolved::ALL`].
-    pub unresolved: [u64; 3],
+    pub unresolved: [u64; 4],
     /// Records the rings lapped, or that changed while they were read.
     pub records_lost: u64,
     /// Records no shim writes (another kind or communicator, a function
@@ -178,6 +186,9 @@ struct Job {
     figures: JobWaits,
     world_size: u32,
     shift: u32,
+    /// The counter's rate, ns per tick in 32.32, as the ranks' rings last
+    /// gave it (every rank of a node reads the same counter).
+    ns_per_tick: u64,
     pending: BTreeMap<u64, Instance>,
     /// Wait caused per culprit rank, per 10-second bucket (its index).
     caused: [(u64, BTreeMap<u32, u64>); BUCKETS as usize],
@@ -199,6 +210,10 @@ pub struct Drain<'a> {
     pub world_size: u32,
     /// log2 of its sampling period.
     pub shift: u32,
+    /// Its ring's clock (`waits::clock`).
+    pub clock: u64,
+    /// With `waits::clock::TICKS`: the counter's rate, 0 while unknown.
+    pub ns_per_tick: u64,
     /// The records read.
     pub records: &'a [waits::Plain],
     /// Records lost.
@@ -214,8 +229,11 @@ impl Waits {
         j.shift = j.shift.max(d.shift.min(31));
         j.figures.sample_period = 1 << j.shift;
         j.figures.records_lost = j.figures.records_lost.saturating_add(d.lost);
+        if d.clock == waits::clock::TICKS && d.ns_per_tick != 0 {
+            j.ns_per_tick = d.ns_per_tick;
+        }
         for r in d.records {
-            j.take(d.rank, r, now_ns);
+            j.take(d.rank, d.clock, r, now_ns);
         }
     }
 
@@ -250,13 +268,14 @@ impl Waits {
 }
 
 impl Job {
-    fn take(&mut self, rank: u32, r: &waits::Plain, now_ns: u64) {
+    fn take(&mut self, rank: u32, clock: u64, r: &waits::Plain, now_ns: u64) {
         let valid = r.kind == waits::kind::COLL
+            && (clock == waits::clock::NS || clock == waits::clock::TICKS)
             && r.comm == waits::WORLD
             && FUNCTIONS
                 .get(usize::from(r.function))
                 .is_some_and(|f| f.collective.is_some())
-            && r.leave_ns >= r.enter_ns
+            && r.leave >= r.enter
             && (r.root == waits::NO_ROOT
                 || (0..i64::from(self.world_size)).contains(&i64::from(r.root)))
             && rank < self.world_size;
@@ -266,10 +285,11 @@ impl Job {
         }
         let part = Part {
             rank,
+            clock,
             function: r.function,
             root: r.root,
-            enter: r.enter_ns,
-            leave: r.leave_ns,
+            enter: r.enter,
+            leave: r.leave,
         };
         if !self.pending.contains_key(&r.seq) && self.pending.len() >= MAX_PENDING {
             self.pending.pop_first();
@@ -295,10 +315,17 @@ impl Job {
 
     fn settle(&mut self, now_ns: u64) {
         let n = self.world_size as usize;
+        // A whole instance in ticks waits for the counter's rate, until the
+        // timeout.
+        let rate = self.ns_per_tick;
+        let ready = |i: &Instance| {
+            i.parts.len() >= n
+                && (rate != 0 || i.parts.iter().all(|p| p.clock != waits::clock::TICKS))
+        };
         let done: Vec<u64> = self
             .pending
             .iter()
-            .filter(|(_, i)| i.parts.len() >= n || now_ns.saturating_sub(i.first_ns) >= TIMEOUT_NS)
+            .filter(|(_, i)| ready(i) || now_ns.saturating_sub(i.first_ns) >= TIMEOUT_NS)
             .map(|(&s, _)| s)
             .collect();
         for seq in done {
@@ -309,7 +336,26 @@ impl Job {
                 self.figures.unresolved[Unresolved::Incomplete as usize] += 1;
                 continue;
             }
-            match evaluate(&i.parts) {
+            let clock = i.parts[0].clock;
+            let scale = match clock {
+                _ if i.parts.iter().any(|p| p.clock != clock) => None,
+                waits::clock::TICKS if rate != 0 => Some(rate),
+                waits::clock::NS => Some(0),
+                _ => None,
+            };
+            let Some(scale) = scale else {
+                self.figures.unresolved[Unresolved::Clock as usize] += 1;
+                continue;
+            };
+            // Nanoseconds from the instance's clock.
+            let ns = |v: u64| {
+                if scale == 0 {
+                    v
+                } else {
+                    waits::ticks_to_ns(v, scale)
+                }
+            };
+            match evaluate(&i.parts).map(|r| r.map(|(p, w, c)| (p, ns(w), c))) {
                 Err(Mismatch) => self.figures.unresolved[Unresolved::Mismatch as usize] += 1,
                 // A collective without a pattern (Scan, Alltoallw...).
                 Ok(None) => {}
@@ -428,8 +474,8 @@ mod tests {
 
     fn rec(seq: u64, function: &str, root: i32, enter: u64, leave: u64) -> waits::Plain {
         waits::Plain {
-            enter_ns: enter,
-            leave_ns: leave,
+            enter,
+            leave,
             seq,
             comm: waits::WORLD,
             function: f(function),
@@ -450,6 +496,8 @@ mod tests {
                     rank: rank as u32,
                     world_size: size,
                     shift,
+                    clock: waits::clock::NS,
+                    ns_per_tick: 0,
                     records: recs,
                     lost: 0,
                 },
@@ -480,7 +528,7 @@ mod tests {
         // Ranks 0, 1, 2 wait 100, 99, 98 ms each time.
         assert_eq!(j.waited_ns, [10 * 297 * MS, 0, 0, 0]);
         assert_eq!(j.instances, [10, 0, 0, 0]);
-        assert_eq!(j.unresolved, [0, 0, 0]);
+        assert_eq!(j.unresolved, [0, 0, 0, 0]);
         let (rank, rate) = j.culprit.unwrap();
         assert_eq!(rank, 3);
         // 2.97 s caused over the job's first 10 s (the shortest span).
@@ -541,10 +589,10 @@ mod tests {
             .collect();
         let mut w = run(4, 0, &per_rank, 1_000 * MS);
         assert_eq!(w.pending(), 1);
-        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 0]);
+        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 0, 0]);
         w.settle(1_000 * MS + TIMEOUT_NS);
         let j = w.figures("j").unwrap();
-        assert_eq!(j.unresolved, [1, 0, 0]);
+        assert_eq!(j.unresolved, [1, 0, 0, 0]);
         assert_eq!((j.waited_ns, j.culprit), ([0; 4], None));
     }
 
@@ -572,7 +620,7 @@ mod tests {
         ];
         let w = run(2, 0, &per_rank, 0);
         let j = w.figures("j").unwrap();
-        assert_eq!(j.unresolved, [0, 2, 0]);
+        assert_eq!(j.unresolved, [0, 2, 0, 0]);
         assert_eq!(j.records_invalid, 5);
         // A collective without a pattern is matched and not counted; a
         // rooted one without a root is a mismatch.
@@ -582,7 +630,7 @@ mod tests {
         ];
         let w = run(2, 0, &per_rank, 0);
         let j = w.figures("j").unwrap();
-        assert_eq!((j.unresolved, j.records_invalid), ([0, 1, 0], 0));
+        assert_eq!((j.unresolved, j.records_invalid), ([0, 1, 0, 0], 0));
         assert_eq!((j.waited_ns, j.instances), ([0; 4], [0; 4]));
         assert_eq!(w.pending(), 0);
         // A rank beyond the job's size: its records are not matched.
@@ -593,6 +641,8 @@ mod tests {
                 rank: 5,
                 world_size: 2,
                 shift: 0,
+                clock: waits::clock::NS,
+                ns_per_tick: 0,
                 records: &[rec(0, "MPI_Barrier", -1, 0, 1)],
                 lost: 3,
             },
@@ -622,16 +672,70 @@ mod tests {
                 rank: 0,
                 world_size: 2,
                 shift: 0,
+                clock: waits::clock::NS,
+                ns_per_tick: 0,
                 records: &recs,
                 lost: 0,
             },
             0,
         );
         assert_eq!(w.pending(), MAX_PENDING);
-        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 10]);
+        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 10, 0]);
         w.retain(|_| false);
         assert_eq!(w.pending(), 0);
         assert!(w.figures("j").is_none());
+    }
+
+    #[test]
+    fn counter_ticks_are_scaled_by_the_rate_the_rings_give() {
+        let drain = |rank, clock, ns_per_tick, records: &[waits::Plain]| {
+            let records = records.to_vec();
+            move |w: &mut Waits, now| {
+                w.add(
+                    "j",
+                    &Drain {
+                        rank,
+                        world_size: 2,
+                        shift: 0,
+                        clock,
+                        ns_per_tick,
+                        records: &records,
+                        lost: 0,
+                    },
+                    now,
+                )
+            }
+        };
+        let ticks = waits::clock::TICKS;
+        // Rank 1 is 1,000 ticks late; no rate yet: the instance waits.
+        let mut w = Waits::default();
+        drain(0, ticks, 0, &[rec(0, "MPI_Barrier", -1, 5_000, 6_100)])(&mut w, 0);
+        drain(1, ticks, 0, &[rec(0, "MPI_Barrier", -1, 6_000, 6_100)])(&mut w, 0);
+        w.settle(0);
+        assert_eq!(w.pending(), 1);
+        // The rate comes (2 ns a tick): 1,000 ticks are 2 µs.
+        drain(1, ticks, 2 << 32, &[])(&mut w, 1);
+        w.settle(1);
+        let j = w.figures("j").unwrap();
+        assert_eq!((j.waited_ns[0], j.instances[0]), (2_000, 1));
+        // Never given: unresolved at the timeout, as a clock problem.
+        let mut w = Waits::default();
+        drain(0, ticks, 0, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);
+        drain(1, ticks, 0, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);
+        w.settle(TIMEOUT_NS);
+        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 0, 1]);
+        // Two clocks in one instance: never compared.
+        let mut w = Waits::default();
+        drain(0, ticks, 1 << 32, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);
+        let ns = waits::clock::NS;
+        drain(1, ns, 0, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);
+        w.settle(0);
+        let j = w.figures("j").unwrap();
+        assert_eq!((j.unresolved, j.instances), ([0, 0, 0, 1], [0; 4]));
+        // A clock no shim writes: the record is invalid.
+        let mut w = Waits::default();
+        drain(0, 9, 0, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);
+        assert_eq!(w.figures("j").unwrap().records_invalid, 1);
     }
 
     #[test]
@@ -651,6 +755,8 @@ mod tests {
                         rank: rank as u32,
                         world_size: 2,
                         shift: 0,
+                        clock: waits::clock::NS,
+                        ns_per_tick: 0,
                         records: recs,
                         lost: 0,
                     },

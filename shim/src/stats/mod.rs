@@ -74,6 +74,12 @@ pub(crate) fn bind(row: usize, own: Raw, next: Raw) {
     INNER[row].store(inner.0.cast_mut(), Ordering::Release);
 }
 
+/// The CPU counter's rate, nanoseconds per tick in 32.32 fixed point, once
+/// [`crate::timing`] has measured it: the wait records' scale.
+pub(crate) fn counter_rate(ns_per_tick: u64) {
+    waits::counter_rate(ns_per_tick);
+}
+
 /// The next level below `stats` that defines `row`.
 #[inline(always)]
 pub(crate) fn next(row: usize) -> *const c_void {

@@ -61,6 +61,8 @@ pub(crate) struct State {
     pub(crate) wait_records: &'static [Record],
     /// Sequence numbers of sampled instances have these bits clear.
     pub(crate) wait_mask: u64,
+    /// The records' times are the CPU's counter, not `CLOCK_MONOTONIC`.
+    pub(crate) wait_ticks: bool,
     /// The segment's path, unlinked at `MPI_Finalize`.
     path: CString,
     /// `MPI_THREAD_MULTIPLE`: counters need atomic read-modify-writes.
@@ -106,11 +108,15 @@ static CALLSITES: AtomicBool = AtomicBool::new(true);
 static WAITS: AtomicU32 = AtomicU32::new(0);
 /// [`WAITS`]: no wait records.
 const NO_WAITS: u32 = u32::MAX;
+/// The wait records' clock is the CPU's counter.
+static WAIT_TICKS: AtomicBool = AtomicBool::new(false);
 
-/// Records the wait records' sampling (`None`: keep none); called while the
-/// stack is built, before the segment is made.
-pub(crate) fn set_waits(shift: Option<u32>) {
+/// Records the wait records' sampling (`None`: keep none) and whether their
+/// clock is the CPU's counter (`ticks`: the kernel keeps time with it);
+/// called while the stack is built, before the segment is made.
+pub(crate) fn set_waits(shift: Option<u32>, ticks: bool) {
     WAITS.store(shift.unwrap_or(NO_WAITS), Relaxed);
+    WAIT_TICKS.store(ticks, Relaxed);
 }
 
 /// The wait records' sampling shift, or `None` for no records.
@@ -373,7 +379,9 @@ pub(crate) fn build(
         // written (no records means nothing is pushed).
         static NO_RING: RingHeader = RingHeader {
             head: AtomicU64::new(0),
-            reserved: [const { AtomicU64::new(0) }; 7],
+            clock: AtomicU64::new(0),
+            ns_per_tick: AtomicU64::new(0),
+            reserved: [const { AtomicU64::new(0) }; 5],
         };
         let state = State {
             abi,
@@ -414,6 +422,7 @@ pub(crate) fn build(
                 )
             },
             wait_mask: (1u64 << wait_shift) - 1,
+            wait_ticks: WAIT_TICKS.load(Relaxed),
             path: cpath,
             multi,
             pid: std::process::id(),
@@ -421,6 +430,16 @@ pub(crate) fn build(
             map: (base as usize, size as usize),
         };
         seed(early, state.timing);
+        if wait_slots != 0 {
+            state.wait_head.clock.store(
+                if state.wait_ticks {
+                    waits::clock::TICKS
+                } else {
+                    waits::clock::NS
+                },
+                Relaxed,
+            );
+        }
         if ready {
             // Last, with Release: a reader that sees 1 sees the whole header.
             state.header.ready.store(1, Release);

@@ -18,9 +18,15 @@
 //! the instances whose number is a multiple of N: the same instances on
 //! every rank, with no coordination.
 //!
+//! **The clock** is the CPU's counter where the kernel keeps time with it
+//! (`crate::timing` decides, and measures its rate in the process's first
+//! 5 ms of timing; the first record after that puts the rate in the ring's
+//! header), else `CLOCK_MONOTONIC`: either is one clock for the node.
+//!
 //! **Cost.** A handle compare and a counter per collective; for a sampled
-//! one, two `CLOCK_MONOTONIC` reads (about 20 ns each through the vDSO) and
-//! one 64-byte record. A collective costs microseconds.
+//! one, two reads of the counter (about 13 ns each on the AMD VM of
+//! BENCHMARKS.md, against 32 for the vDSO's `clock_gettime`) and one
+//! 64-byte record. A collective costs microseconds.
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -32,10 +38,28 @@ use super::segment::state;
 /// one's sequence number.
 static WORLD_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// The counter's rate (ns per tick, 32.32) once measured; 0 before.
+static RATE: AtomicU64 = AtomicU64::new(0);
+
+/// Records the counter's rate; the next record copies it into the ring.
+pub(crate) fn counter_rate(ns_per_tick: u64) {
+    RATE.store(ns_per_tick, Relaxed);
+}
+
 /// A sampled instance in progress.
 pub(crate) struct Open {
     seq: u64,
-    enter_ns: u64,
+    enter: u64,
+}
+
+/// The records' clock now: the counter's ticks, or nanoseconds.
+#[inline(always)]
+fn now(ticks: bool) -> u64 {
+    if ticks {
+        crate::arch::ticks()
+    } else {
+        now_ns()
+    }
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock of every process on the
@@ -69,7 +93,7 @@ pub(crate) fn enter(comm: usize) -> Option<Open> {
     };
     (seq & s.wait_mask == 0).then(|| Open {
         seq,
-        enter_ns: now_ns(),
+        enter: now(s.wait_ticks),
     })
 }
 
@@ -80,9 +104,16 @@ pub(crate) fn leave(open: Option<Open>, function: usize, root: i32) {
     let (Some(o), Some(s)) = (open, state()) else {
         return;
     };
+    let leave = now(s.wait_ticks);
+    if s.wait_ticks && s.wait_head.ns_per_tick.load(Relaxed) == 0 {
+        let rate = RATE.load(Relaxed);
+        if rate != 0 {
+            s.wait_head.ns_per_tick.store(rate, Relaxed);
+        }
+    }
     let r = Plain {
-        enter_ns: o.enter_ns,
-        leave_ns: now_ns(),
+        enter: o.enter,
+        leave,
         seq: o.seq,
         comm: waits::WORLD,
         function: function as u16,

@@ -30,7 +30,7 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits, mut keep: impl FnMut(&str
     let mut unresolved = Family::new(
         "mpi_job_wait_unresolved_total",
         "counter",
-        "Sampled collective instances not evaluated, by reason: incomplete (a member's record never came: a rank on another node or without the shim's records, or its record was lost), mismatch (the members' records disagree on the function or root), overflow (too many instances waited for members).",
+        "Sampled collective instances not evaluated, by reason: incomplete (a member's record never came: a rank on another node or without the shim's records, or its record was lost), mismatch (the members' records disagree on the function or root), overflow (too many instances waited for members), clock (their members' times cannot be compared: different clocks, or the CPU counter's rate never given).",
     );
     let mut lost = Family::new(
         "mpi_job_wait_records_lost_total",

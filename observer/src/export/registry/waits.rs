@@ -51,6 +51,8 @@ impl State {
                         rank,
                         world_size: d.world_size,
                         shift: d.sample_shift,
+                        clock: d.drained.clock,
+                        ns_per_tick: d.drained.ns_per_tick,
                         records: &records,
                         lost: d.drained.lost,
                     },
