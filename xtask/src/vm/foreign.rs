@@ -1,10 +1,16 @@
-//! Debian's arm64 MPI libraries, unpacked on this x86-64 machine for the
-//! tests that read them as files: `mpi-observer sites` decodes each
-//! library by its own instruction set (tests/tests/e2e/sites.rs). The
-//! `.deb`s are pinned by version and SHA-256 and cached beside the kernels
+//! Debian's arm64 packages, fetched on this x86-64 machine: the MPI
+//! libraries for the tests that read them as files (`mpi-observer sites`
+//! decodes each library by its own instruction set,
+//! tests/tests/e2e/sites.rs), and the sysroot the arm64 package is
+//! cross-built against (`cargo xtask package --arch arm64`). The `.deb`s
+//! are pinned by version and SHA-256 and cached beside the kernels
 //! (outside the checkout); they are unpacked into the target directory.
 
-use std::{fs, path::PathBuf, process::Command};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context as _, Result, bail, ensure};
 
@@ -36,31 +42,78 @@ const ARM64_MPI: [Pin; 2] = [
     },
 ];
 
+/// What the arm64 package links and compiles against beyond the cross
+/// libc (libc6-dev-arm64-cross): libotf2 for the daemon (otf2-sys links
+/// `-lotf2`, which is libotf2-trace-dev's link to the -dev package's link
+/// to the library), and `<slurm/spank.h>` for the SPANK plugin. The same
+/// releases as this machine's amd64 ones (`cargo xtask setup`).
+const ARM64_SYSROOT: [Pin; 4] = [
+    Pin {
+        package: "libopen-trace-format2-10",
+        version: "3.0.2-2",
+        sha256: "f840a0c69e13ac67eb94bae52a53ce43f96a3d1191eebe259b2f7af5b81e5c96",
+    },
+    Pin {
+        package: "libopen-trace-format2-dev",
+        version: "3.0.2-2",
+        sha256: "f1d83c493176615abb02d8dbdafaf00cbe5fb1c65c2a7814720b46a38794558d",
+    },
+    Pin {
+        package: "libotf2-trace-dev",
+        version: "3.0.2-2",
+        sha256: "14182661eaff902a756b05c3a51c246f6f79a465f4d451417bff649d786a9cea",
+    },
+    Pin {
+        package: "libslurm-dev",
+        version: "22.05.8-4+deb12u3",
+        sha256: "dc186cc67d1d08f75e4c84cf72bc467d803255d045a8009755b3406656bb76e0",
+    },
+];
+
 const SUITE: &str = "bookworm";
+
+/// Where the arm64 sysroot is unpacked, under the target directory.
+const SYSROOT_DIR: &str = "foreign/arm64-sysroot";
 
 /// Fetches (once) and unpacks the arm64 MPI libraries into
 /// `target/foreign/arm64` (`e2e::FOREIGN_ARM64`), and returns that
 /// directory.
 pub fn arm64_mpi() -> Result<PathBuf> {
+    let out = target_dir().join(e2e::FOREIGN_ARM64);
+    unpack(&ARM64_MPI, "arm64 MPI libraries", &out)?;
+    Ok(out)
+}
+
+/// Fetches (once) and unpacks the arm64 sysroot ([`ARM64_SYSROOT`]) into
+/// `target/foreign/arm64-sysroot`, and returns that directory: its
+/// `usr/lib/aarch64-linux-gnu` and `usr/include` are Debian's arm64 ones.
+pub fn arm64_sysroot() -> Result<PathBuf> {
+    let out = target_dir().join(SYSROOT_DIR);
+    unpack(&ARM64_SYSROOT, "the arm64 sysroot", &out)?;
+    Ok(out)
+}
+
+/// Each pinned `.deb` of `pins` from the cache (downloaded if it is not
+/// there with its pinned hash), unpacked into `out`, emptied first.
+fn unpack(pins: &[Pin], what: &str, out: &Path) -> Result<()> {
     let root = cache::dir();
     let debs = root.join("debs");
     fs::create_dir_all(&debs).with_context(|| format!("creating {}", debs.display()))?;
     let lock = fs::File::create(root.join(".lock"))?;
     lock.lock()
         .with_context(|| format!("locking {}", root.join(".lock").display()))?;
-    let out = target_dir().join(e2e::FOREIGN_ARM64);
     if out.exists() {
-        fs::remove_dir_all(&out)?;
+        fs::remove_dir_all(out)?;
     }
-    fs::create_dir_all(&out)?;
+    fs::create_dir_all(out)?;
     let mut updated = false;
-    for p in &ARM64_MPI {
+    for p in pins {
         let file = format!("{}_{}_arm64.deb", p.package, p.version);
         let deb = debs.join(&file);
         if !(deb.exists() && sha256(&deb)? == p.sha256) {
             let opts = apt_options(&root, SUITE, Arch::Arm64)?;
             if !updated {
-                eprintln!("foreign: fetching arm64 MPI libraries from {SUITE}");
+                eprintln!("foreign: fetching {what} from {SUITE}");
                 run_cmd(Command::new("apt-get").args(&opts).args(["update", "-q"]))?;
                 updated = true;
             }
@@ -78,7 +131,7 @@ pub fn arm64_mpi() -> Result<PathBuf> {
                 p.sha256
             );
         }
-        run_cmd(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&out))?;
+        run_cmd(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(out))?;
     }
-    Ok(out)
+    Ok(())
 }
