@@ -31,6 +31,7 @@ use std::{path::PathBuf, process::Command};
 
 use anyhow::{Context as _, Result, ensure};
 use clap::{Parser, Subcommand};
+use vm::kernels::Arch;
 
 #[derive(Parser)]
 #[command(about = "mpi-observer project tasks")]
@@ -54,8 +55,15 @@ enum Cmd {
     Build,
     /// Build the Debian package (cargo-deb): the binary, the shim, the
     /// systemd unit and its /etc/default file, the Slurm SPANK plugin, the
-    /// dashboards and rules. Written to target/debian/mpi-observer.deb.
-    Package,
+    /// dashboards and rules. Written to target/debian/mpi-observer.deb;
+    /// with `--arch arm64`, cross-built to
+    /// target/debian/mpi-observer_<version>_arm64.deb.
+    Package {
+        /// The package's architecture: this machine's (x86_64, Debian's
+        /// amd64), or arm64.
+        #[arg(long, value_enum, default_value_t = Arch::X86_64)]
+        arch: Arch,
+    },
     /// Check the workspace's layout (docs/architecture.md, "The rule"):
     /// observer/src's one-way folders, no import circles between the
     /// modules of a folder in any crate, no hand-written code file over
@@ -189,7 +197,15 @@ fn test(filter: Option<String>) -> Result<()> {
     qemu_shim::run()?;
     build()?;
     // The package tests (tests/tests/e2e/package.rs) install it.
-    package::deb()?;
+    let amd64 = package::deb(Arch::X86_64, false)?;
+    // The same package cross-built for arm64, held to the amd64 one.
+    let t = std::time::Instant::now();
+    let arm64 = package::deb(Arch::Arm64, true)?;
+    package::same_but_arm64(&amd64, &arm64)?;
+    eprintln!(
+        "test: the arm64 package: {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
     // tests/tests/e2e/sites.rs reads Debian's arm64 MPI libraries.
     vm::foreign::arm64_mpi()?;
     setup::run_cmd(cargo().args([
@@ -347,13 +363,14 @@ const BPF_TARGET_ARCHES: &[&str] = &["x86_64", "aarch64"];
 
 /// The daemon, the shim and the QMPI stubs for aarch64: clippy (which
 /// type-checks everything `cargo check` does) with warnings denied for
-/// `aarch64-unknown-linux-gnu`; the daemon is not linked here. The shim's
+/// `aarch64-unknown-linux-gnu`, in the environment the arm64 package is
+/// built in (`package::cross_env`); the daemon is not linked here. The shim's
 /// instruction-set half is `shim/src/arch/aarch64.rs`; the daemon's
 /// `attach --inject` has no aarch64 stub yet and refuses in one line
 /// (`attach/inject/regs.rs`).
 fn check_aarch64() -> Result<()> {
     setup::run_cmd(
-        cargo()
+        package::cross_env(&mut cargo())
             .args([
                 "clippy",
                 "--release",
@@ -437,10 +454,13 @@ fn main() -> Result<()> {
             setup::run()?;
             build()
         }
-        Cmd::Package => {
+        Cmd::Package { arch } => {
             setup::run()?;
-            build()?;
-            let deb = package::deb()?;
+            // The arm64 package cross-builds its own binaries.
+            if arch == Arch::X86_64 {
+                build()?;
+            }
+            let deb = package::deb(arch, false)?;
             println!("{}", deb.display());
             Ok(())
         }

@@ -19,9 +19,8 @@ use std::{
 
 use anyhow::{Context as _, Result, ensure};
 
-use crate::setup::{self, AARCH64, run_cmd};
+use crate::setup::{self, AARCH64, AARCH64_CC as CC, run_cmd};
 
-const CC: &str = "aarch64-linux-gnu-gcc";
 const QEMU: &str = "qemu-aarch64-static";
 /// Where Debian's cross libc (libc6-arm64-cross) puts the aarch64 loader
 /// and libraries: qemu's `-L`.

@@ -1,6 +1,6 @@
 //! Installs what a fresh Debian machine lacks, idempotently: the MPI and
 //! tooling packages, rust-src for the BPF build, the aarch64 standard
-//! library (the shim's cross check), bpf-linker 0.10.1,
+//! library (the shim's cross check, the arm64 package), bpf-linker 0.10.1,
 //! cargo-deb 3.8.0 (the .deb), and the
 //! MPI stacks from PyPI under `target/mpi/` (see [`mpi_stacks`]).
 
@@ -70,8 +70,12 @@ const PACKAGES: &[&str] = &[
     "qemu-user-static",
 ];
 
-/// The foreign target `cargo xtask test` checks and lints the shim for.
+/// The foreign target `cargo xtask test` checks and lints the shim for,
+/// and `cargo xtask package --arch arm64` builds for.
 pub const AARCH64: &str = "aarch64-unknown-linux-gnu";
+
+/// The C compiler and linker for [`AARCH64`] (gcc-aarch64-linux-gnu).
+pub const AARCH64_CC: &str = "aarch64-linux-gnu-gcc";
 
 /// bpf-linker 0.10.1 links with rustc's own LLVM; 0.11 and later need a
 /// system LLVM that Debian 12 does not have.

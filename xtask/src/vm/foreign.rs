@@ -88,9 +88,14 @@ pub fn arm64_mpi() -> Result<PathBuf> {
 /// `target/foreign/arm64-sysroot`, and returns that directory: its
 /// `usr/lib/aarch64-linux-gnu` and `usr/include` are Debian's arm64 ones.
 pub fn arm64_sysroot() -> Result<PathBuf> {
-    let out = target_dir().join(SYSROOT_DIR);
+    let out = arm64_sysroot_dir();
     unpack(&ARM64_SYSROOT, "the arm64 sysroot", &out)?;
     Ok(out)
+}
+
+/// Where [`arm64_sysroot`] unpacks, whether it has yet or not.
+pub fn arm64_sysroot_dir() -> PathBuf {
+    target_dir().join(SYSROOT_DIR)
 }
 
 /// Each pinned `.deb` of `pins` from the cache (downloaded if it is not
