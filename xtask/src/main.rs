@@ -197,15 +197,10 @@ fn test(filter: Option<String>) -> Result<()> {
     qemu_shim::run()?;
     build()?;
     // The package tests (tests/tests/e2e/package.rs) install it.
-    let amd64 = package::deb(Arch::X86_64, false)?;
-    // The same package cross-built for arm64, held to the amd64 one.
-    let t = std::time::Instant::now();
-    let arm64 = package::deb(Arch::Arm64, true)?;
-    package::same_but_arm64(&amd64, &arm64)?;
-    eprintln!(
-        "test: the arm64 package: {:.0} s",
-        t.elapsed().as_secs_f64()
-    );
+    // The arm64 package (`cargo xtask package --arch arm64`, held to this
+    // one) is not built here yet: its cold cross build of the daemon takes
+    // 7-8 minutes that CI's budget does not have (issue 36).
+    package::deb(Arch::X86_64, false)?;
     // tests/tests/e2e/sites.rs reads Debian's arm64 MPI libraries.
     vm::foreign::arm64_mpi()?;
     setup::run_cmd(cargo().args([
@@ -461,6 +456,22 @@ fn main() -> Result<()> {
                 build()?;
             }
             let deb = package::deb(arch, false)?;
+            if arch == Arch::Arm64 {
+                // Held to the amd64 package if one was built.
+                let amd64 = package::deb_path();
+                if amd64.is_file() {
+                    package::same_but_arm64(&amd64, &deb)?;
+                    eprintln!(
+                        "the arm64 package has what {} has, built for arm64",
+                        amd64.display()
+                    );
+                } else {
+                    eprintln!(
+                        "not compared with the amd64 package: {} is not built (cargo xtask package)",
+                        amd64.display()
+                    );
+                }
+            }
             println!("{}", deb.display());
             Ok(())
         }

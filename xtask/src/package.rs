@@ -83,7 +83,7 @@ pub fn installed_shim() -> Result<String> {
 /// `target/debian/mpi-observer_<version>_arm64.deb` for arm64. `fast`:
 /// cargo-deb's `--fast`, the same contents in a larger file, made in a
 /// fifth of the time (12 s against 65 s for arm64 here): for a package
-/// that is only read, as `cargo xtask test` reads the arm64 one.
+/// that is only read and checked, never shipped.
 pub fn deb(arch: Arch, fast: bool) -> Result<PathBuf> {
     // Both are built here: the arm64 one cross-built, with amd64's tools.
     let host = Command::new("dpkg")
