@@ -465,6 +465,20 @@ fn seed(from: &[CallTiming], to: &[CallTiming]) {
     }
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds through the vDSO: one clock for every
+/// process of the node, the daemon's too (the recorder's events, and the
+/// wait records where the CPU's counter is not the kernel's clock).
+#[inline(always)]
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// `CLOCK_MONOTONIC_COARSE` in nanoseconds: the daemon's clock
 /// (`CLOCK_MONOTONIC`) read at tick resolution, a few ns instead of a vDSO
 /// call of ~20 ns. Ages come out at most one tick (≤ 4 ms) too large.

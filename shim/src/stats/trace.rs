@@ -282,13 +282,7 @@ fn claim(t: &Tracer, cached: u32, generation: u64) -> Option<u32> {
 }
 
 fn now() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    super::segment::monotonic_ns()
 }
 
 /// Writes `ev` to this thread's ring; false if it was dropped.

@@ -58,21 +58,8 @@ fn now(ticks: bool) -> u64 {
     if ticks {
         crate::arch::ticks()
     } else {
-        now_ns()
+        super::segment::monotonic_ns()
     }
-}
-
-/// `CLOCK_MONOTONIC` in nanoseconds: the clock of every process on the
-/// node, the daemon's too.
-#[inline(always)]
-fn now_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// A blocking collective on `comm` (the handle's word) is about to enter

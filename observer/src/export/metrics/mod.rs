@@ -676,7 +676,7 @@ fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: P
             c.recent,
             c.departed,
         );
-        waits::families(&mut fams, c.waits, |_| true);
+        waits::families(&mut fams, c.waits);
     }
     let mut out = String::with_capacity(64 * 1024 + fams.len() * 256);
     let outcome = budget::write(&fams, opts.max_series, &mut out);

@@ -14,9 +14,8 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-/// Every wait-state family of the jobs in `waits` whose label set `keep`
-/// accepts (the jobs of this exposition).
-pub fn families(fams: &mut Vec<Family>, waits: &Waits, mut keep: impl FnMut(&str) -> bool) {
+/// Every wait-state family of the jobs in `waits`.
+pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut seconds = Family::new(
         "mpi_job_wait_seconds_total",
         "counter",
@@ -57,7 +56,7 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits, mut keep: impl FnMut(&str
         "gauge",
         "Seconds of wait per second that mpi_job_wait_culprit_rank caused over the last minute (or since the job's first record, if younger): can exceed 1 when it made several ranks wait.",
     );
-    let mut jobs: Vec<_> = waits.all().filter(|(job, _)| keep(job)).collect();
+    let mut jobs: Vec<_> = waits.all().collect();
     jobs.sort_unstable_by_key(|(job, _)| *job);
     for (job, w) in jobs {
         for p in Pattern::ALL {
