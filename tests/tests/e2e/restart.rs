@@ -663,6 +663,14 @@ fn package_upgrade_under_systemd_hands_over() {
     // The unit's user, which the postinst made: unprivileged, all four
     // uids.
     let user = system_user().expect("the postinst must make the user mpi-observer");
+    // systemd forks the main process as root and gives it the unit's user
+    // just before the exec (after the sandbox, which takes a while on a
+    // loaded machine): its ids are the daemon's once it is the daemon.
+    wait_for(
+        "the unit's main process to exec the daemon",
+        Duration::from_secs(30),
+        || (status_field(&sd, &a, "Name") == "mpi-observer").then_some(()),
+    );
     let uids = status_field(&sd, &a, "Uid");
     assert!(
         user != "0" && uids.split_whitespace().all(|u| u == user),

@@ -5,6 +5,14 @@
 //! exact calls: through the probes (eBPF), and through the shim's `stats`
 //! layer under `--no-bpf`, where a rank's segment must reach the daemon
 //! even if it exits before any scrape (docs/shim.md, "Exit handover").
+//!
+//! Probes count the calls made after they are attached, so each probed
+//! job's ranks wait, before their calls, until the daemon has said it
+//! attached them: found by their exec, or by the scan, however long a
+//! loaded machine makes that (within a minute). A fixed head start of
+//! 300 ms was not enough beside a heavy compile: one rank of 200 was
+//! attached 510 ms after its job's other rank, and one not before its job
+//! ended.
 
 use std::{
     collections::BTreeMap,
@@ -14,8 +22,8 @@ use std::{
 };
 
 use e2e::{
-    Daemon, Mpi, Need, Sample, assert_no_probes_left, compile, program, require, scratch,
-    shim_launcher, signal, sum, wait_with_timeout,
+    Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile, program, require, scratch,
+    shim_launcher, signal, sum, wait_for, wait_with_timeout,
 };
 
 /// Jobs per mode.
@@ -46,12 +54,8 @@ impl Mode {
 
 /// Job `i`'s launcher command: its library alternates, its id is in
 /// SLURM_JOB_ID (so each job has a `jobid` of its own), its ranks wait
-/// 150 to 850 ms (probes: 300 to 1000 ms) after MPI_Init before their
-/// calls. The probes of a rank found at its exec are in within tens of
-/// milliseconds, but 2 cores busy with 8 ranks' start-up delayed one past
-/// 300 ms in about 1 run of 3 (the rank's calls before that are not seen;
-/// the shim does not suffer this). With the shim, ranks knock at `socket`
-/// at exit.
+/// 150 to 850 ms after MPI_Init (probes: after their go file) before their
+/// calls. With the shim, ranks knock at `socket` at exit.
 fn job(mode: Mode, i: usize, exes: &[(Mpi, PathBuf); 2], socket: &Path) -> Command {
     let (mpi, exe) = &exes[i % 2];
     let mut c = match mode {
@@ -72,10 +76,41 @@ fn job(mode: Mode, i: usize, exes: &[(Mpi, PathBuf); 2], socket: &Path) -> Comma
             c.args(["-genv", k, &v]);
         }
     }
-    let least = if mode == Mode::Ebpf { 300 } else { 150 };
-    c.arg(exe).arg((least + (i * 53) % 700).to_string());
+    c.arg(exe).arg((150 + (i * 53) % 700).to_string());
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     c
+}
+
+/// The go file of probed job `i`.
+fn go_file(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("go-{i}"))
+}
+
+/// Runs probed jobs `batch` at once: each rank waits until the daemon says
+/// it attached it, then makes its calls.
+fn probed_batch(daemon: &Daemon, dir: &Path, batch: &[usize], exes: &[(Mpi, PathBuf); 2]) {
+    let socket = dir.join("unused.sock");
+    let jobs: Vec<(usize, Job)> = batch
+        .iter()
+        .map(|&i| {
+            let c = job(Mode::Ebpf, i, exes, &socket);
+            (i, Job::spawn(c, NP, go_file(dir, i)))
+        })
+        .collect();
+    for (i, j) in &jobs {
+        for pid in j.pids() {
+            let said = format!("attached to pid {pid} (");
+            wait_for(
+                &format!("the daemon to attach rank pid {pid} of job {i}"),
+                Duration::from_secs(60),
+                || daemon.log().iter().any(|l| l.contains(&said)).then_some(()),
+            );
+        }
+        j.go();
+    }
+    for (_, j) in jobs {
+        j.finish("OK ");
+    }
 }
 
 fn jobid(mode: Mode, i: usize) -> String {
@@ -127,6 +162,10 @@ fn run(mode: Mode) {
 
     // No scrape from here until every job has ended.
     for batch in (0..JOBS).collect::<Vec<_>>().chunks(AT_ONCE) {
+        if mode == Mode::Ebpf {
+            probed_batch(&daemon, &dir, batch, &exes);
+            continue;
+        }
         let children: Vec<_> = batch
             .iter()
             .map(|&i| {
