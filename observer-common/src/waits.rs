@@ -1,7 +1,8 @@
 //! Wait-state records: the shim's `stats` layer writes one per sampled
-//! collective instance into a ring in its segment (layout version 4), and
-//! the node daemon drains the rings of a job's ranks, matches the records of
-//! one instance and computes Scalasca's wait states from them
+//! collective instance, and one per sampled point-to-point send and receive,
+//! into a ring in its segment (layout version 4), and the node daemon drains
+//! the rings of a job's ranks, matches the records of one instance (or of
+//! one message) and computes Scalasca's wait states from them
 //! (docs/waits.md).
 //!
 //! **The ring laps; it never blocks and never reads the consumer.** The
@@ -65,6 +66,32 @@ pub const fn ticks_to_ns(ticks: u64, ns_per_tick: u64) -> u64 {
 pub mod kind {
     /// A blocking collective.
     pub const COLL: u8 = 1;
+    /// A point-to-point send, posted by the call it was entered in (a
+    /// blocking send, a nonblocking one, a persistent one's start, the send
+    /// half of a `Sendrecv`).
+    pub const SEND: u8 = 2;
+    /// A point-to-point receive, completed in the call it was entered in
+    /// (a `Recv`, a `Sendrecv`, a `Mrecv`, or a call of the Wait or Test
+    /// families).
+    pub const RECV: u8 = 3;
+    /// The end of a call's group of receives ([`super::flag::MULTI`]):
+    /// written after the last of them, with the call's thread and enter
+    /// time, and in `seq` how many receives the group has.
+    pub const GROUP_END: u8 = 4;
+}
+
+/// Bits of [`Plain::flags`].
+pub mod flag {
+    /// A receive completed by a call that may complete several
+    /// (`MPI_Waitall`, `MPI_Waitsome`): the call's receives are one group,
+    /// whose wait is the latest sender's (Scalasca's rule), known by the
+    /// thread and the call's enter time they share.
+    pub const MULTI: u8 = 1;
+    /// A receive completed by the Test family: it matches its send, and
+    /// counts no wait (Scalasca analyses only blocking completions).
+    pub const TEST: u8 = 2;
+    /// Every bit the shim writes.
+    pub const KNOWN: u8 = MULTI | TEST;
 }
 
 /// The ring's header, one cache line.
@@ -78,8 +105,16 @@ pub struct RingHeader {
     /// With [`clock::TICKS`]: nanoseconds per tick in 32.32 fixed point, 0
     /// until the shim has measured it (its first 5 ms of timing).
     pub ns_per_tick: AtomicU64,
+    /// log2 of the point-to-point sampling period plus one: the process
+    /// records the sends and receives whose envelope sequence number is a
+    /// multiple of `1 << (p2p_shift - 1)`; 0 when it records none.
+    pub p2p_shift: AtomicU64,
+    /// Sampled sends and receives the shim did not record: the call's
+    /// enter time was not on the ring's clock yet (the counter's first 5 ms),
+    /// or the process lost count of an envelope's messages.
+    pub skipped: AtomicU64,
     /// Zero.
-    pub reserved: [AtomicU64; 5],
+    pub reserved: [AtomicU64; 3],
 }
 
 /// One record in shared memory, one cache line.
@@ -96,10 +131,12 @@ pub struct Record {
     pub seq: AtomicU64,
     /// The communicator's id ([`WORLD`]).
     pub comm: AtomicU64,
-    /// [`Plain::meta`]: function, kind and root.
+    /// [`Plain::meta`]: function, kind, flags and peer.
     pub meta: AtomicU64,
-    /// Zero.
-    pub reserved: [AtomicU64; 2],
+    /// [`Plain::envelope`]: the tag and the thread.
+    pub envelope: AtomicU64,
+    /// The message's bytes (point-to-point records).
+    pub bytes: AtomicU64,
 }
 
 /// A record's contents.
@@ -117,18 +154,38 @@ pub struct Plain {
     pub function: u16,
     /// One of [`kind`].
     pub kind: u8,
-    /// The root as a world rank, or [`NO_ROOT`].
-    pub root: i32,
+    /// Bits of [`flag`].
+    pub flags: u8,
+    /// A world rank: a collective's root ([`NO_ROOT`] if it has none), a
+    /// send's destination, a receive's source.
+    pub peer: i32,
+    /// A point-to-point message's tag.
+    pub tag: i32,
+    /// The thread that made the call, as a number the process gives it:
+    /// with the enter time, it names a call's group of receives.
+    pub thread: u32,
+    /// A point-to-point message's bytes.
+    pub bytes: u64,
 }
 
 impl Plain {
-    /// The function, kind and root in one word.
+    /// The function, kind, flags and peer in one word.
     pub const fn meta(&self) -> u64 {
-        self.function as u64 | (self.kind as u64) << 16 | (self.root as u32 as u64) << 32
+        self.function as u64
+            | (self.kind as u64) << 16
+            | (self.flags as u64) << 24
+            | (self.peer as u32 as u64) << 32
     }
 
-    /// A record of these words (`meta` as [`Plain::meta`] makes it).
-    pub const fn from_words(enter: u64, leave: u64, seq: u64, comm: u64, meta: u64) -> Plain {
+    /// The tag and the thread in one word.
+    pub const fn envelope(&self) -> u64 {
+        self.tag as u32 as u64 | (self.thread as u64) << 32
+    }
+
+    /// A record of these words (`meta` and `envelope` as [`Plain::meta`] and
+    /// [`Plain::envelope`] make them).
+    pub const fn from_words(words: [u64; 7]) -> Plain {
+        let [enter, leave, seq, comm, meta, envelope, bytes] = words;
         Plain {
             enter,
             leave,
@@ -136,7 +193,11 @@ impl Plain {
             comm,
             function: meta as u16,
             kind: (meta >> 16) as u8,
-            root: (meta >> 32) as u32 as i32,
+            flags: (meta >> 24) as u8,
+            peer: (meta >> 32) as u32 as i32,
+            tag: envelope as u32 as i32,
+            thread: (envelope >> 32) as u32,
+            bytes,
         }
     }
 }
@@ -174,6 +235,8 @@ pub fn push(head: &RingHeader, records: &[Record], r: &Plain, multi: bool) {
     slot.seq.store(r.seq, Relaxed);
     slot.comm.store(r.comm, Relaxed);
     slot.meta.store(r.meta(), Relaxed);
+    slot.envelope.store(r.envelope(), Relaxed);
+    slot.bytes.store(r.bytes, Relaxed);
     slot.pos.store(p + 1, Release);
     if !multi {
         head.head.store(p + 1, Release);
@@ -194,6 +257,10 @@ pub struct Drained {
     pub clock: u64,
     /// Its [`RingHeader::ns_per_tick`] as read.
     pub ns_per_tick: u64,
+    /// Its [`RingHeader::p2p_shift`] as read.
+    pub p2p_shift: u64,
+    /// Its [`RingHeader::skipped`] as read: a running total.
+    pub skipped: u64,
 }
 
 /// Reads the records written since `cursor`, the consumer's side, through
@@ -219,6 +286,8 @@ pub fn drain(
     fence(Acquire);
     out.clock = word(1);
     out.ns_per_tick = word(2);
+    out.p2p_shift = word(3);
+    out.skipped = word(4);
     if head < *cursor {
         *cursor = head;
         return out;
@@ -239,13 +308,15 @@ pub fn drain(
             // a later drain counts as a loss).
             break;
         }
-        let r = Plain::from_words(
+        let r = Plain::from_words([
             word(at + 1),
             word(at + 2),
             word(at + 3),
             word(at + 4),
             word(at + 5),
-        );
+            word(at + 6),
+            word(at + 7),
+        ]);
         fence(Acquire);
         if pos == want && word(at) == want {
             f(r);
@@ -285,6 +356,8 @@ mod tests {
                     0 => self.head.head.load(Relaxed),
                     1 => self.head.clock.load(Relaxed),
                     2 => self.head.ns_per_tick.load(Relaxed),
+                    3 => self.head.p2p_shift.load(Relaxed),
+                    4 => self.head.skipped.load(Relaxed),
                     _ => 0,
                 };
             }
@@ -296,6 +369,8 @@ mod tests {
                 3 => r.seq.load(Relaxed),
                 4 => r.comm.load(Relaxed),
                 5 => r.meta.load(Relaxed),
+                6 => r.envelope.load(Relaxed),
+                7 => r.bytes.load(Relaxed),
                 _ => 0,
             }
         }
@@ -320,7 +395,8 @@ mod tests {
             comm: WORLD,
             function: 7,
             kind: kind::COLL,
-            root: if seq.is_multiple_of(2) { NO_ROOT } else { 3 },
+            peer: if seq.is_multiple_of(2) { NO_ROOT } else { 3 },
+            ..Plain::default()
         }
     }
 
@@ -349,7 +425,9 @@ mod tests {
                 read: 5,
                 lost: 0,
                 clock: clock::TICKS,
-                ns_per_tick: 3 << 31
+                ns_per_tick: 3 << 31,
+                p2p_shift: 0,
+                skipped: 0,
             }
         );
         // 1.5 ns a tick.
@@ -360,16 +438,44 @@ mod tests {
         // Nothing new, nothing read.
         let d = ring.drain(&mut c).1;
         assert_eq!((d.read, d.lost), (0, 0));
-        let max = Plain {
-            root: i32::MAX,
-            function: u16::MAX,
-            kind: u8::MAX,
-            ..rec(1)
-        };
-        assert_eq!(
-            Plain::from_words(max.enter, max.leave, max.seq, max.comm, max.meta()),
-            max
-        );
+        for r in [
+            Plain {
+                peer: i32::MAX,
+                function: u16::MAX,
+                kind: u8::MAX,
+                flags: u8::MAX,
+                tag: i32::MIN,
+                thread: u32::MAX,
+                bytes: u64::MAX,
+                ..rec(1)
+            },
+            Plain {
+                peer: -1,
+                tag: -1,
+                kind: kind::RECV,
+                flags: flag::MULTI,
+                bytes: 8,
+                ..rec(2)
+            },
+        ] {
+            let words = [
+                r.enter,
+                r.leave,
+                r.seq,
+                r.comm,
+                r.meta(),
+                r.envelope(),
+                r.bytes,
+            ];
+            assert_eq!(Plain::from_words(words), r);
+            // And through the ring.
+            push(&ring.head, &ring.records, &r, false);
+            let mut back = Vec::new();
+            ring.head.p2p_shift.store(4, Relaxed);
+            ring.head.skipped.store(9, Relaxed);
+            let d = drain(|i| ring.word(i), 8, &mut c, |r| back.push(r));
+            assert_eq!((back, d.p2p_shift, d.skipped), (vec![r], 4, 9));
+        }
     }
 
     #[test]

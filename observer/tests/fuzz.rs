@@ -451,6 +451,8 @@ fn read_segment(bytes: &[u8]) -> Result<segment::Figures, segment::SegmentProble
                         ns_per_tick: d.drained.ns_per_tick,
                         records: &records,
                         lost: d.drained.lost,
+                        p2p_shift: d.drained.p2p_shift,
+                        skipped: d.drained.skipped,
                     },
                     0,
                 );

@@ -255,7 +255,8 @@ fn fixture(render: RenderOptions) -> Fixture {
 }
 
 /// The wait states of the first job: two of its ranks in a barrier (one
-/// 3 ms late) and an allreduce (the other 1 ms late), sampled 1 in 2.
+/// 3 ms late) and an allreduce (the other 1 ms late), sampled 1 in 2, and a
+/// message rank 0 sends 2 ms after rank 1 waits for it, sampled 1 in 8.
 fn wait_states(state: &mut State) {
     use mpi_observer::collect::waits::Drain;
     use observer_common::waits::{self, Plain};
@@ -269,16 +270,31 @@ fn wait_states(state: &mut State) {
         comm: waits::WORLD,
         function,
         kind: waits::kind::COLL,
-        root: waits::NO_ROOT,
+        peer: waits::NO_ROOT,
+        ..Plain::default()
+    };
+    let message = |kind, peer, function, enter, leave| Plain {
+        enter,
+        leave,
+        comm: waits::WORLD,
+        function: f(function),
+        kind,
+        peer,
+        tag: 4,
+        thread: 1,
+        bytes: 64,
+        ..Plain::default()
     };
     let per_rank = [
         [
             rec(0, f("MPI_Barrier"), 0, 3 * MS),
             rec(2, f("MPI_Allreduce"), 10 * MS, 12 * MS),
+            message(waits::kind::SEND, 1, "MPI_Send", 20 * MS, 20 * MS),
         ],
         [
             rec(0, f("MPI_Barrier"), 3 * MS, 3 * MS),
             rec(2, f("MPI_Allreduce"), 11 * MS, 12 * MS),
+            message(waits::kind::RECV, 0, "MPI_Recv", 18 * MS, 21 * MS),
         ],
     ];
     for (rank, records) in per_rank.iter().enumerate() {
@@ -292,6 +308,8 @@ fn wait_states(state: &mut State) {
                 ns_per_tick: 1 << 32,
                 records,
                 lost: rank as u64,
+                p2p_shift: 4,
+                skipped: 3 * rank as u64,
             },
             NOW_NS,
         );

@@ -79,6 +79,37 @@ pub fn waits_from_env() -> Option<u32> {
     std::env::var(WAITS_VAR).map_or(Some(0), |v| waits_value(&v))
 }
 
+/// The variable that sets the point-to-point wait-state records (Late
+/// Sender): `0`/`off`/`no`/`false` keeps none; a power of two `N` keeps
+/// the messages whose number on their envelope is a multiple of `N` (the
+/// sender and the receiver keep the same ones); unset, anything else: one
+/// in [`WAITS_P2P_DEFAULT`]. Only with [`WAITS_VAR`] on.
+pub const WAITS_P2P_VAR: &str = "MPI_OBSERVER_WAITS_P2P";
+
+/// The point-to-point sampling period unless told: a message costs tens of
+/// nanoseconds, and a record about 15 (a counter read and a cache line), so
+/// one in 8 keeps the average under 2 ns a message.
+pub const WAITS_P2P_DEFAULT: u32 = 8;
+
+/// What [`WAITS_P2P_VAR`] says: `None` for no records, else log2 of the
+/// sampling period.
+pub fn waits_p2p_from_env() -> Option<u32> {
+    std::env::var(WAITS_P2P_VAR).map_or(Some(WAITS_P2P_DEFAULT.trailing_zeros()), |v| {
+        waits_p2p_value(&v)
+    })
+}
+
+/// [`waits_p2p_from_env`] for one value of the variable.
+fn waits_p2p_value(v: &str) -> Option<u32> {
+    if !callsites_value(v) {
+        return None;
+    }
+    match v.trim().parse::<u32>() {
+        Ok(n) if n.is_power_of_two() => Some(n.trailing_zeros()),
+        _ => Some(WAITS_P2P_DEFAULT.trailing_zeros()),
+    }
+}
+
 /// [`waits_from_env`] for one value of the variable. A value that is
 /// neither off nor a power of two up to 2^31 keeps every instance: a typo
 /// in a monitoring option must not cost figures.
@@ -315,6 +346,19 @@ mod tests {
         // Not a power of two, or not a number: every instance.
         for v in ["", "3", "on", "-8", "4294967296", "1e3"] {
             assert_eq!(waits_value(v), Some(0), "{v}");
+        }
+    }
+
+    #[test]
+    fn point_to_point_waits_are_one_in_eight_unless_told() {
+        for v in ["0", "off", "FALSE"] {
+            assert_eq!(waits_p2p_value(v), None, "{v}");
+        }
+        for (v, shift) in [("1", 0), ("16 ", 4), ("2147483648", 31)] {
+            assert_eq!(waits_p2p_value(v), Some(shift), "{v}");
+        }
+        for v in ["", "6", "every", "-1", "8.0"] {
+            assert_eq!(waits_p2p_value(v), Some(3), "{v}");
         }
     }
 

@@ -400,6 +400,7 @@ fn build(list: ToolsList, how: Build) -> Result<Built, ShimError> {
                 }
                 stats::segment::set_waits(
                     crate::config::waits_from_env(),
+                    crate::config::waits_p2p_from_env(),
                     crate::timing::counter_trusted(),
                 );
                 Level::Builtin(&stats::LAYER)

@@ -95,8 +95,9 @@ fn now_ns() -> u64 {
     (t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64).clamp(1, TSC - 1)
 }
 
-/// Marks a start read from the TSC (a count below 2^63: a century at 3 GHz).
-const TSC: u64 = 1 << 63;
+/// Marks a start read from the TSC (a count below 2^63: a century at 3 GHz);
+/// the wait records read starts back ([`crate::depth::start_in`]).
+const TSC: u64 = crate::depth::START_TICKS;
 /// How long the TSC is measured against `CLOCK_MONOTONIC` before it is used.
 const CALIBRATION_NS: u64 = 5_000_000;
 
@@ -224,7 +225,7 @@ fn elapsed(t0: u64) -> u64 {
 /// # Safety
 /// `depth` is this thread's depth variable ([`crate::depth::slot`]).
 #[inline(always)]
-pub(crate) unsafe fn enter(depth: *mut u32) -> u64 {
+pub(crate) unsafe fn enter(depth: *mut u32, row: usize) -> u64 {
     // SAFETY: the word after the depth is this thread's timing flag.
     let flag = unsafe { depth.add(1) };
     // SAFETY: as above.
@@ -233,7 +234,10 @@ pub(crate) unsafe fn enter(depth: *mut u32) -> u64 {
     }
     // SAFETY: as above.
     unsafe { flag.write(1) };
-    start()
+    let t0 = start();
+    // SAFETY: this thread's block; the wait records read it back.
+    unsafe { crate::depth::set_call(depth, t0, row as u32) };
+    t0
 }
 
 /// A timed call's bytes by the probes' definition: per direction, and bit
@@ -306,7 +310,7 @@ macro_rules! timed {
             let f: unsafe extern "C" fn($(word!($a)),*) -> $ret = unsafe { core::mem::transmute(f) };
             let block = $crate::depth::slot();
             // SAFETY: this thread's block.
-            let t0 = if $crate::timing::enabled() { unsafe { $crate::timing::enter(block) } } else { 0 };
+            let t0 = if $crate::timing::enabled() { unsafe { $crate::timing::enter(block, $row) } } else { 0 };
             if t0 == 0 {
                 // SAFETY: the words this call was made with.
                 return unsafe { f($($a),*) };
@@ -340,8 +344,13 @@ macro_rules! timed {
 #[inline(never)]
 pub(crate) fn leave(row: usize, t0: u64, b: Bytes, site: u64) {
     let ns = elapsed(t0);
-    // SAFETY: this thread's depth variable and the flag after it.
-    unsafe { crate::depth::slot_again().add(1).write(0) };
+    // SAFETY: this thread's depth variable, the flag after it, and the
+    // call's start, which no record may take once the call is over.
+    unsafe {
+        let block = crate::depth::slot_again();
+        block.add(1).write(0);
+        crate::depth::set_call(block, 0, 0);
+    }
     crate::got::poll();
     let (id, b) = if row < FUNCTION_COUNT {
         (row, b)

@@ -15,7 +15,10 @@ use core::{
 
 use observer_common::segment::RECV;
 
-use super::segment::{NULL_PEER, State};
+use super::{
+    segment::{NULL_PEER, State},
+    waits,
+};
 
 /// A peer the layer cannot name (not in `MPI_COMM_WORLD`, or cache full).
 pub(crate) const UNKNOWN_PEER: i32 = -1;
@@ -264,13 +267,16 @@ pub(crate) static MESSAGES: HandleMap<1024> = HandleMap::new();
 
 /// Marks a world rank stored in [`MESSAGES`] (whose 0 means "none").
 pub(crate) const MESSAGE_TAG: u64 = 1 << 40;
+/// Marks a message in [`MESSAGES`] that came on `MPI_COMM_WORLD`.
+pub(crate) const MESSAGE_WORLD: u64 = 1 << 41;
 
-/// Counts a completed receive on `comm` from its status.
+/// Counts a completed receive on `comm` from its status, completed in
+/// `call`, and numbers it for the wait records.
 ///
 /// # Safety
 /// `status` is a status the library filled for the receive.
 #[inline(always)]
-pub(crate) unsafe fn received(s: &State, comm: usize, status: *const u8) {
+pub(crate) unsafe fn received(s: &State, comm: usize, status: *const u8, call: &waits::Call) {
     // SAFETY: per the caller.
     let src = unsafe { s.abi.source(status) };
     if src == s.abi.c.proc_null {
@@ -278,7 +284,10 @@ pub(crate) unsafe fn received(s: &State, comm: usize, status: *const u8) {
     }
     let p = peer(s, comm, src);
     // SAFETY: per the caller.
-    s.message(p, RECV, unsafe { s.abi.received(status) });
+    let bytes = unsafe { s.abi.received(status) };
+    s.message(p, RECV, bytes);
+    // SAFETY: per the caller.
+    waits::received(s, comm, p, unsafe { s.abi.tag(status) }, bytes, call);
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use super::{
     p2p::{next, status_or},
     requests::{self, NO_SLOT},
     segment::{State, state},
+    waits::{Call, How},
 };
 
 /// Requests handled on the stack; larger arrays use a per-thread buffer
@@ -80,9 +81,9 @@ fn lookup(s: &State, reqs: usize, slots: &mut [u32]) -> bool {
 /// # Safety
 /// As [`requests::complete`].
 #[inline(always)]
-unsafe fn complete_at(s: &State, slots: &mut [u32], i: usize, status: *const u8) {
+unsafe fn complete_at(s: &State, slots: &mut [u32], i: usize, status: *const u8, call: &Call) {
     // SAFETY: per the caller.
-    unsafe { requests::complete(s, slots[i], status) };
+    unsafe { requests::complete(s, slots[i], status, call) };
     slots[i] = NO_SLOT;
 }
 
@@ -128,7 +129,7 @@ fn after_error(s: &State, reqs: usize, slots: &mut [u32]) {
         // SAFETY: the caller's array.
         if slots[i] != NO_SLOT && unsafe { s.abi.handle_at(reqs, i) } == s.abi.request_null {
             // SAFETY: a null status: no figures are read.
-            unsafe { complete_at(s, slots, i, core::ptr::null()) };
+            unsafe { complete_at(s, slots, i, core::ptr::null(), &Call::new(How::One)) };
         }
     }
     unpend_rest(s, slots);
@@ -151,7 +152,7 @@ pub(crate) unsafe extern "C" fn wait<const ROW: usize>(req: usize, status: usize
     if rc == 0 && slot != NO_SLOT {
         let p = if st == s.abi.c.status_ignore { 0 } else { st };
         // SAFETY: null or the status the library filled.
-        unsafe { requests::complete(s, slot, p as *const u8) };
+        unsafe { requests::complete(s, slot, p as *const u8, &Call::new(How::One)) };
     } else {
         requests::unpend(s, slot);
     }
@@ -180,7 +181,7 @@ pub(crate) unsafe extern "C" fn test<const ROW: usize>(
     if rc == 0 && slot != NO_SLOT && unsafe { *(flag as *const c_int) } != 0 {
         let p = if st == s.abi.c.status_ignore { 0 } else { st };
         // SAFETY: null or the status the library filled.
-        unsafe { requests::complete(s, slot, p as *const u8) };
+        unsafe { requests::complete(s, slot, p as *const u8, &Call::new(How::Test)) };
     } else {
         requests::unpend(s, slot);
     }
@@ -213,10 +214,12 @@ unsafe fn all<const ROW: usize, const TEST: bool>(
         // SAFETY: the library set the flag.
         let done = !TEST || unsafe { *(flag as *const c_int) } != 0;
         if rc == 0 && done {
+            let call = Call::new(if TEST { How::Test } else { How::Multi });
             for (i, &slot) in slots.iter().enumerate() {
                 // SAFETY: null or status i, filled by the library.
-                unsafe { requests::complete(s, slot, nth(s, read, i)) };
+                unsafe { requests::complete(s, slot, nth(s, read, i), &call) };
             }
+            call.end();
         } else if rc != 0 {
             after_error(s, reqs, slots);
         } else {
@@ -291,8 +294,9 @@ unsafe fn any<const ROW: usize, const TEST: bool>(
             && let Some(i) = usize::try_from(i).ok().filter(|&i| i < slots.len())
         {
             let p = if st == s.abi.c.status_ignore { 0 } else { st };
+            let call = Call::new(if TEST { How::Test } else { How::One });
             // SAFETY: null or the status the library filled.
-            unsafe { complete_at(s, slots, i, p as *const u8) };
+            unsafe { complete_at(s, slots, i, p as *const u8, &call) };
         }
         unpend_rest(s, slots);
         rc
@@ -344,14 +348,20 @@ pub(crate) unsafe extern "C" fn some<const ROW: usize>(
         }
         // SAFETY: the library set outcount and that many indices.
         let out = unsafe { *(outcount as *const c_int) };
+        let call = Call::new(if ROW == observer_common::FunctionId::Testsome as usize {
+            How::Test
+        } else {
+            How::Multi
+        });
         for j in 0..usize::try_from(out).unwrap_or(0) {
             // SAFETY: as above.
             let i = unsafe { *(indices as *const c_int).add(j) };
             if let Some(i) = usize::try_from(i).ok().filter(|&i| i < slots.len()) {
                 // SAFETY: null or status j, filled by the library.
-                unsafe { complete_at(s, slots, i, nth(s, read, j)) };
+                unsafe { complete_at(s, slots, i, nth(s, read, j), &call) };
             }
         }
+        call.end();
         unpend_rest(s, slots);
         rc
     })

@@ -148,6 +148,10 @@ fn wrapped() -> Vec<(usize, Raw)> {
         w!(sendrecv, SendrecvC, true),
         w!(sendrecv_replace, SendrecvReplace, false),
         w!(sendrecv_replace, SendrecvReplaceC, true),
+        w!(isendrecv, Isendrecv),
+        w!(isendrecv, IsendrecvC),
+        w!(isendrecv_replace, IsendrecvReplace),
+        w!(isendrecv_replace, IsendrecvReplaceC),
         // Matched probes.
         w!(mprobe, Mprobe),
         w!(improbe, Improbe),

@@ -12,10 +12,11 @@ use observer_common::segment::{RECV, SEND};
 
 use super::{
     abi::{Status, count, int},
-    comms::{MESSAGE_TAG, MESSAGES, UNKNOWN_PEER, peer, received},
+    comms::{MESSAGE_TAG, MESSAGE_WORLD, MESSAGES, UNKNOWN_PEER, peer, received},
     requests::{self, Entry, Kind},
     segment::{NULL_PEER, State, state},
     trace,
+    waits::{self, Call, How},
 };
 
 /// Calls the next level below `stats` for `row` with these words.
@@ -36,14 +37,23 @@ macro_rules! next {
 }
 pub(crate) use next;
 
-/// Counts a send of `count` elements of `datatype` to `dest` in `comm`.
+/// Counts a send of `count` elements of `datatype` to `dest` with `tag` in
+/// `comm`, and numbers it for the wait records.
 #[inline(always)]
-fn sent(s: &State, count: i64, datatype: usize, dest: usize, comm: usize) -> (i32, Option<u64>) {
+fn sent(
+    s: &State,
+    count: i64,
+    datatype: usize,
+    dest: usize,
+    tag: usize,
+    comm: usize,
+) -> (i32, Option<u64>) {
     let comm = s.abi.handle(comm);
     let p = peer(s, comm, int(dest));
     let bytes = s.abi.bytes(count, s.abi.handle(datatype));
     if p != NULL_PEER {
         s.message(p, SEND, bytes);
+        waits::sent(s, comm, p, int(tag), bytes);
     }
     (p, bytes)
 }
@@ -72,7 +82,7 @@ pub(crate) unsafe extern "C" fn send<const ROW: usize, const L: bool>(
     if rc == 0
         && let Some(s) = state()
     {
-        let (_, bytes) = sent(s, count::<L>(n), dt, dest, comm);
+        let (_, bytes) = sent(s, count::<L>(n), dt, dest, tag, comm);
         let c = s.abi.handle(comm);
         trace::send(s, c, int(dest), int(tag), bytes.unwrap_or(0), 0);
     }
@@ -93,7 +103,7 @@ pub(crate) unsafe extern "C" fn isend<const ROW: usize, const L: bool>(
     if rc == 0
         && let Some(s) = state()
     {
-        let (p, bytes) = sent(s, count::<L>(n), dt, dest, comm);
+        let (p, bytes) = sent(s, count::<L>(n), dt, dest, tag, comm);
         // SAFETY: the library just stored the new request there.
         let handle = unsafe { s.abi.handle_at(req, 0) };
         let c = s.abi.handle(comm);
@@ -177,7 +187,7 @@ pub(crate) unsafe extern "C" fn recv<const ROW: usize, const L: bool>(
     if rc == 0 {
         // SAFETY: the library filled `st`.
         unsafe {
-            received(s, s.abi.handle(comm), st as *const u8);
+            received(s, s.abi.handle(comm), st as *const u8, &Call::new(How::One));
             trace::received(s, s.abi.handle(comm), st as *const u8, 0);
         }
     }
@@ -244,12 +254,12 @@ pub(crate) unsafe extern "C" fn sendrecv<const ROW: usize, const L: bool>(
     let st = status_or(s, status, &mut own);
     let rc = next!(ROW; sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, st);
     if rc == 0 {
-        let (_, bytes) = sent(s, count::<L>(scount), stype, dest, comm);
+        let (_, bytes) = sent(s, count::<L>(scount), stype, dest, stag, comm);
         let c = s.abi.handle(comm);
         trace::send(s, c, int(dest), int(stag), bytes.unwrap_or(0), 0);
         // SAFETY: the library filled `st`.
         unsafe {
-            received(s, c, st as *const u8);
+            received(s, c, st as *const u8, &Call::new(How::One));
             trace::received(s, c, st as *const u8, 0);
         }
     }
@@ -275,14 +285,57 @@ pub(crate) unsafe extern "C" fn sendrecv_replace<const ROW: usize, const L: bool
     let st = status_or(s, status, &mut own);
     let rc = next!(ROW; buf, n, dt, dest, stag, src, rtag, comm, st);
     if rc == 0 {
-        let (_, bytes) = sent(s, count::<L>(n), dt, dest, comm);
+        let (_, bytes) = sent(s, count::<L>(n), dt, dest, stag, comm);
         let c = s.abi.handle(comm);
         trace::send(s, c, int(dest), int(stag), bytes.unwrap_or(0), 0);
         // SAFETY: the library filled `st`.
         unsafe {
-            received(s, c, st as *const u8);
+            received(s, c, st as *const u8, &Call::new(How::One));
             trace::received(s, c, st as *const u8, 0);
         }
+    }
+    rc
+}
+
+/// `MPI_Isendrecv` and `MPI_Isendrecv_c`. The layer does not count their
+/// messages yet; on `MPI_COMM_WORLD` the wait records then lose count of
+/// the envelopes (`waits::lose`), so they stop rather than mismatch.
+pub(crate) unsafe extern "C" fn isendrecv<const ROW: usize>(
+    sbuf: usize,
+    scount: usize,
+    stype: usize,
+    dest: usize,
+    stag: usize,
+    rbuf: usize,
+    rcount: usize,
+    rtype: usize,
+    src: usize,
+    rtag: usize,
+    comm: usize,
+    req: usize,
+) -> c_int {
+    let rc = next!(ROW; sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, req);
+    if let Some(s) = state() {
+        waits::lose(s, Some(s.abi.handle(comm)));
+    }
+    rc
+}
+
+/// `MPI_Isendrecv_replace` and `MPI_Isendrecv_replace_c`: as [`isendrecv`].
+pub(crate) unsafe extern "C" fn isendrecv_replace<const ROW: usize>(
+    buf: usize,
+    n: usize,
+    dt: usize,
+    dest: usize,
+    stag: usize,
+    src: usize,
+    rtag: usize,
+    comm: usize,
+    req: usize,
+) -> c_int {
+    let rc = next!(ROW; buf, n, dt, dest, stag, src, rtag, comm, req);
+    if let Some(s) = state() {
+        waits::lose(s, Some(s.abi.handle(comm)));
     }
     rc
 }
@@ -299,20 +352,30 @@ fn matched(s: &State, comm: usize, message: usize, status: usize) {
     if m == s.abi.message_no_proc {
         return;
     }
-    let p = peer(s, s.abi.handle(comm), src);
-    // With no room the receive is counted as unattributed.
-    let _ = MESSAGES.insert(m, MESSAGE_TAG | p as u32 as u64);
+    let comm = s.abi.handle(comm);
+    let p = peer(s, comm, src);
+    let world = if comm == s.abi.comm_world {
+        MESSAGE_WORLD
+    } else {
+        0
+    };
+    // With no room the receive is counted as unattributed, and its
+    // message cannot be numbered.
+    if !MESSAGES.insert(m, MESSAGE_TAG | world | p as u32 as u64) {
+        waits::lose(s, Some(comm));
+    }
 }
 
-/// The sender remembered for message `m`, and forgets it.
-fn take_message(s: &State, m: usize) -> i32 {
+/// The sender remembered for message `m`, and whether it came on
+/// `MPI_COMM_WORLD`; forgets it.
+fn take_message(s: &State, m: usize) -> (i32, bool) {
     if m == s.abi.message_no_proc {
-        return NULL_PEER;
+        return (NULL_PEER, false);
     }
-    let mut p = UNKNOWN_PEER;
+    let mut p = (UNKNOWN_PEER, false);
     MESSAGES.remove(m, |v| {
         if v & MESSAGE_TAG != 0 {
-            p = v as u32 as i32;
+            p = (v as u32 as i32, v & MESSAGE_WORLD != 0);
         }
     });
     p
@@ -378,10 +441,16 @@ pub(crate) unsafe extern "C" fn mrecv<const ROW: usize, const L: bool>(
     let st = status_or(s, status, &mut own);
     let rc = next!(ROW; buf, n, dt, message, st);
     if rc == 0 {
-        let p = take_message(s, m);
+        let (p, world) = take_message(s, m);
         if p != NULL_PEER {
             // SAFETY: the library filled `st`.
-            s.message(p, RECV, unsafe { s.abi.received(st as *const u8) });
+            let bytes = unsafe { s.abi.received(st as *const u8) };
+            s.message(p, RECV, bytes);
+            if world {
+                // SAFETY: as above.
+                let tag = unsafe { s.abi.tag(st as *const u8) };
+                waits::received(s, s.abi.comm_world, p, tag, bytes, &Call::new(How::One));
+            }
             // SAFETY: as above.
             unsafe { trace::received_matched(s, p, st as *const u8, 0) };
         }
@@ -406,7 +475,7 @@ pub(crate) unsafe extern "C" fn imrecv<const ROW: usize, const L: bool>(
     if rc == 0 {
         // SAFETY: the library just stored the new request there.
         let handle = unsafe { s.abi.handle_at(req, 0) };
-        let p = take_message(s, m);
+        let (p, world) = take_message(s, m);
         // Only a receive whose completion can name its sender (see
         // `trace::received_matched`) is announced.
         if p >= 0 {
@@ -418,7 +487,9 @@ pub(crate) unsafe extern "C" fn imrecv<const ROW: usize, const L: bool>(
                 handle,
                 kind: Kind::Mrecv,
                 persistent: false,
-                comm: 0,
+                // `MPI_COMM_WORLD` if the message came on it, for the
+                // wait records' numbering; else none.
+                comm: if world { s.abi.comm_world } else { 0 },
                 peer: p,
                 bytes: s.abi.bytes(count::<L>(n), s.abi.handle(dt)).unwrap_or(0),
                 recv_bytes: 0,

@@ -16,7 +16,10 @@ use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsiz
 
 use observer_common::segment::{REQUEST_SLOTS, request_state};
 
-use super::segment::{State, now_ns};
+use super::{
+    segment::{State, now_ns},
+    waits::{self, Call},
+};
 
 const N: usize = REQUEST_SLOTS as usize;
 /// Slots probed before giving up: bounds the cost of a miss.
@@ -145,9 +148,13 @@ pub(crate) fn track(s: &State, e: Entry) {
     }
     s.add(&s.counters.request_table_full, 1);
     // An untracked receive's completion is never seen: its message cannot
-    // be attributed.
+    // be attributed, nor numbered; nor can an untracked persistent send's
+    // starts.
     if matches!(e.kind, Kind::Recv | Kind::Mrecv) {
         s.add(&s.counters.unattributed_messages, 1);
+        super::waits::lose(s, Some(e.comm));
+    } else if e.kind == Kind::Send && e.persistent {
+        super::waits::lose(s, Some(e.comm));
     }
 }
 
@@ -287,12 +294,12 @@ fn release(s: &State, i: usize) {
 }
 
 /// The library completed the request in `slot` with `status` (null if the
-/// layer has none): counts the receive, marks a persistent request
-/// inactive, releases anything else, and clears the [`pend`] mark.
+/// layer has none) in `call`: counts the receive, marks a persistent
+/// request inactive, releases anything else, and clears the [`pend`] mark.
 ///
 /// # Safety
 /// `status` is null or a status the library just filled for this request.
-pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8) {
+pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8, call: &Call) {
     if slot == NO_SLOT {
         return;
     }
@@ -313,25 +320,37 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8) {
     if cancelled {
         s.add(&s.counters.requests_cancelled, 1);
         super::trace::request(super::trace::Kind::MpiRequestCancelled, handle);
+        // A cancelled send was numbered when posted and never arrives.
+        if flags & KIND_MASK == Kind::Send as u64 {
+            waits::lose(s, None);
+        }
     } else {
         match flags & KIND_MASK {
             0 => super::trace::request(super::trace::Kind::MpiIsendComplete, handle),
             1 if !status.is_null() => {
                 // SAFETY: per the caller.
                 unsafe {
-                    super::comms::received(s, COMM[i].load(Relaxed), status);
+                    super::comms::received(s, COMM[i].load(Relaxed), status, call);
                     super::trace::received(s, COMM[i].load(Relaxed), status, handle);
                 }
             }
             2 if !status.is_null() => {
                 // SAFETY: per the caller.
                 let bytes = unsafe { s.abi.received(status) };
-                s.message(PEER[i].load(Relaxed), observer_common::segment::RECV, bytes);
+                let peer = PEER[i].load(Relaxed);
+                s.message(peer, observer_common::segment::RECV, bytes);
+                let comm = COMM[i].load(Relaxed);
+                if comm != 0 {
+                    // SAFETY: per the caller.
+                    let tag = unsafe { s.abi.tag(status) };
+                    waits::received(s, comm, peer, tag, bytes, call);
+                }
                 // SAFETY: per the caller.
-                unsafe { super::trace::received_matched(s, PEER[i].load(Relaxed), status, handle) };
+                unsafe { super::trace::received_matched(s, peer, status, handle) };
             }
             1 | 2 => {
                 s.add(&s.counters.unattributed_messages, 1);
+                waits::lose(s, Some(COMM[i].load(Relaxed)));
             }
             _ => {}
         }
@@ -378,6 +397,19 @@ pub(crate) fn started(s: &State, slot: u32) {
                 Some(BYTES[i].load(Relaxed)),
             );
         }
+        // Numbered by its destination in the communicator, which on
+        // `MPI_COMM_WORLD` is the world rank (the peer is unknown when the
+        // size is).
+        let dest = DEST[i].load(Relaxed);
+        if dest != s.abi.c.proc_null {
+            waits::sent(
+                s,
+                COMM[i].load(Relaxed),
+                dest,
+                TAG[i].load(Relaxed),
+                Some(BYTES[i].load(Relaxed)).filter(|_| peer != super::comms::UNKNOWN_PEER),
+            );
+        }
         super::trace::send(
             s,
             COMM[i].load(Relaxed),
@@ -419,6 +451,7 @@ pub(crate) fn freed(s: &State, slot: u32) {
     let active = state == request_state::ACTIVE || state == request_state::PERSISTENT_ACTIVE;
     if active && matches!(flags & KIND_MASK, 1 | 2) {
         s.add(&s.counters.unattributed_messages, 1);
+        waits::lose(s, Some(COMM[i].load(Relaxed)));
     }
     release(s, i);
 }

@@ -61,6 +61,12 @@ pub(crate) struct State {
     pub(crate) wait_records: &'static [Record],
     /// Sequence numbers of sampled instances have these bits clear.
     pub(crate) wait_mask: u64,
+    /// Point-to-point messages are numbered and sampled (see
+    /// [`super::waits`]): the ring is kept and `MPI_OBSERVER_WAITS_P2P` is
+    /// not off.
+    pub(crate) p2p_waits: bool,
+    /// Envelope sequence numbers of sampled messages have these bits clear.
+    pub(crate) p2p_mask: u64,
     /// The records' times are the CPU's counter, not `CLOCK_MONOTONIC`.
     pub(crate) wait_ticks: bool,
     /// The segment's path, unlinked at `MPI_Finalize`.
@@ -108,14 +114,19 @@ static CALLSITES: AtomicBool = AtomicBool::new(true);
 static WAITS: AtomicU32 = AtomicU32::new(0);
 /// [`WAITS`]: no wait records.
 const NO_WAITS: u32 = u32::MAX;
+/// log2 of the point-to-point records' sampling period
+/// (`MPI_OBSERVER_WAITS_P2P`), or [`NO_WAITS`].
+static WAITS_P2P: AtomicU32 = AtomicU32::new(NO_WAITS);
 /// The wait records' clock is the CPU's counter.
 static WAIT_TICKS: AtomicBool = AtomicBool::new(false);
 
-/// Records the wait records' sampling (`None`: keep none) and whether their
-/// clock is the CPU's counter (`ticks`: the kernel keeps time with it);
-/// called while the stack is built, before the segment is made.
-pub(crate) fn set_waits(shift: Option<u32>, ticks: bool) {
+/// Records the wait records' sampling of collectives and of point-to-point
+/// messages (`None`: keep none) and whether their clock is the CPU's counter
+/// (`ticks`: the kernel keeps time with it); called while the stack is
+/// built, before the segment is made.
+pub(crate) fn set_waits(shift: Option<u32>, p2p: Option<u32>, ticks: bool) {
     WAITS.store(shift.unwrap_or(NO_WAITS), Relaxed);
+    WAITS_P2P.store(p2p.unwrap_or(NO_WAITS), Relaxed);
     WAIT_TICKS.store(ticks, Relaxed);
 }
 
@@ -289,6 +300,10 @@ pub(crate) fn build(
         Some(shift) => (waits::RING_SLOTS, shift.min(31)),
         None => (0, 0),
     };
+    let p2p_shift = {
+        let p = WAITS_P2P.load(Relaxed);
+        (p != NO_WAITS).then_some(p.min(31))
+    };
     let l = Layout::new(
         VERSION,
         peer_slots,
@@ -381,7 +396,9 @@ pub(crate) fn build(
             head: AtomicU64::new(0),
             clock: AtomicU64::new(0),
             ns_per_tick: AtomicU64::new(0),
-            reserved: [const { AtomicU64::new(0) }; 5],
+            p2p_shift: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            reserved: [const { AtomicU64::new(0) }; 3],
         };
         let state = State {
             abi,
@@ -422,6 +439,8 @@ pub(crate) fn build(
                 )
             },
             wait_mask: (1u64 << wait_shift) - 1,
+            p2p_waits: wait_slots != 0 && p2p_shift.is_some(),
+            p2p_mask: (1u64 << p2p_shift.unwrap_or(0)) - 1,
             wait_ticks: WAIT_TICKS.load(Relaxed),
             path: cpath,
             multi,
@@ -439,6 +458,9 @@ pub(crate) fn build(
                 },
                 Relaxed,
             );
+            if let Some(p) = p2p_shift {
+                state.wait_head.p2p_shift.store(u64::from(p) + 1, Relaxed);
+            }
         }
         if ready {
             // Last, with Release: a reader that sees 1 sees the whole header.

@@ -1,10 +1,14 @@
 //! Wait-state records (issue 37, docs/waits.md): for each sampled blocking
 //! collective on `MPI_COMM_WORLD`, when this rank entered and left it, under
-//! the instance's sequence number, into the segment's wait ring
-//! (`observer_common::waits`). The node daemon matches the records of one
-//! instance across the job's ranks and computes who waited for whom.
+//! the instance's sequence number; for each sampled point-to-point message
+//! on `MPI_COMM_WORLD`, when the call that posted its send was entered, and
+//! when the blocking call that completed its receive was entered and left,
+//! under the message's number on its envelope. They go into the segment's
+//! wait ring (`observer_common::waits`); the node daemon matches the records
+//! of one instance, or of one message, across the job's ranks and computes
+//! who waited for whom.
 //!
-//! **The sequence number needs no communication.** MPI requires every
+//! **Collectives are numbered without communication.** MPI requires every
 //! member of a communicator to call its collectives in the same order, and
 //! a blocking collective matches only a blocking one, so the n-th blocking
 //! collective this rank makes on `MPI_COMM_WORLD` is the n-th of every
@@ -14,25 +18,54 @@
 //! agree. A shim injected into a running process keeps no records: its
 //! numbers would start where it was injected.
 //!
+//! **So are messages.** MPI's non-overtaking rule: two messages with one
+//! envelope (sender, receiver, communicator, tag) are received in the order
+//! they were sent. So the k-th message a rank sends to rank r with tag t is
+//! the k-th it receives from this rank with tag t: the sender counts its
+//! sends per (destination, tag) when it posts them, the receiver its
+//! receives per (source, tag) when they complete, from the status (which
+//! resolves wildcards), and the numbers agree. Every send and every receive
+//! on `MPI_COMM_WORLD` must be counted for that: a message this process
+//! cannot count (a request its table had no room for, a receive freed while
+//! active, a cancelled send, `MPI_Isendrecv`, which the layer does not
+//! track) makes it stop recording messages for good ([`lose`]); what it then
+//! does not record is counted in the ring's `skipped`. A receive that
+//! completed in the Test family is recorded so that its send finds it, and
+//! counts no wait (Scalasca's rule).
+//!
 //! **Sampling.** With `MPI_OBSERVER_WAITS=N` (a power of two) a rank keeps
-//! the instances whose number is a multiple of N: the same instances on
+//! the collective instances whose number is a multiple of N, and with
+//! `MPI_OBSERVER_WAITS_P2P=M` the messages whose number on their envelope
+//! is a multiple of M (8 unless told): the same instances and messages on
 //! every rank, with no coordination.
 //!
 //! **The clock** is the CPU's counter where the kernel keeps time with it
 //! (`crate::timing` decides, and measures its rate in the process's first
 //! 5 ms of timing; the first record after that puts the rate in the ring's
-//! header), else `CLOCK_MONOTONIC`: either is one clock for the node.
+//! header), else `CLOCK_MONOTONIC`: either is one clock for the node. A
+//! message's enter time is the start the timing of its call already took
+//! (kept in the thread's block), so only its leave costs a read.
 //!
 //! **Cost.** A handle compare and a counter per collective; for a sampled
 //! one, two reads of the counter (about 13 ns each on the AMD VM of
 //! BENCHMARKS.md, against 32 for the vDSO's `clock_gettime`) and one
-//! 64-byte record. A collective costs microseconds.
+//! 64-byte record. A collective costs microseconds. Per message on
+//! `MPI_COMM_WORLD`, a lookup in a small table of envelopes; for a sampled
+//! receive, one read of the counter per completing call and a record; for a
+//! sampled send, a record.
 
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::{
+    cell::Cell,
+    sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+};
 
-use observer_common::waits::{self, Plain};
+use observer_common::{
+    FUNCTION_COUNT,
+    waits::{self, Plain, flag},
+};
 
-use super::segment::state;
+use super::segment::{State, state};
+use crate::generated::fortran::FORTRAN;
 
 /// Blocking collectives this process has made on `MPI_COMM_WORLD`: the next
 /// one's sequence number.
@@ -92,12 +125,6 @@ pub(crate) fn leave(open: Option<Open>, function: usize, root: i32) {
         return;
     };
     let leave = now(s.wait_ticks);
-    if s.wait_ticks && s.wait_head.ns_per_tick.load(Relaxed) == 0 {
-        let rate = RATE.load(Relaxed);
-        if rate != 0 {
-            s.wait_head.ns_per_tick.store(rate, Relaxed);
-        }
-    }
     let r = Plain {
         enter: o.enter,
         leave,
@@ -105,7 +132,338 @@ pub(crate) fn leave(open: Option<Open>, function: usize, root: i32) {
         comm: waits::WORLD,
         function: function as u16,
         kind: waits::kind::COLL,
-        root,
+        peer: root,
+        ..Plain::default()
     };
-    waits::push(s.wait_head, s.wait_records, &r, s.multi);
+    push(s, &r);
+}
+
+/// Writes `r` into the ring, with the counter's rate into its header the
+/// first time the rate is known.
+#[inline(always)]
+fn push(s: &State, r: &Plain) {
+    if s.wait_ticks && s.wait_head.ns_per_tick.load(Relaxed) == 0 {
+        let rate = RATE.load(Relaxed);
+        if rate != 0 {
+            s.wait_head.ns_per_tick.store(rate, Relaxed);
+        }
+    }
+    waits::push(s.wait_head, s.wait_records, r, s.multi);
+}
+
+/// Envelopes a process can number, per direction.
+const ENVELOPES: usize = 8_192;
+/// Slots probed before an envelope is given up: bounds a miss.
+const PROBE: usize = 32;
+
+/// The next sequence number of each envelope (peer, tag) on
+/// `MPI_COMM_WORLD`, in one direction: an open-addressing table whose
+/// entries are never removed (a program uses few envelopes; one that uses
+/// more, a tag per iteration say, finds no room for the later ones, and
+/// their messages are not recorded).
+struct Envelopes {
+    keys: [AtomicU64; ENVELOPES],
+    next: [AtomicU64; ENVELOPES],
+}
+
+impl Envelopes {
+    const fn new() -> Envelopes {
+        Envelopes {
+            keys: [const { AtomicU64::new(0) }; ENVELOPES],
+            next: [const { AtomicU64::new(0) }; ENVELOPES],
+        }
+    }
+
+    /// The number of the message on envelope `key` (never 0), counting it;
+    /// `None` with no room. `multi`: other threads may count at once.
+    #[inline(always)]
+    fn count(&self, key: u64, multi: bool) -> Option<u64> {
+        let h = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize;
+        for i in (0..PROBE).map(|i| (h + i) % ENVELOPES) {
+            let k = self.keys[i].load(Relaxed);
+            let mine = k == key
+                || k == 0
+                    && if multi {
+                        match self.keys[i].compare_exchange(0, key, Relaxed, Relaxed) {
+                            Ok(_) => true,
+                            Err(now) => now == key,
+                        }
+                    } else {
+                        self.keys[i].store(key, Relaxed);
+                        true
+                    };
+            if mine {
+                let c = &self.next[i];
+                return Some(if multi {
+                    c.fetch_add(1, Relaxed)
+                } else {
+                    let v = c.load(Relaxed);
+                    c.store(v + 1, Relaxed);
+                    v
+                });
+            }
+        }
+        None
+    }
+}
+
+/// The key of envelope (`peer`, `tag`): never 0 (`peer` is a world rank,
+/// below 2^31).
+#[inline(always)]
+fn key(peer: i32, tag: i32) -> u64 {
+    u64::from(tag as u32) << 32 | u64::from(peer as u32) | 1 << 31
+}
+
+/// Sends this process posted on `MPI_COMM_WORLD`, per (destination, tag).
+static SENDS: Envelopes = Envelopes::new();
+/// Receives it completed there, per (source, tag).
+static RECVS: Envelopes = Envelopes::new();
+/// Set for good once the process lost count of a message on
+/// `MPI_COMM_WORLD` ([`lose`]).
+static LOST: AtomicBool = AtomicBool::new(false);
+
+/// How a receive was completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum How {
+    /// By a call that completes one: `MPI_Recv`, `MPI_Sendrecv`,
+    /// `MPI_Mrecv`, `MPI_Wait`, `MPI_Waitany`.
+    One,
+    /// By `MPI_Waitall` or `MPI_Waitsome`: the call's receives are one
+    /// group (Scalasca counts its latest sender).
+    Multi,
+    /// By the Test family: no wait.
+    Test,
+}
+
+/// The call a receive completes in: how, its leave time once read (one
+/// read for all the receives it completes), and for a group
+/// ([`How::Multi`]) its enter time and how many receives it recorded.
+pub(crate) struct Call {
+    how: How,
+    leave: Cell<u64>,
+    enter: Cell<u64>,
+    thread: Cell<u32>,
+    recorded: Cell<u32>,
+}
+
+impl Call {
+    /// A call completing receives `how`.
+    #[inline(always)]
+    pub(crate) const fn new(how: How) -> Call {
+        Call {
+            how,
+            leave: Cell::new(0),
+            enter: Cell::new(0),
+            thread: Cell::new(0),
+            recorded: Cell::new(0),
+        }
+    }
+
+    fn leave(&self, ticks: bool) -> u64 {
+        let mut l = self.leave.get();
+        if l == 0 {
+            l = now(ticks);
+            self.leave.set(l);
+        }
+        l
+    }
+
+    /// After the last receive of a group: if it recorded any, writes the
+    /// group's end, so the daemon need not wait for the thread's next
+    /// record to know the group whole.
+    #[inline(always)]
+    pub(crate) fn end(&self) {
+        let n = self.recorded.get();
+        if n == 0 {
+            return;
+        }
+        let Some(s) = state() else { return };
+        push(
+            s,
+            &Plain {
+                enter: self.enter.get(),
+                leave: self.leave.get(),
+                seq: u64::from(n),
+                comm: waits::WORLD,
+                kind: waits::kind::GROUP_END,
+                peer: waits::NO_ROOT,
+                thread: self.thread.get(),
+                ..Plain::default()
+            },
+        );
+    }
+}
+
+/// A send to world rank `dest` with `tag` and `bytes`, on `comm` (a handle),
+/// posted by the call being timed: numbered, and recorded if sampled.
+#[inline(always)]
+pub(crate) fn sent(s: &State, comm: usize, dest: i32, tag: i32, bytes: Option<u64>) {
+    if s.p2p_waits && comm == s.abi.comm_world && dest >= 0 {
+        message(s, &SENDS, dest, tag, bytes, None);
+    }
+}
+
+/// A receive from world rank `src` with `tag` and `bytes`, on `comm` (a
+/// handle), completed in `call`: numbered, and recorded if sampled.
+#[inline(always)]
+pub(crate) fn received(
+    s: &State,
+    comm: usize,
+    src: i32,
+    tag: i32,
+    bytes: Option<u64>,
+    call: &Call,
+) {
+    if s.p2p_waits && comm == s.abi.comm_world && src >= 0 {
+        message(s, &RECVS, src, tag, bytes, Some(call));
+    }
+}
+
+/// The process could not count a message on `comm` (a handle; `None` when
+/// it does not know which): it records no more messages, since its numbers
+/// may no longer agree with its peers'.
+#[cold]
+pub(crate) fn lose(s: &State, comm: Option<usize>) {
+    if s.p2p_waits && comm.is_none_or(|c| c == s.abi.comm_world) {
+        LOST.store(true, Relaxed);
+    }
+}
+
+#[inline(always)]
+fn message(
+    s: &State,
+    table: &Envelopes,
+    peer: i32,
+    tag: i32,
+    bytes: Option<u64>,
+    call: Option<&Call>,
+) {
+    match table.count(key(peer, tag), s.multi) {
+        Some(seq) if seq & s.p2p_mask != 0 => {}
+        Some(seq) => record(s, seq, peer, tag, bytes, call),
+        None => skip(s),
+    }
+}
+
+/// Counts a sampled message not recorded.
+#[cold]
+fn skip(s: &State) {
+    let c = &s.wait_head.skipped;
+    if s.multi {
+        c.fetch_add(1, Relaxed);
+    } else {
+        c.store(c.load(Relaxed) + 1, Relaxed);
+    }
+}
+
+/// Records sampled message `seq`: a send (`call` `None`) or a receive.
+#[inline(never)]
+fn record(s: &State, seq: u64, peer: i32, tag: i32, bytes: Option<u64>, call: Option<&Call>) {
+    let block = crate::depth::slot();
+    // SAFETY: this thread's block.
+    let (t0, row) = unsafe {
+        (
+            crate::depth::call_start(block),
+            crate::depth::call_row(block),
+        )
+    };
+    let enter = crate::depth::start_in(t0, s.wait_ticks);
+    let (Some(enter), false) = (enter, LOST.load(Relaxed)) else {
+        return skip(s);
+    };
+    let row = row as usize;
+    let function = if row < FUNCTION_COUNT {
+        row
+    } else {
+        FORTRAN
+            .get(row - FUNCTION_COUNT)
+            .map_or(0, |f| f.function as usize)
+    };
+    let thread = (block as usize >> 4) as u32;
+    let (kind, leave, flags) = match call {
+        None => (waits::kind::SEND, enter, 0),
+        Some(c) => (
+            waits::kind::RECV,
+            c.leave(s.wait_ticks),
+            match c.how {
+                How::One => 0,
+                How::Multi => {
+                    c.enter.set(enter);
+                    c.thread.set(thread);
+                    c.recorded.set(c.recorded.get() + 1);
+                    flag::MULTI
+                }
+                How::Test => flag::TEST,
+            },
+        ),
+    };
+    push(
+        s,
+        &Plain {
+            enter,
+            leave,
+            seq,
+            comm: waits::WORLD,
+            function: function as u16,
+            kind,
+            flags,
+            peer,
+            tag,
+            thread,
+            bytes: bytes.unwrap_or(u64::MAX),
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelopes_number_each_one_apart() {
+        let t = Envelopes::new();
+        let a = key(0, 0);
+        let b = key(1, 0);
+        let c = key(0, -1);
+        assert!(a != 0 && a != b && a != c && b != c);
+        assert_eq!(t.count(a, false), Some(0));
+        assert_eq!(t.count(a, false), Some(1));
+        assert_eq!(t.count(b, true), Some(0));
+        assert_eq!(t.count(c, false), Some(0));
+        assert_eq!(t.count(a, true), Some(2));
+        assert_eq!(t.count(b, false), Some(1));
+    }
+
+    #[test]
+    fn a_full_table_numbers_nothing_new_and_keeps_the_old() {
+        let t = Envelopes::new();
+        let mut refused = 0;
+        for tag in 0..(ENVELOPES as i32 + 100) {
+            if t.count(key(3, tag), false).is_none() {
+                refused += 1;
+            }
+        }
+        assert!(refused >= 100, "{refused}");
+        // What it numbered, it still numbers.
+        assert_eq!(t.count(key(3, 0), false), Some(1));
+    }
+
+    #[test]
+    fn threads_counting_one_envelope_share_its_numbers() {
+        let t = Envelopes::new();
+        let mut all: Vec<u64> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    sc.spawn(|| {
+                        (0..1000)
+                            .map(|_| t.count(key(7, 5), true).unwrap())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        all.sort_unstable();
+        assert_eq!(all, (0..4000).collect::<Vec<_>>());
+    }
 }

@@ -9,7 +9,12 @@
  *   barrier  the last rank sleeps DELAY_MS before each MPI_Barrier;
  *   nxn      rank 2 (mod size) sleeps before each MPI_Allreduce;
  *   bcast    the root, rank 0, sleeps before each MPI_Bcast;
- *   reduce   the last rank sleeps before each MPI_Reduce to rank 0.
+ *   reduce   the last rank sleeps before each MPI_Reduce to rank 0;
+ *   sender   the last rank sleeps, then MPI_Sends to every other rank,
+ *            which waits in MPI_Recv (a Late Sender for each);
+ *   waitall  rank 0 posts an MPI_Irecv from every other rank and waits in
+ *            MPI_Waitall; the last rank sleeps before its MPI_Send, the
+ *            others send at once (a Late Sender: the latest, the last).
  * Rounds make no other MPI call. */
 #include <mpi.h>
 #include <stdio.h>
@@ -59,6 +64,33 @@ int main(int argc, char **argv) {
             int v = rank + it, sum = -1;
             MPI_Reduce(&v, &sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
             if (rank == 0 && sum != size * (size - 1) / 2 + size * it) fail("reduce", rank, it);
+        } else if (!strcmp(mode, "sender")) {
+            if (rank == last) {
+                usleep(delay);
+                for (int r = 0; r < last; r++) {
+                    int v = 100 * it + r;
+                    MPI_Send(&v, 1, MPI_INT, r, 7, MPI_COMM_WORLD);
+                }
+            } else {
+                int v = -1;
+                MPI_Recv(&v, 1, MPI_INT, last, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                if (v != 100 * it + rank) fail("recv", rank, it);
+            }
+        } else if (!strcmp(mode, "waitall")) {
+            if (rank == 0) {
+                int v[64];
+                MPI_Request q[64];
+                int n = size - 1 < 64 ? size - 1 : 64;
+                for (int r = 1; r <= n; r++)
+                    MPI_Irecv(&v[r - 1], 1, MPI_INT, r, 8, MPI_COMM_WORLD, &q[r - 1]);
+                MPI_Waitall(n, q, MPI_STATUSES_IGNORE);
+                for (int r = 1; r <= n; r++)
+                    if (v[r - 1] != 100 * it + r) fail("waitall", rank, it);
+            } else if (rank <= 64) {
+                if (rank == last) usleep(delay);
+                int v = 100 * it + rank;
+                MPI_Send(&v, 1, MPI_INT, 0, 8, MPI_COMM_WORLD);
+            }
         } else {
             fprintf(stderr, "late: unknown mode %s\n", mode);
             MPI_Abort(MPI_COMM_WORLD, 2);

@@ -3,9 +3,12 @@
 //! collective of a kind (tests/programs/waits/late.c), and the daemon's
 //! `/metrics` must say how long the others waited, under which of
 //! Scalasca's patterns, and name the late rank as the culprit; on Debian's
-//! Open MPI and MPICH.
+//! Open MPI and MPICH. Two more modes plant Late Senders: a blocking
+//! receive each, and an `MPI_Waitall` whose latest sender is late.
 //!
-//! The planted wait is DELAY × ROUNDS = 1 s per waiting rank. The band
+//! Messages are sampled as shipped, one in 8 per envelope: 16 rounds keep
+//! 2 of each, which stand for all 16. The planted wait is DELAY × ROUNDS =
+//! 1.6 s per waiting rank. The band
 //! [0.9, 1.3] allows for the sleep's overshoot and for the skew with which
 //! 4 ranks sharing 2 cores leave the collective before: a rank that leaves
 //! a Bcast 3 ms after its root (which returns once its eager sends are
@@ -19,12 +22,20 @@ use std::path::{Path, PathBuf};
 use e2e::{Daemon, Job, Mpi, Need, Sample, compile, program, require, scratch, shim_launcher, sum};
 
 const NP: u32 = 4;
-const ROUNDS: u64 = 10;
+const ROUNDS: u64 = 16;
+/// The messages' sampling period the shim uses unless told.
+const P2P_PERIOD: u64 = 8;
 const DELAY_MS: u64 = 100;
-const PATTERNS: [&str; 4] = ["wait_barrier", "wait_nxn", "late_broadcast", "early_reduce"];
+const PATTERNS: [&str; 5] = [
+    "wait_barrier",
+    "wait_nxn",
+    "late_broadcast",
+    "early_reduce",
+    "late_sender",
+];
 
-/// One mode of late.c: the pattern it plants, the ranks that wait, and the
-/// culprit.
+/// One mode of late.c: the pattern it plants, the ranks that wait, the
+/// culprit, and the sampled instances of the pattern a round makes.
 struct Plant {
     mode: &'static str,
     pattern: &'static str,
@@ -32,7 +43,23 @@ struct Plant {
     culprit: u32,
 }
 
-const PLANTS: [Plant; 4] = [
+impl Plant {
+    /// Instances of its pattern the daemon evaluates over the run.
+    fn instances(&self) -> u64 {
+        match self.mode {
+            // The synchronising barrier after the start, too.
+            "barrier" => ROUNDS + 1,
+            // One receiving call per waiter per sampled round.
+            "sender" => ROUNDS / P2P_PERIOD * u64::from(self.waiters),
+            // Rank 0's sampled Waitalls: a round's messages share their
+            // numbers, so all of its receives are sampled together.
+            "waitall" => ROUNDS / P2P_PERIOD,
+            _ => ROUNDS,
+        }
+    }
+}
+
+const PLANTS: [Plant; 6] = [
     Plant {
         mode: "barrier",
         pattern: "wait_barrier",
@@ -55,6 +82,19 @@ const PLANTS: [Plant; 4] = [
         mode: "reduce",
         pattern: "early_reduce",
         // Only the root waits in a reduce.
+        waiters: 1,
+        culprit: 3,
+    },
+    Plant {
+        mode: "sender",
+        pattern: "late_sender",
+        waiters: 3,
+        culprit: 3,
+    },
+    Plant {
+        mode: "waitall",
+        pattern: "late_sender",
+        // Rank 0, for its latest sender only.
         waiters: 1,
         culprit: 3,
     },
@@ -82,8 +122,7 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
     // Every instance evaluated, none unresolved, nothing lost.
     for p in PATTERNS {
         let want = match (p == plant.pattern, p == "wait_barrier") {
-            (true, _) if plant.pattern == "wait_barrier" => ROUNDS + 1,
-            (true, _) => ROUNDS,
+            (true, _) => plant.instances(),
             // The synchronising barrier after the start.
             (false, true) => 1,
             (false, false) => 0,
@@ -106,6 +145,11 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
         "{what}"
     );
     assert_eq!(sum(&s, "mpi_job_wait_sample_period", &[]), 1.0, "{what}");
+    assert_eq!(
+        sum(&s, "mpi_job_wait_p2p_sample_period", &[]),
+        P2P_PERIOD as f64,
+        "{what}"
+    );
     // The planted wait, and nothing else.
     let planted = (DELAY_MS * ROUNDS) as f64 / 1000.0 * f64::from(plant.waiters);
     let got = by(&s, "mpi_job_wait_seconds_total", "pattern", plant.pattern);

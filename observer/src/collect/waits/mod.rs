@@ -1,43 +1,36 @@
-//! Wait states from the shim's wait records (issue 37, docs/waits.md): the
-//! records of one collective instance, from every rank of a job on this
-//! node, matched by their sequence number on `MPI_COMM_WORLD`, and
-//! Scalasca's formulas applied to them. Pure: records in, figures out; the
-//! registry drains the rings (`export/registry/waits.rs`) and the metrics
-//! render the figures (`export/metrics/waits.rs`).
+//! Wait states from the shim's wait records (issue 37, docs/waits.md),
+//! from every rank of a job on this node: the records of one collective
+//! instance, matched by their sequence number on `MPI_COMM_WORLD`
+//! ([`coll`]), and the two halves of one point-to-point message, matched by
+//! their envelope and their number on it ([`p2p`]); Scalasca's formulas
+//! applied to them. Pure: records in, figures out; the registry drains the
+//! rings (`export/registry/waits.rs`) and the metrics render the figures
+//! (`export/metrics/waits.rs`).
 //!
 //! **Scalasca's definitions** (its pattern documentation, and the callbacks
 //! of `MPI.pattern` in its sources). E and L are the enter and leave times
-//! of each member's call; a wait is counted only when positive.
-//! - Wait at Barrier (Barrier) and Wait at N×N (Allreduce, Allgather(v),
-//!   Alltoall(v), Reduce_scatter(_block)): `E_max = max E_j`, each member
-//!   waits `min(E_max, L_i) − E_i`; the culprit is the last to arrive.
-//! - Late Broadcast (Bcast, Scatter(v)): each member but the root waits
-//!   `min(E_root, L_i) − E_i`; the culprit is the root.
-//! - Early Reduce (Reduce, Gather(v)): only the root waits,
-//!   `min(E_max, L_root) − E_root` with `E_max` the latest enter of the
-//!   others; the culprit is that latest sender.
-//!
-//! Scan, Exscan, Alltoallw and the neighbourhood collectives have no such
-//! pattern here (Scalasca has none, or "Early Scan"): their instances are
-//! matched, so that their records are not taken for invalid ones, and not
-//! counted.
+//! of a call; a wait is counted only when positive. The collective patterns
+//! are in [`coll`], Late Sender in [`p2p`].
 //!
 //! **Exact or not at all.** An instance is evaluated once every member of
-//! `MPI_COMM_WORLD` has given its record, which on one node needs the whole
-//! job here: the records' clock (the CPU's counter, scaled by the rate the
-//! rings give, or `CLOCK_MONOTONIC`) is the node's. An
-//! instance still missing members [`TIMEOUT_NS`] after its first record
-//! (a rank on another node, a rank without the shim's records, a record
-//! lost) is counted unresolved, never as a wait, so no culprit is ever
-//! named from part of a job.
+//! `MPI_COMM_WORLD` has given its record, a message once both its ranks
+//! have, which on one node is exact: the records' clock (the CPU's counter,
+//! scaled by the rate the rings give, or `CLOCK_MONOTONIC`) is the node's.
+//! What still misses a part [`TIMEOUT_NS`] after its first record (a rank
+//! on another node, a rank without the shim's records, a record lost) is
+//! counted unresolved, never as a wait, so no culprit is ever named from
+//! part of a job.
 //!
 //! **Trust.** Records come from the job's own processes, so a user can only
 //! distort their own job's figures. Which rank a record is from, and so
 //! every rank named, is the daemon's (from `/proc`), not the record's. What a
 //! job can make the daemon hold is bounded: one entry per rank per
-//! instance, [`MAX_PENDING`] instances per job.
+//! instance, [`MAX_PENDING`] instances and as many messages per job.
 
-use std::collections::{BTreeMap, HashMap, btree_map::Entry as Slot};
+mod coll;
+mod p2p;
+
+use std::collections::{BTreeMap, HashMap};
 
 use observer_common::{FUNCTIONS, functions::Collective, waits};
 
@@ -52,15 +45,21 @@ pub enum Pattern {
     LateBroadcast,
     /// Early Reduce.
     EarlyReduce,
+    /// Late Sender.
+    LateSender,
 }
+
+/// How many patterns there are.
+pub const PATTERNS: usize = 5;
 
 impl Pattern {
     /// Every pattern.
-    pub const ALL: [Pattern; 4] = [
+    pub const ALL: [Pattern; PATTERNS] = [
         Pattern::WaitBarrier,
         Pattern::WaitNxn,
         Pattern::LateBroadcast,
         Pattern::EarlyReduce,
+        Pattern::LateSender,
     ];
 
     /// The `pattern` label.
@@ -70,6 +69,7 @@ impl Pattern {
             Pattern::WaitNxn => "wait_nxn",
             Pattern::LateBroadcast => "late_broadcast",
             Pattern::EarlyReduce => "early_reduce",
+            Pattern::LateSender => "late_sender",
         }
     }
 
@@ -91,29 +91,36 @@ impl Pattern {
     }
 }
 
-/// Why an instance was not evaluated, in the order of [`Unresolved::ALL`].
+/// Why an instance or a message was not evaluated, in the order of
+/// [`Unresolved::ALL`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unresolved {
-    /// Members were missing when it timed out: on another node, without
-    /// records, or their record was lost.
+    /// A part was missing when it timed out: a rank on another node or
+    /// without records, or its record was lost.
     Incomplete,
-    /// Its members' records disagree on the function or the root.
+    /// Its parts disagree: a collective's function or root, a message's
+    /// size, or a message received before it was sent (a rank that lost
+    /// count of its messages).
     Mismatch,
-    /// More than [`MAX_PENDING`] instances of the job were waiting for
-    /// members: the oldest was given up.
+    /// More than [`MAX_PENDING`] instances, or messages, of the job were
+    /// waiting for parts: one was given up.
     Overflow,
-    /// Its members' times cannot be compared: their rings keep different
+    /// Its parts' times cannot be compared: their rings keep different
     /// clocks, or the counter's rate was never given.
     Clock,
+    /// A sampled message the shim did not record (its rank had lost count
+    /// of its messages, or its call's start was not on the ring's clock).
+    Skipped,
 }
 
 impl Unresolved {
     /// Every reason.
-    pub const ALL: [Unresolved; 4] = [
+    pub const ALL: [Unresolved; 5] = [
         Unresolved::Incomplete,
         Unresolved::Mismatch,
         Unresolved::Overflow,
         Unresolved::Clock,
+        Unresolved::Skipped,
     ];
 
     /// The `reason` label.
@@ -123,13 +130,14 @@ impl Unresolved {
             Unresolved::Mismatch => "mismatch",
             Unresolved::Overflow => "overflow",
             Unresolved::Clock => "clock",
+            Unresolved::Skipped => "skipped",
         }
     }
 }
 
-/// How long an instance waits for its last member's record.
+/// How long an instance (or a message) waits for its last part.
 pub const TIMEOUT_NS: u64 = 5_000_000_000;
-/// Instances a job may have waiting for members.
+/// Instances, and messages, a job may have waiting for parts.
 pub const MAX_PENDING: usize = 16_384;
 /// The culprit's window: `_1m`.
 pub const WINDOW_NS: u64 = 60_000_000_000;
@@ -138,43 +146,28 @@ const BUCKETS: u64 = 6;
 /// One bucket's span.
 const BUCKET_NS: u64 = WINDOW_NS / BUCKETS;
 
-/// One member's part of an instance.
-#[derive(Clone, Copy, Debug)]
-struct Part {
-    rank: u32,
-    /// Its ring's clock (`waits::clock`).
-    clock: u64,
-    function: u16,
-    root: i32,
-    enter: u64,
-    leave: u64,
-}
-
-/// An instance waiting for members.
-#[derive(Debug)]
-struct Instance {
-    /// When its first record was matched.
-    first_ns: u64,
-    parts: Vec<Part>,
-}
-
 /// One job's wait figures on this node.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct JobWaits {
     /// Seconds the job's ranks waited, per pattern (sampled × period), in ns.
-    pub waited_ns: [u64; 4],
-    /// Sampled instances evaluated, per pattern.
-    pub instances: [u64; 4],
-    /// Instances not evaluated, per reason of [`Unresolved::ALL`].
-    pub unresolved: [u64; 4],
+    pub waited_ns: [u64; PATTERNS],
+    /// Sampled instances evaluated, per pattern (for Late Sender: receiving
+    /// calls).
+    pub instances: [u64; PATTERNS],
+    /// Instances and messages not evaluated, per reason of
+    /// [`Unresolved::ALL`].
+    pub unresolved: [u64; 5],
     /// Records the rings lapped, or that changed while they were read.
     pub records_lost: u64,
     /// Records no shim writes (another kind or communicator, a function
-    /// that is no collective, a root out of range, a rank's second record
-    /// of one instance, a leave before the enter): not matched.
+    /// that is no collective, a peer or root out of range, a rank's second
+    /// record of one instance, a leave before the enter): not matched.
     pub records_invalid: u64,
-    /// The sampling period (the largest its ranks use).
+    /// The collectives' sampling period (the largest its ranks use).
     pub sample_period: u64,
+    /// The messages' sampling period (the largest its ranks use), 0 while no
+    /// rank records messages.
+    pub p2p_sample_period: u64,
     /// The rank that made the others wait longest over the last minute
     /// (all patterns), and the seconds per second it made them wait.
     pub culprit: Option<(u32, f64)>,
@@ -186,10 +179,15 @@ struct Job {
     figures: JobWaits,
     world_size: u32,
     shift: u32,
+    /// log2 of the messages' sampling period, once a rank records them.
+    p2p_shift: Option<u32>,
     /// The counter's rate, ns per tick in 32.32, as the ranks' rings last
     /// gave it (every rank of a node reads the same counter).
     ns_per_tick: u64,
-    pending: BTreeMap<u64, Instance>,
+    coll: coll::Instances,
+    p2p: p2p::Messages,
+    /// Each rank's ring's count of messages it skipped, as last read.
+    skipped: BTreeMap<u32, u64>,
     /// Wait caused per culprit rank, per 10-second bucket (its index).
     caused: [(u64, BTreeMap<u32, u64>); BUCKETS as usize],
     /// When the job's first record was matched.
@@ -208,8 +206,11 @@ pub struct Drain<'a> {
     pub rank: u32,
     /// `MPI_COMM_WORLD`'s size as it saw it.
     pub world_size: u32,
-    /// log2 of its sampling period.
+    /// log2 of its collectives' sampling period.
     pub shift: u32,
+    /// Its ring's `p2p_shift`: log2 of its messages' sampling period plus
+    /// one, 0 when it records none.
+    pub p2p_shift: u64,
     /// Its ring's clock (`waits::clock`).
     pub clock: u64,
     /// With `waits::clock::TICKS`: the counter's rate, 0 while unknown.
@@ -218,6 +219,9 @@ pub struct Drain<'a> {
     pub records: &'a [waits::Plain],
     /// Records lost.
     pub lost: u64,
+    /// Its ring's count of sampled messages it did not record (a running
+    /// total).
+    pub skipped: u64,
 }
 
 impl Waits {
@@ -228,7 +232,18 @@ impl Waits {
         j.world_size = j.world_size.max(d.world_size);
         j.shift = j.shift.max(d.shift.min(31));
         j.figures.sample_period = 1 << j.shift;
+        if let Some(p) = d.p2p_shift.checked_sub(1) {
+            let p = p.min(31) as u32;
+            let s = j.p2p_shift.map_or(p, |s| s.max(p));
+            j.p2p_shift = Some(s);
+            j.figures.p2p_sample_period = 1 << s;
+        }
         j.figures.records_lost = j.figures.records_lost.saturating_add(d.lost);
+        // A running total per rank; one that goes back (a hostile ring, or
+        // a rank's new segment) counts from where it went.
+        let before = j.skipped.insert(d.rank, d.skipped).unwrap_or(0);
+        let skipped = &mut j.figures.unresolved[Unresolved::Skipped as usize];
+        *skipped = skipped.saturating_add(d.skipped.saturating_sub(before));
         if d.clock == waits::clock::TICKS && d.ns_per_tick != 0 {
             j.ns_per_tick = d.ns_per_tick;
         }
@@ -237,11 +252,13 @@ impl Waits {
         }
     }
 
-    /// Evaluates the instances every member has given, and gives up those
-    /// that waited [`TIMEOUT_NS`]; then refreshes the culprits.
+    /// Evaluates the instances and messages whose every part has come, and
+    /// gives up those that waited [`TIMEOUT_NS`]; then refreshes the
+    /// culprits.
     pub fn settle(&mut self, now_ns: u64) {
         for j in self.jobs.values_mut() {
-            j.settle(now_ns);
+            j.settle_coll(now_ns);
+            j.settle_p2p(now_ns);
             j.figures.culprit = j.culprit(now_ns);
         }
     }
@@ -261,115 +278,70 @@ impl Waits {
         self.jobs.iter().map(|(k, j)| (k.as_str(), &j.figures))
     }
 
-    /// Instances waiting for members, over every job.
+    /// Instances and messages waiting for parts, over every job.
     pub fn pending(&self) -> usize {
-        self.jobs.values().map(|j| j.pending.len()).sum()
+        self.jobs.values().map(|j| j.coll.len() + j.p2p.len()).sum()
+    }
+}
+
+/// How a set of records' times become nanoseconds: as they are, or ticks
+/// times the counter's rate.
+#[derive(Clone, Copy, Debug)]
+struct Scale(u64);
+
+impl Scale {
+    /// Nanoseconds in `v` of the records' clock.
+    fn ns(self, v: u64) -> u64 {
+        if self.0 == 0 {
+            v
+        } else {
+            waits::ticks_to_ns(v, self.0)
+        }
     }
 }
 
 impl Job {
     fn take(&mut self, rank: u32, clock: u64, r: &waits::Plain, now_ns: u64) {
-        let valid = r.kind == waits::kind::COLL
-            && (clock == waits::clock::NS || clock == waits::clock::TICKS)
+        let valid = (clock == waits::clock::NS || clock == waits::clock::TICKS)
             && r.comm == waits::WORLD
-            && FUNCTIONS
-                .get(usize::from(r.function))
-                .is_some_and(|f| f.collective.is_some())
             && r.leave >= r.enter
-            && (r.root == waits::NO_ROOT
-                || (0..i64::from(self.world_size)).contains(&i64::from(r.root)))
             && rank < self.world_size;
-        if !valid {
-            self.figures.records_invalid += 1;
-            return;
-        }
-        let part = Part {
-            rank,
-            clock,
-            function: r.function,
-            root: r.root,
-            enter: r.enter,
-            leave: r.leave,
-        };
-        if !self.pending.contains_key(&r.seq) && self.pending.len() >= MAX_PENDING {
-            self.pending.pop_first();
-            self.figures.unresolved[Unresolved::Overflow as usize] += 1;
-        }
-        match self.pending.entry(r.seq) {
-            Slot::Occupied(mut o) => {
-                if o.get().parts.iter().any(|p| p.rank == rank) {
-                    self.figures.records_invalid += 1;
-                } else {
-                    o.get_mut().parts.push(part);
-                }
+        match r.kind {
+            waits::kind::COLL if valid => self.take_coll(rank, clock, r, now_ns),
+            waits::kind::SEND | waits::kind::RECV | waits::kind::GROUP_END if valid => {
+                self.take_p2p(rank, clock, r, now_ns)
             }
-            Slot::Vacant(v) => {
-                v.insert(Instance {
-                    first_ns: now_ns,
-                    parts: vec![part],
-                });
+            _ => {
+                self.figures.records_invalid += 1;
+                return;
             }
         }
         self.since_ns.get_or_insert(now_ns);
     }
 
-    fn settle(&mut self, now_ns: u64) {
-        let n = self.world_size as usize;
-        // A whole instance in ticks waits for the counter's rate, until the
-        // timeout.
-        let rate = self.ns_per_tick;
-        let ready = |i: &Instance| {
-            i.parts.len() >= n
-                && (rate != 0 || i.parts.iter().all(|p| p.clock != waits::clock::TICKS))
-        };
-        let done: Vec<u64> = self
-            .pending
-            .iter()
-            .filter(|(_, i)| ready(i) || now_ns.saturating_sub(i.first_ns) >= TIMEOUT_NS)
-            .map(|(&s, _)| s)
-            .collect();
-        for seq in done {
-            let Some(i) = self.pending.remove(&seq) else {
-                continue;
-            };
-            if i.parts.len() < n {
-                self.figures.unresolved[Unresolved::Incomplete as usize] += 1;
-                continue;
-            }
-            let clock = i.parts[0].clock;
-            let scale = match clock {
-                _ if i.parts.iter().any(|p| p.clock != clock) => None,
-                waits::clock::TICKS if rate != 0 => Some(rate),
-                waits::clock::NS => Some(0),
-                _ => None,
-            };
-            let Some(scale) = scale else {
-                self.figures.unresolved[Unresolved::Clock as usize] += 1;
-                continue;
-            };
-            // Nanoseconds from the instance's clock.
-            let ns = |v: u64| {
-                if scale == 0 {
-                    v
-                } else {
-                    waits::ticks_to_ns(v, scale)
-                }
-            };
-            match evaluate(&i.parts).map(|r| r.map(|(p, w, c)| (p, ns(w), c))) {
-                Err(Mismatch) => self.figures.unresolved[Unresolved::Mismatch as usize] += 1,
-                // A collective without a pattern (Scan, Alltoallw...).
-                Ok(None) => {}
-                Ok(Some((pattern, waits, culprit))) => {
-                    let period = self.figures.sample_period.max(1);
-                    let total = waits.saturating_mul(period);
-                    let p = pattern.index();
-                    self.figures.instances[p] += 1;
-                    self.figures.waited_ns[p] = self.figures.waited_ns[p].saturating_add(total);
-                    if total > 0 {
-                        self.charge(culprit, total, now_ns);
-                    }
-                }
-            }
+    /// How the times of records kept on `clocks` compare: `None` when they
+    /// cannot (two clocks, or ticks whose rate is not known).
+    fn scale(&self, mut clocks: impl Iterator<Item = u64>) -> Option<Scale> {
+        let first = clocks.next()?;
+        if clocks.any(|c| c != first) {
+            return None;
+        }
+        match first {
+            waits::clock::TICKS if self.ns_per_tick != 0 => Some(Scale(self.ns_per_tick)),
+            waits::clock::NS => Some(Scale(0)),
+            _ => None,
+        }
+    }
+
+    /// Counts one evaluated instance of `pattern` whose members waited `ns`
+    /// in all (sampled: times `period`), charged to `culprit`.
+    fn count(&mut self, pattern: Pattern, ns: u64, period: u64, culprit: u32, now_ns: u64) {
+        let total = ns.saturating_mul(period);
+        let p = pattern.index();
+        self.figures.instances[p] += 1;
+        self.figures.waited_ns[p] = self.figures.waited_ns[p].saturating_add(total);
+        if total > 0 {
+            self.charge(culprit, total, now_ns);
         }
     }
 
@@ -404,66 +376,6 @@ impl Job {
     }
 }
 
-/// The members of an instance disagree on its function or root.
-struct Mismatch;
-
-/// Scalasca's formula for one whole instance: its pattern, the wait summed
-/// over its members, and the culprit; `None` for a collective without a
-/// pattern.
-fn evaluate(parts: &[Part]) -> Result<Option<(Pattern, u64, u32)>, Mismatch> {
-    let Some(first) = parts.first() else {
-        return Ok(None);
-    };
-    if parts
-        .iter()
-        .any(|p| p.function != first.function || p.root != first.root)
-    {
-        return Err(Mismatch);
-    }
-    let Some(pattern) = Pattern::of(first.function) else {
-        return Ok(None);
-    };
-    shapes(pattern, parts).map(Some).ok_or(Mismatch)
-}
-
-/// [`evaluate`] of agreeing members: `None` when a rooted collective names
-/// no member as its root.
-fn shapes(pattern: Pattern, parts: &[Part]) -> Option<(Pattern, u64, u32)> {
-    let wait = |e: u64, until: u64, leave: u64| until.min(leave).saturating_sub(e);
-    // The latest to enter, the lowest rank of equals.
-    let latest = |of: &mut dyn Iterator<Item = &Part>| {
-        of.max_by(|a, b| a.enter.cmp(&b.enter).then(b.rank.cmp(&a.rank)))
-            .copied()
-    };
-    match pattern {
-        Pattern::WaitBarrier | Pattern::WaitNxn => {
-            let last = latest(&mut parts.iter())?;
-            let w = parts
-                .iter()
-                .map(|p| wait(p.enter, last.enter, p.leave))
-                .fold(0, u64::saturating_add);
-            Some((pattern, w, last.rank))
-        }
-        Pattern::LateBroadcast => {
-            let root = parts.iter().find(|p| p.root == p.rank as i32)?;
-            let w = parts
-                .iter()
-                .filter(|p| p.rank != root.rank)
-                .map(|p| wait(p.enter, root.enter, p.leave))
-                .fold(0, u64::saturating_add);
-            Some((pattern, w, root.rank))
-        }
-        Pattern::EarlyReduce => {
-            let root = parts.iter().find(|p| p.root == p.rank as i32)?;
-            let Some(last) = latest(&mut parts.iter().filter(|p| p.rank != root.rank)) else {
-                // A job of one rank: nobody to wait for.
-                return Some((pattern, 0, root.rank));
-            };
-            Some((pattern, wait(root.enter, last.enter, root.leave), last.rank))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,7 +392,8 @@ mod tests {
             comm: waits::WORLD,
             function: f(function),
             kind: waits::kind::COLL,
-            root,
+            peer: root,
+            ..Default::default()
         }
     }
 
@@ -500,6 +413,8 @@ mod tests {
                     ns_per_tick: 0,
                     records: recs,
                     lost: 0,
+                    p2p_shift: 0,
+                    skipped: 0,
                 },
                 now,
             );
@@ -526,9 +441,9 @@ mod tests {
         let w = run(4, 0, &per_rank, 5_000 * MS);
         let j = w.figures("j").unwrap();
         // Ranks 0, 1, 2 wait 100, 99, 98 ms each time.
-        assert_eq!(j.waited_ns, [10 * 297 * MS, 0, 0, 0]);
-        assert_eq!(j.instances, [10, 0, 0, 0]);
-        assert_eq!(j.unresolved, [0, 0, 0, 0]);
+        assert_eq!(j.waited_ns, [10 * 297 * MS, 0, 0, 0, 0]);
+        assert_eq!(j.instances, [10, 0, 0, 0, 0]);
+        assert_eq!(j.unresolved, [0; 5]);
         let (rank, rate) = j.culprit.unwrap();
         assert_eq!(rank, 3);
         // 2.97 s caused over the job's first 10 s (the shortest span).
@@ -575,7 +490,7 @@ mod tests {
         );
         // Only the root waits in a reduce: for rank 2, 70 ms.
         assert_eq!(j.waited_ns[Pattern::EarlyReduce.index()], 70 * MS);
-        assert_eq!(j.instances, [0, 0, 1, 1]);
+        assert_eq!(j.instances, [0, 0, 1, 1, 0]);
         // Rank 0 caused 160 ms, rank 2 70 ms.
         assert_eq!(j.culprit.map(|c| c.0), Some(0));
     }
@@ -589,11 +504,11 @@ mod tests {
             .collect();
         let mut w = run(4, 0, &per_rank, 1_000 * MS);
         assert_eq!(w.pending(), 1);
-        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 0, 0]);
+        assert_eq!(w.figures("j").unwrap().unresolved, [0; 5]);
         w.settle(1_000 * MS + TIMEOUT_NS);
         let j = w.figures("j").unwrap();
-        assert_eq!(j.unresolved, [1, 0, 0, 0]);
-        assert_eq!((j.waited_ns, j.culprit), ([0; 4], None));
+        assert_eq!(j.unresolved, [1, 0, 0, 0, 0]);
+        assert_eq!((j.waited_ns, j.culprit), ([0; 5], None));
     }
 
     #[test]
@@ -620,7 +535,7 @@ mod tests {
         ];
         let w = run(2, 0, &per_rank, 0);
         let j = w.figures("j").unwrap();
-        assert_eq!(j.unresolved, [0, 2, 0, 0]);
+        assert_eq!(j.unresolved, [0, 2, 0, 0, 0]);
         assert_eq!(j.records_invalid, 5);
         // A collective without a pattern is matched and not counted; a
         // rooted one without a root is a mismatch.
@@ -630,8 +545,8 @@ mod tests {
         ];
         let w = run(2, 0, &per_rank, 0);
         let j = w.figures("j").unwrap();
-        assert_eq!((j.unresolved, j.records_invalid), ([0, 1, 0, 0], 0));
-        assert_eq!((j.waited_ns, j.instances), ([0; 4], [0; 4]));
+        assert_eq!((j.unresolved, j.records_invalid), ([0, 1, 0, 0, 0], 0));
+        assert_eq!((j.waited_ns, j.instances), ([0; 5], [0; 5]));
         assert_eq!(w.pending(), 0);
         // A rank beyond the job's size: its records are not matched.
         let mut w = Waits::default();
@@ -645,6 +560,8 @@ mod tests {
                 ns_per_tick: 0,
                 records: &[rec(0, "MPI_Barrier", -1, 0, 1)],
                 lost: 3,
+                p2p_shift: 0,
+                skipped: 0,
             },
             0,
         );
@@ -676,11 +593,13 @@ mod tests {
                 ns_per_tick: 0,
                 records: &recs,
                 lost: 0,
+                p2p_shift: 0,
+                skipped: 0,
             },
             0,
         );
         assert_eq!(w.pending(), MAX_PENDING);
-        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 10, 0]);
+        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 10, 0, 0]);
         w.retain(|_| false);
         assert_eq!(w.pending(), 0);
         assert!(w.figures("j").is_none());
@@ -701,6 +620,8 @@ mod tests {
                         ns_per_tick,
                         records: &records,
                         lost: 0,
+                        p2p_shift: 0,
+                        skipped: 0,
                     },
                     now,
                 )
@@ -723,7 +644,7 @@ mod tests {
         drain(0, ticks, 0, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);
         drain(1, ticks, 0, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);
         w.settle(TIMEOUT_NS);
-        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 0, 1]);
+        assert_eq!(w.figures("j").unwrap().unresolved, [0, 0, 0, 1, 0]);
         // Two clocks in one instance: never compared.
         let mut w = Waits::default();
         drain(0, ticks, 1 << 32, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);
@@ -731,7 +652,7 @@ mod tests {
         drain(1, ns, 0, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);
         w.settle(0);
         let j = w.figures("j").unwrap();
-        assert_eq!((j.unresolved, j.instances), ([0, 0, 0, 1], [0; 4]));
+        assert_eq!((j.unresolved, j.instances), ([0, 0, 0, 1, 0], [0; 5]));
         // A clock no shim writes: the record is invalid.
         let mut w = Waits::default();
         drain(0, 9, 0, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);
@@ -759,6 +680,8 @@ mod tests {
                         ns_per_tick: 0,
                         records: recs,
                         lost: 0,
+                        p2p_shift: 0,
+                        skipped: 0,
                     },
                     now,
                 );

@@ -19,17 +19,17 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut seconds = Family::new(
         "mpi_job_wait_seconds_total",
         "counter",
-        "Seconds this node's ranks of the job waited in MPI for a late rank, per wait-state pattern (Scalasca's: wait_barrier, wait_nxn, late_broadcast, early_reduce), from the shim's records of blocking collectives on MPI_COMM_WORLD; sampled instances times the sampling period. Only instances whose every rank is on this node are evaluated (see mpi_job_wait_unresolved_total).",
+        "Seconds this node's ranks of the job waited in MPI for a late rank, per wait-state pattern (Scalasca's: wait_barrier, wait_nxn, late_broadcast, early_reduce from blocking collectives, late_sender from point-to-point messages, on MPI_COMM_WORLD); sampled instances times the sampling period. Only instances whose every rank is on this node, and messages both of whose ranks are, are evaluated (see mpi_job_wait_unresolved_total).",
     );
     let mut instances = Family::new(
         "mpi_job_wait_instances_total",
         "counter",
-        "Sampled collective instances evaluated for wait states, per pattern.",
+        "Sampled instances evaluated for wait states, per pattern: collective instances, and for late_sender the blocking calls that completed sampled receives.",
     );
     let mut unresolved = Family::new(
         "mpi_job_wait_unresolved_total",
         "counter",
-        "Sampled collective instances not evaluated, by reason: incomplete (a member's record never came: a rank on another node or without the shim's records, or its record was lost), mismatch (the members' records disagree on the function or root), overflow (too many instances waited for members), clock (their members' times cannot be compared: different clocks, or the CPU counter's rate never given).",
+        "Sampled collective instances and messages not evaluated, by reason: incomplete (a part never came: a rank on another node or without the shim's records, or its record was lost), mismatch (the parts disagree: a collective's function or root, a message's size, or a message received before it was sent), overflow (too many waited for parts), clock (their times cannot be compared: different clocks, or the CPU counter's rate never given), skipped (sampled messages a rank did not record: it had lost count of its messages, or the call's start was not on the ring's clock).",
     );
     let mut lost = Family::new(
         "mpi_job_wait_records_lost_total",
@@ -39,12 +39,17 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut invalid = Family::new(
         "mpi_job_wait_records_invalid_total",
         "counter",
-        "Wait records no shim of this version writes (unknown kind or communicator, not a collective, a root out of range, a second record of one instance, time running backwards): not matched.",
+        "Wait records no shim of this version writes (unknown kind, flags or communicator, not a collective, a root or peer out of range, a second record of one instance or message, time running backwards): not matched.",
     );
     let mut period = Family::new(
         "mpi_job_wait_sample_period",
         "gauge",
         "The job's ranks record one blocking collective on MPI_COMM_WORLD in this many (MPI_OBSERVER_WAITS).",
+    );
+    let mut p2p_period = Family::new(
+        "mpi_job_wait_p2p_sample_period",
+        "gauge",
+        "The job's ranks record one point-to-point message on MPI_COMM_WORLD in this many per envelope (MPI_OBSERVER_WAITS_P2P); absent while none records messages.",
     );
     let mut culprit = Family::new(
         "mpi_job_wait_culprit_rank",
@@ -105,6 +110,15 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
             T,
             format_args!("mpi_job_wait_sample_period{{{job}}} {}", w.sample_period),
         );
+        if w.p2p_sample_period != 0 {
+            p2p_period.line(
+                T,
+                format_args!(
+                    "mpi_job_wait_p2p_sample_period{{{job}}} {}",
+                    w.p2p_sample_period
+                ),
+            );
+        }
         if let Some((rank, rate)) = w.culprit {
             culprit.line(
                 T,
@@ -123,6 +137,7 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
         lost,
         invalid,
         period,
+        p2p_period,
         culprit,
         culprit_rate,
     ]);

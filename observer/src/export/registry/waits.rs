@@ -55,6 +55,8 @@ impl State {
                         ns_per_tick: d.drained.ns_per_tick,
                         records: &records,
                         lost: d.drained.lost,
+                        p2p_shift: d.drained.p2p_shift,
+                        skipped: d.drained.skipped,
                     },
                     now,
                 );

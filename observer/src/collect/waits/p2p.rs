@@ -1,0 +1,566 @@
+//! Point-to-point messages: Late Sender.
+//!
+//! **Scalasca's definition** (`MPI_LATESENDER` in `MPI.pattern`): a receive
+//! completes in a blocking call R (`MPI_Recv`, `MPI_Sendrecv`, `MPI_Mrecv`,
+//! or the Wait family); its message was posted by a call entered at `E_S`.
+//! The receiver waited `min(E_S, L_R) − E_R`, and the sender is the
+//! culprit. A call that completes several receives (`MPI_Waitall`,
+//! `MPI_Waitsome`) waited for its *latest* sender only: the maximum over its
+//! receives, charged to that sender. Receives completed by the Test family
+//! count no wait.
+//!
+//! **Matching.** The sender's record and the receiver's name one message by
+//! (sender, receiver, tag, its number on that envelope), which MPI's
+//! non-overtaking order makes the same on both sides (see the shim's
+//! `stats/waits.rs`). The two must agree on the size, and the send must
+//! have been posted before the receive completed; a pair that does not is
+//! a mismatch (a rank that miscounted), never a wait.
+//!
+//! **Groups.** A receiver's records of one `MPI_Waitall` share its thread
+//! and its enter time. The group is whole at its end record (the shim
+//! writes one after the call's last receive), else once a later record of
+//! that thread has come (the ring keeps a thread's records in order), or
+//! at the timeout; it is evaluated once each of its messages is matched,
+//! and not at all if one of them could not be (its message is counted
+//! unresolved).
+
+use std::collections::HashMap;
+
+use observer_common::waits::{self, flag, kind};
+
+use super::{Job, MAX_PENDING, Pattern, Scale, TIMEOUT_NS, Unresolved};
+
+/// A message: (sender, receiver, tag, number on the envelope).
+type Key = (u32, u32, i32, u64);
+/// A call's group of receives: (receiver, thread, the call's enter).
+type GroupKey = (u32, u32, u64);
+
+/// The sender's half of a message.
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    clock: u64,
+    enter: u64,
+    bytes: u64,
+}
+
+/// The receiver's half.
+#[derive(Clone, Copy, Debug)]
+struct Received {
+    clock: u64,
+    enter: u64,
+    leave: u64,
+    bytes: u64,
+    test: bool,
+    group: Option<GroupKey>,
+}
+
+/// A message waiting for a half.
+#[derive(Debug)]
+struct Message {
+    first_ns: u64,
+    sent: Option<Sent>,
+    received: Option<Received>,
+}
+
+/// A call's receives, while some are unmatched or more may come.
+#[derive(Debug)]
+struct Group {
+    first_ns: u64,
+    /// Its receives seen so far, and how many of them are settled.
+    members: u32,
+    settled: u32,
+    /// One could not be matched: the group counts no wait.
+    failed: bool,
+    /// No more receives will come.
+    whole: bool,
+    /// The latest sender so far: its wait (ns) and rank.
+    latest: Option<(u64, u32)>,
+}
+
+/// A job's messages and groups waiting for parts.
+#[derive(Debug, Default)]
+pub(super) struct Messages {
+    pending: HashMap<Key, Message>,
+    groups: HashMap<GroupKey, Group>,
+    /// The group each (receiver, thread) has open: the call's enter.
+    open: HashMap<(u32, u32), u64>,
+}
+
+impl Messages {
+    pub(super) fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Closes the group `(rank, thread)` has open, if the record with
+    /// `enter` is from a later call.
+    fn seal(&mut self, rank: u32, thread: u32, enter: u64) {
+        if let Some(&e) = self.open.get(&(rank, thread))
+            && e != enter
+        {
+            self.open.remove(&(rank, thread));
+            if let Some(g) = self.groups.get_mut(&(rank, thread, e)) {
+                g.whole = true;
+            }
+        }
+    }
+}
+
+impl Job {
+    /// Takes a send, receive or group-end record of `rank`, on a ring
+    /// keeping `clock`.
+    pub(super) fn take_p2p(&mut self, rank: u32, clock: u64, r: &waits::Plain, now_ns: u64) {
+        if r.kind == kind::GROUP_END {
+            // The group it ends is whole; one it does not know (its records
+            // lost) ends nothing.
+            let g = (rank, r.thread, r.enter);
+            if self.p2p.open.get(&(rank, r.thread)) == Some(&r.enter) {
+                self.p2p.open.remove(&(rank, r.thread));
+            }
+            if let Some(g) = self.p2p.groups.get_mut(&g) {
+                g.whole = true;
+            }
+            return;
+        }
+        let send = r.kind == kind::SEND;
+        let valid = (0..i64::from(self.world_size)).contains(&i64::from(r.peer))
+            && r.flags & !flag::KNOWN == 0
+            && (!send || r.flags == 0)
+            && r.flags != flag::KNOWN;
+        if !valid {
+            self.figures.records_invalid += 1;
+            return;
+        }
+        let m = &mut self.p2p;
+        m.seal(rank, r.thread, r.enter);
+        let peer = r.peer as u32;
+        let key = if send {
+            (rank, peer, r.tag, r.seq)
+        } else {
+            (peer, rank, r.tag, r.seq)
+        };
+        if !m.pending.contains_key(&key) && m.pending.len() >= MAX_PENDING {
+            self.figures.unresolved[Unresolved::Overflow as usize] += 1;
+            return;
+        }
+        let msg = m.pending.entry(key).or_insert(Message {
+            first_ns: now_ns,
+            sent: None,
+            received: None,
+        });
+        if (send && msg.sent.is_some()) || (!send && msg.received.is_some()) {
+            self.figures.records_invalid += 1;
+            return;
+        }
+        if send {
+            msg.sent = Some(Sent {
+                clock,
+                enter: r.enter,
+                bytes: r.bytes,
+            });
+            return;
+        }
+        let test = r.flags & flag::TEST != 0;
+        let mut group = None;
+        if r.flags & flag::MULTI != 0 && !test {
+            let g = (rank, r.thread, r.enter);
+            if !m.groups.contains_key(&g) && m.groups.len() >= MAX_PENDING {
+                // Without its group the receive cannot be counted right:
+                // given up, with its message.
+                m.pending.remove(&key);
+                self.figures.unresolved[Unresolved::Overflow as usize] += 1;
+                return;
+            }
+            m.groups
+                .entry(g)
+                .or_insert(Group {
+                    first_ns: now_ns,
+                    members: 0,
+                    settled: 0,
+                    failed: false,
+                    whole: false,
+                    latest: None,
+                })
+                .members += 1;
+            m.open.insert((rank, r.thread), r.enter);
+            group = Some(g);
+        }
+        if let Some(msg) = m.pending.get_mut(&key) {
+            msg.received = Some(Received {
+                clock,
+                enter: r.enter,
+                leave: r.leave,
+                bytes: r.bytes,
+                test,
+                group,
+            });
+        }
+    }
+
+    /// Evaluates the messages both halves of which have come, and the
+    /// groups whose messages are all settled; gives up what waited
+    /// [`TIMEOUT_NS`].
+    pub(super) fn settle_p2p(&mut self, now_ns: u64) {
+        let period = self.figures.p2p_sample_period.max(1);
+        let timed_out = |first: u64| now_ns.saturating_sub(first) >= TIMEOUT_NS;
+        let keys: Vec<Key> = self
+            .p2p
+            .pending
+            .iter()
+            .filter(|(_, m)| {
+                timed_out(m.first_ns)
+                    || match (m.sent, m.received) {
+                        // Ticks whose rate has not come yet wait for it.
+                        (Some(s), Some(r)) => self.scale([s.clock, r.clock].into_iter()).is_some(),
+                        _ => false,
+                    }
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            let Some(m) = self.p2p.pending.remove(&k) else {
+                continue;
+            };
+            let outcome = match (m.sent, m.received) {
+                (Some(s), Some(r)) => self.late_sender(&s, &r),
+                _ => Err(Unresolved::Incomplete),
+            };
+            let group = m.received.and_then(|r| r.group);
+            let g = group.and_then(|g| self.p2p.groups.get_mut(&g));
+            match (outcome, g) {
+                (Err(why), g) => {
+                    self.figures.unresolved[why as usize] += 1;
+                    if let Some(g) = g {
+                        g.failed = true;
+                        g.settled += 1;
+                    }
+                }
+                (Ok(w), Some(g)) => {
+                    g.settled += 1;
+                    // The latest sender; the lowest rank of equals.
+                    let later = g.latest.is_none_or(|(lw, lr)| (w, lr) > (lw, k.0));
+                    if later {
+                        g.latest = Some((w, k.0));
+                    }
+                }
+                (Ok(_), None) if m.received.is_some_and(|r| r.test) => {}
+                (Ok(w), None) => self.count(Pattern::LateSender, w, period, k.0, now_ns),
+            }
+        }
+        let ready: Vec<GroupKey> = self
+            .p2p
+            .groups
+            .iter()
+            .filter(|(_, g)| {
+                (g.settled >= g.members && (g.whole || timed_out(g.first_ns)))
+                    // A group that never settles (records no shim writes):
+                    // its messages were counted when they timed out.
+                    || now_ns.saturating_sub(g.first_ns) >= 3 * TIMEOUT_NS
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in ready {
+            let Some(g) = self.p2p.groups.remove(&k) else {
+                continue;
+            };
+            if self.p2p.open.get(&(k.0, k.1)) == Some(&k.2) {
+                self.p2p.open.remove(&(k.0, k.1));
+            }
+            if let (false, true, Some((w, sender))) = (g.failed, g.settled >= g.members, g.latest) {
+                self.count(Pattern::LateSender, w, period, sender, now_ns);
+            }
+        }
+    }
+
+    /// Scalasca's Late Sender for one matched message: the receiver's wait
+    /// in ns, or why it cannot be said.
+    fn late_sender(&self, s: &Sent, r: &Received) -> Result<u64, Unresolved> {
+        let scale: Scale = self
+            .scale([s.clock, r.clock].into_iter())
+            .ok_or(Unresolved::Clock)?;
+        let unknown = u64::MAX;
+        if s.bytes != unknown && r.bytes != unknown && s.bytes != r.bytes {
+            return Err(Unresolved::Mismatch);
+        }
+        // Sent after it was received: the two counted differently.
+        if s.enter > r.leave {
+            return Err(Unresolved::Mismatch);
+        }
+        Ok(scale.ns(s.enter.min(r.leave).saturating_sub(r.enter)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use observer_common::waits::{self, Plain, flag, kind};
+
+    use super::super::{Drain, JobWaits, Pattern, TIMEOUT_NS, Unresolved, Waits};
+
+    const MS: u64 = 1_000_000;
+    const LS: usize = Pattern::LateSender as usize;
+
+    fn send(dest: i32, tag: i32, seq: u64, enter: u64) -> Plain {
+        Plain {
+            enter,
+            leave: enter,
+            seq,
+            kind: kind::SEND,
+            peer: dest,
+            tag,
+            thread: 1,
+            bytes: 8,
+            ..Plain::default()
+        }
+    }
+
+    fn recv(src: i32, tag: i32, seq: u64, enter: u64, leave: u64, flags: u8) -> Plain {
+        Plain {
+            kind: kind::RECV,
+            leave,
+            flags,
+            ..send(src, tag, seq, enter)
+        }
+    }
+
+    /// Feeds each rank's records of a `size`-rank job (one message in
+    /// `1 << shift` sampled), then settles at `now`.
+    fn feed(w: &mut Waits, size: u32, shift: u64, per_rank: &[Vec<Plain>], now: u64) {
+        for (rank, recs) in per_rank.iter().enumerate() {
+            w.add(
+                "j",
+                &Drain {
+                    rank: rank as u32,
+                    world_size: size,
+                    shift: 0,
+                    p2p_shift: shift + 1,
+                    clock: waits::clock::NS,
+                    ns_per_tick: 0,
+                    records: recs,
+                    lost: 0,
+                    skipped: 0,
+                },
+                now,
+            );
+        }
+        w.settle(now);
+    }
+
+    fn run(size: u32, shift: u64, per_rank: &[Vec<Plain>], now: u64) -> (Waits, JobWaits) {
+        let mut w = Waits::default();
+        feed(&mut w, size, shift, per_rank, now);
+        let j = w.figures("j").unwrap().clone();
+        (w, j)
+    }
+
+    #[test]
+    fn a_receive_posted_early_waits_for_its_late_sender() {
+        // Rank 1 enters MPI_Recv at 0 ms each 100 ms; rank 0 sends 20 ms
+        // later; the receive ends 1 ms after that.
+        let per_rank: Vec<Vec<Plain>> = vec![
+            (0..10)
+                .map(|i| send(1, 5, i, i * 100 * MS + 20 * MS))
+                .collect(),
+            (0..10)
+                .map(|i| recv(0, 5, i, i * 100 * MS, i * 100 * MS + 21 * MS, 0))
+                .collect(),
+        ];
+        let (w, j) = run(2, 0, &per_rank, 2_000 * MS);
+        assert_eq!(j.waited_ns[LS], 10 * 20 * MS);
+        assert_eq!(j.instances[LS], 10);
+        assert_eq!(j.unresolved, [0; 5]);
+        assert_eq!(j.culprit.map(|c| c.0), Some(0));
+        assert_eq!(w.pending(), 0);
+        // A sender in time makes nobody wait; sampled ones count N times.
+        let per_rank = vec![
+            vec![send(1, 0, 0, 0), send(1, 0, 8, 0)],
+            vec![recv(0, 0, 0, 10, 11, 0), recv(0, 0, 8, 0, 7, 0)],
+        ];
+        let (_, j) = run(2, 3, &per_rank, 0);
+        assert_eq!((j.waited_ns[LS], j.instances[LS]), (0, 2));
+        assert_eq!(j.p2p_sample_period, 8);
+        let per_rank = vec![vec![send(1, 0, 0, 5)], vec![recv(0, 0, 0, 0, 7, 0)]];
+        let (_, j) = run(2, 3, &per_rank, 0);
+        assert_eq!(j.waited_ns[LS], 5 * 8);
+    }
+
+    #[test]
+    fn a_waitall_waits_for_its_latest_sender_only() {
+        // Rank 2's Waitall (enter 0, leave 31 ms) completes messages from
+        // rank 0 (sent at 30 ms) and rank 1 (at 10 ms); its next call seals
+        // the group.
+        let per_rank = vec![
+            vec![send(2, 0, 0, 30 * MS)],
+            vec![send(2, 0, 0, 10 * MS)],
+            vec![
+                recv(1, 0, 0, 0, 31 * MS, flag::MULTI),
+                recv(0, 0, 0, 0, 31 * MS, flag::MULTI),
+                send(0, 9, 0, 40 * MS),
+            ],
+        ];
+        let (w, j) = run(3, 0, &per_rank, 0);
+        assert_eq!((j.waited_ns[LS], j.instances[LS]), (30 * MS, 1));
+        assert_eq!(j.culprit.map(|c| c.0), Some(0));
+        // Rank 2's send to rank 0 waits for its receive.
+        assert_eq!(w.pending(), 1);
+        // A group not sealed is evaluated at the timeout.
+        let per_rank = vec![
+            vec![send(1, 0, 0, 30 * MS)],
+            vec![recv(0, 0, 0, 0, 31 * MS, flag::MULTI)],
+        ];
+        let mut w = Waits::default();
+        feed(&mut w, 2, 0, &per_rank, 0);
+        assert_eq!(w.figures("j").unwrap().instances[LS], 0);
+        w.settle(TIMEOUT_NS);
+        let j = w.figures("j").unwrap();
+        assert_eq!((j.waited_ns[LS], j.instances[LS]), (30 * MS, 1));
+        // The shim's end record makes it whole at once; one for a group
+        // nobody knows ends nothing.
+        let end = |enter| Plain {
+            kind: kind::GROUP_END,
+            peer: waits::NO_ROOT,
+            seq: 1,
+            ..send(0, 0, 0, enter)
+        };
+        let per_rank = vec![
+            vec![send(1, 0, 0, 30 * MS)],
+            vec![recv(0, 0, 0, 0, 31 * MS, flag::MULTI), end(0), end(7)],
+        ];
+        let (w, j) = run(2, 0, &per_rank, 0);
+        assert_eq!((j.waited_ns[LS], j.instances[LS]), (30 * MS, 1));
+        assert_eq!((w.pending(), j.records_invalid), (0, 0));
+    }
+
+    #[test]
+    fn a_group_with_an_unmatched_message_counts_no_wait() {
+        // Rank 2 waits for ranks 0 and 1; rank 1's send never comes (a rank
+        // on another node).
+        let per_rank = vec![
+            vec![send(2, 0, 0, 30 * MS)],
+            vec![],
+            vec![
+                recv(0, 0, 0, 0, 31 * MS, flag::MULTI),
+                recv(1, 0, 0, 0, 31 * MS, flag::MULTI),
+                send(0, 9, 0, 40 * MS),
+            ],
+        ];
+        let mut w = Waits::default();
+        feed(&mut w, 3, 0, &per_rank, 0);
+        w.settle(TIMEOUT_NS);
+        let j = w.figures("j").unwrap();
+        assert_eq!((j.waited_ns[LS], j.instances[LS]), (0, 0));
+        // The unmatched receive and the send nobody received.
+        assert_eq!(j.unresolved[Unresolved::Incomplete as usize], 2);
+        assert_eq!(j.culprit, None);
+        assert_eq!(w.pending(), 0);
+    }
+
+    #[test]
+    fn tests_match_without_a_wait_and_misnumbered_pairs_are_mismatches() {
+        let per_rank = vec![
+            vec![
+                send(1, 0, 0, 50),
+                // Sent after it was received; another size.
+                send(1, 0, 1, 500),
+                Plain {
+                    bytes: 16,
+                    ..send(1, 0, 2, 600)
+                },
+                // Of unknown size: believed.
+                Plain {
+                    bytes: u64::MAX,
+                    ..send(1, 0, 3, 700)
+                },
+            ],
+            vec![
+                recv(0, 0, 0, 0, 60, flag::TEST),
+                recv(0, 0, 1, 0, 100, 0),
+                recv(0, 0, 2, 0, 700, 0),
+                recv(0, 0, 3, 650, 800, 0),
+            ],
+        ];
+        let (w, j) = run(2, 0, &per_rank, 0);
+        assert_eq!(j.unresolved[Unresolved::Mismatch as usize], 2);
+        assert_eq!((j.waited_ns[LS], j.instances[LS]), (50, 1));
+        assert_eq!(w.pending(), 0);
+    }
+
+    #[test]
+    fn records_no_shim_writes_are_counted_not_kept() {
+        let per_rank = vec![vec![
+            // A peer beyond the job, unknown flags, a send with flags,
+            // both flags, time backwards, and a second send of one message.
+            send(2, 0, 0, 0),
+            recv(1, 0, 0, 0, 1, 0x80),
+            Plain {
+                flags: flag::MULTI,
+                ..send(1, 0, 1, 0)
+            },
+            recv(1, 0, 1, 0, 1, flag::MULTI | flag::TEST),
+            recv(1, 0, 2, 5, 1, 0),
+            send(1, 0, 3, 0),
+            send(1, 0, 3, 0),
+        ]];
+        let (w, j) = run(2, 0, &per_rank, 0);
+        assert_eq!(j.records_invalid, 6);
+        assert_eq!(w.pending(), 1);
+    }
+
+    #[test]
+    fn pending_messages_are_bounded_and_skips_counted_once() {
+        let recs: Vec<Plain> = (0..super::MAX_PENDING as u64 + 7)
+            .map(|s| send(1, 0, s, 0))
+            .collect();
+        let (w, j) = run(2, 0, &[recs], 0);
+        assert_eq!(w.pending(), super::MAX_PENDING);
+        assert_eq!(j.unresolved[Unresolved::Overflow as usize], 7);
+        // A ring's skipped count is a running total.
+        let mut w = Waits::default();
+        for (skipped, want) in [(5, 5), (7, 7), (2, 7), (4, 9)] {
+            w.add(
+                "j",
+                &Drain {
+                    rank: 0,
+                    world_size: 2,
+                    shift: 0,
+                    p2p_shift: 1,
+                    clock: waits::clock::NS,
+                    ns_per_tick: 0,
+                    records: &[],
+                    lost: 0,
+                    skipped,
+                },
+                0,
+            );
+            let j = w.figures("j").unwrap();
+            assert_eq!(j.unresolved[Unresolved::Skipped as usize], want);
+        }
+    }
+
+    #[test]
+    fn counter_ticks_wait_for_their_rate() {
+        let mut w = Waits::default();
+        let drain = |w: &mut Waits, rank, rate, records: &[Plain]| {
+            w.add(
+                "j",
+                &Drain {
+                    rank,
+                    world_size: 2,
+                    shift: 0,
+                    p2p_shift: 1,
+                    clock: waits::clock::TICKS,
+                    ns_per_tick: rate,
+                    records,
+                    lost: 0,
+                    skipped: 0,
+                },
+                0,
+            );
+        };
+        drain(&mut w, 0, 0, &[send(1, 0, 0, 1_000)]);
+        drain(&mut w, 1, 0, &[recv(0, 0, 0, 0, 1_100, 0)]);
+        w.settle(0);
+        assert_eq!(w.pending(), 1);
+        drain(&mut w, 1, 2 << 32, &[]);
+        w.settle(1);
+        assert_eq!(w.figures("j").unwrap().waited_ns[LS], 2_000);
+    }
+}
