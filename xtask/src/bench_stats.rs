@@ -11,6 +11,10 @@
 //! - What the wait records (docs/waits.md) add to a collective: 2-rank
 //!   `MPI_Barrier` and 8-byte `MPI_Allreduce` under `stats` with every
 //!   instance recorded against `MPI_OBSERVER_WAITS=0`, paired in each round.
+//! - What numbering and recording messages adds to a point-to-point call:
+//!   the one-rank patterns above under `stats` as shipped (one message in 8
+//!   per envelope recorded) and with every message recorded, against
+//!   `MPI_OBSERVER_WAITS_P2P=0` (no numbering), paired in each round.
 //!
 //! Configurations run round-robin, `REPS` times each, so drift on a shared
 //! VM hits all alike; each run reports the median of 9 timed loops and the
@@ -364,6 +368,7 @@ pub fn run(root: &Path) -> Result<()> {
             ms / mb
         )?;
         waits(&mut report, mpi, &shim, &b)?;
+        messages(&mut report, mpi, &shim, &b)?;
     }
     write_report(root, "benchmarks-stats.md", report, &load_before)
 }
@@ -420,6 +425,80 @@ fn waits(report: &mut String, mpi: Mpi, shim: &Path, b: &Built) -> Result<()> {
             my - mx,
             median(&ratios)
         )?;
+    }
+    writeln!(report)?;
+    Ok(())
+}
+
+/// What numbering messages (and recording one in 8, or all) adds per
+/// point-to-point call: `stats` as shipped and with `MPI_OBSERVER_WAITS_P2P=1`
+/// against `MPI_OBSERVER_WAITS_P2P=0`, the three in turn within each round,
+/// the first of them rotating.
+fn messages(report: &mut String, mpi: Mpi, shim: &Path, b: &Built) -> Result<()> {
+    const MODES: [(&str, Option<&str>); 3] = [
+        ("not numbered (`MPI_OBSERVER_WAITS_P2P=0`)", Some("0")),
+        ("one in 8 recorded (as shipped)", None),
+        ("every one recorded (`=1`)", Some("1")),
+    ];
+    let run = |p2p: Option<&str>| -> Result<(f64, f64)> {
+        let mut c = mpi.job(1, Some((shim, "stats")), &b.cost);
+        if let Some(v) = p2p {
+            c.env("MPI_OBSERVER_WAITS_P2P", v);
+        }
+        let v = measure(c)?;
+        Ok((get(&v, "blocking_ns")?, get(&v, "nonblocking_ns")?))
+    };
+    let mut got = vec![Vec::new(); MODES.len()];
+    for rep in 0..REPS {
+        let mut round = [(0.0, 0.0); MODES.len()];
+        for k in 0..MODES.len() {
+            let i = (rep + k) % MODES.len();
+            round[i] = run(MODES[i].1)?;
+        }
+        for (i, r) in round.into_iter().enumerate() {
+            got[i].push(r);
+        }
+    }
+    writeln!(
+        report,
+        "## {}: message numbering and records, ns per point-to-point call (8 B, one rank to itself)\n\n\
+         `stats` with messages on `MPI_COMM_WORLD` numbered per envelope and sampled for Late \
+         Sender records (docs/waits.md), against not numbered, the three run in turn within \
+         each round. Added per call is the median over rounds of the paired difference; \
+         this VM's latency jumps between two levels, so the fastest runs are compared too.\n\n\
+         | pattern | configuration | ns per iteration | runs | added per call | paired ratio (median) | added, fastest runs |\n\
+         |---|---|---:|---:|---:|---:|---:|",
+        mpi.name()
+    )?;
+    for (pattern, calls, pick) in [
+        (
+            "Sendrecv",
+            1.0,
+            (|p: &(f64, f64)| p.0) as fn(&(f64, f64)) -> f64,
+        ),
+        ("Irecv + Isend + Waitall", 3.0, |p: &(f64, f64)| p.1),
+    ] {
+        let base: Vec<f64> = got[0].iter().map(pick).collect();
+        for (i, (name, _)) in MODES.iter().enumerate() {
+            let x: Vec<f64> = got[i].iter().map(pick).collect();
+            let added: Vec<f64> = x.iter().zip(&base).map(|(a, b)| (a - b) / calls).collect();
+            let ratios: Vec<f64> = x.iter().zip(&base).map(|(a, b)| a / b).collect();
+            let (added, ratio, fast) = if i == 0 {
+                ("-".to_string(), "1.000".to_string(), "-".to_string())
+            } else {
+                (
+                    format!("{:+.1} ns", median(&added)),
+                    format!("{:.3}", median(&ratios)),
+                    format!("{:+.1} ns", (fastest(&x) - fastest(&base)) / calls),
+                )
+            };
+            writeln!(
+                report,
+                "| {pattern} | {name} | {:.1} | {} | {added} | {ratio} | {fast} |",
+                median(&x),
+                spread(&x, 1),
+            )?;
+        }
     }
     writeln!(report)?;
     Ok(())
