@@ -176,6 +176,16 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
         "{what}: the culprit"
     );
     assert!(sum(&s, "mpi_job_wait_culprit_fraction_1m", &[("k", "1")]) > 0.0);
+    // The rank that waited most is one the plant made wait: rank 0 where
+    // it is the only one (the root of a reduce, the Waitall's receiver),
+    // and never the culprit.
+    let waiter = sum(&s, "mpi_job_wait_waiting_rank", &[("k", "1")]);
+    if plant.waiters == 1 {
+        assert_eq!(waiter, 0.0, "{what}: the waiting rank");
+    } else {
+        assert_ne!(waiter, f64::from(plant.culprit), "{what}: the waiting rank");
+    }
+    assert!(sum(&s, "mpi_job_wait_waiting_fraction_1m", &[("k", "1")]) > 0.0);
     let _ = daemon.stop(e2e::signal::TERM);
 }
 

@@ -131,9 +131,12 @@ impl Job {
                 Err(Mismatch) => self.figures.unresolved[Unresolved::Mismatch as usize] += 1,
                 // A collective without a pattern (Scan, Alltoallw...).
                 Ok(None) => {}
-                Ok(Some((pattern, waits, culprit))) => {
+                Ok(Some((pattern, mut waits, culprit))) => {
+                    for w in &mut waits {
+                        w.1 = scale.ns(w.1);
+                    }
                     let period = self.figures.sample_period.max(1);
-                    self.count(pattern, scale.ns(waits), period, culprit, now_ns);
+                    self.count(pattern, &waits, period, culprit, now_ns);
                 }
             }
         }
@@ -143,10 +146,12 @@ impl Job {
 /// The members of an instance disagree on its function or root.
 struct Mismatch;
 
-/// Scalasca's formula for one whole instance: its pattern, the wait summed
-/// over its members, and the culprit; `None` for a collective without a
-/// pattern.
-fn evaluate(parts: &[Part]) -> Result<Option<(Pattern, u64, u32)>, Mismatch> {
+/// What an instance's members waited: (rank, wait) of each that did.
+type Waited = Vec<(u32, u64)>;
+
+/// Scalasca's formula for one whole instance: its pattern, what each member
+/// waited, and the culprit; `None` for a collective without a pattern.
+fn evaluate(parts: &[Part]) -> Result<Option<(Pattern, Waited, u32)>, Mismatch> {
     let Some(first) = parts.first() else {
         return Ok(None);
     };
@@ -164,7 +169,7 @@ fn evaluate(parts: &[Part]) -> Result<Option<(Pattern, u64, u32)>, Mismatch> {
 
 /// [`evaluate`] of agreeing members: `None` when a rooted collective names
 /// no member as its root.
-fn shapes(pattern: Pattern, parts: &[Part]) -> Option<(Pattern, u64, u32)> {
+fn shapes(pattern: Pattern, parts: &[Part]) -> Option<(Pattern, Waited, u32)> {
     let wait = |e: u64, until: u64, leave: u64| until.min(leave).saturating_sub(e);
     // The latest to enter, the lowest rank of equals.
     let latest = |of: &mut dyn Iterator<Item = &Part>| {
@@ -176,8 +181,8 @@ fn shapes(pattern: Pattern, parts: &[Part]) -> Option<(Pattern, u64, u32)> {
             let last = latest(&mut parts.iter())?;
             let w = parts
                 .iter()
-                .map(|p| wait(p.enter, last.enter, p.leave))
-                .fold(0, u64::saturating_add);
+                .map(|p| (p.rank, wait(p.enter, last.enter, p.leave)))
+                .collect();
             Some((pattern, w, last.rank))
         }
         Pattern::LateBroadcast => {
@@ -185,17 +190,18 @@ fn shapes(pattern: Pattern, parts: &[Part]) -> Option<(Pattern, u64, u32)> {
             let w = parts
                 .iter()
                 .filter(|p| p.rank != root.rank)
-                .map(|p| wait(p.enter, root.enter, p.leave))
-                .fold(0, u64::saturating_add);
+                .map(|p| (p.rank, wait(p.enter, root.enter, p.leave)))
+                .collect();
             Some((pattern, w, root.rank))
         }
         Pattern::EarlyReduce => {
             let root = parts.iter().find(|p| p.root == p.rank as i32)?;
             let Some(last) = latest(&mut parts.iter().filter(|p| p.rank != root.rank)) else {
                 // A job of one rank: nobody to wait for.
-                return Some((pattern, 0, root.rank));
+                return Some((pattern, Vec::new(), root.rank));
             };
-            Some((pattern, wait(root.enter, last.enter, root.leave), last.rank))
+            let w = wait(root.enter, last.enter, root.leave);
+            Some((pattern, vec![(root.rank, w)], last.rank))
         }
         // Not a collective's pattern.
         Pattern::LateSender => None,

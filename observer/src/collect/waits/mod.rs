@@ -139,8 +139,10 @@ impl Unresolved {
 pub const TIMEOUT_NS: u64 = 5_000_000_000;
 /// Instances, and messages, a job may have waiting for parts.
 pub const MAX_PENDING: usize = 16_384;
-/// The culprit's window: `_1m`.
+/// The culprits' and waiters' window: `_1m`.
 pub const WINDOW_NS: u64 = 60_000_000_000;
+/// Culprits and waiting ranks named per job: the k of `k="1"`..
+pub const TOP_K: usize = 3;
 /// Buckets of the window.
 const BUCKETS: u64 = 6;
 /// One bucket's span.
@@ -168,9 +170,20 @@ pub struct JobWaits {
     /// The messages' sampling period (the largest its ranks use), 0 while no
     /// rank records messages.
     pub p2p_sample_period: u64,
-    /// The rank that made the others wait longest over the last minute
-    /// (all patterns), and the seconds per second it made them wait.
-    pub culprit: Option<(u32, f64)>,
+    /// The ranks that made the others wait longest over the last minute
+    /// (all patterns), at most [`TOP_K`], the most first, each with the
+    /// seconds per second it made them wait.
+    pub culprits: Vec<(u32, f64)>,
+    /// The ranks that waited longest over the last minute, likewise, with
+    /// the seconds per second each waited.
+    pub waiters: Vec<(u32, f64)>,
+}
+
+impl JobWaits {
+    /// The first of [`JobWaits::culprits`].
+    pub fn culprit(&self) -> Option<(u32, f64)> {
+        self.culprits.first().copied()
+    }
 }
 
 /// One job's matching state.
@@ -189,7 +202,9 @@ struct Job {
     /// Each rank's ring's count of messages it skipped, as last read.
     skipped: BTreeMap<u32, u64>,
     /// Wait caused per culprit rank, per 10-second bucket (its index).
-    caused: [(u64, BTreeMap<u32, u64>); BUCKETS as usize],
+    caused: Window,
+    /// Wait per waiting rank, likewise.
+    waited: Window,
     /// When the job's first record was matched.
     since_ns: Option<u64>,
 }
@@ -259,7 +274,9 @@ impl Waits {
         for j in self.jobs.values_mut() {
             j.settle_coll(now_ns);
             j.settle_p2p(now_ns);
-            j.figures.culprit = j.culprit(now_ns);
+            let since = j.since_ns.unwrap_or(now_ns);
+            j.figures.culprits = j.caused.top(now_ns, since);
+            j.figures.waiters = j.waited.top(now_ns, since);
         }
     }
 
@@ -333,34 +350,57 @@ impl Job {
         }
     }
 
-    /// Counts one evaluated instance of `pattern` whose members waited `ns`
-    /// in all (sampled: times `period`), charged to `culprit`.
-    fn count(&mut self, pattern: Pattern, ns: u64, period: u64, culprit: u32, now_ns: u64) {
-        let total = ns.saturating_mul(period);
+    /// Counts one evaluated instance of `pattern` whose members waited
+    /// `waits` (waiting rank, ns; sampled: times `period`), charged to
+    /// `culprit`.
+    fn count(
+        &mut self,
+        pattern: Pattern,
+        waits: &[(u32, u64)],
+        period: u64,
+        culprit: u32,
+        now_ns: u64,
+    ) {
+        let mut total = 0u64;
+        for &(waiter, ns) in waits {
+            let ns = ns.saturating_mul(period);
+            total = total.saturating_add(ns);
+            if ns > 0 {
+                self.waited.add(waiter, ns, now_ns);
+            }
+        }
         let p = pattern.index();
         self.figures.instances[p] += 1;
         self.figures.waited_ns[p] = self.figures.waited_ns[p].saturating_add(total);
         if total > 0 {
-            self.charge(culprit, total, now_ns);
+            self.caused.add(culprit, total, now_ns);
         }
     }
+}
 
-    fn charge(&mut self, culprit: u32, ns: u64, now_ns: u64) {
+/// Nanoseconds per rank over the last minute, in 10-second buckets (each
+/// with its epoch).
+#[derive(Debug, Default)]
+struct Window([(u64, BTreeMap<u32, u64>); BUCKETS as usize]);
+
+impl Window {
+    fn add(&mut self, rank: u32, ns: u64, now_ns: u64) {
         let epoch = now_ns / BUCKET_NS;
-        let b = &mut self.caused[(epoch % BUCKETS) as usize];
+        let b = &mut self.0[(epoch % BUCKETS) as usize];
         if b.0 != epoch {
             *b = (epoch, BTreeMap::new());
         }
-        let c = b.1.entry(culprit).or_default();
+        let c = b.1.entry(rank).or_default();
         *c = c.saturating_add(ns);
     }
 
-    /// The rank that caused the most wait over the window, and its wait
-    /// caused per second of the window (or of the job's records, if younger).
-    fn culprit(&self, now_ns: u64) -> Option<(u32, f64)> {
+    /// The [`TOP_K`] ranks with the most over the window, the most first
+    /// (the lowest rank of equals), each with its nanoseconds per second of
+    /// the window (or since `since_ns`, the job's first record, if later).
+    fn top(&self, now_ns: u64, since_ns: u64) -> Vec<(u32, f64)> {
         let epoch = now_ns / BUCKET_NS;
         let mut sum: BTreeMap<u32, u64> = BTreeMap::new();
-        for (e, m) in &self.caused {
+        for (e, m) in &self.0 {
             if *e + BUCKETS > epoch && *e <= epoch {
                 for (&r, &ns) in m {
                     let s = sum.entry(r).or_default();
@@ -368,11 +408,13 @@ impl Job {
                 }
             }
         }
-        // The most wait; the lowest rank of equals.
-        let (&rank, &ns) = sum.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
-        let since = self.since_ns.unwrap_or(now_ns);
-        let span = now_ns.saturating_sub(since).clamp(BUCKET_NS, WINDOW_NS);
-        Some((rank, ns as f64 / span as f64))
+        let mut all: Vec<(u32, u64)> = sum.into_iter().collect();
+        all.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let span = now_ns.saturating_sub(since_ns).clamp(BUCKET_NS, WINDOW_NS);
+        all.into_iter()
+            .take(TOP_K)
+            .map(|(r, ns)| (r, ns as f64 / span as f64))
+            .collect()
     }
 }
 
@@ -444,10 +486,17 @@ mod tests {
         assert_eq!(j.waited_ns, [10 * 297 * MS, 0, 0, 0, 0]);
         assert_eq!(j.instances, [10, 0, 0, 0, 0]);
         assert_eq!(j.unresolved, [0; 5]);
-        let (rank, rate) = j.culprit.unwrap();
+        let (rank, rate) = j.culprit().unwrap();
         assert_eq!(rank, 3);
         // 2.97 s caused over the job's first 10 s (the shortest span).
         assert!((rate - 0.297).abs() < 1e-9, "{rate}");
+        assert_eq!(j.culprits.len(), 1);
+        // The waiters, the longest first: 1, 0.99, 0.98 s over 10 s.
+        let waiters: Vec<(u32, f64)> = j.waiters.clone();
+        assert_eq!(waiters.iter().map(|w| w.0).collect::<Vec<_>>(), [0, 1, 2]);
+        for ((_, got), want) in waiters.iter().zip([0.1, 0.099, 0.098]) {
+            assert!((got - want).abs() < 1e-9, "{got} {want}");
+        }
         assert_eq!(w.pending(), 0);
     }
 
@@ -462,7 +511,7 @@ mod tests {
         let j = run(3, 0, &per_rank, 1_000 * MS);
         let j = j.figures("j").unwrap();
         assert_eq!(j.waited_ns[Pattern::WaitNxn.index()], 30 * MS + 10 * MS);
-        assert_eq!(j.culprit.map(|c| c.0), Some(2));
+        assert_eq!(j.culprit().map(|c| c.0), Some(2));
     }
 
     #[test]
@@ -492,7 +541,7 @@ mod tests {
         assert_eq!(j.waited_ns[Pattern::EarlyReduce.index()], 70 * MS);
         assert_eq!(j.instances, [0, 0, 1, 1, 0]);
         // Rank 0 caused 160 ms, rank 2 70 ms.
-        assert_eq!(j.culprit.map(|c| c.0), Some(0));
+        assert_eq!(j.culprit().map(|c| c.0), Some(0));
     }
 
     #[test]
@@ -508,7 +557,7 @@ mod tests {
         w.settle(1_000 * MS + TIMEOUT_NS);
         let j = w.figures("j").unwrap();
         assert_eq!(j.unresolved, [1, 0, 0, 0, 0]);
-        assert_eq!((j.waited_ns, j.culprit), ([0; 5], None));
+        assert_eq!((j.waited_ns, j.culprit()), ([0; 5], None));
     }
 
     #[test]
@@ -660,6 +709,30 @@ mod tests {
     }
 
     #[test]
+    fn only_the_top_k_culprits_and_waiters_are_named() {
+        // Five ranks, each late in turn by its rank's ms at one barrier.
+        let per_rank: Vec<Vec<waits::Plain>> = (0..5u64)
+            .map(|r| {
+                (0..5u64)
+                    .map(|late| {
+                        let enter = if r == late { late * MS } else { 0 };
+                        rec(late, "MPI_Barrier", -1, enter, 10 * MS)
+                    })
+                    .collect()
+            })
+            .collect();
+        let w = run(5, 0, &per_rank, 1_000 * MS);
+        let j = w.figures("j").unwrap();
+        let ranks = |v: &[(u32, f64)]| v.iter().map(|c| c.0).collect::<Vec<_>>();
+        // Rank 4 made four ranks wait 4 ms; rank 0 made nobody wait.
+        assert_eq!(ranks(&j.culprits), [4, 3, 2]);
+        // Everyone waited for the others' lateness but its own: rank 0 the
+        // most (1+2+3+4 ms), rank 4 the least.
+        assert_eq!(ranks(&j.waiters), [0, 1, 2]);
+        assert_eq!(TOP_K, 3);
+    }
+
+    #[test]
     fn the_culprit_window_forgets_what_is_older_than_a_minute() {
         let mut w = Waits::default();
         let barrier = |seq, late: u64| {
@@ -689,14 +762,14 @@ mod tests {
             w.settle(now);
         };
         feed(&mut w, barrier(0, 10 * MS), 0);
-        assert_eq!(w.figures("j").unwrap().culprit.map(|c| c.0), Some(1));
+        assert_eq!(w.figures("j").unwrap().culprit().map(|c| c.0), Some(1));
         // Rank 0 late, much later: rank 1's old wait has left the window.
         let late = [
             vec![rec(1, "MPI_Barrier", -1, MS, MS)],
             vec![rec(1, "MPI_Barrier", -1, 0, MS)],
         ];
         feed(&mut w, late, 2 * WINDOW_NS);
-        let (rank, rate) = w.figures("j").unwrap().culprit.unwrap();
+        let (rank, rate) = w.figures("j").unwrap().culprit().unwrap();
         assert_eq!(rank, 0);
         assert!((rate - MS as f64 / WINDOW_NS as f64).abs() < 1e-12);
     }

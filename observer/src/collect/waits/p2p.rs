@@ -243,7 +243,7 @@ impl Job {
                     }
                 }
                 (Ok(_), None) if m.received.is_some_and(|r| r.test) => {}
-                (Ok(w), None) => self.count(Pattern::LateSender, w, period, k.0, now_ns),
+                (Ok(w), None) => self.count(Pattern::LateSender, &[(k.1, w)], period, k.0, now_ns),
             }
         }
         let ready: Vec<GroupKey> = self
@@ -266,7 +266,7 @@ impl Job {
                 self.p2p.open.remove(&(k.0, k.1));
             }
             if let (false, true, Some((w, sender))) = (g.failed, g.settled >= g.members, g.latest) {
-                self.count(Pattern::LateSender, w, period, sender, now_ns);
+                self.count(Pattern::LateSender, &[(k.0, w)], period, sender, now_ns);
             }
         }
     }
@@ -367,7 +367,7 @@ mod tests {
         assert_eq!(j.waited_ns[LS], 10 * 20 * MS);
         assert_eq!(j.instances[LS], 10);
         assert_eq!(j.unresolved, [0; 5]);
-        assert_eq!(j.culprit.map(|c| c.0), Some(0));
+        assert_eq!(j.culprit().map(|c| c.0), Some(0));
         assert_eq!(w.pending(), 0);
         // A sender in time makes nobody wait; sampled ones count N times.
         let per_rank = vec![
@@ -398,7 +398,7 @@ mod tests {
         ];
         let (w, j) = run(3, 0, &per_rank, 0);
         assert_eq!((j.waited_ns[LS], j.instances[LS]), (30 * MS, 1));
-        assert_eq!(j.culprit.map(|c| c.0), Some(0));
+        assert_eq!(j.culprit().map(|c| c.0), Some(0));
         // Rank 2's send to rank 0 waits for its receive.
         assert_eq!(w.pending(), 1);
         // A group not sealed is evaluated at the timeout.
@@ -449,7 +449,7 @@ mod tests {
         assert_eq!((j.waited_ns[LS], j.instances[LS]), (0, 0));
         // The unmatched receive and the send nobody received.
         assert_eq!(j.unresolved[Unresolved::Incomplete as usize], 2);
-        assert_eq!(j.culprit, None);
+        assert_eq!(j.culprit(), None);
         assert_eq!(w.pending(), 0);
     }
 

@@ -54,12 +54,22 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut culprit = Family::new(
         "mpi_job_wait_culprit_rank",
         "gauge",
-        "The world rank (as the value) whose lateness made the job's other ranks wait longest over the last minute, all patterns; absent when nobody waited.",
+        "The world rank (as the value) whose lateness made the job's other ranks wait the k-th longest over the last minute, all patterns (k 1 to 3); absent when nobody waited.",
     );
     let mut culprit_rate = Family::new(
         "mpi_job_wait_culprit_fraction_1m",
         "gauge",
-        "Seconds of wait per second that mpi_job_wait_culprit_rank caused over the last minute (or since the job's first record, if younger): can exceed 1 when it made several ranks wait.",
+        "Seconds of wait per second that mpi_job_wait_culprit_rank of the same k caused over the last minute (or since the job's first record, if younger): can exceed 1 when it made several ranks wait.",
+    );
+    let mut waiter = Family::new(
+        "mpi_job_wait_waiting_rank",
+        "gauge",
+        "The world rank (as the value) that waited the k-th longest for late ranks over the last minute, all patterns (k 1 to 3); absent when nobody waited.",
+    );
+    let mut waiter_rate = Family::new(
+        "mpi_job_wait_waiting_fraction_1m",
+        "gauge",
+        "Seconds per second that mpi_job_wait_waiting_rank of the same k waited over the last minute (or since the job's first record, if younger).",
     );
     let mut jobs: Vec<_> = waits.all().collect();
     jobs.sort_unstable_by_key(|(job, _)| *job);
@@ -119,14 +129,26 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
                 ),
             );
         }
-        if let Some((rank, rate)) = w.culprit {
+        for (i, (rank, rate)) in w.culprits.iter().enumerate() {
+            let k = i + 1;
             culprit.line(
                 T,
-                format_args!("mpi_job_wait_culprit_rank{{{job},k=\"1\"}} {rank}"),
+                format_args!("mpi_job_wait_culprit_rank{{{job},k=\"{k}\"}} {rank}"),
             );
             culprit_rate.line(
                 T,
-                format_args!("mpi_job_wait_culprit_fraction_1m{{{job},k=\"1\"}} {rate}"),
+                format_args!("mpi_job_wait_culprit_fraction_1m{{{job},k=\"{k}\"}} {rate}"),
+            );
+        }
+        for (i, (rank, rate)) in w.waiters.iter().enumerate() {
+            let k = i + 1;
+            waiter.line(
+                T,
+                format_args!("mpi_job_wait_waiting_rank{{{job},k=\"{k}\"}} {rank}"),
+            );
+            waiter_rate.line(
+                T,
+                format_args!("mpi_job_wait_waiting_fraction_1m{{{job},k=\"{k}\"}} {rate}"),
             );
         }
     }
@@ -140,5 +162,7 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
         p2p_period,
         culprit,
         culprit_rate,
+        waiter,
+        waiter_rate,
     ]);
 }
