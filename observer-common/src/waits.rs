@@ -109,9 +109,10 @@ pub struct RingHeader {
     /// records the sends and receives whose envelope sequence number is a
     /// multiple of `1 << (p2p_shift - 1)`; 0 when it records none.
     pub p2p_shift: AtomicU64,
-    /// Sampled sends and receives the shim did not record: the call's
-    /// enter time was not on the ring's clock yet (the counter's first 5 ms),
-    /// or the process lost count of an envelope's messages.
+    /// Sends and receives the shim did not record: sampled ones whose
+    /// call's enter time was not on the ring's clock yet (the counter's
+    /// first 5 ms) or that came after the process lost count of its
+    /// messages, and every one of an envelope its table had no room for.
     pub skipped: AtomicU64,
     /// Zero.
     pub reserved: [AtomicU64; 3],

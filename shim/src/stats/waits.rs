@@ -174,8 +174,9 @@ impl Envelopes {
         }
     }
 
-    /// The number of the message on envelope `key` (never 0), counting it;
-    /// `None` with no room. `multi`: other threads may count at once.
+    /// The number of the message on envelope `key` (its first is 0),
+    /// counting it; `None` with no room. `multi`: other threads may count
+    /// at once.
     #[inline(always)]
     fn count(&self, key: u64, multi: bool) -> Option<u64> {
         let h = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize;
@@ -345,7 +346,8 @@ fn message(
     }
 }
 
-/// Counts a sampled message not recorded.
+/// Counts a message not recorded (a sampled one, or any of an envelope
+/// with no room).
 #[cold]
 fn skip(s: &State) {
     let c = &s.wait_head.skipped;

@@ -328,15 +328,8 @@ mod tests {
             w.add(
                 "j",
                 &Drain {
-                    rank: rank as u32,
-                    world_size: size,
-                    shift: 0,
                     p2p_shift: shift + 1,
-                    clock: waits::clock::NS,
-                    ns_per_tick: 0,
-                    records: recs,
-                    lost: 0,
-                    skipped: 0,
+                    ..Drain::ns(rank as u32, size, recs)
                 },
                 now,
             );
@@ -518,15 +511,8 @@ mod tests {
             w.add(
                 "j",
                 &Drain {
-                    rank: 0,
-                    world_size: 2,
-                    shift: 0,
-                    p2p_shift: 1,
-                    clock: waits::clock::NS,
-                    ns_per_tick: 0,
-                    records: &[],
-                    lost: 0,
                     skipped,
+                    ..Drain::ns(0, 2, &[])
                 },
                 0,
             );
@@ -542,15 +528,9 @@ mod tests {
             w.add(
                 "j",
                 &Drain {
-                    rank,
-                    world_size: 2,
-                    shift: 0,
-                    p2p_shift: 1,
                     clock: waits::clock::TICKS,
                     ns_per_tick: rate,
-                    records,
-                    lost: 0,
-                    skipped: 0,
+                    ..Drain::ns(rank, 2, records)
                 },
                 0,
             );

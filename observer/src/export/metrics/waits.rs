@@ -29,7 +29,7 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut unresolved = Family::new(
         "mpi_job_wait_unresolved_total",
         "counter",
-        "Sampled collective instances and messages not evaluated, by reason: incomplete (a part never came: a rank on another node or without the shim's records, or its record was lost), mismatch (the parts disagree: a collective's function or root, a message's size, or a message received before it was sent), overflow (too many waited for parts), clock (their times cannot be compared: different clocks, or the CPU counter's rate never given), skipped (sampled messages a rank did not record: it had lost count of its messages, or the call's start was not on the ring's clock).",
+        "Sampled collective instances and messages not evaluated, by reason: incomplete (a part never came: a rank on another node or without the shim's records, or its record was lost), mismatch (the parts disagree: a collective's function or root, a message's size, or a message received before it was sent), overflow (too many waited for parts), clock (their times cannot be compared: different clocks, or the CPU counter's rate never given), skipped (messages a rank did not record: it had lost count of its messages, the call's start was not on the ring's clock, or the envelope found no room in its table).",
     );
     let mut lost = Family::new(
         "mpi_job_wait_records_lost_total",
