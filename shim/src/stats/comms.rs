@@ -286,8 +286,10 @@ pub(crate) unsafe fn received(s: &State, comm: usize, status: *const u8, call: &
     // SAFETY: per the caller.
     let bytes = unsafe { s.abi.received(status) };
     s.message(p, RECV, bytes);
-    // SAFETY: per the caller.
-    waits::received(s, comm, p, unsafe { s.abi.tag(status) }, bytes, call);
+    if waits::numbered(s, comm) {
+        // SAFETY: per the caller.
+        waits::received(s, comm, p, unsafe { s.abi.tag(status) }, bytes, call);
+    }
 }
 
 #[cfg(test)]

@@ -446,7 +446,7 @@ pub(crate) unsafe extern "C" fn mrecv<const ROW: usize, const L: bool>(
             // SAFETY: the library filled `st`.
             let bytes = unsafe { s.abi.received(st as *const u8) };
             s.message(p, RECV, bytes);
-            if world {
+            if world && waits::numbered(s, s.abi.comm_world) {
                 // SAFETY: as above.
                 let tag = unsafe { s.abi.tag(st as *const u8) };
                 waits::received(s, s.abi.comm_world, p, tag, bytes, &Call::new(How::One));

@@ -340,7 +340,7 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8, call: &Ca
                 let peer = PEER[i].load(Relaxed);
                 s.message(peer, observer_common::segment::RECV, bytes);
                 let comm = COMM[i].load(Relaxed);
-                if comm != 0 {
+                if waits::numbered(s, comm) {
                     // SAFETY: per the caller.
                     let tag = unsafe { s.abi.tag(status) };
                     waits::received(s, comm, peer, tag, bytes, call);

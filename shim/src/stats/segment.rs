@@ -492,12 +492,18 @@ fn seed(from: &[CallTiming], to: &[CallTiming]) {
 /// wait records where the CPU's counter is not the kernel's clock).
 #[inline(always)]
 pub(crate) fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Clock `id` in nanoseconds.
+#[inline(always)]
+fn clock_ns(id: libc::clockid_t) -> u64 {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    unsafe { libc::clock_gettime(id, &mut t) };
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
@@ -506,13 +512,7 @@ pub(crate) fn monotonic_ns() -> u64 {
 /// call of ~20 ns. Ages come out at most one tick (≤ 4 ms) too large.
 #[inline(always)]
 pub(crate) fn now_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC_COARSE)
 }
 
 impl State {

@@ -295,11 +295,18 @@ impl Call {
     }
 }
 
+/// Whether messages on `comm` (a handle) are numbered: the callers read
+/// what only numbering needs (a status's tag) after asking.
+#[inline(always)]
+pub(crate) fn numbered(s: &State, comm: usize) -> bool {
+    s.p2p_waits && comm == s.abi.comm_world
+}
+
 /// A send to world rank `dest` with `tag` and `bytes`, on `comm` (a handle),
 /// posted by the call being timed: numbered, and recorded if sampled.
 #[inline(always)]
 pub(crate) fn sent(s: &State, comm: usize, dest: i32, tag: i32, bytes: Option<u64>) {
-    if s.p2p_waits && comm == s.abi.comm_world && dest >= 0 {
+    if numbered(s, comm) && dest >= 0 {
         message(s, &SENDS, dest, tag, bytes, None);
     }
 }
@@ -315,7 +322,7 @@ pub(crate) fn received(
     bytes: Option<u64>,
     call: &Call,
 ) {
-    if s.p2p_waits && comm == s.abi.comm_world && src >= 0 {
+    if numbered(s, comm) && src >= 0 {
         message(s, &RECVS, src, tag, bytes, Some(call));
     }
 }
