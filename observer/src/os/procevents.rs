@@ -11,7 +11,9 @@
 //! without either).
 //!
 //! An exec is only a hint: the process is looked at again after
-//! [`CHECKS`] delays until it maps an MPI library or the delays run out.
+//! [`CHECKS`] delays until it maps an MPI library, its code included
+//! ([`MappedLib::loaded`](crate::os::procfs::MappedLib::loaded)), or the
+//! delays run out.
 //! At most [`MAX_WATCHED`] processes are watched at once; past that, and
 //! when the kernel drops events because we read too slowly, it is counted
 //! and the scan catches up.
@@ -314,7 +316,7 @@ pub struct WatchStats {
 
 /// Runs the watcher on a thread of its own until `stop` is set: each exec'd
 /// process is looked at after each of [`CHECKS`], and `found(pid, ticks)`
-/// is called once for one that maps an MPI library.
+/// is called once for one that maps an MPI library and its code.
 pub fn watch(
     mut events: Source,
     stats: Arc<WatchStats>,
@@ -360,7 +362,7 @@ pub fn watch(
                     {
                         continue;
                     }
-                    if matches!(crate::os::procfs::mpi_library(pid), Ok(Some(_))) {
+                    if matches!(crate::os::procfs::mpi_library(pid), Ok(Some(l)) if l.loaded()) {
                         stats.found.fetch_add(1, Ordering::Relaxed);
                         found(pid, ticks);
                     } else if let Some(d) = CHECKS.get(n + 1) {

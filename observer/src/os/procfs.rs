@@ -357,6 +357,15 @@ pub struct MappedLib {
 }
 
 impl MappedLib {
+    /// Whether the library's code is mapped: the dynamic loader maps the
+    /// whole file read-only first and its executable segment over it
+    /// after, so a process caught in between (a rank found at its exec)
+    /// has the library without its code. It is looked at again, not
+    /// attached: probes told by address need where the code runs.
+    pub fn loaded(&self) -> bool {
+        self.text.is_some()
+    }
+
     /// The library as seen from our mount namespace, through the process's
     /// root, so containers and chroots work.
     pub fn host_path(&self, pid: u32) -> PathBuf {
@@ -497,8 +506,13 @@ fn lowest_mapping(
     pid: u32,
     wanted: impl Fn(&Path) -> bool,
 ) -> Result<Option<MappedLib>, ProcError> {
+    Ok(lowest_of(maps(pid)?, wanted))
+}
+
+/// [`lowest_mapping`] of parsed maps.
+fn lowest_of(maps: Vec<MapEntry>, wanted: impl Fn(&Path) -> bool) -> Option<MappedLib> {
     let mut found: Option<MappedLib> = None;
-    for m in maps(pid)? {
+    for m in maps {
         let Some(path) = m.path.as_deref() else {
             continue;
         };
@@ -526,7 +540,7 @@ fn lowest_mapping(
             }
         }
     }
-    Ok(found)
+    found
 }
 
 /// The MPI library mapped by `pid`, if any.
@@ -668,6 +682,35 @@ mod tests {
         let (r, e) = unsafe { (libc::getuid(), libc::geteuid()) };
         let own = uids(std::process::id()).unwrap();
         assert_eq!((own[0], own[1]), (r, e));
+    }
+
+    #[test]
+    fn a_library_is_loaded_once_its_code_is_mapped() {
+        let mpi = |p: &Path| p.file_name().and_then(|f| f.to_str()) == Some("libmpi.so.40");
+        // What the dynamic loader has done first: the whole file mapped
+        // read-only, its code not yet over it.
+        let reserved = b"\
+7f0000000000-7f0000100000 r--p 00000000 fe:01 99                 /usr/lib/libmpi.so.40
+";
+        let l = lowest_of(parse_maps(reserved), mpi).unwrap();
+        assert_eq!(
+            (l.base, l.text, l.loaded()),
+            (0x7f00_0000_0000, None, false)
+        );
+        let mapped = b"\
+7f0000000000-7f0000020000 r--p 00000000 fe:01 99                 /usr/lib/libmpi.so.40
+7f0000020000-7f00000a0000 r-xp 00020000 fe:01 99                 /usr/lib/libmpi.so.40
+7f00000a0000-7f0000100000 r--p 000a0000 fe:01 99                 /usr/lib/libmpi.so.40
+";
+        let l = lowest_of(parse_maps(mapped), mpi).unwrap();
+        assert!(l.loaded());
+        assert_eq!(
+            (l.base, l.text),
+            (
+                0x7f00_0000_0000,
+                Some((0x7f00_0002_0000, 0x7f00_000a_0000, 0x2_0000))
+            )
+        );
     }
 
     #[test]

@@ -197,6 +197,124 @@ fn all_probes_a_library_file_once_and_both_jobs_are_exact() {
     assert_no_probes_left();
 }
 
+/// A rank found while the dynamic loader maps its MPI library (the file
+/// mapped read-only, its code not yet: the loader's first step) is looked
+/// at again and attached once its code is mapped, not refused for ever.
+/// With functions told by address (classic uprobes attached by ioctl,
+/// forced here; perf links on a kernel without attach cookies are the
+/// same), such a rank was refused as "not mapped as one executable
+/// segment": a CI run caught one of six ranks so. `loading/loader.c` holds
+/// the window open for 3 s, past the exec watcher's last look (1.5 s) and
+/// two scans, then loads MPI; every barrier after the attach is counted.
+#[test]
+fn a_rank_caught_while_its_library_loads_is_attached_once_loaded() {
+    use std::io::BufRead as _;
+    let mpi = Mpi::Mpich;
+    if !require(&[Need::Root, Need::Mpi(mpi), Need::Command("cc")]) {
+        return;
+    }
+    let dir = scratch("kernels-loading");
+    let plugin = dir.join("libloading-plugin.so");
+    compile(
+        mpi,
+        &program("loading/plugin.c"),
+        &plugin,
+        &["-shared", "-fPIC"],
+    );
+    let loader = dir.join("loader");
+    let o = Command::new("cc")
+        .arg("-o")
+        .arg(&loader)
+        .arg(program("loading/loader.c"))
+        .arg("-ldl")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    // The MPI library the plugin links, as the loader will find it.
+    let ldd = Command::new("ldd").arg(&plugin).output().unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
+    let lib = ldd
+        .lines()
+        .filter(|l| l.contains("libmpi"))
+        .find_map(|l| l.split("=> ").nth(1)?.split(" (").next())
+        .unwrap_or_else(|| panic!("no MPI library in ldd {plugin:?}: {ldd}"))
+        .to_string();
+    let mut daemon = Daemon::start_wrapped(
+        &["env", "MPI_OBSERVER_ATTACH_MECHANISM=perf_ioctl"],
+        &[
+            "--all".into(),
+            "--functions".into(),
+            "MPI_Barrier".into(),
+            "--retain-exited".into(),
+            "300".into(),
+        ],
+    );
+    let mut child = Command::new(&loader)
+        .arg(&plugin)
+        .arg(&lib)
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut expect_line = |want: &str| {
+        let l = out.next().unwrap().unwrap();
+        assert_eq!(l, want, "the loader's output");
+    };
+    expect_line("MAPPED");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mine: Vec<&str> = maps.lines().filter(|l| l.contains("libmpi")).collect();
+    assert!(
+        !mine.is_empty() && mine.iter().all(|l| !l.contains("xp ")),
+        "the library mapped, its code not: {mine:?}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let said = |daemon: &Daemon, what: &str| {
+        daemon
+            .log()
+            .iter()
+            .any(|l| l.contains(&format!("pid {pid}")) && l.contains(what))
+    };
+    assert!(
+        !said(&daemon, "cannot attach"),
+        "refused while its library loads: {:?}",
+        daemon.log()
+    );
+    std::fs::write(dir.join("mapped-go"), "").unwrap();
+    expect_line("INIT");
+    wait_for(
+        "the daemon to attach the loaded rank",
+        Duration::from_secs(30),
+        || said(&daemon, "attached to pid").then_some(()),
+    );
+    std::fs::write(dir.join("init-go"), "").unwrap();
+    expect_line("OK");
+    assert!(child.wait().unwrap().success());
+    let s = wait_for("its exit", Duration::from_secs(20), || {
+        let (_, s) = daemon.scrape();
+        (sum(&s, "mpi_rank_up", &[]) == 0.0).then_some(s)
+    });
+    let jobid = jobid_of(&s, pid).expect("the rank was observed");
+    let (_, s) = daemon.scrape();
+    assert_eq!(
+        sum(
+            &s,
+            "mpi_calls_total",
+            &[("jobid", &jobid), ("function", "MPI_Barrier")]
+        ),
+        7.0,
+        "every barrier after the attach"
+    );
+    assert_eq!(
+        sum(&s, "mpi_observer_attach_failures_total", &[]),
+        0.0,
+        "no failure"
+    );
+    assert!(daemon.stop(signal::TERM).success());
+    assert_no_probes_left();
+}
+
 /// A process that maps a probed library but is not observed (over its
 /// user's budget here; another namespace's would be the same): under
 /// per-file classic probes its calls trap into the programs, which leave
