@@ -20,7 +20,7 @@
 
 use std::{
     cmp::Reverse,
-    collections::{BTreeMap, BinaryHeap, HashSet, VecDeque},
+    collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque},
     sync::{Arc, Condvar, Mutex, PoisonError},
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -33,6 +33,15 @@ use crate::export::registry::{self, AttachError, State};
 pub const QUEUE_CAP: usize = 16_384;
 /// The shortest rest between two attaches.
 pub const MIN_REST: Duration = Duration::from_millis(2);
+/// How many times a process found with its MPI library mapped but not the
+/// library's code ([`AttachError::Loading`]) is tried, one scan (a second)
+/// apart, before it is refused with its line: the dynamic loader maps the
+/// code microseconds after the file, so only a process that never does
+/// (a user's file named so) gets that far, and it costs this many looks.
+pub const LOADING_TRIES: u32 = 10;
+/// Processes remembered as loading at most; past it, the gone are
+/// forgotten, then all.
+const LOADING_CAP: usize = 4_096;
 /// When an Open MPI rank attached before it initialised its datatypes
 /// (found as it started) has them looked at again, after its attach; then
 /// every [`DATATYPE_REVISIT_EVERY`] while it runs. A look reads a few
@@ -72,6 +81,9 @@ struct Queue {
     revisits: BinaryHeap<Reverse<(Instant, u32, u64, usize)>>,
     /// (pid, ticks) queued or being attached, so nothing is queued twice.
     pending: HashSet<(u32, u64)>,
+    /// Processes found mapping their MPI library but not its code yet
+    /// ([`AttachError::Loading`]), and how many times.
+    loading: HashMap<(u32, u64), u32>,
     /// The uid served last: the next is the one after it.
     last_uid: Option<u32>,
     len: usize,
@@ -287,9 +299,28 @@ fn attach_and_rest(
             .unwrap_or_else(PoisonError::into_inner)
             .datatypes_pending(c.pid, c.ticks)
             .is_some();
+    let mut loading_tries = 0;
     {
         let mut q = shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
         q.pending.remove(&(c.pid, c.ticks));
+        if matches!(result, Err(AttachError::Loading { .. })) {
+            let n = q.loading.entry((c.pid, c.ticks)).or_default();
+            *n += 1;
+            loading_tries = *n;
+            if loading_tries >= LOADING_TRIES {
+                q.loading.remove(&(c.pid, c.ticks));
+            }
+            if q.loading.len() > LOADING_CAP {
+                use crate::os::procfs::{Liveness, liveness};
+                q.loading
+                    .retain(|&(pid, ticks), _| liveness(pid, ticks) == Liveness::Alive);
+                if q.loading.len() > LOADING_CAP {
+                    q.loading.clear();
+                }
+            }
+        } else {
+            q.loading.remove(&(c.pid, c.ticks));
+        }
         if revisit {
             q.revisits.push(Reverse((
                 Instant::now() + DATATYPE_REVISITS[0],
@@ -313,6 +344,19 @@ fn attach_and_rest(
         Ok(false) => {}
         // Refusals say their own rate-limited line (crate::attach::budget).
         Err(AttachError::Refused { .. }) => {}
+        // Caught while its library loads: the next scan offers it again,
+        // up to LOADING_TRIES times; then refused as a failure, like any.
+        Err(AttachError::Loading { .. }) if loading_tries < LOADING_TRIES => {}
+        Err(e @ AttachError::Loading { .. }) => {
+            log::warn!(
+                "pid {}: {} (found so {LOADING_TRIES} times): not observed",
+                c.pid,
+                crate::one_line(&e)
+            );
+            let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
+            st.selfm.attach_failures.inc();
+            st.refused.insert((c.pid, c.ticks), c.uid);
+        }
         // Gone before it could be attached: nothing to say.
         Err(AttachError::Proc(crate::os::procfs::ProcError::NoSuchProcess { .. })) => {}
         // A rank of a short job, ended as it was attached: said, counted

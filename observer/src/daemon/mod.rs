@@ -703,17 +703,7 @@ struct Scanner {
     not_mpi: Arc<not_mpi::NotMpi>,
     /// With --same-netns, the daemon's network namespace.
     netns: Option<std::path::PathBuf>,
-    /// Processes found mapping an MPI library whose code is not mapped
-    /// yet (the dynamic loader is between its two steps): how many scans
-    /// have found them so. Looked at again, up to [`LOADING_SCANS`].
-    loading: std::collections::HashMap<(u32, u64), u32>,
 }
-
-/// Scans a process may be found with its MPI library but not its code
-/// before it goes to the attacher anyway (which refuses it, said and
-/// counted): a process that never maps the code costs a read of its maps
-/// for this many scans, not for ever.
-const LOADING_SCANS: u32 = 10;
 
 impl Scanner {
     fn new(same_netns: bool) -> Scanner {
@@ -722,7 +712,6 @@ impl Scanner {
             netns: same_netns
                 .then(|| procfs::net_namespace(std::process::id()))
                 .flatten(),
-            loading: Default::default(),
         }
     }
 
@@ -758,14 +747,7 @@ impl Scanner {
                 continue;
             }
             match procfs::mpi_library(pid) {
-                Ok(Some(l))
-                    if !l.loaded() && {
-                        let n = self.loading.entry((pid, ticks)).or_default();
-                        *n += 1;
-                        *n < LOADING_SCANS
-                    } => {}
                 Ok(Some(_)) => {
-                    self.loading.remove(&(pid, ticks));
                     let Ok(uid) = procfs::uid(pid) else { continue };
                     if !attacher.submit(crate::daemon::attacher::Candidate { pid, ticks, uid }) {
                         dropped += 1;
@@ -784,7 +766,6 @@ impl Scanner {
         // Forget entries of processes that are gone, so the set stays small:
         // those this scan did not find.
         self.not_mpi.retain(&seen);
-        self.loading.retain(|k, _| seen.contains(k));
         if dropped > 0 {
             state
                 .lock()

@@ -57,6 +57,8 @@ impl State {
             match e {
                 AttachError::Refused { uid, budget, .. } => self.selfm.refused(*uid, *budget),
                 AttachError::Exited { .. } => self.selfm.attach_exited.inc(),
+                // Offered again; the attacher counts it when it gives up.
+                AttachError::Loading { .. } => {}
                 AttachError::SegmentGone { .. } => self.selfm.segment_error(SegmentProblem::Gone),
                 _ => self.selfm.attach_failures.inc(),
             }

@@ -79,6 +79,21 @@ pub enum AttachError {
         /// Its command name.
         comm: String,
     },
+    /// The process maps its MPI library but not yet the library's code:
+    /// the dynamic loader maps the whole file read-only first and the
+    /// code over it after, and a rank found at its exec can be caught in
+    /// between. Not a failure: `--all`'s next scan offers it again (the
+    /// attacher gives up after [`LOADING_TRIES`](crate::daemon::attacher::LOADING_TRIES)).
+    #[error(
+        "pid {pid} ({comm}) maps its MPI library but not yet the library's code (the dynamic loader is between its steps): \
+         attach again once it has started"
+    )]
+    Loading {
+        /// The pid.
+        pid: u32,
+        /// Its command name.
+        comm: String,
+    },
     /// The process ended (or was already ending) while it was being
     /// attached: whatever failed (its maps read, a uprobe_multi link made
     /// on /proc/PID/root/...) failed because it was gone, not because of a
@@ -147,6 +162,14 @@ fn prepare_inner(pid: u32, ticks: u64) -> Result<Prepared, AttachError> {
     let host_path = map.host_path(pid);
     // Opened as mapped, within the size cap, parsed once per file.
     let lib = symbols::LibraryCache::global().get_mapped(pid, &map)?;
+    // After the parse, which refuses another instruction set's library
+    // (run by qemu-user, whose code is never mapped executable) for good.
+    if !map.loaded() {
+        return Err(AttachError::Loading {
+            pid,
+            comm: procfs::comm(pid),
+        });
+    }
     let located = std::sync::Arc::new(datatypes::locate(pid, &lib, &map));
     let datatypes = datatypes::check(pid, &located);
     // A rank whose shim already times its calls gets no probes: the
