@@ -168,7 +168,7 @@ pub fn deb(arch: Arch, fast: bool) -> Result<PathBuf> {
 }
 
 /// The release packages for aarch64, linked by the cross gcc.
-fn cross_build() -> Result<()> {
+pub fn cross_build() -> Result<()> {
     let mut c = crate::cargo();
     c.args(["build", "--release", "--locked", "--target", AARCH64]);
     for p in RELEASE_PACKAGES {

@@ -82,6 +82,11 @@ pub struct Boot<'a> {
     pub cwd: &'a Path,
     /// The script the guest runs (`guest.rs`), inside `run_dir`.
     pub script: &'a Path,
+    /// The guest's root file system when it is not this machine's (an
+    /// arm64 guest's, `root.rs`): the checkout is then mounted read-only
+    /// at its own path, and `overlays` must be empty (the guest script
+    /// lays them, after the mounts).
+    pub root: Option<&'a Path>,
 }
 
 /// vng's arguments for `b`.
@@ -106,10 +111,35 @@ pub fn vng_args(b: &Boot) -> Vec<OsString> {
         push("--arch");
         push(b.arch.vng());
     }
+    if b.arch == Arch::Arm64 {
+        // vng's default Cortex-A57 has no 16 KiB translation granule: the
+        // -arm64-16k kernel never printed a line on it. QEMU's `max` has
+        // every granule (and the Armv8.x features of today's server
+        // cores); its pointer authentication with QEMU's own cheap
+        // algorithm, not the architected one, which is slow to emulate.
+        // QEMU takes the last -cpu.
+        push("--qemu-opt=-cpu");
+        push("--qemu-opt=max,pauth-impdef=on");
+    }
     if b.accel == Accel::Tcg {
         push("--disable-kvm");
     }
-    push(&format!("--rwdir={}", b.run_dir.display()));
+    if let Some(root) = b.root {
+        // Its own busybox: vng's check for a static one rejects another
+        // instruction set's.
+        push("--root");
+        push(&root.display().to_string());
+        push("--busybox");
+        push(&root.join("bin/busybox").display().to_string());
+        // Host paths, at the same path in the guest (vng's short form
+        // takes them relative to the root).
+        for (dir, mode) in [(b.run_dir, "rwdir"), (b.cwd, "rodir")] {
+            let d = dir.display();
+            push(&format!("--{mode}={d}={d}"));
+        }
+    } else {
+        push(&format!("--rwdir={}", b.run_dir.display()));
+    }
     push(&format!(
         "--rodir=/etc/udev/rules.d={}",
         b.udev_rules.display()
@@ -117,8 +147,11 @@ pub fn vng_args(b: &Boot) -> Vec<OsString> {
     for o in b.overlays {
         push(&format!("--overlay-rwdir={}", o.display()));
     }
-    push("--cwd");
-    push(&b.cwd.display().to_string());
+    // vng takes --cwd only inside the root; the script changes into it.
+    if b.root.is_none() {
+        push("--cwd");
+        push(&b.cwd.display().to_string());
+    }
     push("--exec");
     push(&format!(
         "bash {}",
@@ -415,7 +448,30 @@ mod tests {
             udev_rules: Path::new("/c/udev/rules.d"),
             cwd: Path::new("/work/wt/vm"),
             script: Path::new("/c/runs/1/guest.sh"),
+            root: None,
         }
+    }
+
+    #[test]
+    fn a_root_of_its_own_brings_its_busybox_and_the_checkout_by_path() {
+        let mut b = boot(Accel::Tcg, Arch::Arm64, &[]);
+        b.root = Some(Path::new("/c/root-arm64"));
+        let a: Vec<String> = vng_args(&b)
+            .into_iter()
+            .map(|x| x.into_string().unwrap())
+            .collect();
+        let after = |k: &str| &a[a.iter().position(|x| x == k).unwrap() + 1];
+        assert_eq!(after("--root"), "/c/root-arm64");
+        assert_eq!(after("--busybox"), "/c/root-arm64/bin/busybox");
+        assert!(
+            a.contains(&"--rwdir=/c/runs/1=/c/runs/1".to_string()),
+            "{a:?}"
+        );
+        assert!(
+            a.contains(&"--rodir=/work/wt/vm=/work/wt/vm".to_string()),
+            "{a:?}"
+        );
+        assert!(!a.contains(&"--cwd".to_string()), "{a:?}");
     }
 
     #[test]
@@ -443,6 +499,9 @@ mod tests {
         let arm = s(vng_args(&boot(Accel::Tcg, Arch::Arm64, &o)));
         let i = arm.iter().position(|x| x == "--arch").unwrap();
         assert_eq!(arm[i + 1], "arm64");
+        let i = arm.iter().position(|x| x == "--qemu-opt=-cpu").unwrap();
+        assert_eq!(arm[i + 1], "--qemu-opt=max,pauth-impdef=on");
+        assert!(!tcg.iter().any(|x| x.starts_with("--qemu-opt")));
     }
 
     #[test]

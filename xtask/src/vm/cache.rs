@@ -30,15 +30,9 @@ pub const VIRTME_NG: &str = "virtme-ng==1.42";
 pub fn host_packages(arch: Arch) -> &'static [&'static str] {
     match arch {
         Arch::X86_64 => &["qemu-system-x86", "busybox-static", "python3-venv", "kmod"],
-        Arch::Arm64 => &[
-            "qemu-system-arm",
-            "qemu-user-static",
-            "binfmt-support",
-            "debootstrap",
-            "busybox-static",
-            "python3-venv",
-            "kmod",
-        ],
+        // The guest's root is unpacked, never run here (root.rs): no
+        // qemu-user, binfmt_misc or debootstrap.
+        Arch::Arm64 => &["qemu-system-arm", "busybox-static", "python3-venv", "kmod"],
     }
 }
 

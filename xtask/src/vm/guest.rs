@@ -35,6 +35,11 @@ pub struct Run<'a> {
     pub command: &'a [String],
     /// This xtask binary, run first as `guest-hold-perf-key` (`steady.rs`).
     pub holder: Option<&'a Path>,
+    /// Directories the script lays a writable overlay over (on the
+    /// guest's tmpfs, so writes stay in the guest): with a root of the
+    /// guest's own, vng's overlays come before its mounts and would be
+    /// hidden by the checkout's.
+    pub overlays: &'a [std::path::PathBuf],
 }
 
 /// `s` as one word for bash, in single quotes.
@@ -66,6 +71,13 @@ pub fn script(run: &Run) -> String {
     for (k, v) in run.env {
         assert!(valid_name(k), "environment name {k:?}");
         let _ = writeln!(s, "export {k}={}", quote(v));
+    }
+    for (i, d) in run.overlays.iter().enumerate() {
+        let d = quote(&d.display().to_string());
+        let _ = writeln!(
+            s,
+            "mkdir -p /run/vm-overlay/{i}/u /run/vm-overlay/{i}/w {d} && mount -t overlay overlay -o lowerdir={d},upperdir=/run/vm-overlay/{i}/u,workdir=/run/vm-overlay/{i}/w {d} || exit 125"
+        );
     }
     let _ = writeln!(
         s,
@@ -175,6 +187,7 @@ mod tests {
             env: &env,
             command: &cmd,
             holder: Some(Path::new("/w/target/debug/xtask")),
+            overlays: &[],
         });
         assert!(s.starts_with("#!/bin/bash\n"), "{s}");
         assert!(s.contains("\nholder=/w/target/debug/xtask\n"), "{s}");

@@ -15,12 +15,13 @@ pub mod foreign;
 pub mod guest;
 pub mod kernels;
 pub mod output;
+pub mod root;
 pub mod steady;
 
 use std::{
     fs,
     io::Write as _,
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -69,7 +70,8 @@ pub struct VmArgs {
     /// passed on from here).
     #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
-    /// Only fetch and unpack what the kernel needs; boot nothing.
+    /// Only fetch and unpack what the kernel needs (and an arm64 guest's
+    /// root); boot nothing.
     #[arg(long)]
     pub prepare: bool,
     /// Instead of a command: run the e2e tests whose names contain FILTER
@@ -103,6 +105,11 @@ pub fn cli(a: VmArgs) -> Result<()> {
     let kernel = kernels::find(&a.kernel, a.arch)?;
     if a.prepare {
         let (k, _) = cache::prepare(kernel)?;
+        if kernel.arch == Arch::Arm64 {
+            let root = root::prepare(kernel.arch)?;
+            root::add_kernel(&root, &k.vmlinuz, kernel.release())?;
+            println!("{}", root.display());
+        }
         println!("{}", k.vmlinuz.display());
         return Ok(());
     }
@@ -158,13 +165,22 @@ const PASSED_ON: &[&str] = &["CI", "RUST_BACKTRACE", "RUST_LOG", "CARGO_TARGET_D
 /// panic) are errors; the command's failure is the outcome's status.
 pub fn run(o: &Options, command: &[String]) -> Result<Outcome> {
     let k = o.kernel;
-    ensure!(
-        k.arch == Arch::X86_64,
-        "--arch arm64 needs a Debian arm64 root (debootstrap, issue 36) that the harness does not build yet: only x86_64 guests run today (`--prepare` fetches the arm64 kernels)"
-    );
     let (unpacked, vng) = cache::prepare(k)?;
+    // An arm64 guest boots a root of its own (root.rs), with the kernel's
+    // modules inside it, where vng looks for them.
+    let root = match k.arch {
+        Arch::X86_64 => None,
+        Arch::Arm64 => Some(root::prepare(k.arch)?),
+    };
     let run_dir = new_run_dir(k)?;
     let cwd = workspace_root();
+    if let Some(root) = &root {
+        root::add_kernel(root, &unpacked.vmlinuz, k.release())?;
+        for d in [&run_dir, &cwd, Path::new("/etc/udev/rules.d")] {
+            let m = root.join(d.strip_prefix("/").unwrap_or(d));
+            fs::create_dir_all(&m).with_context(|| format!("creating {}", m.display()))?;
+        }
+    }
     let mut env: Vec<(String, String)> = vec![("PATH".into(), boot::guest_path())];
     for name in PASSED_ON {
         if let Ok(v) = std::env::var(name) {
@@ -172,7 +188,17 @@ pub fn run(o: &Options, command: &[String]) -> Result<Outcome> {
         }
     }
     env.extend(o.env.iter().cloned());
+    // The checkout's target directory takes the tests' scratch files and
+    // logs: an overlay, so that they stay in the guest, with exact appends.
+    let overlays = [target_dir()];
+    let (vng_overlays, script_overlays): (&[PathBuf], &[PathBuf]) = match root {
+        None => (&overlays, &[]),
+        Some(_) => (&[], &overlays),
+    };
     let script = run_dir.join(guest::SCRIPT);
+    // The holder is this machine's xtask: it runs in a guest of its own
+    // instruction set only.
+    let holder = std::env::current_exe().ok();
     fs::write(
         &script,
         guest::script(&guest::Run {
@@ -180,12 +206,10 @@ pub fn run(o: &Options, command: &[String]) -> Result<Outcome> {
             cwd: &cwd,
             env: &env,
             command,
-            holder: std::env::current_exe().ok().as_deref(),
+            holder: holder.as_deref().filter(|_| root.is_none()),
+            overlays: script_overlays,
         }),
     )?;
-    // The checkout's target directory takes the tests' scratch files and
-    // logs: an overlay, so that they stay in the guest, with exact appends.
-    let overlays = [target_dir()];
     let live = o.live.then(|| format!("[vm {}] ", k.name));
     let start = Instant::now();
     let mut boot = Boot {
@@ -194,15 +218,19 @@ pub fn run(o: &Options, command: &[String]) -> Result<Outcome> {
         arch: k.arch,
         accel: Accel::Tcg,
         run_dir: &run_dir,
-        overlays: &overlays,
+        overlays: vng_overlays,
         udev_rules: &unpacked.udev_rules,
         cwd: &cwd,
         script: &script,
+        root: root.as_deref(),
     };
     let try_kvm = match o.accel {
         AccelChoice::Tcg => false,
         AccelChoice::Kvm => true,
-        AccelChoice::Auto => boot::kvm_opens() && cfg!(target_arch = "x86_64"),
+        // KVM runs a guest of the host's own instruction set only.
+        AccelChoice::Auto => {
+            boot::kvm_opens() && cfg!(target_arch = "x86_64") && k.arch == Arch::X86_64
+        }
     };
     let mut ended = None;
     if try_kvm {
@@ -311,11 +339,23 @@ fn new_run_dir(k: &Kernel) -> Result<PathBuf> {
 /// nothing.
 pub fn run_suite(kernel: &str, arch: Arch, filters: &[&str], env: &[(&str, &str)]) -> Result<()> {
     let k = kernels::find(kernel, arch)?;
-    let exe = e2e_executable()?;
+    let exe = e2e_executable(arch)?;
     let mut command = vec![exe.display().to_string()];
     command.extend(filters.iter().map(|f| f.to_string()));
     command.push("--test-threads=1".to_string());
     let mut guest_env = vec![("CI".to_string(), "true".to_string())];
+    if arch == Arch::Arm64 {
+        // The tests find the daemon, the shim and their scratch space under
+        // CARGO_TARGET_DIR: the cross build's, with the arm64 binaries.
+        crate::package::cross_build()?;
+        guest_env.push((
+            "CARGO_TARGET_DIR".to_string(),
+            target_dir()
+                .join(crate::setup::AARCH64)
+                .display()
+                .to_string(),
+        ));
+    }
     guest_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let filter = filters.join(" ");
     let o = run(
@@ -353,19 +393,25 @@ pub fn run_suite(kernel: &str, arch: Arch, filters: &[&str], env: &[(&str, &str)
     Ok(())
 }
 
-/// The e2e test executable, built now if it is not (cargo says where).
-fn e2e_executable() -> Result<PathBuf> {
-    let o = crate::cargo()
-        .args([
-            "test",
-            "--release",
-            "-p",
-            "e2e",
-            "--test",
-            "e2e",
-            "--no-run",
-            "--message-format=json-render-diagnostics",
-        ])
+/// The e2e test executable for `arch`, built now if it is not (cargo
+/// says where); arm64's by the cross toolchain.
+fn e2e_executable(arch: Arch) -> Result<PathBuf> {
+    let mut c = crate::cargo();
+    c.args([
+        "test",
+        "--release",
+        "-p",
+        "e2e",
+        "--test",
+        "e2e",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]);
+    if arch == Arch::Arm64 {
+        c.args(["--target", crate::setup::AARCH64]);
+        crate::package::cross_env(&mut c);
+    }
+    let o = c
         .stderr(std::process::Stdio::inherit())
         .output()
         .context("running cargo test --no-run")?;
