@@ -359,13 +359,13 @@ const BPF_TARGET_ARCHES: &[&str] = &["x86_64", "aarch64"];
 /// The daemon, the shim and the QMPI stubs for aarch64: clippy (which
 /// type-checks everything `cargo check` does) with warnings denied for
 /// `aarch64-unknown-linux-gnu`, in the environment the arm64 package is
-/// built in (`package::cross_env`); the daemon is not linked here. The shim's
+/// built in (`vm::foreign::cross_env`); the daemon is not linked here. The shim's
 /// instruction-set half is `shim/src/arch/aarch64.rs`; the daemon's
 /// `attach --inject` has no aarch64 stub yet and refuses in one line
 /// (`attach/inject/regs.rs`).
 fn check_aarch64() -> Result<()> {
     setup::run_cmd(
-        package::cross_env(&mut cargo())
+        vm::foreign::cross_env(&mut cargo())
             .args([
                 "clippy",
                 "--release",

@@ -18,7 +18,6 @@ use anyhow::{Context as _, Result, bail, ensure};
 pub use check::same_but_arm64;
 
 use crate::{
-    RELEASE_PACKAGES,
     bench_shim_profile::SHIM_FILE,
     setup::{AARCH64, AARCH64_CC, run_cmd, target_dir},
     vm::{foreign, kernels::Arch},
@@ -78,7 +77,7 @@ pub fn installed_shim() -> Result<String> {
 
 /// Builds the SPANK plugin into `release/slurm/` of the architecture's
 /// target directory, then the .deb from what is built (`--no-build`: for
-/// amd64, [`crate::build`] ran first; for arm64, [`cross_build`] runs
+/// amd64, [`crate::build`] ran first; for arm64, [`foreign::cross_build`] runs
 /// here). Returns the package's path: [`deb_path`] for amd64,
 /// `target/debian/mpi-observer_<version>_arm64.deb` for arm64. `fast`:
 /// cargo-deb's `--fast`, the same contents in a larger file, made in a
@@ -100,7 +99,7 @@ pub fn deb(arch: Arch, fast: bool) -> Result<PathBuf> {
         Arch::X86_64 => (target_dir().join("release"), Command::new("make")),
         Arch::Arm64 => {
             let sysroot = foreign::arm64_sysroot()?;
-            cross_build()?;
+            foreign::cross_build()?;
             let mut make = Command::new("make");
             make.arg(format!("CC={AARCH64_CC}")).arg(format!(
                 "CPPFLAGS=-I{}",
@@ -165,27 +164,4 @@ pub fn deb(arch: Arch, fast: bool) -> Result<PathBuf> {
     };
     ensure!(deb.is_file(), "cargo deb wrote no {}", deb.display());
     Ok(deb)
-}
-
-/// The release packages for aarch64, linked by the cross gcc.
-pub fn cross_build() -> Result<()> {
-    let mut c = crate::cargo();
-    c.args(["build", "--release", "--locked", "--target", AARCH64]);
-    for p in RELEASE_PACKAGES {
-        c.args(["-p", p]);
-    }
-    run_cmd(cross_env(&mut c))
-}
-
-/// The environment of every cargo run for [`AARCH64`] that builds the
-/// daemon, the same in each (`cargo xtask test`'s clippy too), since a
-/// change reruns build scripts and rebuilds the daemon (about 4 minutes
-/// here): the cross gcc as linker, as `cargo xtask qemu-shim` gives it,
-/// and the arm64 libotf2 for otf2-sys (`OTF2_LIB_DIR`).
-pub fn cross_env(c: &mut Command) -> &mut Command {
-    c.env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", AARCH64_CC)
-        .env(
-            "OTF2_LIB_DIR",
-            foreign::arm64_sysroot_dir().join("usr/lib/aarch64-linux-gnu"),
-        )
 }

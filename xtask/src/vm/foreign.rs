@@ -5,6 +5,8 @@
 //! cross-built against (`cargo xtask package --arch arm64`). The `.deb`s
 //! are pinned by version and SHA-256 and cached beside the kernels
 //! (outside the checkout); they are unpacked into the target directory.
+//! Also the cross build for aarch64 against that sysroot ([`cross_build`],
+//! [`cross_env`]), which the arm64 package and the arm64 guests use.
 
 use std::{
     fs,
@@ -18,7 +20,10 @@ use super::{
     cache::{self, apt_download, apt_options, sha256},
     kernels::Arch,
 };
-use crate::setup::{run_cmd, target_dir};
+use crate::{
+    RELEASE_PACKAGES,
+    setup::{AARCH64, AARCH64_CC, run_cmd, target_dir},
+};
 
 /// One pinned binary package.
 struct Pin {
@@ -139,4 +144,27 @@ fn unpack(pins: &[Pin], what: &str, out: &Path) -> Result<()> {
         run_cmd(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(out))?;
     }
     Ok(())
+}
+
+/// The release packages for aarch64, linked by the cross gcc.
+pub fn cross_build() -> Result<()> {
+    let mut c = crate::cargo();
+    c.args(["build", "--release", "--locked", "--target", AARCH64]);
+    for p in RELEASE_PACKAGES {
+        c.args(["-p", p]);
+    }
+    run_cmd(cross_env(&mut c))
+}
+
+/// The environment of every cargo run for [`AARCH64`] that builds the
+/// daemon, the same in each (`cargo xtask test`'s clippy too), since a
+/// change reruns build scripts and rebuilds the daemon (about 4 minutes
+/// here): the cross gcc as linker, as `cargo xtask qemu-shim` gives it,
+/// and the arm64 libotf2 for otf2-sys (`OTF2_LIB_DIR`).
+pub fn cross_env(c: &mut Command) -> &mut Command {
+    c.env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", AARCH64_CC)
+        .env(
+            "OTF2_LIB_DIR",
+            arm64_sysroot_dir().join("usr/lib/aarch64-linux-gnu"),
+        )
 }

@@ -339,6 +339,11 @@ fn new_run_dir(k: &Kernel) -> Result<PathBuf> {
 /// nothing.
 pub fn run_suite(kernel: &str, arch: Arch, filters: &[&str], env: &[(&str, &str)]) -> Result<()> {
     let k = kernels::find(kernel, arch)?;
+    if arch == Arch::Arm64 {
+        // The arm64 daemon, shim and stubs the tests run in the guest.
+        foreign::arm64_sysroot()?;
+        foreign::cross_build()?;
+    }
     let exe = e2e_executable(arch)?;
     let mut command = vec![exe.display().to_string()];
     command.extend(filters.iter().map(|f| f.to_string()));
@@ -347,7 +352,6 @@ pub fn run_suite(kernel: &str, arch: Arch, filters: &[&str], env: &[(&str, &str)
     if arch == Arch::Arm64 {
         // The tests find the daemon, the shim and their scratch space under
         // CARGO_TARGET_DIR: the cross build's, with the arm64 binaries.
-        crate::package::cross_build()?;
         guest_env.push((
             "CARGO_TARGET_DIR".to_string(),
             target_dir()
@@ -409,7 +413,7 @@ fn e2e_executable(arch: Arch) -> Result<PathBuf> {
     ]);
     if arch == Arch::Arm64 {
         c.args(["--target", crate::setup::AARCH64]);
-        crate::package::cross_env(&mut c);
+        foreign::cross_env(&mut c);
     }
     let o = c
         .stderr(std::process::Stdio::inherit())
