@@ -106,9 +106,7 @@ pub fn cli(a: VmArgs) -> Result<()> {
     if a.prepare {
         let (k, _) = cache::prepare(kernel)?;
         if kernel.arch == Arch::Arm64 {
-            let root = root::prepare(kernel.arch)?;
-            root::add_kernel(&root, &k.vmlinuz, kernel.release())?;
-            println!("{}", root.display());
+            println!("{}", root::prepare(kernel, &k.vmlinuz)?.display());
         }
         println!("{}", k.vmlinuz.display());
         return Ok(());
@@ -170,12 +168,11 @@ pub fn run(o: &Options, command: &[String]) -> Result<Outcome> {
     // modules inside it, where vng looks for them.
     let root = match k.arch {
         Arch::X86_64 => None,
-        Arch::Arm64 => Some(root::prepare(k.arch)?),
+        Arch::Arm64 => Some(root::prepare(k, &unpacked.vmlinuz)?),
     };
     let run_dir = new_run_dir(k)?;
     let cwd = workspace_root();
     if let Some(root) = &root {
-        root::add_kernel(root, &unpacked.vmlinuz, k.release())?;
         for d in [&run_dir, &cwd, Path::new("/etc/udev/rules.d")] {
             let m = root.join(d.strip_prefix("/").unwrap_or(d));
             fs::create_dir_all(&m).with_context(|| format!("creating {}", m.display()))?;
@@ -339,19 +336,12 @@ fn new_run_dir(k: &Kernel) -> Result<PathBuf> {
 /// nothing.
 pub fn run_suite(kernel: &str, arch: Arch, filters: &[&str], env: &[(&str, &str)]) -> Result<()> {
     let k = kernels::find(kernel, arch)?;
-    if arch == Arch::Arm64 {
-        // The arm64 daemon, shim and stubs the tests run in the guest.
-        foreign::arm64_sysroot()?;
-        foreign::cross_build()?;
-    }
-    let exe = e2e_executable(arch)?;
-    let mut command = vec![exe.display().to_string()];
-    command.extend(filters.iter().map(|f| f.to_string()));
-    command.push("--test-threads=1".to_string());
     let mut guest_env = vec![("CI".to_string(), "true".to_string())];
     if arch == Arch::Arm64 {
-        // The tests find the daemon, the shim and their scratch space under
-        // CARGO_TARGET_DIR: the cross build's, with the arm64 binaries.
+        // The arm64 daemon, shim and stubs the tests run in the guest,
+        // found under CARGO_TARGET_DIR: the cross build's.
+        foreign::arm64_sysroot()?;
+        foreign::cross_build()?;
         guest_env.push((
             "CARGO_TARGET_DIR".to_string(),
             target_dir()
@@ -360,6 +350,10 @@ pub fn run_suite(kernel: &str, arch: Arch, filters: &[&str], env: &[(&str, &str)
                 .to_string(),
         ));
     }
+    let exe = e2e_executable(arch)?;
+    let mut command = vec![exe.display().to_string()];
+    command.extend(filters.iter().map(|f| f.to_string()));
+    command.push("--test-threads=1".to_string());
     guest_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let filter = filters.join(" ");
     let o = run(

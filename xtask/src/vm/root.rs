@@ -26,7 +26,10 @@ use std::{
 
 use anyhow::{Context as _, Result, ensure};
 
-use super::{cache, kernels::Arch};
+use super::{
+    cache,
+    kernels::{Arch, Kernel},
+};
 use crate::setup::run_cmd;
 
 /// The suite the root comes from: the MPI releases the x86-64 tests run
@@ -73,9 +76,17 @@ pub const PACKAGES: &[&str] = &[
     "libopen-trace-format2-10",
 ];
 
-/// The unpacked root for `arch` (arm64 only: an x86-64 guest boots this
-/// machine's root), built unless it is there for this package list.
-pub fn prepare(arch: Arch) -> Result<PathBuf> {
+/// The unpacked root for kernel `k` (arm64 only: an x86-64 guest boots
+/// this machine's root), built unless it is there for this package list,
+/// with the modules of `k`'s image `vmlinuz` ([`add_kernel`]).
+pub fn prepare(k: &Kernel, vmlinuz: &Path) -> Result<PathBuf> {
+    let dir = unpacked(k.arch)?;
+    add_kernel(&dir, vmlinuz, k.release())?;
+    Ok(dir)
+}
+
+/// The root's packages, unpacked (once per package list).
+fn unpacked(arch: Arch) -> Result<PathBuf> {
     ensure!(
         arch == Arch::Arm64,
         "a root of its own is built for arm64 guests only"
@@ -212,7 +223,7 @@ fn fix_up(root: &Path) -> Result<()> {
 /// `boot/vmlinuz-<release>`, `cache.rs`) into `root`'s
 /// `lib/modules/<release>`, where vng looks for a foreign root's: hard
 /// links (both trees are in the cache, on one file system), else copies.
-pub fn add_kernel(root: &Path, vmlinuz: &Path, release: &str) -> Result<()> {
+fn add_kernel(root: &Path, vmlinuz: &Path, release: &str) -> Result<()> {
     let to = root.join("lib/modules").join(release);
     if to.join("modules.dep").exists() {
         return Ok(());
