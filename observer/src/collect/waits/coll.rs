@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, btree_map::Entry as Slot};
 
 use observer_common::{FUNCTIONS, waits};
 
-use super::{Job, MAX_PENDING, Pattern, TIMEOUT_NS, Unresolved};
+use super::{Charge, Job, MAX_PENDING, Pattern, TIMEOUT_NS, Unresolved, Wait};
 
 /// One member's part of an instance.
 #[derive(Clone, Copy, Debug)]
@@ -133,10 +133,17 @@ impl Job {
                 Ok(None) => {}
                 Ok(Some((pattern, mut waits, culprit))) => {
                     for w in &mut waits {
-                        w.1 = scale.ns(w.1);
+                        w.ns = scale.ns(w.ns);
+                        w.start = scale.ns(w.start);
                     }
-                    let period = self.figures.sample_period.max(1);
-                    self.count(pattern, &waits, period, culprit, now_ns);
+                    let charge = Charge {
+                        culprit,
+                        period: self.figures.sample_period.max(1),
+                        now_ns,
+                    };
+                    // Every member called the same function (evaluated).
+                    let function = i.parts.first().map_or(0, |p| p.function);
+                    self.count(pattern, function, &waits, charge);
                 }
             }
         }
@@ -146,8 +153,9 @@ impl Job {
 /// The members of an instance disagree on its function or root.
 struct Mismatch;
 
-/// What an instance's members waited: (rank, wait) of each that did.
-type Waited = Vec<(u32, u64)>;
+/// What an instance's members waited, each from its enter (in the
+/// records' clock).
+type Waited = Vec<Wait>;
 
 /// Scalasca's formula for one whole instance: its pattern, what each member
 /// waited, and the culprit; `None` for a collective without a pattern.
@@ -170,7 +178,11 @@ fn evaluate(parts: &[Part]) -> Result<Option<(Pattern, Waited, u32)>, Mismatch> 
 /// [`evaluate`] of agreeing members: `None` when a rooted collective names
 /// no member as its root.
 fn shapes(pattern: Pattern, parts: &[Part]) -> Option<(Pattern, Waited, u32)> {
-    let wait = |e: u64, until: u64, leave: u64| until.min(leave).saturating_sub(e);
+    let wait = |p: &Part, until: u64| Wait {
+        rank: p.rank,
+        ns: until.min(p.leave).saturating_sub(p.enter),
+        start: p.enter,
+    };
     // The latest to enter, the lowest rank of equals.
     let latest = |of: &mut dyn Iterator<Item = &Part>| {
         of.max_by(|a, b| a.enter.cmp(&b.enter).then(b.rank.cmp(&a.rank)))
@@ -179,10 +191,7 @@ fn shapes(pattern: Pattern, parts: &[Part]) -> Option<(Pattern, Waited, u32)> {
     match pattern {
         Pattern::WaitBarrier | Pattern::WaitNxn => {
             let last = latest(&mut parts.iter())?;
-            let w = parts
-                .iter()
-                .map(|p| (p.rank, wait(p.enter, last.enter, p.leave)))
-                .collect();
+            let w = parts.iter().map(|p| wait(p, last.enter)).collect();
             Some((pattern, w, last.rank))
         }
         Pattern::LateBroadcast => {
@@ -190,7 +199,7 @@ fn shapes(pattern: Pattern, parts: &[Part]) -> Option<(Pattern, Waited, u32)> {
             let w = parts
                 .iter()
                 .filter(|p| p.rank != root.rank)
-                .map(|p| (p.rank, wait(p.enter, root.enter, p.leave)))
+                .map(|p| wait(p, root.enter))
                 .collect();
             Some((pattern, w, root.rank))
         }
@@ -200,8 +209,7 @@ fn shapes(pattern: Pattern, parts: &[Part]) -> Option<(Pattern, Waited, u32)> {
                 // A job of one rank: nobody to wait for.
                 return Some((pattern, Vec::new(), root.rank));
             };
-            let w = wait(root.enter, last.enter, root.leave);
-            Some((pattern, vec![(root.rank, w)], last.rank))
+            Some((pattern, vec![wait(root, last.enter)], last.rank))
         }
         // Not a collective's pattern.
         Pattern::LateSender => None,

@@ -30,7 +30,7 @@
 mod coll;
 mod p2p;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use observer_common::{FUNCTIONS, functions::Collective, waits};
 
@@ -149,6 +149,9 @@ const BUCKETS: u64 = 6;
 /// One bucket's span.
 const BUCKET_NS: u64 = WINDOW_NS / BUCKETS;
 
+/// The key of [`JobWaits::functions`] for a function id no shim writes.
+pub const UNKNOWN_FUNCTION: u16 = u16::MAX;
+
 /// One job's wait figures on this node.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct JobWaits {
@@ -178,6 +181,31 @@ pub struct JobWaits {
     /// The ranks that waited longest over the last minute, likewise, with
     /// the seconds per second each waited.
     pub waiters: Vec<(u32, f64)>,
+    /// Since the job's first record, per rank that waited or made others
+    /// wait: what it waited and what it caused, per pattern (the report's
+    /// figures). Only ranks the daemon named are keys, so a job holds at
+    /// most one entry per rank of it on this node.
+    pub ranks: BTreeMap<u32, RankWaits>,
+    /// Since the job's first record, what was waited per (function of the
+    /// waiting call, pattern), in ns: at most every function times every
+    /// pattern.
+    pub functions: BTreeMap<(u16, Pattern), u64>,
+}
+
+/// One rank's wait figures since its job's first record, in ns, per
+/// pattern of [`Pattern::ALL`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RankWaits {
+    /// What it waited.
+    pub waited_ns: [u64; PATTERNS],
+    /// What it made others wait, summed over them, as their root cause:
+    /// its own lateness, and what others passed on of it (see
+    /// [`Job::charge`]).
+    pub caused_ns: [u64; PATTERNS],
+    /// What others waited for it as the rank that came late (Scalasca's
+    /// culprit of each instance), whether or not it was late because it was
+    /// itself waiting.
+    pub late_ns: [u64; PATTERNS],
 }
 
 impl JobWaits {
@@ -202,8 +230,14 @@ struct Job {
     p2p: p2p::Messages,
     /// Each rank's ring's count of messages it skipped, as last read.
     skipped: BTreeMap<u32, u64>,
-    /// Wait caused per culprit rank, per 10-second bucket (its index).
+    /// Wait caused per root-cause rank, per 10-second bucket (its index).
     caused: Window,
+    /// This settle's evaluated waits, charged at its end, in time order.
+    fresh: Vec<Fresh>,
+    /// Each rank's last waits ([`RECENT`]), on the records' clock in ns,
+    /// with their root causes: what a later wait for it may have been
+    /// passed on from.
+    recent: BTreeMap<u32, VecDeque<Interval>>,
     /// Wait per waiting rank, likewise.
     waited: Window,
     /// When the job's first record was matched.
@@ -295,6 +329,7 @@ impl Waits {
         for j in self.jobs.values_mut() {
             j.settle_coll(now_ns);
             j.settle_p2p(now_ns);
+            j.charge_fresh();
             let since = j.since_ns.unwrap_or(now_ns);
             j.figures.culprits = j.caused.top(now_ns, since);
             j.figures.waiters = j.waited.top(now_ns, since);
@@ -319,6 +354,12 @@ impl Waits {
     /// Instances and messages waiting for parts, over every job.
     pub fn pending(&self) -> usize {
         self.jobs.values().map(|j| j.coll.len() + j.p2p.len()).sum()
+    }
+
+    /// Instances and messages of job `job` waiting for parts: evaluated, or
+    /// given up, within [`TIMEOUT_NS`].
+    pub fn pending_of(&self, job: &str) -> usize {
+        self.jobs.get(job).map_or(0, |j| j.coll.len() + j.p2p.len())
     }
 }
 
@@ -371,32 +412,183 @@ impl Job {
         }
     }
 
-    /// Counts one evaluated instance of `pattern` whose members waited
-    /// `waits` (waiting rank, ns; sampled: times `period`), charged to
-    /// `culprit`.
-    fn count(
-        &mut self,
-        pattern: Pattern,
-        waits: &[(u32, u64)],
-        period: u64,
-        culprit: u32,
-        now_ns: u64,
-    ) {
-        let mut total = 0u64;
-        for &(waiter, ns) in waits {
-            let ns = ns.saturating_mul(period);
-            total = total.saturating_add(ns);
-            if ns > 0 {
-                self.waited.add(waiter, ns, now_ns);
-            }
-        }
-        let p = pattern.index();
-        self.figures.instances[p] += 1;
-        self.figures.waited_ns[p] = self.figures.waited_ns[p].saturating_add(total);
-        if total > 0 {
-            self.caused.add(culprit, total, now_ns);
+    /// Counts one evaluated instance of `pattern`, made of calls of
+    /// `function`, whose members waited `waits`, the rank that came late
+    /// being `c.culprit`; the waits are charged at the settle's end
+    /// ([`Job::charge_fresh`]).
+    fn count(&mut self, pattern: Pattern, function: u16, waits: &[Wait], c: Charge) {
+        self.figures.instances[pattern.index()] += 1;
+        // A function no shim writes (a hostile record) is filed under one
+        // key, [`UNKNOWN_FUNCTION`], so the map stays bounded.
+        let function = if usize::from(function) < FUNCTIONS.len() {
+            function
+        } else {
+            UNKNOWN_FUNCTION
+        };
+        for w in waits.iter().filter(|w| w.ns > 0) {
+            self.fresh.push(Fresh {
+                wait: *w,
+                pattern,
+                function,
+                charge: c,
+            });
         }
     }
+
+    /// Charges the waits this settle evaluated, in the order they ended
+    /// (then began, then by rank): a rank's wait is known before any wait
+    /// for it that it may have passed on, since it arrived late only after
+    /// its own wait ended.
+    fn charge_fresh(&mut self) {
+        let mut fresh = std::mem::take(&mut self.fresh);
+        fresh.sort_by_key(|f| {
+            (
+                f.wait.start.saturating_add(f.wait.ns),
+                f.wait.start,
+                f.wait.rank,
+            )
+        });
+        for f in &fresh {
+            self.charge(f);
+        }
+        // The allocation is kept for the next settle.
+        fresh.clear();
+        self.fresh = fresh;
+    }
+
+    /// Charges one wait: to the waiting rank as waited, to the culprit as
+    /// the rank that came late, and to its root causes. The part of the
+    /// wait during which the culprit was itself waiting (its
+    /// [`Job::recent`] waits overlapping this one) was passed on: it is
+    /// charged to the root cause of that wait of the culprit's; the rest
+    /// is the culprit's own lateness. This is Scalasca's distinction of
+    /// direct and propagated wait states (Böhme et al., "Identifying the
+    /// root causes of wait states in large-scale parallel applications",
+    /// ICPP 2010), followed one wait at a time: a chain A waits for B, who
+    /// waited for C, charges C.
+    fn charge(&mut self, f: &Fresh) {
+        let p = f.pattern.index();
+        let (w, c) = (f.wait, f.charge);
+        let scaled = |ns: u64| ns.saturating_mul(c.period);
+        let ns = scaled(w.ns);
+        self.waited.add(w.rank, ns, c.now_ns);
+        let r = self.figures.ranks.entry(w.rank).or_default();
+        r.waited_ns[p] = r.waited_ns[p].saturating_add(ns);
+        let late = &mut self.figures.ranks.entry(c.culprit).or_default().late_ns[p];
+        *late = late.saturating_add(ns);
+        self.figures.waited_ns[p] = self.figures.waited_ns[p].saturating_add(ns);
+        let fw = self
+            .figures
+            .functions
+            .entry((f.function, f.pattern))
+            .or_default();
+        *fw = fw.saturating_add(ns);
+        // The culprit's own waits during this one were passed on: each
+        // such stretch is charged to its root cause, the rest of the wait
+        // to the culprit's own lateness. The stretches become this rank's
+        // record of the wait, for a later wait passed on from it.
+        let end = w.start.saturating_add(w.ns);
+        let mut over: Vec<Interval> = self
+            .recent
+            .get(&c.culprit)
+            .into_iter()
+            .flatten()
+            .filter_map(|iv| {
+                let (a, b) = (iv.start.max(w.start), iv.end.min(end));
+                (a < b).then_some(Interval {
+                    start: a,
+                    end: b,
+                    root: iv.root,
+                })
+            })
+            .collect();
+        over.sort_by_key(|iv| iv.start);
+        let mut stretches: Vec<Interval> = Vec::with_capacity(over.len() * 2 + 1);
+        let mut at = w.start;
+        for iv in over {
+            // A thread's waits do not overlap; another thread's might:
+            // each instant is charged once.
+            let from = iv.start.max(at);
+            if from >= iv.end {
+                continue;
+            }
+            if at < from {
+                stretches.push(Interval {
+                    start: at,
+                    end: from,
+                    root: c.culprit,
+                });
+            }
+            stretches.push(Interval {
+                start: from,
+                end: iv.end,
+                root: iv.root,
+            });
+            at = iv.end;
+        }
+        if at < end {
+            stretches.push(Interval {
+                start: at,
+                end,
+                root: c.culprit,
+            });
+        }
+        for iv in &stretches {
+            let part = scaled(iv.end - iv.start);
+            self.caused.add(iv.root, part, c.now_ns);
+            let r = &mut self.figures.ranks.entry(iv.root).or_default().caused_ns[p];
+            *r = r.saturating_add(part);
+        }
+        let mine = self.recent.entry(w.rank).or_default();
+        for iv in stretches {
+            if mine.len() >= RECENT {
+                mine.pop_front();
+            }
+            mine.push_back(iv);
+        }
+    }
+}
+
+/// One member's wait in an evaluated instance or message: who, how long
+/// (ns, before the sampling period), from when (ns on the records' clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Wait {
+    rank: u32,
+    ns: u64,
+    start: u64,
+}
+
+/// A wait evaluated in this settle, not charged yet.
+#[derive(Clone, Copy, Debug)]
+struct Fresh {
+    wait: Wait,
+    pattern: Pattern,
+    function: u16,
+    charge: Charge,
+}
+
+/// A stretch of a rank's past wait, with its root cause.
+#[derive(Clone, Copy, Debug)]
+struct Interval {
+    start: u64,
+    end: u64,
+    root: u32,
+}
+
+/// Stretches of waits remembered per rank for [`Job::charge`]: a wait is
+/// passed on within the next few calls, and a job holds at most this many
+/// per rank.
+const RECENT: usize = 32;
+
+/// To whom, and how, an evaluated instance's wait is charged.
+#[derive(Clone, Copy, Debug)]
+struct Charge {
+    /// The rank that came late.
+    culprit: u32,
+    /// The sampling period the waits are multiplied by.
+    period: u64,
+    /// When (`CLOCK_MONOTONIC`), for the one-minute window.
+    now_ns: u64,
 }
 
 /// Nanoseconds per rank over the last minute, in 10-second buckets (each
@@ -513,6 +705,22 @@ mod tests {
             assert!((got - want).abs() < 1e-9, "{got} {want}");
         }
         assert_eq!(w.pending(), 0);
+        // The report's figures: since the first record, per rank and per
+        // function; rank 3 waited nothing and caused it all.
+        let wb = Pattern::WaitBarrier.index();
+        let waited: Vec<(u32, u64)> = j.ranks.iter().map(|(r, f)| (*r, f.waited_ns[wb])).collect();
+        assert_eq!(
+            waited,
+            [(0, 1_000 * MS), (1, 990 * MS), (2, 980 * MS), (3, 0)]
+        );
+        let caused: Vec<(u32, u64)> = j.ranks.iter().map(|(r, f)| (*r, f.caused_ns[wb])).collect();
+        assert_eq!(caused, [(0, 0), (1, 0), (2, 0), (3, 2_970 * MS)]);
+        let barrier = (f("MPI_Barrier"), Pattern::WaitBarrier);
+        assert_eq!(
+            j.functions.iter().collect::<Vec<_>>(),
+            [(&barrier, &(2_970 * MS))]
+        );
+        assert_eq!(w.pending_of("j"), 0);
     }
 
     #[test]
@@ -718,13 +926,15 @@ mod tests {
 
     #[test]
     fn only_the_top_k_culprits_and_waiters_are_named() {
-        // Five ranks, each late in turn by its rank's ms at one barrier.
+        // Five ranks, each late in turn by its rank's ms at one barrier,
+        // 100 ms apart.
         let per_rank: Vec<Vec<waits::Plain>> = (0..5u64)
             .map(|r| {
                 (0..5u64)
                     .map(|late| {
-                        let enter = if r == late { late * MS } else { 0 };
-                        rec(late, "MPI_Barrier", -1, enter, 10 * MS)
+                        let t = late * 100 * MS;
+                        let enter = if r == late { t + late * MS } else { t };
+                        rec(late, "MPI_Barrier", -1, enter, t + 10 * MS)
                     })
                     .collect()
             })
@@ -765,9 +975,10 @@ mod tests {
         feed(&mut w, barrier(0, 10 * MS), 0);
         assert_eq!(w.figures("j").unwrap().culprit().map(|c| c.0), Some(1));
         // Rank 0 late, much later: rank 1's old wait has left the window.
+        let t = 2 * WINDOW_NS;
         let late = [
-            vec![rec(1, "MPI_Barrier", -1, MS, MS)],
-            vec![rec(1, "MPI_Barrier", -1, 0, MS)],
+            vec![rec(1, "MPI_Barrier", -1, t + MS, t + MS)],
+            vec![rec(1, "MPI_Barrier", -1, t, t + MS)],
         ];
         feed(&mut w, late, 2 * WINDOW_NS);
         let (rank, rate) = w.figures("j").unwrap().culprit().unwrap();

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 
 use observer_common::waits::{self, flag, kind};
 
-use super::{Job, MAX_PENDING, Pattern, Scale, TIMEOUT_NS, Unresolved};
+use super::{Charge, Job, MAX_PENDING, Pattern, Scale, TIMEOUT_NS, Unresolved, Wait};
 
 /// A message: (sender, receiver, tag, number on the envelope).
 type Key = (u32, u32, i32, u64);
@@ -52,6 +52,8 @@ struct Received {
     bytes: u64,
     test: bool,
     group: Option<GroupKey>,
+    /// The function of the call it completed in.
+    function: u16,
 }
 
 /// A message waiting for a half.
@@ -73,8 +75,11 @@ struct Group {
     failed: bool,
     /// No more receives will come.
     whole: bool,
-    /// The latest sender so far: its wait (ns) and rank.
-    latest: Option<(u64, u32)>,
+    /// The latest sender so far: the wait for it (from the call's enter,
+    /// in ns) and its rank.
+    latest: Option<(Wait, u32)>,
+    /// The function of the call.
+    function: u16,
 }
 
 /// A job's messages and groups waiting for parts.
@@ -179,6 +184,7 @@ impl Job {
                     failed: false,
                     whole: false,
                     latest: None,
+                    function: r.function,
                 })
                 .members += 1;
             m.open.insert((rank, r.thread), r.enter);
@@ -192,6 +198,7 @@ impl Job {
                 bytes: r.bytes,
                 test,
                 group,
+                function: r.function,
             });
         }
     }
@@ -221,7 +228,7 @@ impl Job {
                 continue;
             };
             let outcome = match (m.sent, m.received) {
-                (Some(s), Some(r)) => self.late_sender(&s, &r),
+                (Some(s), Some(r)) => self.late_sender(k.1, &s, &r),
                 _ => Err(Unresolved::Incomplete),
             };
             let group = m.received.and_then(|r| r.group);
@@ -237,13 +244,21 @@ impl Job {
                 (Ok(w), Some(g)) => {
                     g.settled += 1;
                     // The latest sender; the lowest rank of equals.
-                    let later = g.latest.is_none_or(|(lw, lr)| (w, lr) > (lw, k.0));
+                    let later = g.latest.is_none_or(|(lw, lr)| (w.ns, lr) > (lw.ns, k.0));
                     if later {
                         g.latest = Some((w, k.0));
                     }
                 }
                 (Ok(_), None) if m.received.is_some_and(|r| r.test) => {}
-                (Ok(w), None) => self.count(Pattern::LateSender, &[(k.1, w)], period, k.0, now_ns),
+                (Ok(w), None) => {
+                    let function = m.received.map_or(0, |r| r.function);
+                    let charge = Charge {
+                        culprit: k.0,
+                        period,
+                        now_ns,
+                    };
+                    self.count(Pattern::LateSender, function, &[w], charge);
+                }
             }
         }
         let ready: Vec<GroupKey> = self
@@ -266,14 +281,20 @@ impl Job {
                 self.p2p.open.remove(&(k.0, k.1));
             }
             if let (false, true, Some((w, sender))) = (g.failed, g.settled >= g.members, g.latest) {
-                self.count(Pattern::LateSender, &[(k.0, w)], period, sender, now_ns);
+                let charge = Charge {
+                    culprit: sender,
+                    period,
+                    now_ns,
+                };
+                self.count(Pattern::LateSender, g.function, &[w], charge);
             }
         }
     }
 
-    /// Scalasca's Late Sender for one matched message: the receiver's wait
-    /// in ns, or why it cannot be said.
-    fn late_sender(&self, s: &Sent, r: &Received) -> Result<u64, Unresolved> {
+    /// Scalasca's Late Sender for one matched message of `receiver`: its
+    /// wait (in ns, from the receiving call's enter), or why it cannot be
+    /// said.
+    fn late_sender(&self, receiver: u32, s: &Sent, r: &Received) -> Result<Wait, Unresolved> {
         let scale: Scale = self
             .scale([s.clock, r.clock].into_iter())
             .ok_or(Unresolved::Clock)?;
@@ -285,7 +306,11 @@ impl Job {
         if s.enter > r.leave {
             return Err(Unresolved::Mismatch);
         }
-        Ok(scale.ns(s.enter.min(r.leave).saturating_sub(r.enter)))
+        Ok(Wait {
+            rank: receiver,
+            ns: scale.ns(s.enter.min(r.leave).saturating_sub(r.enter)),
+            start: scale.ns(r.enter),
+        })
     }
 }
 
@@ -362,6 +387,24 @@ mod tests {
         assert_eq!(j.unresolved, [0; 5]);
         assert_eq!(j.culprit().map(|c| c.0), Some(0));
         assert_eq!(w.pending(), 0);
+        assert_eq!(j.ranks[&1].waited_ns[LS], 200 * MS);
+        assert_eq!(j.ranks[&0].caused_ns[LS], 200 * MS);
+        let by_fn: Vec<_> = j.functions.iter().map(|(k, v)| (*k, *v)).collect();
+        assert_eq!(by_fn, [((0, Pattern::LateSender), 200 * MS)]);
+        // A function no shim writes is filed under one key.
+        let mut odd = per_rank.clone();
+        for r in &mut odd[1] {
+            r.function = 60_000;
+        }
+        let (_, j) = run(2, 0, &odd, 2_000 * MS);
+        let by_fn: Vec<_> = j.functions.iter().map(|(k, v)| (*k, *v)).collect();
+        assert_eq!(
+            by_fn,
+            [(
+                (super::super::UNKNOWN_FUNCTION, Pattern::LateSender),
+                200 * MS
+            )]
+        );
         // A sender in time makes nobody wait; sampled ones count N times.
         let per_rank = vec![
             vec![send(1, 0, 0, 0), send(1, 0, 8, 0)],
@@ -373,6 +416,68 @@ mod tests {
         let per_rank = vec![vec![send(1, 0, 0, 5)], vec![recv(0, 0, 0, 0, 7, 0)]];
         let (_, j) = run(2, 3, &per_rank, 0);
         assert_eq!(j.waited_ns[LS], 5 * 8);
+    }
+
+    #[test]
+    fn a_wait_passed_on_is_charged_to_its_root_cause() {
+        // The demo's step: rank 3 computes 20 ms longer. Rank 0 waits for
+        // its message (10-30 ms), sends to rank 1 at 31; rank 1 waits for
+        // that (10-31); in the Allreduce, rank 1 is last (32), so rank 2
+        // waits 10-32 for it and ranks 0 and 3 a little.
+        let allreduce = |enter: u64| Plain {
+            enter: enter * MS,
+            leave: 33 * MS,
+            seq: 0,
+            comm: waits::WORLD,
+            kind: kind::COLL,
+            peer: waits::NO_ROOT,
+            function: observer_common::function_by_name("MPI_Allreduce").unwrap(),
+            ..Plain::default()
+        };
+        let per_rank = vec![
+            vec![
+                recv(3, 0, 0, 10 * MS, 30 * MS, 0),
+                send(1, 1, 0, 31 * MS),
+                allreduce(31),
+            ],
+            vec![recv(0, 1, 0, 10 * MS, 31 * MS, 0), allreduce(32)],
+            vec![allreduce(10)],
+            vec![send(0, 0, 0, 30 * MS), allreduce(30)],
+        ];
+        let (_, j) = run(4, 0, &per_rank, 0);
+        let nxn = Pattern::WaitNxn as usize;
+        // Waited: rank 0 20 + 1, rank 1 21, rank 2 22, rank 3 2.
+        assert_eq!(j.waited_ns[LS], 41 * MS);
+        assert_eq!(j.waited_ns[nxn], 25 * MS);
+        // Who came late: rank 3 for rank 0, rank 0 for rank 1, rank 1 in
+        // the Allreduce.
+        let late = |r: u32| j.ranks[&r].late_ns;
+        assert_eq!(
+            (late(3)[LS], late(0)[LS], late(1)[nxn]),
+            (20 * MS, 21 * MS, 25 * MS)
+        );
+        // Root causes: rank 0 was waiting for rank 3 during 20 of rank 1's
+        // 21 ms (the last one is rank 0's own); of rank 2's 22 ms, rank 1
+        // was waiting 20 for rank 3 (passed on through rank 0) and 1 for
+        // rank 0, and 1 is rank 1's own; rank 3's 2 ms are rank 0's and
+        // rank 1's, rank 0's 1 ms rank 1's.
+        let caused = |r: u32| j.ranks[&r].caused_ns;
+        assert_eq!(caused(3)[LS], 40 * MS);
+        assert_eq!(caused(3)[nxn], 20 * MS);
+        assert_eq!(caused(0)[LS], MS);
+        assert_eq!(caused(0)[nxn], 2 * MS);
+        assert_eq!(caused(1)[nxn], 3 * MS);
+        assert_eq!(j.culprit().map(|c| c.0), Some(3));
+        // Nothing is charged twice: the root causes add up to the waits.
+        let all = |f: fn(&super::super::RankWaits) -> [u64; 5]| {
+            j.ranks
+                .values()
+                .map(|r| f(r).iter().sum::<u64>())
+                .sum::<u64>()
+        };
+        assert_eq!(all(|r| r.caused_ns), 66 * MS);
+        assert_eq!(all(|r| r.late_ns), 66 * MS);
+        assert_eq!(all(|r| r.waited_ns), 66 * MS);
     }
 
     #[test]

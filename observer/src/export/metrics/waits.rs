@@ -54,7 +54,7 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut culprit = Family::new(
         "mpi_job_wait_culprit_rank",
         "gauge",
-        "The world rank (as the value) whose lateness made the job's other ranks wait the k-th longest over the last minute, all patterns (k 1 to 3); absent when nobody waited.",
+        "The world rank (as the value) that made the job's other ranks wait the k-th longest over the last minute, all patterns (k 1 to 3), as their root cause: its own lateness, and the waits of ranks that were late only from waiting for it (docs/waits.md, Root causes); absent when nobody waited.",
     );
     let mut culprit_rate = Family::new(
         "mpi_job_wait_culprit_fraction_1m",
