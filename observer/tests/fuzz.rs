@@ -1266,6 +1266,50 @@ fn report_seed() -> Data {
         host: "node1".into(),
         taken: 1011.0,
         ranks: vec![rank(0), rank(1)],
+        waits: vec![report::WaitData {
+            jobid: "job7".into(),
+            uid: Some(1000),
+            patterns: vec![
+                report::PatternWaitData {
+                    pattern: "wait_nxn".into(),
+                    waited_ns: 3_000_000_000,
+                    instances: 100,
+                },
+                report::PatternWaitData {
+                    pattern: "late_sender".into(),
+                    waited_ns: 1_000_000_000,
+                    instances: 50,
+                },
+            ],
+            unresolved: vec![report::CountData {
+                reason: "incomplete".into(),
+                count: 3,
+            }],
+            pending: 1,
+            records_lost: 2,
+            records_invalid: 0,
+            sample_period: 1,
+            p2p_sample_period: 8,
+            ranks: vec![
+                report::RankWaitData {
+                    rank: 0,
+                    waited_ns: vec![3_000_000_000, 1_000_000_000],
+                    caused_ns: vec![0, 0],
+                    late_ns: vec![0, 0],
+                },
+                report::RankWaitData {
+                    rank: 1,
+                    waited_ns: vec![0, 0],
+                    caused_ns: vec![3_000_000_000, 1_000_000_000],
+                    late_ns: vec![3_000_000_000, 1_000_000_000],
+                },
+            ],
+            functions: vec![report::FunctionWaitData {
+                function: "MPI_Allreduce".into(),
+                pattern: "wait_nxn".into(),
+                waited_ns: 3_000_000_000,
+            }],
+        }],
     }
 }
 
@@ -1393,12 +1437,94 @@ fn any_rank() -> impl Strategy<Value = RankData> {
         )
 }
 
+/// A job's wait data as a report file may hold it: any ranks, counts and
+/// lengths, labels and names of any text.
+fn any_waits() -> impl Strategy<Value = report::WaitData> {
+    let pattern = (
+        prop_oneof![
+            Just("wait_nxn".to_string()),
+            Just("late_sender".to_string()),
+            ".{0,8}"
+        ],
+        edge_value(),
+        edge_value(),
+    )
+        .prop_map(|(pattern, waited_ns, instances)| report::PatternWaitData {
+            pattern,
+            waited_ns,
+            instances,
+        });
+    let count =
+        (".{0,8}", edge_value()).prop_map(|(reason, count)| report::CountData { reason, count });
+    let rank =
+        (any::<u32>(), hist(), hist(), hist()).prop_map(|(rank, waited_ns, caused_ns, late_ns)| {
+            report::RankWaitData {
+                rank,
+                waited_ns,
+                caused_ns,
+                late_ns,
+            }
+        });
+    let function =
+        (".{0,12}", ".{0,8}", edge_value()).prop_map(|(function, pattern, waited_ns)| {
+            report::FunctionWaitData {
+                function,
+                pattern,
+                waited_ns,
+            }
+        });
+    (
+        (label(), prop::option::of(any::<u32>())),
+        prop::collection::vec(pattern, 0..7),
+        prop::collection::vec(count, 0..6),
+        (
+            edge_value(),
+            edge_value(),
+            edge_value(),
+            edge_value(),
+            edge_value(),
+        ),
+        prop::collection::vec(rank, 0..8),
+        prop::collection::vec(function, 0..6),
+    )
+        .prop_map(
+            |(
+                (jobid, uid),
+                patterns,
+                unresolved,
+                (pending, lost, invalid, period, p2p),
+                ranks,
+                functions,
+            )| {
+                report::WaitData {
+                    jobid,
+                    uid,
+                    patterns,
+                    unresolved,
+                    pending,
+                    records_lost: lost,
+                    records_invalid: invalid,
+                    sample_period: period,
+                    p2p_sample_period: p2p,
+                    ranks,
+                    functions,
+                }
+            },
+        )
+}
+
 #[test]
 fn report_seed_reads() {
     let text = serde_json::to_vec(&report_seed()).unwrap();
     let d = Data::parse(&text, "seed").expect("the seed");
     assert_eq!(d.ranks.len(), 2);
+    assert_eq!(d.waits.len(), 1);
     report_on(&text);
+    // The seed's waits reach the report: rank 1 made rank 0 wait.
+    let reps = report::analyse(&[d], report::Limits::default());
+    let w = reps[0].waits.as_ref().expect("the seed's waits");
+    assert_eq!(w.culprits[0].rank, 1);
+    assert_eq!(reps[0].findings[0].ranks, [1]);
 }
 
 proptest! {
@@ -1414,8 +1540,11 @@ proptest! {
     /// Well-formed snapshots with values a user's labels and counters can
     /// take: huge ranks and peers, saturated counters, odd histograms.
     #[test]
-    fn report_structured(ranks in prop::collection::vec(any_rank(), 0..6)) {
-        let d = Data { ranks, ..report_seed() };
+    fn report_structured(
+        ranks in prop::collection::vec(any_rank(), 0..6),
+        waits in prop::collection::vec(any_waits(), 0..3),
+    ) {
+        let d = Data { ranks, waits, ..report_seed() };
         let text = serde_json::to_vec(&d).unwrap();
         report_on(&text);
     }

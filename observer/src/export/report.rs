@@ -17,7 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     attach::identity::scheduler::Facts,
-    collect::snapshot::{RankSnapshot, Snapshot},
+    collect::{
+        snapshot::{RankSnapshot, Snapshot},
+        waits::{JobWaits, Pattern, Unresolved},
+    },
 };
 
 /// The `format` of [`Data`]; a reader refuses anything else.
@@ -34,6 +37,148 @@ pub struct Data {
     pub taken: f64,
     /// Every rank the daemon holds, running or exited.
     pub ranks: Vec<RankData>,
+    /// The wait states of each job whose ranks keep wait records (the
+    /// shim's `stats` layer; docs/waits.md), as this node matched them.
+    /// Absent in data from daemons that did not measure them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waits: Vec<WaitData>,
+}
+
+/// One job's wait states on one node, since its first wait record: every
+/// figure in ns, sampled instances already multiplied by their period.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WaitData {
+    /// Job ID.
+    pub jobid: String,
+    /// The uid of its ranks, as [`RankData::uid`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Per pattern (`pattern` label, docs/waits.md), every pattern.
+    pub patterns: Vec<PatternWaitData>,
+    /// Instances and messages not evaluated, per reason (`reason` label),
+    /// every reason.
+    pub unresolved: Vec<CountData>,
+    /// Still waiting for a part when the data was taken.
+    pub pending: u64,
+    /// Records the rings lapped before they were read.
+    pub records_lost: u64,
+    /// Records no shim writes.
+    pub records_invalid: u64,
+    /// The collectives' sampling period.
+    pub sample_period: u64,
+    /// The messages' sampling period, 0 when no rank recorded messages.
+    pub p2p_sample_period: u64,
+    /// Per rank that waited or made others wait, by rank.
+    pub ranks: Vec<RankWaitData>,
+    /// What was waited per function of the waiting call and pattern, the
+    /// most first (`function` is `?` for a record no shim writes).
+    pub functions: Vec<FunctionWaitData>,
+}
+
+/// One pattern of one job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PatternWaitData {
+    /// Its label.
+    pub pattern: String,
+    /// Nanoseconds waited.
+    pub waited_ns: u64,
+    /// Instances evaluated (sampled).
+    pub instances: u64,
+}
+
+/// A named count.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CountData {
+    /// Its label.
+    pub reason: String,
+    /// The count.
+    pub count: u64,
+}
+
+/// One rank's waits, per pattern (in the order of
+/// [`WaitData::patterns`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankWaitData {
+    /// World rank.
+    pub rank: u32,
+    /// Nanoseconds it waited.
+    pub waited_ns: Vec<u64>,
+    /// Nanoseconds it made the others wait, as their root cause (its own
+    /// lateness, and what ranks that waited for it passed on).
+    pub caused_ns: Vec<u64>,
+    /// Nanoseconds others waited for it as the rank that came late,
+    /// whether or not it was itself waiting (Scalasca's culprit).
+    #[serde(default)]
+    pub late_ns: Vec<u64>,
+}
+
+/// The wait in one function under one pattern.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FunctionWaitData {
+    /// MPI name of the waiting call.
+    pub function: String,
+    /// Pattern label.
+    pub pattern: String,
+    /// Nanoseconds.
+    pub waited_ns: u64,
+}
+
+impl WaitData {
+    /// The data of job `jobid` of `uid` from the matcher's figures, with
+    /// `pending` instances and messages still waiting for parts.
+    pub fn of(jobid: &str, uid: Option<u32>, w: &JobWaits, pending: usize) -> WaitData {
+        let mut functions: Vec<FunctionWaitData> = w
+            .functions
+            .iter()
+            .map(|(&(f, p), &ns)| FunctionWaitData {
+                function: FUNCTIONS.get(usize::from(f)).map_or("?", |f| f.name).into(),
+                pattern: p.label().into(),
+                waited_ns: ns,
+            })
+            .collect();
+        functions.sort_by(|a, b| {
+            b.waited_ns
+                .cmp(&a.waited_ns)
+                .then_with(|| (&a.function, &a.pattern).cmp(&(&b.function, &b.pattern)))
+        });
+        WaitData {
+            jobid: jobid.into(),
+            uid,
+            patterns: Pattern::ALL
+                .iter()
+                .enumerate()
+                .map(|(i, p)| PatternWaitData {
+                    pattern: p.label().into(),
+                    waited_ns: w.waited_ns[i],
+                    instances: w.instances[i],
+                })
+                .collect(),
+            unresolved: Unresolved::ALL
+                .iter()
+                .enumerate()
+                .map(|(i, u)| CountData {
+                    reason: u.label().into(),
+                    count: w.unresolved[i],
+                })
+                .collect(),
+            pending: pending as u64,
+            records_lost: w.records_lost,
+            records_invalid: w.records_invalid,
+            sample_period: w.sample_period,
+            p2p_sample_period: w.p2p_sample_period,
+            ranks: w
+                .ranks
+                .iter()
+                .map(|(&rank, r)| RankWaitData {
+                    rank,
+                    waited_ns: r.waited_ns.to_vec(),
+                    caused_ns: r.caused_ns.to_vec(),
+                    late_ns: r.late_ns.to_vec(),
+                })
+                .collect(),
+            functions,
+        }
+    }
 }
 
 /// One rank.
@@ -187,6 +332,7 @@ impl Data {
             host: host.into(),
             taken: unix(now),
             ranks: snap.ranks.iter().map(|r| rank_data(r, host)).collect(),
+            waits: Vec::new(),
         }
     }
 

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Report, slot_label};
+use super::{Report, advice::secs, slot_label, waits::pattern_name};
 
 /// Escapes text for HTML.
 fn esc(s: &str) -> String {
@@ -31,6 +31,7 @@ h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #cc
 table{border-collapse:collapse;margin:.5em 0}td,th{padding:2px 8px;border-bottom:1px solid #eee}
 th{text-align:left;background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .note{color:#666}.plots{display:flex;flex-wrap:wrap;gap:1.5em}
+ol.findings li{margin:.4em 0}ol.findings .next{display:block;color:#333}
 svg text{font:11px system-ui,sans-serif}figure{margin:0}figcaption{font-weight:600}
 ";
 
@@ -83,6 +84,11 @@ fn job(o: &mut String, r: &Report) {
         "<p id=\"totals\">MPI time <b>{:.6} s</b> of {:.6} s counted (<b>{:.2}%</b>), <b>{}</b> calls.</p>",
         r.totals.mpi_seconds, r.totals.wall_seconds, r.totals.mpi_percent, r.totals.calls
     );
+
+    findings(o, r);
+    o.push_str("<h2>Where the time goes</h2>\n");
+    split_bar(o, r);
+    waits(o, r);
 
     o.push_str("<h2>MPI time per rank</h2>\n");
     mpi_bars(o, r);
@@ -441,4 +447,202 @@ fn heatmap(o: &mut String, r: &Report) {
         o.push('\n');
     }
     o.push_str("</svg></figure>\n");
+}
+
+/// The findings, the most costly first, each with its next step.
+fn findings(o: &mut String, r: &Report) {
+    o.push_str("<h2>Findings</h2>\n");
+    if r.findings.is_empty() {
+        o.push_str("<p class=\"note\">None: no rule of the report applies.</p>\n");
+        return;
+    }
+    o.push_str("<ol class=\"findings\">\n");
+    for f in &r.findings {
+        let ranks: Vec<String> = f.ranks.iter().map(u32::to_string).collect();
+        let _ = writeln!(
+            o,
+            "<li class=\"finding\" data-rule=\"{}\" data-ranks=\"{}\" data-seconds=\"{:.6}\">{}\
+             <span class=\"next\">Next: {}</span></li>",
+            esc(&f.rule),
+            esc(&ranks.join(" ")),
+            f.seconds,
+            esc(&f.text),
+            esc(&f.next)
+        );
+    }
+    o.push_str("</ol>\n");
+}
+
+/// The colour of a part of the time split.
+fn part_colour(label: &str) -> &'static str {
+    match label {
+        "compute" => "#59a14f",
+        "wait_barrier" => "#e15759",
+        "wait_nxn" => "#f28e2b",
+        "late_broadcast" => "#b07aa1",
+        "early_reduce" => "#ff9da7",
+        "late_sender" => "#edc948",
+        _ => "#4e79a7",
+    }
+}
+
+/// The job's time as one stacked bar: computation, waiting per pattern,
+/// the rest of MPI.
+fn split_bar(o: &mut String, r: &Report) {
+    let t = &r.split;
+    let mut parts: Vec<(String, String, f64)> =
+        vec![("compute".into(), "computation".into(), t.compute_seconds)];
+    for (label, v) in &t.waiting {
+        parts.push((
+            label.clone(),
+            format!("waiting: {}", pattern_name(label)),
+            *v,
+        ));
+    }
+    let rest = if r.waits.is_some() {
+        "the rest of MPI"
+    } else {
+        "MPI (waiting not measured)"
+    };
+    parts.push(("mpi".into(), rest.into(), t.other_mpi_seconds));
+    let total: f64 = parts.iter().map(|p| p.2).sum();
+    let width = 640.0;
+    let _ = writeln!(
+        o,
+        "<figure><figcaption>Time summed over ranks: {} s</figcaption>\
+         <svg id=\"time-split\" class=\"plot\" width=\"660\" height=\"{}\" viewBox=\"0 0 660 {}\" role=\"img\" \
+         aria-label=\"time split\">",
+        secs(t.wall_seconds),
+        40 + 16 * parts.len(),
+        40 + 16 * parts.len()
+    );
+    let mut x = 0.0;
+    for (label, name, v) in &parts {
+        let w = if total > 0.0 { v / total * width } else { 0.0 };
+        let _ = writeln!(
+            o,
+            "<g class=\"part\" data-part=\"{}\" data-seconds=\"{v:.6}\"><title>{}: {v:.6} s ({:.1}%)</title>\
+             <rect x=\"{x:.1}\" y=\"4\" width=\"{w:.1}\" height=\"22\" fill=\"{}\"></rect></g>",
+            esc(label),
+            esc(name),
+            super::per_cent(*v, total),
+            part_colour(label)
+        );
+        x += w;
+    }
+    for (i, (label, name, v)) in parts.iter().enumerate() {
+        let y = 36 + 16 * i;
+        let _ = writeln!(
+            o,
+            "<rect x=\"0\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"></rect>\
+             <text x=\"16\" y=\"{}\">{}: {} s ({:.1}%)</text>",
+            y,
+            part_colour(label),
+            y + 9,
+            esc(name),
+            secs(*v),
+            super::per_cent(*v, total)
+        );
+    }
+    o.push_str("</svg></figure>\n");
+}
+
+/// The wait states: per pattern, the ranks that waited and those that
+/// made them wait, and the calls waited in.
+fn waits(o: &mut String, r: &Report) {
+    let Some(w) = &r.waits else {
+        o.push_str(
+            "<p class=\"note\" id=\"no-waits\">Who waits for whom was not measured: the ranks ran \
+             without the shim's wait records (<code>mpi-observer run --tools stats</code>).</p>\n",
+        );
+        return;
+    };
+    o.push_str("<h2>Wait states</h2>\n");
+    table_head(o, &["Pattern", "Waited (s)", "Instances", "MPI %"]);
+    for p in &w.patterns {
+        let _ = writeln!(
+            o,
+            "<tr class=\"pattern\" data-pattern=\"{}\"><td>{}</td><td class=\"n\">{:.6}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{:.2}</td></tr>",
+            esc(&p.pattern),
+            esc(&p.name),
+            p.seconds,
+            p.instances,
+            p.mpi_percent
+        );
+    }
+    o.push_str("</tbody></table>\n");
+    let unresolved: Vec<String> = w
+        .unresolved
+        .iter()
+        .map(|(r, c)| format!("{c} {r}"))
+        .collect();
+    let _ = writeln!(
+        o,
+        "<p class=\"note\">Sampled one in {} collectives{}. Unresolved: {}. Pending: {}. Records lost: {}, invalid: {}.</p>",
+        w.sample_period.max(1),
+        if w.p2p_sample_period == 0 {
+            ", no messages".to_string()
+        } else {
+            format!(" and one in {} messages", w.p2p_sample_period)
+        },
+        if unresolved.is_empty() {
+            "none".to_string()
+        } else {
+            esc(&unresolved.join(", "))
+        },
+        w.pending,
+        w.records_lost,
+        w.records_invalid
+    );
+    o.push_str("<div class=\"plots\"><div>\n");
+    table_head(o, &["Rank that waited", "Seconds", "Own MPI %", "Mostly"]);
+    for l in &w.waiting {
+        let _ = writeln!(
+            o,
+            "<tr class=\"waiting\" data-rank=\"{}\"><td>{}</td><td class=\"n\">{:.6}</td>\
+             <td class=\"n\">{:.2}</td><td>{}</td></tr>",
+            l.rank,
+            l.rank,
+            l.seconds,
+            l.mpi_percent,
+            esc(pattern_name(&l.pattern))
+        );
+    }
+    o.push_str("</tbody></table></div><div>\n");
+    table_head(
+        o,
+        &[
+            "Rank that made others wait",
+            "Seconds",
+            "% of waiting",
+            "Mostly",
+        ],
+    );
+    for c in &w.culprits {
+        let _ = writeln!(
+            o,
+            "<tr class=\"culprit\" data-rank=\"{}\"><td>{}</td><td class=\"n\">{:.6}</td>\
+             <td class=\"n\">{:.2}</td><td>{}</td></tr>",
+            c.rank,
+            c.rank,
+            c.seconds,
+            c.wait_percent,
+            esc(pattern_name(&c.pattern))
+        );
+    }
+    o.push_str("</tbody></table></div></div>\n");
+    if !w.functions.is_empty() {
+        table_head(o, &["Waited in", "Pattern", "Seconds"]);
+        for f in &w.functions {
+            let _ = writeln!(
+                o,
+                "<tr class=\"waited-in\"><td>{}</td><td>{}</td><td class=\"n\">{:.6}</td></tr>",
+                esc(&f.function),
+                esc(pattern_name(&f.pattern)),
+                f.seconds
+            );
+        }
+        o.push_str("</tbody></table>\n");
+    }
 }

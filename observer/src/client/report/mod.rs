@@ -8,9 +8,11 @@
 //! by [`FORMAT`]); [`analyse`] turns the data of one or more daemons (nodes)
 //! into a [`Report`] per job, which [`text`], JSON and [`html`] render.
 
+pub mod advice;
 pub mod command;
 pub mod html;
 pub mod text;
+pub mod waits;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -22,8 +24,14 @@ use observer_common::maps::HIST_SLOTS;
 use serde::Serialize;
 use thiserror::Error;
 
+pub use self::{
+    advice::Finding,
+    waits::{TimeSplit, WaitSummary},
+};
+
 pub use crate::export::report::{
-    Data, FORMAT, FunctionData, PeerData, RankData, SchedulerData, SiteData, StatsData,
+    CountData, Data, FORMAT, FunctionData, FunctionWaitData, PatternWaitData, PeerData, RankData,
+    RankWaitData, SchedulerData, SiteData, StatsData, WaitData,
 };
 
 impl Data {
@@ -145,6 +153,14 @@ pub struct Report {
     pub matrix_ranks: Vec<u32>,
     /// Latency histograms of the top functions, summed over ranks.
     pub latency: Vec<LatencyLine>,
+    /// Wait states (who waits for whom), from the ranks' wait records;
+    /// absent when no rank kept them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waits: Option<WaitSummary>,
+    /// The job's time: computation, waiting, the rest of MPI.
+    pub split: TimeSplit,
+    /// What the figures say and what to do, the most costly first.
+    pub findings: Vec<Finding>,
 }
 
 /// One rank's times.
@@ -430,11 +446,17 @@ pub fn analyse(data: &[Data], limits: Limits) -> Vec<Report> {
             .or_default()
             .push((r, taken));
     }
+    let wait_data = waits::by_job(data);
     jobs.into_iter()
         .map(|((jobid, uid), mut ranks)| {
             ranks.sort_by_key(|a| rank_key(&a.0.rank));
             let mut rep = job(jobid, &ranks, limits);
             rep.uid = uid;
+            if let Some(w) = wait_data.get(&(jobid, uid)) {
+                rep.waits = Some(waits::summary(w, &rep, limits.top));
+            }
+            rep.split = waits::split(&rep);
+            rep.findings = advice::findings(&rep);
             rep
         })
         .collect()

@@ -69,6 +69,7 @@ fn data() -> Data {
         host: "node1".into(),
         taken: 1011.0,
         ranks: vec![rank(1, 4_000_000_000, true), rank(0, 2_000_000_000, true)],
+        waits: Vec::new(),
     }
 }
 
@@ -321,4 +322,147 @@ fn a_job_of_two_steps_says_each_ranks_step() {
     let r = &analyse(&[d], Limits::default())[0];
     assert!(r.ranks.iter().all(|l| l.step.is_empty()));
     assert!(!text::render(std::slice::from_ref(r)).contains(", step"));
+}
+
+/// Job 7's wait data on `host`: Wait at Barrier `ns`, rank `waiter`
+/// waiting for rank `culprit`.
+fn waits_on(host: &str, taken: f64, ns: u64, waiter: u32, culprit: u32) -> Data {
+    let five = |v: u64| vec![v, 0, 0, 0, 0];
+    Data {
+        format: FORMAT.into(),
+        host: host.into(),
+        taken,
+        ranks: Vec::new(),
+        waits: vec![WaitData {
+            jobid: "job7".into(),
+            uid: None,
+            patterns: [
+                "wait_barrier",
+                "wait_nxn",
+                "late_broadcast",
+                "early_reduce",
+                "late_sender",
+            ]
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PatternWaitData {
+                pattern: (*p).into(),
+                waited_ns: if i == 0 { ns } else { 0 },
+                instances: if i == 0 { 10 } else { 0 },
+            })
+            .collect(),
+            unresolved: vec![CountData {
+                reason: "incomplete".into(),
+                count: 1,
+            }],
+            pending: 2,
+            records_lost: 0,
+            records_invalid: 0,
+            sample_period: 1,
+            p2p_sample_period: 8,
+            ranks: vec![
+                RankWaitData {
+                    rank: waiter,
+                    waited_ns: five(ns),
+                    caused_ns: five(0),
+                    late_ns: five(0),
+                },
+                RankWaitData {
+                    rank: culprit,
+                    waited_ns: five(0),
+                    caused_ns: five(ns),
+                    late_ns: five(ns),
+                },
+            ],
+            functions: vec![FunctionWaitData {
+                function: "MPI_Barrier".into(),
+                pattern: "wait_barrier".into(),
+                waited_ns: ns,
+            }],
+        }],
+    }
+}
+
+#[test]
+fn waits_are_summed_over_nodes_and_split_the_job_time() {
+    // Node 1 (the ranks' data, then its waits: 3 s of rank 0 waiting for
+    // rank 1, and an older reading of it that must not count); node 2: 1 s
+    // of rank 1 waiting for rank 0.
+    let reps = analyse(
+        &[
+            data(),
+            waits_on("node1", 1011.0, 3_000_000_000, 0, 1),
+            waits_on("node1", 1005.0, 9_000_000_000, 0, 1),
+            waits_on("node2", 1011.0, 1_000_000_000, 1, 0),
+        ],
+        Limits::default(),
+    );
+    let r = &reps[0];
+    let w = r.waits.as_ref().expect("waits");
+    assert_eq!(w.seconds, 4.0);
+    assert_eq!(w.pattern_seconds("wait_barrier"), 4.0);
+    assert_eq!(w.patterns[0].instances, 20);
+    assert_eq!(w.unresolved, [("incomplete".to_string(), 2)]);
+    assert_eq!((w.pending, w.p2p_sample_period), (4, 8));
+    let waiting: Vec<(u32, f64)> = w.waiting.iter().map(|l| (l.rank, l.seconds)).collect();
+    assert_eq!(waiting, [(0, 3.0), (1, 1.0)]);
+    let culprits: Vec<(u32, f64)> = w
+        .culprits
+        .iter()
+        .map(|l| (l.rank, l.wait_percent))
+        .collect();
+    assert_eq!(culprits, [(1, 75.0), (0, 25.0)]);
+    // Rank 0's own MPI time is 2.001 s: it waited 3 s of it by the
+    // figures (sampled figures may exceed the measured time).
+    assert!((w.waiting[0].mpi_percent - 3.0 / 2.001 * 100.0).abs() < 1e-9);
+    assert_eq!(w.functions[0].function, "MPI_Barrier");
+    assert_eq!(w.functions[0].seconds, 4.0);
+    assert!(w.passers.is_empty());
+    // The split: 20 s of wall, 6.002 of MPI, 4 of it waiting.
+    let s = &r.split;
+    assert_eq!(s.wall_seconds, 20.0);
+    assert!((s.compute_seconds - 13.998).abs() < 1e-9);
+    assert_eq!(s.waiting, [("wait_barrier".to_string(), 4.0)]);
+    assert!((s.other_mpi_seconds - 2.002).abs() < 1e-9);
+    // The findings name rank 1 first.
+    assert_eq!(r.findings[0].ranks, [1]);
+    // More waiting than MPI time (sampled): scaled to the MPI time.
+    let reps = analyse(
+        &[data(), waits_on("node1", 1011.0, 12_004_000_000, 0, 1)],
+        Limits::default(),
+    );
+    let s = &reps[0].split;
+    assert!((s.waiting_seconds() - 6.002).abs() < 1e-9, "{s:?}");
+    assert!(s.other_mpi_seconds.abs() < 1e-9, "{s:?}");
+    // Without wait data: no waits, and the report says so.
+    let reps = analyse(&[data()], Limits::default());
+    assert!(reps[0].waits.is_none() && reps[0].split.waiting.is_empty());
+    assert!(reps[0].findings.iter().any(|f| f.rule == "not_measured"));
+    let text = text::render(&reps);
+    assert!(text.contains("waiting not measured"), "{text}");
+}
+
+#[test]
+fn the_findings_and_waits_are_rendered() {
+    let reps = analyse(
+        &[data(), waits_on("node1", 1011.0, 3_000_000_000, 0, 1)],
+        Limits::default(),
+    );
+    let text = text::render(&reps);
+    let f = text.find("@--- Findings").expect("findings");
+    assert!(f < text.find("@--- MPI time per rank").unwrap(), "{text}");
+    assert!(text.contains("\n1. Rank 0 waits 3.00 s"), "{text}");
+    assert!(text.contains("@--- Wait states"), "{text}");
+    assert!(text.contains("Wait at Barrier"), "{text}");
+    let html = html::render(&reps);
+    assert!(
+        html.contains("<li class=\"finding\" data-rule=\"culprit_"),
+        "{html}"
+    );
+    assert!(html.contains("data-ranks=\"1\""));
+    assert!(html.contains("<svg id=\"time-split\""));
+    assert!(html.contains("<tr class=\"culprit\" data-rank=\"1\">"));
+    let json: serde_json::Value = serde_json::from_str(&json(&reps)).unwrap();
+    assert_eq!(json["reports"][0]["findings"][0]["ranks"][0], 1);
+    assert_eq!(json["reports"][0]["waits"]["culprits"][0]["rank"], 1);
 }

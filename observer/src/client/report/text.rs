@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Report, slot_label};
+use super::{Report, slot_label, waits::pattern_name};
 
 /// Shortens `s` to `n` characters, marking the cut.
 fn fit(s: &str, n: usize) -> String {
@@ -53,6 +53,18 @@ fn one(out: &mut String, r: &Report) {
         "MPI time {:.6} s of {:.6} s counted ({:.2}%), {} calls",
         r.totals.mpi_seconds, r.totals.wall_seconds, r.totals.mpi_percent, r.totals.calls
     );
+
+    section(out, "Findings");
+    for (i, f) in r.findings.iter().enumerate() {
+        let _ = writeln!(out, "{}. {}\n   Next: {}", i + 1, f.text, f.next);
+    }
+    if r.findings.is_empty() {
+        let _ = writeln!(out, "(none: no rule of the report applies)");
+    }
+
+    section(out, "Time split (summed over ranks)");
+    split(out, r);
+    waits(out, r);
 
     section(out, "MPI time per rank");
     let _ = writeln!(
@@ -207,6 +219,117 @@ fn one(out: &mut String, r: &Report) {
                 out,
                 "{:>6} {:>6} {:>14} {:>18}",
                 p.from, p.to, p.messages, p.bytes
+            );
+        }
+    }
+}
+
+fn split(out: &mut String, r: &Report) {
+    let t = &r.split;
+    let row = |out: &mut String, what: &str, v: f64| {
+        let _ = writeln!(
+            out,
+            "{what:<34} {v:>14.6} {:>7.2}",
+            super::per_cent(v, t.wall_seconds)
+        );
+    };
+    let _ = writeln!(out, "{:<34} {:>14} {:>7}", "", "Seconds", "%");
+    row(out, "Computation (outside MPI)", t.compute_seconds);
+    row(out, "MPI", t.mpi_seconds);
+    for (label, v) in &t.waiting {
+        row(out, &format!("  waiting: {}", pattern_name(label)), *v);
+    }
+    if r.waits.is_some() {
+        row(out, "  the rest of MPI", t.other_mpi_seconds);
+    } else {
+        let _ = writeln!(
+            out,
+            "  (waiting not measured: the ranks kept no wait records)"
+        );
+    }
+}
+
+fn waits(out: &mut String, r: &Report) {
+    let Some(w) = &r.waits else { return };
+    section(out, "Wait states (Scalasca's patterns, docs/waits.md)");
+    let _ = writeln!(
+        out,
+        "{:<18} {:>14} {:>12} {:>7}",
+        "Pattern", "Waited(s)", "Instances", "MPI%"
+    );
+    for p in &w.patterns {
+        let _ = writeln!(
+            out,
+            "{:<18} {:>14.6} {:>12} {:>7.2}",
+            p.name, p.seconds, p.instances, p.mpi_percent
+        );
+    }
+    let _ = writeln!(
+        out,
+        "Sampled: 1 in {} collectives, {}; unresolved {}{}; pending {}; records lost {}, invalid {}",
+        w.sample_period.max(1),
+        if w.p2p_sample_period == 0 {
+            "no messages".to_string()
+        } else {
+            format!("1 in {} messages", w.p2p_sample_period)
+        },
+        w.unresolved_total(),
+        if w.unresolved.is_empty() {
+            String::new()
+        } else {
+            let v: Vec<String> = w
+                .unresolved
+                .iter()
+                .map(|(r, c)| format!("{c} {r}"))
+                .collect();
+            format!(" ({})", v.join(", "))
+        },
+        w.pending,
+        w.records_lost,
+        w.records_invalid
+    );
+    let _ = writeln!(
+        out,
+        "\n{:>6} {:>14} {:>9} {:<18}   {:>6} {:>14} {:>7} {:<18}",
+        "Waits", "Seconds", "OwnMPI%", "mostly", "Causes", "Seconds", "Wait%", "mostly"
+    );
+    for i in 0..w.waiting.len().max(w.culprits.len()) {
+        let left = w.waiting.get(i).map_or_else(
+            || format!("{:49}", ""),
+            |l| {
+                format!(
+                    "{:>6} {:>14.6} {:>9.2} {:<18}",
+                    l.rank,
+                    l.seconds,
+                    l.mpi_percent,
+                    pattern_name(&l.pattern)
+                )
+            },
+        );
+        let right = w.culprits.get(i).map_or_else(String::new, |c| {
+            format!(
+                "{:>6} {:>14.6} {:>7.2} {:<18}",
+                c.rank,
+                c.seconds,
+                c.wait_percent,
+                pattern_name(&c.pattern)
+            )
+        });
+        let _ = writeln!(out, "{}", format!("{left}   {right}").trim_end());
+    }
+    if !w.functions.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<28} {:<18} {:>14}",
+            "Waited in", "Pattern", "Seconds"
+        );
+        for f in &w.functions {
+            let _ = writeln!(
+                out,
+                "{:<28} {:<18} {:>14.6}",
+                fit(&f.function, 28),
+                pattern_name(&f.pattern),
+                f.seconds
             );
         }
     }

@@ -284,7 +284,37 @@ impl State {
     /// The ranks' report data now (`/report.json`, `attach --report-file`).
     pub fn report_data(&mut self) -> crate::export::report::Data {
         let snap = self.collect();
-        crate::export::report::Data::from_snapshot(&snap, &self.host, SystemTime::now())
+        // The records written since the last tick: the report at a job's
+        // end has its last instances.
+        self.drain_waits();
+        let mut data =
+            crate::export::report::Data::from_snapshot(&snap, &self.host, SystemTime::now());
+        // The matcher knows a job by its label set; the report by its ID and
+        // uid, which every rank of one label set shares.
+        let mut named: Vec<(&str, &str, u32)> = self
+            .ranks
+            .values()
+            .map(|r| {
+                (
+                    r.labels.job.as_str(),
+                    r.identity.jobid.as_str(),
+                    r.identity.uid,
+                )
+            })
+            .collect();
+        named.sort_unstable();
+        named.dedup_by_key(|n| n.0);
+        for (job, jobid, uid) in named {
+            if let Some(w) = self.waits.figures(job) {
+                data.waits.push(crate::export::report::WaitData::of(
+                    jobid,
+                    Some(uid),
+                    w,
+                    self.waits.pending_of(job),
+                ));
+            }
+        }
+        data
     }
 
     /// [`State::report_data`] as JSON.
