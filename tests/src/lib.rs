@@ -452,6 +452,33 @@ pub fn run_with_timeout(cmd: &mut Command, limit: Duration) -> Output {
     wait_with_timeout(child, limit)
 }
 
+/// Headless Chromium's rendered DOM of a local HTML file.
+pub fn rendered_dom(html: &Path) -> String {
+    let profile = html.with_extension("chromium-profile");
+    let out = run_with_timeout(
+        Command::new("chromium").args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            &format!("--user-data-dir={}", profile.display()),
+            "--dump-dom",
+            &format!("file://{}", html.display()),
+        ]),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Waits for a child with a deadline; panics after killing it on timeout.
 pub fn wait_with_timeout(mut child: Child, limit: Duration) -> Output {
     let start = Instant::now();

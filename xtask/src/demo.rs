@@ -1,7 +1,9 @@
 //! `cargo xtask demo`: a real Open MPI job, observed live.
 //!
 //! Builds everything, starts the bundled 4-rank job (xtask/demo/traffic.c,
-//! about 20 s of mixed traffic), attaches `mpi-observer` to every rank as
+//! about 20 s of mixed traffic, rank 3 slower) under the shim's `stats`
+//! layer (`mpi-observer run --tools stats`, so the report can say who makes
+//! the others wait), attaches `mpi-observer` to every rank as
 //! soon as they print their pids (with call sites), shows the job live while
 //! /metrics is served (in `mpi-observer top` on a terminal, as the daemon's
 //! per-rank table every second otherwise), and ends when the job does, with
@@ -39,13 +41,23 @@ pub fn run(seconds: u32) -> Result<()> {
         Ok(_) => "127.0.0.1:9479".to_string(),
         Err(_) => TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string(),
     };
-    eprintln!("demo: starting a 4-rank Open MPI job ({seconds} s of mixed traffic)");
+    eprintln!(
+        "demo: starting a 4-rank Open MPI job ({seconds} s of mixed traffic) under the shim's stats layer"
+    );
     let mut job = Command::new("mpirun.openmpi")
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_btl", "self,vader")
         .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
         .args(["--oversubscribe", "-np", &RANKS.to_string()])
+        // Every message recorded (not one in 8 per envelope): the report
+        // then follows each wait passed on through a message back to its
+        // root cause (docs/waits.md, "Root causes").
+        .args(["-x", "MPI_OBSERVER_WAITS_P2P=1"])
+        // Each rank execs the job with the shim preloaded: the pid it
+        // prints is the rank's.
+        .arg(&observer)
+        .args(["run", "--tools", "stats", "--"])
         .arg(&exe)
         .arg(seconds.to_string())
         .stdout(Stdio::piped())

@@ -15,8 +15,8 @@ use std::{
 };
 
 use e2e::{
-    Daemon, Job, Mpi, Need, Sample, compile, free_port, observer_bin, program, require,
-    run_with_timeout, scratch, shim_launcher, signal, sum, wait_for,
+    Daemon, Job, Mpi, Need, Sample, compile, free_port, observer_bin, program, rendered_dom,
+    require, run_with_timeout, scratch, shim_launcher, signal, sum, wait_for,
 };
 
 /// Calls from each site, messages each way.
@@ -397,33 +397,6 @@ fn check_json(j: &serde_json::Value) {
         r["matrix"],
         serde_json::json!([[0, 400 * M], [4000 * M, 0]])
     );
-}
-
-/// Headless Chromium's rendered DOM of a local HTML file.
-fn rendered_dom(html: &Path) -> String {
-    let profile = html.with_extension("chromium-profile");
-    let out = run_with_timeout(
-        Command::new("chromium").args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            &format!("--user-data-dir={}", profile.display()),
-            "--dump-dom",
-            &format!("file://{}", html.display()),
-        ]),
-        Duration::from_secs(120),
-    );
-    assert!(
-        out.status.success(),
-        "chromium: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

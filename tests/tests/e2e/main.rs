@@ -6,6 +6,7 @@
 //! Tests run one at a time (`--test-threads=1`): they share BPF, mpirun,
 //! ports and two cores, and several check that no probe of theirs is left.
 
+mod advice;
 mod callers;
 mod callsites;
 mod cluster;
