@@ -15,12 +15,37 @@
  *   waitall  rank 0 posts an MPI_Irecv from every other rank and waits in
  *            MPI_Waitall; the last rank sleeps before its MPI_Send, the
  *            others send at once (a Late Sender: the latest, the last).
- * Rounds make no other MPI call. */
+ * Rounds make no other MPI call.
+ *
+ * The truth to hold the daemon's figures to: every rank writes, to
+ * GOFILE.times.RANK, one line per call it makes after the go file
+ * ("CALL ITER PEER ENTER LEAVE": the call's name, the round, -1 or the
+ * peer it sends to, its enter and leave in CLOCK_MONOTONIC ns, read around
+ * the call), so the test computes each wait with Scalasca's formula from
+ * what really happened: on a loaded machine the late rank sleeps longer
+ * than DELAY_MS, and the others wait that long. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* One line of GOFILE.times.RANK; T0 is taken just before the call. */
+static FILE *times;
+static long long T0;
+#define TIMED(call, it, peer, expr)                                                        \
+    do {                                                                                   \
+        T0 = now_ns();                                                                     \
+        expr;                                                                              \
+        fprintf(times, "%s %d %d %lld %lld\n", call, it, peer, T0, now_ns());              \
+    } while (0)
 
 static void fail(const char *what, int rank, int iter) {
     fprintf(stderr, "WRONG %s rank %d iter %d\n", what, rank, iter);
@@ -41,39 +66,48 @@ int main(int argc, char **argv) {
     useconds_t delay = (useconds_t)atoi(argv[3]) * 1000;
     printf("READY %d %d\n", rank, (int)getpid());
     fflush(stdout);
+    char path[4096];
+    snprintf(path, sizeof path, "%s.times.%d", argv[4], rank);
+    times = fopen(path, "w");
+    if (!times) {
+        fprintf(stderr, "late: cannot write %s\n", path);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     while (access(argv[4], F_OK) != 0) usleep(1000);
-    MPI_Barrier(MPI_COMM_WORLD);
+    TIMED("MPI_Barrier", -1, -1, MPI_Barrier(MPI_COMM_WORLD));
 
     int last = size - 1;
     for (int it = 0; it < iters; it++) {
         if (!strcmp(mode, "barrier")) {
             if (rank == last) usleep(delay);
-            MPI_Barrier(MPI_COMM_WORLD);
+            TIMED("MPI_Barrier", it, -1, MPI_Barrier(MPI_COMM_WORLD));
         } else if (!strcmp(mode, "nxn")) {
             if (rank == 2 % size) usleep(delay);
             int v = rank + it, sum = 0;
-            MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+            TIMED("MPI_Allreduce", it, -1,
+                  MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
             if (sum != size * (size - 1) / 2 + size * it) fail("allreduce", rank, it);
         } else if (!strcmp(mode, "bcast")) {
             if (rank == 0) usleep(delay);
             int v = rank == 0 ? 1000 + it : -1;
-            MPI_Bcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            TIMED("MPI_Bcast", it, -1, MPI_Bcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD));
             if (v != 1000 + it) fail("bcast", rank, it);
         } else if (!strcmp(mode, "reduce")) {
             if (rank == last) usleep(delay);
             int v = rank + it, sum = -1;
-            MPI_Reduce(&v, &sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+            TIMED("MPI_Reduce", it, -1, MPI_Reduce(&v, &sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD));
             if (rank == 0 && sum != size * (size - 1) / 2 + size * it) fail("reduce", rank, it);
         } else if (!strcmp(mode, "sender")) {
             if (rank == last) {
                 usleep(delay);
                 for (int r = 0; r < last; r++) {
                     int v = 100 * it + r;
-                    MPI_Send(&v, 1, MPI_INT, r, 7, MPI_COMM_WORLD);
+                    TIMED("MPI_Send", it, r, MPI_Send(&v, 1, MPI_INT, r, 7, MPI_COMM_WORLD));
                 }
             } else {
                 int v = -1;
-                MPI_Recv(&v, 1, MPI_INT, last, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                TIMED("MPI_Recv", it, -1,
+                      MPI_Recv(&v, 1, MPI_INT, last, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
                 if (v != 100 * it + rank) fail("recv", rank, it);
             }
         } else if (!strcmp(mode, "waitall")) {
@@ -83,19 +117,20 @@ int main(int argc, char **argv) {
                 int n = size - 1 < 64 ? size - 1 : 64;
                 for (int r = 1; r <= n; r++)
                     MPI_Irecv(&v[r - 1], 1, MPI_INT, r, 8, MPI_COMM_WORLD, &q[r - 1]);
-                MPI_Waitall(n, q, MPI_STATUSES_IGNORE);
+                TIMED("MPI_Waitall", it, -1, MPI_Waitall(n, q, MPI_STATUSES_IGNORE));
                 for (int r = 1; r <= n; r++)
                     if (v[r - 1] != 100 * it + r) fail("waitall", rank, it);
             } else if (rank <= 64) {
                 if (rank == last) usleep(delay);
                 int v = 100 * it + rank;
-                MPI_Send(&v, 1, MPI_INT, 0, 8, MPI_COMM_WORLD);
+                TIMED("MPI_Send", it, 0, MPI_Send(&v, 1, MPI_INT, 0, 8, MPI_COMM_WORLD));
             }
         } else {
             fprintf(stderr, "late: unknown mode %s\n", mode);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
+    fclose(times);
     printf("OK %d\n", rank);
     fflush(stdout);
     MPI_Finalize();

@@ -8,16 +8,27 @@
 //!
 //! Messages are sampled as shipped, one in 8 per envelope: 16 rounds keep
 //! 2 of each, which stand for all 16. The planted wait is DELAY × ROUNDS =
-//! 1.6 s per waiting rank. The band
-//! [0.9, 1.3] allows for the sleep's overshoot and for the skew with which
-//! 4 ranks sharing 2 cores leave the collective before: a rank that leaves
-//! a Bcast 3 ms after its root (which returns once its eager sends are
-//! out) truly waits 3 ms less in the next (measured here: MPICH's Bcast
-//! 2.952 s of 3 planted, its Barrier 3.211). Every other pattern must stay
-//! under 0.05 s (the one synchronising barrier after the start), and every
-//! count is exact.
+//! 1.6 s per waiting rank.
+//!
+//! **The truth** is what the ranks' own clocks say: late.c times every call
+//! it makes (CLOCK_MONOTONIC around the call, one clock for the node), and
+//! the test applies Scalasca's formulas to those times, with the daemon's
+//! sampling. Each pattern's figure must match it within 5% or 1 ms an
+//! evaluated instance, the planted one included, and every other pattern
+//! too (the synchronising barrier after the start). The plant only sets
+//! what should happen: on a loaded machine the late rank sleeps longer,
+//! and 4 ranks on 2 cores leave a collective with a skew (a rank that
+//! leaves a Bcast 3 ms after its root truly waits 3 ms less in the next),
+//! so a band around the planted figure alone failed under load (r7 of
+//! issue 34: MPICH's Barrier 7.7 s where 4.8 s were planted, with the late
+//! rank descheduled). Half the planted figure is still a floor: the plant
+//! must have happened (under load a Bcast's skew took MPICH's to 0.87 of
+//! it, and the truth agreed). Every count is exact.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
 
 use e2e::{Daemon, Job, Mpi, Need, Sample, compile, program, require, scratch, shim_launcher, sum};
 
@@ -100,6 +111,132 @@ const PLANTS: [Plant; 6] = [
     },
 ];
 
+/// One call late.c timed: its name, round, the peer it sent to (or -1),
+/// and its enter and leave in CLOCK_MONOTONIC ns.
+struct Timed {
+    name: String,
+    round: i64,
+    peer: i64,
+    enter: u64,
+    leave: u64,
+}
+
+/// What every rank of the job timed (late.c writes `GO.times.RANK`).
+fn timings(go: &Path) -> Vec<Vec<Timed>> {
+    (0..NP)
+        .map(|r| {
+            let path = PathBuf::from(format!("{}.times.{r}", go.display()));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            text.lines()
+                .map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    assert_eq!(f.len(), 5, "{}: {l}", path.display());
+                    Timed {
+                        name: f[0].to_string(),
+                        round: f[1].parse().unwrap(),
+                        peer: f[2].parse().unwrap(),
+                        enter: f[3].parse().unwrap(),
+                        leave: f[4].parse().unwrap(),
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Seconds waited per pattern, by Scalasca's formulas (docs/waits.md)
+/// from the ranks' own timings, with the daemon's sampling of messages
+/// (the rounds whose number on the envelope is a multiple of the period,
+/// times the period).
+fn truth(go: &Path) -> BTreeMap<&'static str, f64> {
+    let ranks = timings(go);
+    let mut out: BTreeMap<&'static str, f64> = BTreeMap::new();
+    let mut add = |p: &'static str, ns: u64| *out.entry(p).or_default() += ns as f64 / 1e9;
+    let wait = |enter: u64, until: u64, leave: u64| until.min(leave).saturating_sub(enter);
+    // Collectives, by (name, round): one call per rank.
+    let mut colls: BTreeMap<(&str, i64), Vec<(usize, &Timed)>> = BTreeMap::new();
+    for (r, calls) in ranks.iter().enumerate() {
+        for c in calls.iter().filter(|c| {
+            matches!(
+                c.name.as_str(),
+                "MPI_Barrier" | "MPI_Allreduce" | "MPI_Bcast" | "MPI_Reduce"
+            )
+        }) {
+            colls
+                .entry((c.name.as_str(), c.round))
+                .or_default()
+                .push((r, c));
+        }
+    }
+    for ((name, _), parts) in &colls {
+        assert_eq!(parts.len(), NP as usize, "{name}: a call per rank");
+        let latest = parts.iter().map(|p| p.1.enter).max().unwrap();
+        let root = parts.iter().find(|p| p.0 == 0).unwrap().1;
+        match *name {
+            "MPI_Barrier" | "MPI_Allreduce" => {
+                let p = if *name == "MPI_Barrier" {
+                    "wait_barrier"
+                } else {
+                    "wait_nxn"
+                };
+                for (_, c) in parts {
+                    add(p, wait(c.enter, latest, c.leave));
+                }
+            }
+            "MPI_Bcast" => {
+                for (_, c) in parts.iter().filter(|p| p.0 != 0) {
+                    add("late_broadcast", wait(c.enter, root.enter, c.leave));
+                }
+            }
+            "MPI_Reduce" => {
+                let others = parts
+                    .iter()
+                    .filter(|p| p.0 != 0)
+                    .map(|p| p.1.enter)
+                    .max()
+                    .unwrap();
+                add("early_reduce", wait(root.enter, others, root.leave));
+            }
+            other => panic!("late.c timed {other}"),
+        }
+    }
+    // Messages: the sampled rounds, each standing for the period's.
+    let sampled = |round: i64| round >= 0 && (round as u64).is_multiple_of(P2P_PERIOD);
+    let sent = |to: usize, round: i64| {
+        ranks
+            .iter()
+            .flatten()
+            .find(|c| c.name == "MPI_Send" && c.peer == to as i64 && c.round == round)
+            .map(|c| c.enter)
+    };
+    for (r, calls) in ranks.iter().enumerate() {
+        for c in calls.iter().filter(|c| sampled(c.round)) {
+            match c.name.as_str() {
+                "MPI_Recv" => {
+                    let s = sent(r, c.round).expect("its send");
+                    add("late_sender", P2P_PERIOD * wait(c.enter, s, c.leave));
+                }
+                // The latest of its senders.
+                "MPI_Waitall" => {
+                    let latest = ranks
+                        .iter()
+                        .flatten()
+                        .filter(|s| {
+                            s.name == "MPI_Send" && s.peer == r as i64 && s.round == c.round
+                        })
+                        .map(|s| wait(c.enter, s.enter, c.leave))
+                        .max()
+                        .expect("its sends");
+                    add("late_sender", P2P_PERIOD * latest);
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
 fn by(samples: &[Sample], name: &str, label: &str, value: &str) -> f64 {
     sum(samples, name, &[(label, value)])
 }
@@ -114,7 +251,7 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
         DELAY_MS.to_string(),
         go.display().to_string(),
     ]);
-    let job = Job::spawn(launcher, NP, go);
+    let job = Job::spawn(launcher, NP, go.clone());
     let mut daemon = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
     job.finish("OK ");
     let s = daemon.final_scrape();
@@ -150,25 +287,40 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
         P2P_PERIOD as f64,
         "{what}"
     );
-    // The planted wait, and nothing else.
+    // Every pattern as the ranks' own timings say it happened (a loaded
+    // machine makes the late rank later than planted, and the others wait
+    // that long), within 5% or 1 ms an evaluated instance; and the planted
+    // wait did happen.
+    let truth = truth(&go);
+    for p in PATTERNS {
+        let got = by(&s, "mpi_job_wait_seconds_total", "pattern", p);
+        let want = truth.get(p).copied().unwrap_or(0.0);
+        let period = if p == "late_sender" { P2P_PERIOD } else { 1 };
+        let n = by(&s, "mpi_job_wait_instances_total", "pattern", p);
+        let tolerance = (0.05 * want).max(0.001 * n * period as f64);
+        assert!(
+            (got - want).abs() <= tolerance,
+            "{what}: {p} waited {got:.4} s by the daemon, {want:.4} s by the ranks' own clocks \
+             (planted: {})",
+            if p == plant.pattern {
+                "this one"
+            } else {
+                "another"
+            }
+        );
+    }
     let planted = (DELAY_MS * ROUNDS) as f64 / 1000.0 * f64::from(plant.waiters);
     let got = by(&s, "mpi_job_wait_seconds_total", "pattern", plant.pattern);
     assert!(
-        got >= 0.9 * planted && got <= 1.3 * planted,
+        got >= 0.5 * planted,
         "{what}: {} waited {got:.3} s, planted {planted:.3} s",
         plant.pattern
     );
     eprintln!(
-        "{what}: {} {got:.3} s, planted {planted:.3} s",
-        plant.pattern
+        "{what}: {} {got:.3} s by the daemon, {:.3} s by the ranks' clocks, planted {planted:.3} s",
+        plant.pattern,
+        truth.get(plant.pattern).copied().unwrap_or(0.0)
     );
-    for p in PATTERNS.iter().filter(|&&p| p != plant.pattern) {
-        let other = by(&s, "mpi_job_wait_seconds_total", "pattern", p);
-        assert!(
-            other < 0.05,
-            "{what}: {p} waited {other:.3} s, none planted"
-        );
-    }
     // The late rank is the culprit, as a value.
     assert_eq!(
         sum(&s, "mpi_job_wait_culprit_rank", &[("k", "1")]),
