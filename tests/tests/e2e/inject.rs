@@ -93,16 +93,16 @@ fn inject_args(job: &Job) -> Vec<String> {
 
 /// Waits until the daemon has handed `n` ranks over to the shim.
 fn wait_injected(d: &mut Daemon, n: u32) -> Vec<Sample> {
-    wait_for(
-        "the injections and handovers",
-        Duration::from_secs(60),
-        || {
-            let (_, s) = d.scrape();
-            (sum(&s, "mpi_observer_injected_processes", &[]) == f64::from(n)
-                && sum(&s, "mpi_observer_probes", &[]) == 0.0)
-                .then_some(s)
-        },
-    )
+    // The handover takes each rank's probes off: with classic uprobes
+    // (hundreds of sites a rank, ~0.1 s each here, far more under TCG)
+    // that is the daemon's detach time.
+    let limit = Duration::from_secs(60).max(d.detach_limit());
+    wait_for("the injections and handovers", limit, || {
+        let (_, s) = d.scrape();
+        (sum(&s, "mpi_observer_injected_processes", &[]) == f64::from(n)
+            && sum(&s, "mpi_observer_probes", &[]) == 0.0)
+            .then_some(s)
+    })
 }
 
 /// Waits until every rank has exited and returns the final scrape.

@@ -189,15 +189,28 @@ pub enum InjectError {
         /// The rank.
         pid: u32,
     },
+    /// The only unused code bytes are beyond the reach of the stub's
+    /// branch back (aarch64: 128 MiB).
+    #[error(
+        "pid {pid}: the unused code bytes at {code_at:#x} are too far from its MPI library for the loader stub's branch back; nothing injected (start the job under `mpi-observer run` to have the shim from its start)"
+    )]
+    TooFar {
+        /// The rank.
+        pid: u32,
+        /// Where the stub would have gone.
+        code_at: u64,
+    },
     /// This build has no loader stub for its instruction set.
     #[error(
-        "pid {pid}: attach --inject is not available on {arch} yet (issue 36); start the job under `mpi-observer run`, or with `srun --mpi-observer` on Slurm, to have the shim from its start"
+        "pid {pid}: attach --inject is not available on {arch}{hint}; start the job under `mpi-observer run`, or with `srun --mpi-observer` on Slurm, to have the shim from its start"
     )]
     Unsupported {
         /// The rank.
         pid: u32,
         /// The instruction set (`std::env::consts::ARCH`).
         arch: &'static str,
+        /// What the instruction set adds (aarch64: how to opt in).
+        hint: &'static str,
     },
     /// A system call failed.
     #[error("pid {pid}: {what}: {source}")]
@@ -268,6 +281,7 @@ pub fn load_shim(
         return Err(InjectError::Unsupported {
             pid,
             arch: std::env::consts::ARCH,
+            hint: regs::unsupported_hint(),
         });
     }
     let maps = Maps::read(pid)?;
@@ -339,10 +353,15 @@ pub fn load_shim(
                 let strings_at = (regs::sp(&stopped) - 128 - strings.len() as u64) & !15;
                 data.mailbox.path = strings_at;
                 data.mailbox.tools = strings_at + path.len() as u64 + 1;
-                let code = stub::code_bytes(&stub::Tail {
-                    data: data_at,
-                    resume: regs::pc(&stopped),
-                });
+                let code = stub::code_bytes(
+                    &stub::Tail {
+                        data: data_at,
+                        resume: regs::pc(&stopped),
+                        ip0: regs::ip0(&stopped),
+                    },
+                    code_at,
+                )
+                .ok_or(InjectError::TooFar { pid, code_at })?;
                 let block = stub::data_bytes(&data);
                 mem.write(strings_at, &strings)?;
                 mem.write(data_at, &block)?;
