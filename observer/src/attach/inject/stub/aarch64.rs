@@ -180,28 +180,14 @@ core::arch::global_asm!(
 );
 
 unsafe extern "C" {
-    static mpi_observer_stub_code: [u8; 0];
     static mpi_observer_stub_back: [u8; 0];
-    static mpi_observer_stub_tail: [u8; 0];
-}
-
-/// The stub's machine code; its [`Tail`] goes right after it.
-pub(super) fn code() -> &'static [u8] {
-    // SAFETY: the three labels are in the one section above, in this
-    // order; the bytes between the first and the last are the assembled
-    // code (read-only data).
-    unsafe {
-        let start = (&raw const mpi_observer_stub_code).cast::<u8>();
-        let end = (&raw const mpi_observer_stub_tail).cast::<u8>();
-        core::slice::from_raw_parts(start, end.offset_from(start) as usize)
-    }
 }
 
 /// Where the branch back is, in the code.
 fn back_offset() -> usize {
-    // SAFETY: both labels are in the section above (see `code`).
+    // SAFETY: both labels are in the section above, the code's first.
     unsafe {
-        let start = (&raw const mpi_observer_stub_code).cast::<u8>();
+        let start = (&raw const super::mpi_observer_stub_code).cast::<u8>();
         let back = (&raw const mpi_observer_stub_back).cast::<u8>();
         back.offset_from(start) as usize
     }
@@ -250,7 +236,7 @@ mod tests {
         assert!(branch(base, base - (1 << 27) - 4).is_none());
         assert!(branch(base, base + 2).is_none());
         // The placeholder is `b .`, and link writes the branch there.
-        let mut c = code().to_vec();
+        let mut c = super::super::code().to_vec();
         let at = back_offset();
         assert_eq!(&c[at..at + 4], &0x1400_0000u32.to_le_bytes());
         assert!(link(&mut c, base, base + at as u64 + 8));

@@ -85,18 +85,32 @@ use x86_64 as imp;
 /// before a stub is needed, see `regs::supported`).
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod imp {
-    pub(super) fn code() -> &'static [u8] {
-        &[]
-    }
-
     pub(super) fn link(_: &mut [u8], _: u64, _: u64) -> bool {
         false
     }
 }
 
-/// The stub's machine code; its [`Tail`] goes right after it.
+// The labels every instruction set's assembly defines, in one read-only
+// section: the code's first byte and its tail's, right after the code.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+unsafe extern "C" {
+    static mpi_observer_stub_code: [u8; 0];
+    static mpi_observer_stub_tail: [u8; 0];
+}
+
+/// The stub's machine code (none where this build has no stub); its
+/// [`Tail`] goes right after it.
 pub fn code() -> &'static [u8] {
-    imp::code()
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    // SAFETY: both labels are in the arch file's one section, code first;
+    // the bytes between them are the assembled code (read-only data).
+    unsafe {
+        let start = (&raw const mpi_observer_stub_code).cast::<u8>();
+        let end = (&raw const mpi_observer_stub_tail).cast::<u8>();
+        core::slice::from_raw_parts(start, end.offset_from(start) as usize)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    &[]
 }
 
 /// Executable bytes the stub needs in the target: its code and its tail.

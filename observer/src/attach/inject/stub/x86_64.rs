@@ -101,22 +101,6 @@ core::arch::global_asm!(
     done = const observer_common::inject::state::DONE,
 );
 
-unsafe extern "C" {
-    static mpi_observer_stub_code: [u8; 0];
-    static mpi_observer_stub_tail: [u8; 0];
-}
-
-/// The stub's machine code; its [`Tail`] goes right after it.
-pub(super) fn code() -> &'static [u8] {
-    // SAFETY: both labels are in the one section above, code first; the
-    // bytes between them are the assembled code (read-only data).
-    unsafe {
-        let start = (&raw const mpi_observer_stub_code).cast::<u8>();
-        let end = (&raw const mpi_observer_stub_tail).cast::<u8>();
-        core::slice::from_raw_parts(start, end.offset_from(start) as usize)
-    }
-}
-
 /// Nothing to link: the way back is an indirect jump through the tail.
 pub(super) fn link(_: &mut [u8], _: u64, _: u64) -> bool {
     true
