@@ -3,6 +3,7 @@ mod bench_callsites;
 mod bench_common;
 mod bench_finalize;
 mod bench_inject;
+mod bench_insns;
 mod bench_kmaps;
 mod bench_mechanisms;
 mod bench_observer;
@@ -106,6 +107,8 @@ enum Cmd {
     /// Benchmarks: `shim` (the layering shim's dispatch cost and latency),
     /// `observer` (probe cost, attach, scrape), `stats` (the argument
     /// layer), `inject` (`attach --inject`: latency, injection time),
+    /// `insns` (instructions per MPI call on the shim's hot path, x86-64
+    /// here against aarch64 in an arm64 guest, counted by callgrind),
     /// `callsites` (what recording call sites adds per call), `record`
     /// (what an OTF2 recording costs the job, and its drain rate), `kmaps`
     /// (the statistics map shared by the CPUs against the per-CPU one),
@@ -499,6 +502,7 @@ fn main() -> Result<()> {
             "observer" => bench_observer::run(&root),
             "stats" => bench_stats::run(&root),
             "inject" => bench_inject::run(&root),
+            "insns" => bench_insns::run(&root),
             "callsites" => bench_callsites::run(&root),
             "record" => bench_record::run(&root),
             "kmaps" => bench_kmaps::run(&root),
@@ -510,7 +514,7 @@ fn main() -> Result<()> {
             "mechanisms-guest" => bench_mechanisms::guest::run_guest(&root),
             other => {
                 anyhow::bail!(
-                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, callsites, record, kmaps, scale, finalize, scan, scan-reads, mechanisms, mechanisms-guest)"
+                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, insns, callsites, record, kmaps, scale, finalize, scan, scan-reads, mechanisms, mechanisms-guest)"
                 )
             }
         },

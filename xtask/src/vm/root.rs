@@ -66,6 +66,8 @@ pub const PACKAGES: &[&str] = &[
     "libmpich-dev",
     "gcc",
     "libc6-dev",
+    // The Fortran tests (the shim's and --inject's): mpif90 of both stacks.
+    "gfortran",
     // kernels:: and the no-probe-left checks read the kernel's BPF objects.
     "bpftool",
     // The tests check each exposition with promtool.
@@ -74,6 +76,13 @@ pub const PACKAGES: &[&str] = &[
     // links libotf2 for `record`.
     "adduser",
     "libopen-trace-format2-10",
+    // record's tests read their archives back with two readers:
+    // otf2-print and the python bindings.
+    "otf2-tools",
+    "python3-otf2",
+    // `cargo xtask bench insns` counts the shim's instructions with
+    // callgrind (xtask/src/bench_insns.rs).
+    "valgrind",
 ];
 
 /// The unpacked root for kernel `k` (arm64 only: an x86-64 guest boots
