@@ -501,17 +501,12 @@ fn unresolved(rep: &Report, l: &Limits) -> Option<Hit> {
         .iter()
         .find(|(r, _)| *r == main.0)
         .map_or("See docs/waits.md.", |(_, t)| *t);
-    let reasons: Vec<String> = w
-        .unresolved
-        .iter()
-        .map(|(r, c)| format!("{c} {r}"))
-        .collect();
     Some(Hit {
         seconds: 0.0,
         values: vec![
             ("count", count.to_string()),
             ("total", total.to_string()),
-            ("reasons", reasons.join(", ")),
+            ("reasons", w.reasons()),
             ("why", why.to_string()),
         ],
         ranks: Vec::new(),

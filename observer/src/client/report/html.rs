@@ -572,11 +572,6 @@ fn waits(o: &mut String, r: &Report) {
         );
     }
     o.push_str("</tbody></table>\n");
-    let unresolved: Vec<String> = w
-        .unresolved
-        .iter()
-        .map(|(r, c)| format!("{c} {r}"))
-        .collect();
     let _ = writeln!(
         o,
         "<p class=\"note\">Sampled one in {} collectives{}. Unresolved: {}. Pending: {}. Records lost: {}, invalid: {}.</p>",
@@ -586,10 +581,10 @@ fn waits(o: &mut String, r: &Report) {
         } else {
             format!(" and one in {} messages", w.p2p_sample_period)
         },
-        if unresolved.is_empty() {
+        if w.unresolved.is_empty() {
             "none".to_string()
         } else {
-            esc(&unresolved.join(", "))
+            esc(&w.reasons())
         },
         w.pending,
         w.records_lost,

@@ -277,12 +277,7 @@ fn waits(out: &mut String, r: &Report) {
         if w.unresolved.is_empty() {
             String::new()
         } else {
-            let v: Vec<String> = w
-                .unresolved
-                .iter()
-                .map(|(r, c)| format!("{c} {r}"))
-                .collect();
-            format!(" ({})", v.join(", "))
+            format!(" ({})", w.reasons())
         },
         w.pending,
         w.records_lost,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{JobKey, Report, per_cent};
+use super::{JobKey, Report, add_into as add, per_cent};
 use crate::export::report::{Data, WaitData};
 
 /// A pattern as a reader names it, by its label (docs/waits.md).
@@ -63,6 +63,17 @@ impl WaitSummary {
             .iter()
             .map(|u| u.1)
             .fold(0, u64::saturating_add)
+    }
+
+    /// The reasons instances went unresolved, as a reader reads them:
+    /// `1 clock, 22 incomplete` (empty when none did).
+    pub fn reasons(&self) -> String {
+        let v: Vec<String> = self
+            .unresolved
+            .iter()
+            .map(|(r, c)| format!("{c} {r}"))
+            .collect();
+        v.join(", ")
     }
 
     /// Seconds waited under pattern `label`.
@@ -156,10 +167,6 @@ impl TimeSplit {
 
 fn ns(v: u64) -> f64 {
     v as f64 / 1e9
-}
-
-fn add(to: &mut Vec<u64>, from: &[u64]) {
-    super::add_into(to, from);
 }
 
 /// Each job's wait data, summed over nodes: the newest data of each node
