@@ -86,6 +86,7 @@ pub fn script(run: &Run) -> String {
     );
     if let Some(h) = run.holder {
         let _ = writeln!(s, "holder={}", quote(&h.display().to_string()));
+        s.push_str("cpu_dir=/sys/devices/system/cpu\n");
         s.push_str(HOLD);
     }
     let words: Vec<String> = run.command.iter().map(|w| quote(w)).collect();
@@ -112,12 +113,25 @@ work=$(mktemp -d /run/vm-out.XXXXXX) || exit 125
 "#;
 
 /// Keeps the perf_sched_events static key enabled, so that the kernel does
-/// not patch `__schedule` at each attach under TCG (`steady.rs`). Failing
-/// that is said, not fatal: it only narrows an emulator's race.
-const HOLD: &str = r#"held=
+/// not patch `__schedule` at each attach under TCG (`steady.rs`). That one
+/// flip is made with every other CPU offline: a vCPU that is offline runs
+/// no stale translation of `__schedule` (the holder's own flip killed a
+/// 6.12 guest, issue 34). Failing either is said, not fatal: it only
+/// narrows an emulator's race.
+const HOLD: &str = r#"cpus=$(find "$cpu_dir" -maxdepth 1 -name 'cpu[0-9]*' | wc -l)
+offline=
+for c in "$cpu_dir"/cpu[0-9]*/online; do
+    [ "$(cat "$c" 2>/dev/null)" = 1 ] && echo 0 2>/dev/null > "$c" && offline="$offline $c"
+done
+held=
 read -r held < <("$holder" guest-hold-perf-key 2>&1)
+for c in $offline; do
+    echo 1 > "$c" || echo "vm: could not bring ${c%/online} back online"
+done
 if [ "$held" != held ]; then
     echo "vm: could not hold the perf_sched_events key enabled (${held:-no answer}): the guest may die in a TCG static-key race (xtask/src/vm/steady.rs)"
+elif [ -z "$offline" ] && [ "$cpus" -gt 1 ]; then
+    echo "vm: could not take the other CPUs offline to enable the perf_sched_events key: the guest may die in a TCG static-key race (xtask/src/vm/steady.rs)"
 fi
 "#;
 
@@ -207,17 +221,40 @@ mod tests {
     /// The hold step says when it failed, and only then, and goes on.
     #[test]
     fn a_holder_that_fails_is_said_and_the_script_goes_on() {
+        let dir = std::env::temp_dir().join(format!("xtask-hold-{}", std::process::id()));
+        // A CPU directory of our own: cpu0 (no online file, as on x86),
+        // cpu1 online, cpu2 offline.
+        let cpus = dir.join("cpu");
+        for c in ["cpu0", "cpu1", "cpu2"] {
+            std::fs::create_dir_all(cpus.join(c)).unwrap();
+        }
+        std::fs::write(cpus.join("cpu1/online"), "1\n").unwrap();
+        std::fs::write(cpus.join("cpu2/online"), "0\n").unwrap();
         let run = |holder: &str| {
             let o = std::process::Command::new("bash")
-                .args(["-c", &format!("set -u\nholder={holder}\n{HOLD}echo next")])
+                .args([
+                    "-c",
+                    &format!(
+                        "set -u\nholder={holder}\ncpu_dir={}\n{HOLD}echo next",
+                        cpus.display()
+                    ),
+                ])
                 .output()
                 .unwrap();
             String::from_utf8(o.stdout).unwrap()
         };
-        let dir = std::env::temp_dir().join(format!("xtask-hold-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let online = |c: &str| std::fs::read_to_string(cpus.join(c).join("online")).unwrap();
+        // The holder sees every other CPU offline, and says what it saw.
         let ok = dir.join("ok");
-        std::fs::write(&ok, "#!/bin/sh\necho held\n").unwrap();
+        std::fs::write(
+            &ok,
+            format!(
+                "#!/bin/sh\ncat {}/cpu1/online > {}/seen\necho held\n",
+                cpus.display(),
+                dir.display()
+            ),
+        )
+        .unwrap();
         let bad = dir.join("bad");
         std::fs::write(
             &bad,
@@ -232,7 +269,13 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(run(&ok.display().to_string()), "next\n");
+        assert_eq!(std::fs::read_to_string(dir.join("seen")).unwrap(), "0\n");
+        assert_eq!(
+            (online("cpu1"), online("cpu2")),
+            ("1\n".into(), "0\n".into())
+        );
         let said = run(&bad.display().to_string());
+        assert_eq!(online("cpu1"), "1\n");
         assert!(
             said.starts_with("vm: could not hold the perf_sched_events key enabled (Error: perf_event_open: EACCES)")
                 && said.ends_with("\nnext\n"),

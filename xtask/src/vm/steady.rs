@@ -11,7 +11,9 @@
 //! CI, in the 6.12 guest, inside the daemon's perf_event_open). The bug is
 //! the emulator's, not the kernel's or ours; holding one task-bound event
 //! open from the start makes the key flip once, before the tests, instead
-//! of at every attach and detach.
+//! of at every attach and detach. That one flip can race too (it killed a
+//! 6.12 guest once), so the guest script starts the holder with every other
+//! CPU offline (`guest.rs`, `HOLD`).
 
 use anyhow::{Result, bail};
 use std::io::Write as _;
