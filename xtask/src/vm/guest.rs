@@ -118,10 +118,11 @@ work=$(mktemp -d /run/vm-out.XXXXXX) || exit 125
 /// no stale translation of `__schedule` (the holder's own flip killed a
 /// 6.12 guest, issue 34). Failing either is said, not fatal: it only
 /// narrows an emulator's race.
-const HOLD: &str = r#"cpus=$(find "$cpu_dir" -maxdepth 1 -name 'cpu[0-9]*' | wc -l)
-offline=
+const HOLD: &str = r#"offline=
+stuck=
 for c in "$cpu_dir"/cpu[0-9]*/online; do
-    [ "$(cat "$c" 2>/dev/null)" = 1 ] && echo 0 2>/dev/null > "$c" && offline="$offline $c"
+    [ "$(cat "$c" 2>/dev/null)" = 1 ] || continue
+    if echo 0 2>/dev/null > "$c"; then offline="$offline $c"; else stuck="$stuck ${c%/online}"; fi
 done
 held=
 read -r held < <("$holder" guest-hold-perf-key 2>&1)
@@ -130,8 +131,8 @@ for c in $offline; do
 done
 if [ "$held" != held ]; then
     echo "vm: could not hold the perf_sched_events key enabled (${held:-no answer}): the guest may die in a TCG static-key race (xtask/src/vm/steady.rs)"
-elif [ -z "$offline" ] && [ "$cpus" -gt 1 ]; then
-    echo "vm: could not take the other CPUs offline to enable the perf_sched_events key: the guest may die in a TCG static-key race (xtask/src/vm/steady.rs)"
+elif [ -n "$stuck" ]; then
+    echo "vm: could not take$stuck offline to enable the perf_sched_events key: the guest may die in a TCG static-key race (xtask/src/vm/steady.rs)"
 fi
 "#;
 
