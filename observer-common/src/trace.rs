@@ -142,7 +142,12 @@ pub struct TraceEvent {
     pub bytes: u64,
     /// A collective's bytes received.
     pub bytes2: u64,
-    /// The request handle (request events).
+    /// The request handle (request events). [`Kind::CollectiveEnd`] and
+    /// [`Kind::WorldMark`]: 1 + the collective's number among the
+    /// process's blocking collectives on `MPI_COMM_WORLD`, the same on
+    /// every rank of the job, or 0 when it has none (another communicator,
+    /// or a shim that cannot number: injected); see
+    /// [`TraceEvent::world_seq`].
     pub request: u64,
     /// Zero, or ranks of a [`Kind::CommRanks`] (see [`TraceEvent::comm_ranks`]).
     pub aux: [u32; 4],
@@ -159,6 +164,15 @@ const _: () = assert!(core::mem::size_of::<TraceHeader>() <= HEADER_BYTES as usi
 pub const RANKS_PER_RECORD: usize = 10;
 
 impl TraceEvent {
+    /// The number of the blocking collective on `MPI_COMM_WORLD` that a
+    /// [`Kind::CollectiveEnd`] or [`Kind::WorldMark`] ends, if it has one.
+    pub fn world_seq(&self) -> Option<u64> {
+        match self.kind {
+            11 | 14 => self.request.checked_sub(1),
+            _ => None,
+        }
+    }
+
     /// The world ranks a [`Kind::CommRanks`] record carries (unused
     /// entries are `u32::MAX`).
     pub fn comm_ranks(&self) -> [u32; RANKS_PER_RECORD] {
@@ -220,13 +234,19 @@ pub enum Kind {
     MpiRequestCancelled = 9,
     /// A blocking collective begins (after its Enter).
     CollectiveBegin = 10,
-    /// It ends (before its Leave): root in `peer`, bytes sent and received.
+    /// It ends (before its Leave): root in `peer`, bytes sent and received;
+    /// its number on `MPI_COMM_WORLD` in `request` ([`TraceEvent::world_seq`]).
     CollectiveEnd = 11,
     /// A communicator: its id in `comm`, its size in `peer`; its world
     /// ranks follow in [`Kind::CommRanks`] records.
     CommDef = 12,
     /// World ranks of a communicator being defined.
     CommRanks = 13,
+    /// A blocking collective on `MPI_COMM_WORLD` ended in a call that began
+    /// before the recording (so it has no Enter, Begin, End or Leave): its
+    /// number in `request`. `record` cuts its slice at such points
+    /// (`observer/src/record/slice.rs`); it is no event of the archive.
+    WorldMark = 14,
 }
 
 impl Kind {
@@ -247,6 +267,7 @@ impl Kind {
             11 => CollectiveEnd,
             12 => CommDef,
             13 => CommRanks,
+            14 => WorldMark,
             _ => return None,
         })
     }

@@ -339,6 +339,12 @@ pub struct RecordArgs {
     /// probes (a power of two).
     #[arg(long, value_name = "MIB", default_value_t = 16, value_parser = ring_mib)]
     pub probe_ring_mib: u32,
+    /// Keep each rank's events from its own start to its own stop, instead
+    /// of cutting the archive where every rank ended one blocking
+    /// collective on MPI_COMM_WORLD (what Scalasca and other readers that
+    /// match events across ranks need).
+    #[arg(long)]
+    pub whole: bool,
 }
 
 fn positive_seconds(s: &str) -> Result<f64, String> {

@@ -31,6 +31,7 @@ use thiserror::Error;
 use super::{
     archive::{self, Archive, CollectiveOp, CommDef, Event, RankDef, RegionDef, RegionRole},
     shim::ShimRecorder,
+    slice::Slice,
 };
 use crate::{
     EBPF_OBJECT, attach::datatypes, attach::functions, attach::probes::Probes, attach::symbols,
@@ -232,6 +233,10 @@ impl Comms {
 #[derive(Default)]
 struct Tally {
     events: u64,
+    /// Events taken from the rings, written or not: while it grows the
+    /// rings are drained at the busy pace (the slice may hold what it
+    /// takes, super::slice).
+    taken: u64,
     /// Events whose communicator was never defined: written on
     /// MPI_COMM_WORLD.
     unresolved: u64,
@@ -375,6 +380,21 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
     if let Some(tr) = probes.as_mut() {
         trace_on(tr, true);
     }
+    // Where the archive starts and ends: at points every rank recorded,
+    // when they can be known (super::slice).
+    let whole = if args.whole {
+        Some("as asked (--whole)".to_string())
+    } else {
+        list.iter()
+            .find(|t| matches!(t.source, Source::Probes))
+            .map(|t| {
+                format!(
+                    "rank {} is recorded through the probes, which see no collective's number",
+                    t.rank
+                )
+            })
+    };
+    let mut slice = Slice::new(&list.iter().map(|t| t.rank).collect::<Vec<_>>(), whole);
     let n_shim = list
         .iter()
         .filter(|t| matches!(t.source, Source::Shim(_)))
@@ -394,11 +414,18 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
     let mut pause = DRAIN_EVERY;
     let outcome = loop {
         std::thread::sleep(pause);
-        let before = tally.events;
-        if let Err(e) = drain(&mut list, &mut probes, &mut archive, &mut comms, &mut tally) {
+        let before = tally.taken;
+        if let Err(e) = drain(
+            &mut list,
+            &mut probes,
+            &mut archive,
+            &mut comms,
+            &mut tally,
+            &mut slice,
+        ) {
             break Err(e);
         }
-        pause = if tally.events > before {
+        pause = if tally.taken > before {
             DRAIN_BUSY
         } else {
             DRAIN_EVERY
@@ -422,8 +449,16 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
     // written before the stop took effect goes in, and the archive is
     // closed valid.
     stop_all(&mut list, &mut probes);
-    let last = drain(&mut list, &mut probes, &mut archive, &mut comms, &mut tally);
+    let last = drain(
+        &mut list,
+        &mut probes,
+        &mut archive,
+        &mut comms,
+        &mut tally,
+        &mut slice,
+    );
     let why = outcome.and_then(|w| last.map(|()| w));
+    slice.finish(&mut |i, tid, ev| put(&mut list[i], &mut archive, &mut tally, tid, ev))?;
     for t in &mut list {
         tally.closed += t.close(&mut archive)?;
     }
@@ -444,7 +479,7 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
     archive.finish(epoch_realtime)?;
     let why = why?;
     log::info!(
-        "recorded {} events of {} ranks in {:.1} s ({why}, {:.3} s of CPU) into {}; dropped: {dropped_total} in the shim's rings, {probe_dropped} in the probes' ring{}",
+        "recorded {} events of {} ranks in {:.1} s ({why}, {:.3} s of CPU) into {}; dropped: {dropped_total} in the shim's rings, {probe_dropped} in the probes' ring{}; {}",
         tally.events,
         list.len(),
         began.elapsed().as_secs_f64(),
@@ -457,7 +492,8 @@ pub fn run(args: &RecordArgs) -> Result<(), RecordError> {
             )
         } else {
             String::new()
-        }
+        },
+        slice.said()
     );
     Ok(())
 }
@@ -578,15 +614,17 @@ fn stop_all(list: &mut [Target], probes: &mut Option<Traced>) {
     }
 }
 
-/// Moves every pending event into the archive.
+/// Moves every pending event into the slice, and what the slice lets go
+/// into the archive.
 fn drain(
     list: &mut [Target],
     probes: &mut Option<Traced>,
     archive: &mut Archive,
     comms: &mut Comms,
     tally: &mut Tally,
+    slice: &mut Slice,
 ) -> Result<(), RecordError> {
-    for t in list.iter_mut() {
+    for (i, t) in list.iter_mut().enumerate() {
         let Source::Shim(s) = &mut t.source else {
             continue;
         };
@@ -598,6 +636,7 @@ fn drain(
             if !t.lost {
                 t.lost = true;
                 t.exited = true;
+                slice.lose(i);
                 log::warn!(
                     "rank {} (pid {}): {e}; the other ranks are still recorded",
                     t.rank,
@@ -610,15 +649,11 @@ fn drain(
             define(t, ev, archive, comms);
         }
         for (tid, ev) in batch.iter().filter(|(_, e)| !is_definition(e)) {
-            if let Some(e) = convert(t, ev, tally) {
-                if t.write(archive, *tid, ev.t_ns, &e)? {
-                    tally.events += 1;
-                } else {
-                    tally.outside += 1;
-                }
-            }
+            slice.push(i, *tid, ev);
+            tally.taken += 1;
         }
     }
+    slice.flush(&mut |i, tid, ev| put(&mut list[i], archive, tally, tid, ev))?;
     if let Some(tr) = probes.as_mut() {
         while let Some(item) = tr.ring.next() {
             if item.len() < size_of::<TraceCall>() {
@@ -633,6 +668,26 @@ fn drain(
             t.write(archive, c.tid, c.start_ns, &Event::Enter { region })?;
             t.write(archive, c.tid, c.end_ns, &Event::Leave { region })?;
             tally.events += 2;
+            tally.taken += 2;
+        }
+    }
+    Ok(())
+}
+
+/// Writes shim event `ev` of thread `tid` of `t` into the archive, if the
+/// archive has an event for it and it keeps the thread well-formed.
+fn put(
+    t: &mut Target,
+    archive: &mut Archive,
+    tally: &mut Tally,
+    tid: u32,
+    ev: &TraceEvent,
+) -> Result<(), archive::ArchiveError> {
+    if let Some(e) = convert(t, ev, tally) {
+        if t.write(archive, tid, ev.t_ns, &e)? {
+            tally.events += 1;
+        } else {
+            tally.outside += 1;
         }
     }
     Ok(())
@@ -742,7 +797,7 @@ fn convert(t: &Target, ev: &TraceEvent, tally: &mut Tally) -> Option<Event> {
             sent: ev.bytes,
             received: ev.bytes2,
         },
-        Kind::CommDef | Kind::CommRanks => return None,
+        Kind::CommDef | Kind::CommRanks | Kind::WorldMark => return None,
     })
 }
 

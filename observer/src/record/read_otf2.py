@@ -28,6 +28,8 @@ through the communicator's COMM_GROUP. The output:
                    "unmatched": n},   completions with no start, plus starts
                                       never completed or cancelled
       "collectives": {"ALLREDUCE": n, ...},   MpiCollectiveEnd, all ranks
+      "rank_collectives": {"0": {"BARRIER": n, ...}, ...},   per world rank
+      "region_files": ["MPI"],        the source files of the defined regions
       "collective_begin": n,
       "regions": {"MPI_Send": enters, ...},
       "enter_leave_balanced": bool,   every Leave closes the innermost
@@ -115,6 +117,7 @@ def main(anchor):
         send_bytes, recv_bytes = Counter(), Counter()
         requests = Counter()
         collectives = Counter()
+        rank_collectives = defaultdict(Counter)
         regions = Counter()
         dropped = {}
         stacks = defaultdict(list)
@@ -181,6 +184,7 @@ def main(anchor):
                 out["collective_begin"] = out.get("collective_begin", 0) + 1
             elif kind == "MpiCollectiveEnd":
                 collectives[name_of(event.collective_op)] += 1
+                rank_collectives[str(me)][name_of(event.collective_op)] += 1
             elif kind == "Metric":
                 for member, value in zip(event.metric.members, event.values):
                     if member.name == "dropped_events":
@@ -213,6 +217,8 @@ def main(anchor):
             for k in ("isend", "isend_complete", "irecv_request", "irecv", "cancelled", "test", "unmatched")
         }
         out["collectives"] = dict(collectives)
+        out["rank_collectives"] = {r: dict(c) for r, c in sorted(rank_collectives.items())}
+        out["region_files"] = sorted({str(r.source_file) for r in defs.regions})
         out.setdefault("collective_begin", 0)
         out["regions"] = dict(regions)
         out["enter_leave_balanced"] = not unbalanced

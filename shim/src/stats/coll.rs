@@ -303,12 +303,15 @@ fn reduce_scatter_block<const L: bool>(s: &State, a: &[usize]) -> (u64, u64) {
     (n * c.size as u64, n)
 }
 
+/// A blocking collective returned success: counts it, and has a recording
+/// see its end (`seq`: its number on `MPI_COMM_WORLD`, see
+/// [`super::waits::number`]).
 #[inline(always)]
-fn record(row: usize, bytes: Bytes, args: &[usize]) {
+fn record(row: usize, bytes: Bytes, args: &[usize], seq: Option<u64>) {
     if let Some(s) = state() {
         let (send, recv) = bytes(s, args);
         s.call(row, send, recv);
-        super::trace::collective_end(s, row, args, send, recv);
+        super::trace::collective_end(s, row, args, send, recv, seq);
     }
 }
 
@@ -361,20 +364,21 @@ fn persist(row: usize, bytes: Bytes, args: &[usize], req: usize) {
 /// Defines a blocking collective wrapper, its nonblocking twin (the same
 /// arguments and a request) and its persistent one (an info and a request).
 ///
-/// The blocking wrapper also writes the instance's wait record
-/// ([`super::waits`]): `comm` names the communicator argument, `root` the
-/// root's, if it has one.
+/// The blocking wrapper also numbers the instance if it is on
+/// `MPI_COMM_WORLD` and writes its wait record ([`super::waits`]): `comm`
+/// names the communicator argument, `root` the root's, if it has one.
 macro_rules! collective {
     (@root) => { observer_common::waits::NO_ROOT };
     (@root $root:ident) => { int($root) };
     ($blocking:ident / $nonblocking:ident / $persistent:ident, $bytes:ident, ($($a:ident),*), $comm:ident $(, $root:ident)?) => {
         #[doc = concat!("`MPI_", stringify!($blocking), "` (by function row).")]
         pub(crate) unsafe extern "C" fn $blocking<const ROW: usize, const L: bool>($($a: usize),*) -> c_int {
+            let seq = super::waits::number($comm);
             super::trace::collective_begin(ROW);
-            let wait = super::waits::enter($comm);
+            let wait = super::waits::enter(seq);
             let rc = next!(ROW; $($a),*);
             if rc == 0 {
-                record(ROW, $bytes::<L>, &[$($a),*]);
+                record(ROW, $bytes::<L>, &[$($a),*], seq);
                 super::waits::leave(wait, ROW, collective!(@root $($root)?));
             }
             rc

@@ -69,6 +69,10 @@ pub(crate) struct State {
     pub(crate) p2p_mask: u64,
     /// The records' times are the CPU's counter, not `CLOCK_MONOTONIC`.
     pub(crate) wait_ticks: bool,
+    /// Blocking collectives on `MPI_COMM_WORLD` are numbered
+    /// ([`super::waits::number`]): not in an injected shim, whose numbers
+    /// would start where it was injected, not with its job's.
+    pub(crate) world_numbered: bool,
     /// The segment's path, unlinked at `MPI_Finalize`.
     path: CString,
     /// `MPI_THREAD_MULTIPLE`: counters need atomic read-modify-writes.
@@ -442,6 +446,7 @@ pub(crate) fn build(
             p2p_waits: wait_slots != 0 && p2p_shift.is_some(),
             p2p_mask: (1u64 << p2p_shift.unwrap_or(0)) - 1,
             wait_ticks: WAIT_TICKS.load(Relaxed),
+            world_numbered: marks & observer_common::segment::flags::INJECTED == 0,
             path: cpath,
             multi,
             pid: std::process::id(),

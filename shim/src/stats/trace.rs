@@ -325,7 +325,16 @@ pub(crate) fn enter(row: usize) -> bool {
 
 #[inline(never)]
 fn enter_slow(t: &Tracer, row: usize) -> bool {
-    emit(t, &event(Kind::Enter, function(row)));
+    // The ring before the time: a thread's first event of a recording
+    // claims its ring and reserves its memory, which takes a millisecond
+    // or more; taken after it, the Enter's time leaves that out of the
+    // call (a reader computing waits would count it as waiting).
+    let ring = ring(t);
+    let ev = event(Kind::Enter, function(row));
+    if let Some((h, recs)) = ring {
+        // SAFETY: this thread owns the ring for this recording.
+        unsafe { t::push(h, recs, t.events, &ev) };
+    }
     // SAFETY: this thread's traced flag.
     unsafe { tls().add(1).write(1) };
     true
@@ -522,9 +531,25 @@ pub(crate) fn collective_begin(row: usize) {
 }
 
 /// The end of blocking collective `row` with arguments `args` (the
-/// communicator last), having sent and received these bytes.
-pub(crate) fn collective_end(s: &State, row: usize, args: &[usize], sent: u64, recv: u64) {
+/// communicator last), having sent and received these bytes; `seq` is its
+/// number on `MPI_COMM_WORLD` ([`super::waits::number`]). A numbered one
+/// that ends in a call begun before the recording is said as a
+/// [`Kind::WorldMark`]: `record` cuts its slices at these numbers, and every
+/// rank must show the ends it saw.
+pub(crate) fn collective_end(
+    s: &State,
+    row: usize,
+    args: &[usize],
+    sent: u64,
+    recv: u64,
+    seq: Option<u64>,
+) {
     let Some(t) = traced() else {
+        if let (Some(t), Some(seq)) = (recording(), seq) {
+            let mut e = event(Kind::WorldMark, row);
+            e.request = seq + 1;
+            emit(t, &e);
+        }
         return;
     };
     let comm = s.abi.handle(args.last().copied().unwrap_or(0));
@@ -537,6 +562,7 @@ pub(crate) fn collective_end(s: &State, row: usize, args: &[usize], sent: u64, r
     };
     e.bytes = sent;
     e.bytes2 = recv;
+    e.request = seq.map_or(0, |q| q + 1);
     emit(t, &e);
 }
 

@@ -46,7 +46,8 @@
 //! message's enter time is the start the timing of its call already took
 //! (kept in the thread's block), so only its leave costs a read.
 //!
-//! **Cost.** A handle compare and a counter per collective; for a sampled
+//! **Cost.** A handle compare and a counter per collective (also with the
+//! records off: `record` cuts its slices at these numbers); for a sampled
 //! one, two reads of the counter (about 13 ns each on the AMD VM of
 //! BENCHMARKS.md, against 32 for the vDSO's `clock_gettime`) and one
 //! 64-byte record. A collective costs microseconds. Per message on
@@ -95,22 +96,36 @@ fn now(ticks: bool) -> u64 {
     }
 }
 
-/// A blocking collective on `comm` (the handle's word) is about to enter
-/// the level below: numbers it if `comm` is `MPI_COMM_WORLD`, and returns
-/// the instance if it is sampled.
+/// Numbers a blocking collective on `comm` (the handle's word): its
+/// sequence number among this process's blocking collectives on
+/// `MPI_COMM_WORLD`, the same on every rank of the job (see the module
+/// docs), or `None` for another communicator, or in a shim that cannot
+/// number (injected: its numbers would start where it was injected). The
+/// wait records sample by it and `record` cuts its slices at it.
 #[inline(always)]
-pub(crate) fn enter(comm: usize) -> Option<Open> {
+pub(crate) fn number(comm: usize) -> Option<u64> {
     let s = state()?;
-    if s.wait_records.is_empty() || s.abi.handle(comm) != s.abi.comm_world {
+    if !s.world_numbered || s.abi.handle(comm) != s.abi.comm_world {
         return None;
     }
-    let seq = if s.multi {
+    Some(if s.multi {
         WORLD_SEQ.fetch_add(1, Relaxed)
     } else {
         let v = WORLD_SEQ.load(Relaxed);
         WORLD_SEQ.store(v + 1, Relaxed);
         v
-    };
+    })
+}
+
+/// A blocking collective numbered `seq` by [`number`] is about to enter
+/// the level below: returns the instance if it is sampled.
+#[inline(always)]
+pub(crate) fn enter(seq: Option<u64>) -> Option<Open> {
+    let seq = seq?;
+    let s = state()?;
+    if s.wait_records.is_empty() {
+        return None;
+    }
     (seq & s.wait_mask == 0).then(|| Open {
         seq,
         enter: now(s.wait_ticks),

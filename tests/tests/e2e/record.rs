@@ -41,7 +41,7 @@ use e2e::{
 use serde_json::Value;
 
 /// `record ARGS`: (exit code, stderr lines).
-fn record(args: &[String], limit: Duration) -> (Option<i32>, Vec<String>) {
+pub(crate) fn record(args: &[String], limit: Duration) -> (Option<i32>, Vec<String>) {
     let o = run_with_timeout(Command::new(observer_bin()).arg("record").args(args), limit);
     let err: Vec<String> = String::from_utf8_lossy(&o.stderr)
         .lines()
@@ -54,7 +54,7 @@ fn record(args: &[String], limit: Duration) -> (Option<i32>, Vec<String>) {
 }
 
 /// The archive's anchor file in `dir`.
-fn anchor(dir: &Path) -> PathBuf {
+pub(crate) fn anchor(dir: &Path) -> PathBuf {
     dir.join("traces.otf2")
 }
 
@@ -101,7 +101,7 @@ fn otf2_print(dir: &Path) -> Printed {
 }
 
 /// python3-otf2 reads the archive: the reader's JSON summary.
-fn python_read(dir: &Path) -> Value {
+pub(crate) fn python_read(dir: &Path) -> Value {
     let script = workspace_root().join("observer/src/record/read_otf2.py");
     let o = Command::new("/usr/bin/python3")
         .arg(&script)
@@ -116,7 +116,7 @@ fn python_read(dir: &Path) -> Value {
     serde_json::from_slice(&o.stdout).expect("the reader's JSON")
 }
 
-fn readers() -> [Need; 2] {
+pub(crate) fn readers() -> [Need; 2] {
     [
         Need::Command("otf2-print"),
         Need::Command("/usr/bin/python3"),
@@ -125,7 +125,9 @@ fn readers() -> [Need; 2] {
 
 /// Starts `record ARGS` in the background; returns it once it printed its
 /// `recording` line, with its stderr lines so far.
-fn start_record(args: &[String]) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+pub(crate) fn start_record(
+    args: &[String],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
     use std::io::BufRead as _;
     let mut c = Command::new(observer_bin())
         .arg("record")
@@ -152,7 +154,7 @@ fn start_record(args: &[String]) -> (std::process::Child, std::sync::mpsc::Recei
 }
 
 /// Waits for `record` to end by itself; its status and remaining lines.
-fn end_record(
+pub(crate) fn end_record(
     c: std::process::Child,
     rx: std::sync::mpsc::Receiver<String>,
 ) -> (Option<i32>, Vec<String>) {
@@ -235,7 +237,23 @@ fn shim_ranks_give_full_events(mpi: Mpi) {
         return;
     }
     let iters = 25;
-    let (r, _, out) = record_traffic(mpi, &format!("record-shim-{}", mpi.name()), iters, &[]);
+    let (r, rest, out) = record_traffic(mpi, &format!("record-shim-{}", mpi.name()), iters, &[]);
+    // Ranks 1 and 2 were in the first Barrier when the recording began,
+    // rank 0 was not: the slice starts at that Barrier's end on all three
+    // and runs to the end, every rank having entered MPI_Finalize.
+    let last = rest.last().cloned().unwrap_or_default();
+    assert!(
+        last.contains("the slice runs from the end of blocking collective #1 on MPI_COMM_WORLD on every rank to the end of the recording, every rank having entered MPI_Finalize"),
+        "{last}"
+    );
+    assert_eq!(r["region_files"], serde_json::json!(["MPI"]), "{r}");
+    for rank in 0..3 {
+        assert_eq!(
+            r["rank_collectives"][rank.to_string()],
+            serde_json::json!({"ALLREDUCE": iters, "BCAST": iters}),
+            "rank {rank}: {r}"
+        );
+    }
     let want = expected_pairs(3, iters);
     assert_eq!(as_pairs(&r["sends"]), want, "send events per pair: {r}");
     assert_eq!(as_pairs(&r["recvs"]), want, "receive events per pair: {r}");
@@ -337,15 +355,28 @@ fn stopping_a_recording_leaves_the_job_intact() {
     let r = python_read(&out);
     assert_eq!(r["enter_leave_balanced"], true, "{r}");
     assert_eq!(r["monotonic"], true, "{r}");
-    // Each rank starts and stops at its own instant: a pair's sends and
-    // receives differ by the messages in flight then, a few at most.
+    // The slice is cut where every rank ended one blocking collective on
+    // MPI_COMM_WORLD: no message of busy.c (a Sendrecv between a Barrier
+    // and an Allreduce) is half inside it, and every rank has the same
+    // collectives, which is what Scalasca's replay needs.
+    let last = rest.last().unwrap();
+    assert!(
+        last.contains("the slice runs from the ")
+            && last.contains("on MPI_COMM_WORLD on every rank ("),
+        "{last}"
+    );
     let (sends, recvs) = (as_pairs(&r["sends"]), as_pairs(&r["recvs"]));
     assert_eq!(sends.len(), 3, "the ring's three pairs: {r}");
     for (pair, n) in &sends {
         let m = recvs.get(pair).copied().unwrap_or(0);
-        assert!(
-            *n > 50 && n.abs_diff(m) <= 3,
-            "{pair}: {n} sent, {m} received: {r}"
+        assert!(*n > 50 && *n == m, "{pair}: {n} sent, {m} received: {r}");
+    }
+    let per_rank = &r["rank_collectives"];
+    for rank in 1..3 {
+        assert_eq!(
+            per_rank[rank.to_string()],
+            per_rank["0"],
+            "rank {rank}: {r}"
         );
     }
 }
@@ -373,7 +404,11 @@ fn probed_ranks_give_enter_and_leave() {
         "{err:?}"
     );
     assert!(
-        err.last().unwrap().contains("the duration was reached"),
+        err.last().unwrap().contains("the duration was reached")
+            && err
+                .last()
+                .unwrap()
+                .contains("is recorded through the probes, which see no collective's number"),
         "{err:?}"
     );
     let pids = job.pids();
@@ -537,6 +572,8 @@ fn recordings_one_after_another() {
     let mut l = shim_launcher(mpi, np, "stats");
     l.arg(&exe);
     let job = Job::spawn(l, np, dir.join("go"));
+    // The third is asked whole: each rank from its own start to its own
+    // stop, as `record` did before it cut its slices.
     for k in 0..3 {
         let out = dir.join(format!("trace{k}"));
         let mut args = job.pid_args();
@@ -546,8 +583,17 @@ fn recordings_one_after_another() {
             "-o".into(),
             out.display().to_string(),
         ]);
+        if k == 2 {
+            args.push("--whole".into());
+        }
         let (code, err) = record(&args, Duration::from_secs(60));
         assert_eq!(code, Some(0), "recording {k}: {err:?}");
+        let last = err.last().cloned().unwrap_or_default();
+        if k == 2 {
+            assert!(last.ends_with("own stop: as asked (--whole)"), "{last}");
+        } else {
+            assert!(last.contains("the slice runs from the "), "{last}");
+        }
         let r = python_read(&out);
         assert_eq!(r["enter_leave_balanced"], true, "recording {k}: {r}");
         assert_eq!(r["requests"]["unmatched"], 0, "recording {k}: {r}");
@@ -672,7 +718,11 @@ fn a_truncated_trace_file_loses_one_rank_only() {
         "one line only: {rest:?}"
     );
     assert!(
-        rest.last().unwrap().contains("every recorded rank exited"),
+        rest.last().unwrap().contains("every recorded rank exited")
+            && rest
+                .last()
+                .unwrap()
+                .ends_with("own stop: rank 0's rings were lost mid-recording"),
         "{rest:?}"
     );
     // The archive is valid, and ranks 1 and 2 are in it in full: their

@@ -24,13 +24,31 @@
 //! rank descheduled). Half the planted figure is still a floor: the plant
 //! must have happened (under load a Bcast's skew took MPICH's to 0.87 of
 //! it, and the truth agreed). Every count is exact.
+//!
+//! **Live against the trace.** Every run is also recorded whole by
+//! `mpi-observer record`, whose slice starts at the synchronising
+//! Barrier's Enter on every rank and ends at the end of the recording
+//! (every rank entered `MPI_Finalize`): the instances the daemon evaluated.
+//! tests/programs/waits/trace_waits.py applies Scalasca's formulas to that
+//! archive through python3-otf2, a reader that shares nothing with the
+//! daemon, and the daemon's `/report.json` must agree with it per pattern
+//! (seconds and instances) and per rank (what it waited, and what others
+//! waited for it as the rank that came late), within 5% or 1 ms an
+//! instance: issue 37's live-versus-trace check, on one node, where the
+//! clock is shared.
 
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
 };
 
-use e2e::{Daemon, Job, Mpi, Need, Sample, compile, program, require, scratch, shim_launcher, sum};
+use e2e::{
+    Daemon, Job, Mpi, Need, Sample, compile, program, require, scratch, shim_launcher, sum,
+    workspace_root,
+};
+use serde_json::Value;
+
+use crate::record::{anchor, end_record, readers, start_record};
 
 const NP: u32 = 4;
 const ROUNDS: u64 = 16;
@@ -253,9 +271,23 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
     ]);
     let job = Job::spawn(launcher, NP, go.clone());
     let mut daemon = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
-    job.finish("OK ");
-    let s = daemon.final_scrape();
     let what = format!("{mpi:?} {}", plant.mode);
+    // The same run recorded, from before its first MPI call after the go
+    // file to its exit.
+    let trace = dir.join(format!("trace-{}", plant.mode));
+    let mut args = job.pid_args();
+    args.extend(["-o".into(), trace.display().to_string()]);
+    let (rec, lines) = start_record(&args);
+    job.finish("OK ");
+    let (code, rest) = end_record(rec, lines);
+    assert_eq!(code, Some(0), "{what}: record: {rest:?}");
+    let last = rest.last().cloned().unwrap_or_default();
+    assert!(
+        last.contains("the slice runs from the start of blocking collective #1 on MPI_COMM_WORLD on every rank to the end of the recording"),
+        "{what}: {last}"
+    );
+    let s = daemon.final_scrape();
+    live_against_trace(&what, &daemon, &trace);
     // Every instance evaluated, none unresolved, nothing lost.
     for p in PATTERNS {
         let want = match (p == plant.pattern, p == "wait_barrier") {
@@ -341,8 +373,85 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
     let _ = daemon.stop(e2e::signal::TERM);
 }
 
+/// The daemon's `/report.json` against Scalasca's formulas applied to the
+/// archive `record` wrote of the same run (see the module docs).
+fn live_against_trace(what: &str, daemon: &Daemon, trace: &Path) {
+    let script = workspace_root().join("tests/programs/waits/trace_waits.py");
+    let o = std::process::Command::new("/usr/bin/python3")
+        .arg(&script)
+        .arg(anchor(trace))
+        .arg(P2P_PERIOD.to_string())
+        .output()
+        .expect("run /usr/bin/python3");
+    assert!(
+        o.status.success(),
+        "{what}: trace_waits.py failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let t: Value = serde_json::from_slice(&o.stdout).expect("trace_waits.py's JSON");
+    assert_eq!(
+        t["mismatched"], 0,
+        "{what}: every rank has the same collectives: {t}"
+    );
+    assert_eq!(t["unmatched"], 0, "{what}: every receive has its send: {t}");
+    let (status, body) = e2e::http_get(&daemon.addr, "/report.json").expect("/report.json");
+    assert_eq!(status, 200, "{what}: {body}");
+    let report: Value = serde_json::from_str(&body).expect("the report's JSON");
+    let jobs = report["waits"].as_array().expect("the report's waits");
+    assert_eq!(jobs.len(), 1, "{what}: one job: {report}");
+    let live = &jobs[0];
+    let patterns: Vec<&str> = live["patterns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pattern"].as_str().unwrap())
+        .collect();
+    let close = |got: u64, want: u64, instances: u64, period: u64| {
+        let tolerance = (0.05 * want as f64).max(1e6 * (instances * period) as f64);
+        (got as f64 - want as f64).abs() <= tolerance
+    };
+    for (i, p) in patterns.iter().enumerate() {
+        let Some(tp) = t["patterns"].get(*p) else {
+            continue;
+        };
+        let period = if *p == "late_sender" { P2P_PERIOD } else { 1 };
+        let lp = &live["patterns"][i];
+        let n = tp["instances"].as_u64().unwrap();
+        assert_eq!(
+            lp["instances"].as_u64(),
+            Some(n),
+            "{what}: {p} instances, live and trace"
+        );
+        let (got, want) = (
+            lp["waited_ns"].as_u64().unwrap(),
+            tp["waited_ns"].as_u64().unwrap(),
+        );
+        assert!(
+            close(got, want, n, period),
+            "{what}: {p} waited {got} ns live, {want} ns by the trace"
+        );
+        for rank in 0..NP {
+            let live_rank = live["ranks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["rank"] == rank);
+            let trace_rank = &t["ranks"][rank.to_string()];
+            for field in ["waited_ns", "late_ns"] {
+                let got = live_rank.map_or(0, |r| r[field][i].as_u64().unwrap_or(0));
+                let want = trace_rank[field][*p].as_u64().unwrap_or(0);
+                assert!(
+                    close(got, want, n, period),
+                    "{what}: rank {rank} {p} {field}: {got} live, {want} by the trace"
+                );
+            }
+        }
+    }
+    eprintln!("{what}: live and trace agree: {t}");
+}
+
 fn every_plant_is_found_and_its_culprit_named(mpi: Mpi) {
-    if !require(&[Need::Mpi(mpi)]) {
+    if !require(&[Need::Mpi(mpi)]) || !require(&readers()) {
         return;
     }
     let dir = scratch(&format!("waits-{}", mpi.name()));

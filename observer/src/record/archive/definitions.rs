@@ -235,7 +235,10 @@ impl Definitions {
                         role,
                         mpi,
                         sys::OTF2_REGION_FLAG_NONE,
-                        self.s_empty,
+                        // The source file "MPI": Score-P's convention for
+                        // MPI regions, which Scalasca's classification of
+                        // regions reads.
+                        self.s_mpi,
                         0,
                         0,
                     ),

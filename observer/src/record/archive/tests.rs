@@ -331,6 +331,8 @@ fn archive_reads_back_in_two_independent_readers() {
         assert_eq!(r["declared_events_match"], true);
         assert_eq!(r["dropped"], serde_json::json!({"1": 12}));
         assert_eq!(r["regions"]["MPI_Send"], 4);
+        // Score-P's convention, which Scalasca's region classes read.
+        assert_eq!(r["region_files"], serde_json::json!(["MPI"]));
         let clock = &r["clock"];
         assert_eq!(clock["timer_resolution"], 1_000_000_000);
         assert_eq!(clock["global_offset"], 1_010);
