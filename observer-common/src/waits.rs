@@ -78,6 +78,12 @@ pub mod kind {
     /// written after the last of them, with the call's thread and enter
     /// time, and in `seq` how many receives the group has.
     pub const GROUP_END: u8 = 4;
+    /// When a receive completed later in another call was posted: `enter`
+    /// is the enter of the call that posted it (`MPI_Irecv`, or the
+    /// `MPI_Start` of a persistent one); `peer`, `tag` and `seq` name its
+    /// message as the [`RECV`] record written just after it does. Late
+    /// Receiver measures the sender's wait up to this instant.
+    pub const POSTED: u8 = 5;
 }
 
 /// Bits of [`Plain::flags`].
@@ -90,8 +96,15 @@ pub mod flag {
     /// A receive completed by the Test family: it matches its send, and
     /// counts no wait (Scalasca analyses only blocking completions).
     pub const TEST: u8 = 2;
+    /// A send that completed in the call that posted it, a blocking
+    /// `MPI_Send` or `MPI_Ssend` (Scalasca's blocking sends): `leave` is
+    /// that call's leave, and Late Receiver applies.
+    pub const BLOCKING: u8 = 4;
+    /// A receive posted by the call it completed in (`MPI_Recv`,
+    /// `MPI_Sendrecv(_replace)`, `MPI_Mrecv`): `enter` is also its post.
+    pub const POSTED_HERE: u8 = 8;
     /// Every bit the shim writes.
-    pub const KNOWN: u8 = MULTI | TEST;
+    pub const KNOWN: u8 = MULTI | TEST | BLOCKING | POSTED_HERE;
 }
 
 /// The ring's header, one cache line.

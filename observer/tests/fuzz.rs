@@ -1444,6 +1444,7 @@ fn any_waits() -> impl Strategy<Value = report::WaitData> {
         prop_oneof![
             Just("wait_nxn".to_string()),
             Just("late_sender".to_string()),
+            Just("late_receiver".to_string()),
             ".{0,8}"
         ],
         edge_value(),

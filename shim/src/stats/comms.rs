@@ -276,7 +276,13 @@ pub(crate) const MESSAGE_WORLD: u64 = 1 << 41;
 /// # Safety
 /// `status` is a status the library filled for the receive.
 #[inline(always)]
-pub(crate) unsafe fn received(s: &State, comm: usize, status: *const u8, call: &waits::Call) {
+pub(crate) unsafe fn received(
+    s: &State,
+    comm: usize,
+    status: *const u8,
+    call: &waits::Call,
+    post: waits::Post,
+) {
     // SAFETY: per the caller.
     let src = unsafe { s.abi.source(status) };
     if src == s.abi.c.proc_null {
@@ -288,7 +294,7 @@ pub(crate) unsafe fn received(s: &State, comm: usize, status: *const u8, call: &
     s.message(p, RECV, bytes);
     if waits::numbered(s, comm) {
         // SAFETY: per the caller.
-        waits::received(s, comm, p, unsafe { s.abi.tag(status) }, bytes, call);
+        waits::received(s, comm, p, unsafe { s.abi.tag(status) }, bytes, call, post);
     }
 }
 

@@ -8,7 +8,10 @@
 
 use core::ffi::c_int;
 
-use observer_common::segment::{RECV, SEND};
+use observer_common::{
+    FunctionId as F,
+    segment::{RECV, SEND},
+};
 
 use super::{
     abi::{Status, count, int},
@@ -16,7 +19,7 @@ use super::{
     requests::{self, Entry, Kind},
     segment::{NULL_PEER, State, state},
     trace,
-    waits::{self, Call, How},
+    waits::{self, Call, How, Post},
 };
 
 /// Calls the next level below `stats` for `row` with these words.
@@ -38,7 +41,8 @@ macro_rules! next {
 pub(crate) use next;
 
 /// Counts a send of `count` elements of `datatype` to `dest` with `tag` in
-/// `comm`, and numbers it for the wait records.
+/// `comm`, and numbers it for the wait records; `blocking`: the call
+/// completed it (`MPI_Send`, `MPI_Ssend`).
 #[inline(always)]
 fn sent(
     s: &State,
@@ -47,13 +51,14 @@ fn sent(
     dest: usize,
     tag: usize,
     comm: usize,
+    blocking: bool,
 ) -> (i32, Option<u64>) {
     let comm = s.abi.handle(comm);
     let p = peer(s, comm, int(dest));
     let bytes = s.abi.bytes(count, s.abi.handle(datatype));
     if p != NULL_PEER {
         s.message(p, SEND, bytes);
-        waits::sent(s, comm, p, int(tag), bytes);
+        waits::sent(s, comm, p, int(tag), bytes, blocking);
     }
     (p, bytes)
 }
@@ -69,6 +74,29 @@ pub(crate) fn status_or(s: &State, status: usize, own: &mut Status) -> usize {
     }
 }
 
+/// Scalasca's blocking sends, whose wait for the receiver is Late
+/// Receiver: the standard and synchronous modes (`MPI_Send`, `MPI_Ssend`).
+/// A buffered send never waits for it, a ready one must find it posted.
+const fn blocking(row: usize) -> bool {
+    row == F::Send as usize
+        || row == F::SendC as usize
+        || row == F::Ssend as usize
+        || row == F::SsendC as usize
+}
+
+/// Records the send of a blocking call (`MpiSend`) before the call, as
+/// Score-P does: its message leaves while the call runs, and a reader
+/// orders it before the receive that matches it (Scalasca checks that
+/// order, its "clock condition"). A call that then fails has recorded a
+/// send it did not make; by default a failed send aborts the job anyway.
+#[inline(always)]
+fn trace_send(s: &State, count: i64, dt: usize, dest: usize, tag: usize, comm: usize) {
+    if trace::traced().is_some() {
+        let bytes = s.abi.bytes(count, s.abi.handle(dt)).unwrap_or(0);
+        trace::send(s, s.abi.handle(comm), int(dest), int(tag), bytes, 0);
+    }
+}
+
 /// `MPI_Send`, `MPI_Bsend`, `MPI_Ssend`, `MPI_Rsend` and their `_c` forms.
 pub(crate) unsafe extern "C" fn send<const ROW: usize, const L: bool>(
     buf: usize,
@@ -78,13 +106,13 @@ pub(crate) unsafe extern "C" fn send<const ROW: usize, const L: bool>(
     tag: usize,
     comm: usize,
 ) -> c_int {
+    let Some(s) = state() else {
+        return next!(ROW; buf, n, dt, dest, tag, comm);
+    };
+    trace_send(s, count::<L>(n), dt, dest, tag, comm);
     let rc = next!(ROW; buf, n, dt, dest, tag, comm);
-    if rc == 0
-        && let Some(s) = state()
-    {
-        let (_, bytes) = sent(s, count::<L>(n), dt, dest, tag, comm);
-        let c = s.abi.handle(comm);
-        trace::send(s, c, int(dest), int(tag), bytes.unwrap_or(0), 0);
+    if rc == 0 {
+        sent(s, count::<L>(n), dt, dest, tag, comm, blocking(ROW));
     }
     rc
 }
@@ -103,7 +131,7 @@ pub(crate) unsafe extern "C" fn isend<const ROW: usize, const L: bool>(
     if rc == 0
         && let Some(s) = state()
     {
-        let (p, bytes) = sent(s, count::<L>(n), dt, dest, tag, comm);
+        let (p, bytes) = sent(s, count::<L>(n), dt, dest, tag, comm, false);
         // SAFETY: the library just stored the new request there.
         let handle = unsafe { s.abi.handle_at(req, 0) };
         let c = s.abi.handle(comm);
@@ -187,7 +215,13 @@ pub(crate) unsafe extern "C" fn recv<const ROW: usize, const L: bool>(
     if rc == 0 {
         // SAFETY: the library filled `st`.
         unsafe {
-            received(s, s.abi.handle(comm), st as *const u8, &Call::new(How::One));
+            received(
+                s,
+                s.abi.handle(comm),
+                st as *const u8,
+                &Call::new(How::One),
+                Post::Here,
+            );
             trace::received(s, s.abi.handle(comm), st as *const u8, 0);
         }
     }
@@ -252,14 +286,14 @@ pub(crate) unsafe extern "C" fn sendrecv<const ROW: usize, const L: bool>(
     };
     let mut own = Status::new();
     let st = status_or(s, status, &mut own);
+    trace_send(s, count::<L>(scount), stype, dest, stag, comm);
     let rc = next!(ROW; sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, st);
     if rc == 0 {
-        let (_, bytes) = sent(s, count::<L>(scount), stype, dest, stag, comm);
+        sent(s, count::<L>(scount), stype, dest, stag, comm, false);
         let c = s.abi.handle(comm);
-        trace::send(s, c, int(dest), int(stag), bytes.unwrap_or(0), 0);
         // SAFETY: the library filled `st`.
         unsafe {
-            received(s, c, st as *const u8, &Call::new(How::One));
+            received(s, c, st as *const u8, &Call::new(How::One), Post::Here);
             trace::received(s, c, st as *const u8, 0);
         }
     }
@@ -283,14 +317,14 @@ pub(crate) unsafe extern "C" fn sendrecv_replace<const ROW: usize, const L: bool
     };
     let mut own = Status::new();
     let st = status_or(s, status, &mut own);
+    trace_send(s, count::<L>(n), dt, dest, stag, comm);
     let rc = next!(ROW; buf, n, dt, dest, stag, src, rtag, comm, st);
     if rc == 0 {
-        let (_, bytes) = sent(s, count::<L>(n), dt, dest, stag, comm);
+        sent(s, count::<L>(n), dt, dest, stag, comm, false);
         let c = s.abi.handle(comm);
-        trace::send(s, c, int(dest), int(stag), bytes.unwrap_or(0), 0);
         // SAFETY: the library filled `st`.
         unsafe {
-            received(s, c, st as *const u8, &Call::new(How::One));
+            received(s, c, st as *const u8, &Call::new(How::One), Post::Here);
             trace::received(s, c, st as *const u8, 0);
         }
     }
@@ -449,7 +483,15 @@ pub(crate) unsafe extern "C" fn mrecv<const ROW: usize, const L: bool>(
             if world && waits::numbered(s, s.abi.comm_world) {
                 // SAFETY: as above.
                 let tag = unsafe { s.abi.tag(st as *const u8) };
-                waits::received(s, s.abi.comm_world, p, tag, bytes, &Call::new(How::One));
+                waits::received(
+                    s,
+                    s.abi.comm_world,
+                    p,
+                    tag,
+                    bytes,
+                    &Call::new(How::One),
+                    Post::Here,
+                );
             }
             // SAFETY: as above.
             unsafe { trace::received_matched(s, p, st as *const u8, 0) };

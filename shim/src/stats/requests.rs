@@ -18,7 +18,7 @@ use observer_common::segment::{REQUEST_SLOTS, request_state};
 
 use super::{
     segment::{State, now_ns},
-    waits::{self, Call},
+    waits::{self, Call, Post},
 };
 
 const N: usize = REQUEST_SLOTS as usize;
@@ -52,6 +52,10 @@ static BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// A persistent collective's receive bytes (its send bytes are in `BYTES`,
 /// its function row in `COMM`).
 static RECV_BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+/// When a receive was posted: the start of its `MPI_Irecv` (or its last
+/// `MPI_Start`) as `waits::posted_now` read it, 0 if not known; for Late
+/// Receiver.
+static POSTED: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// A persistent send's destination and tag ([`Entry::dest_tag`]).
 static DEST: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
 static TAG: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
@@ -131,6 +135,14 @@ pub(crate) fn track(s: &State, e: Entry) {
             RECV_BYTES[i].store(e.recv_bytes, Relaxed);
             DEST[i].store(e.dest_tag.0, Relaxed);
             TAG[i].store(e.dest_tag.1, Relaxed);
+            POSTED[i].store(
+                if !e.persistent && matches!(e.kind, Kind::Recv | Kind::Mrecv) {
+                    waits::posted_now(s, e.comm)
+                } else {
+                    0
+                },
+                Relaxed,
+            );
             slot.handle.store(e.handle as u64, Relaxed);
             slot.peer.store(e.peer.max(-1), Relaxed);
             slot.bytes.store(e.bytes, Relaxed);
@@ -330,7 +342,8 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8, call: &Ca
             1 if !status.is_null() => {
                 // SAFETY: per the caller.
                 unsafe {
-                    super::comms::received(s, COMM[i].load(Relaxed), status, call);
+                    let post = Post::At(POSTED[i].load(Relaxed));
+                    super::comms::received(s, COMM[i].load(Relaxed), status, call, post);
                     super::trace::received(s, COMM[i].load(Relaxed), status, handle);
                 }
             }
@@ -343,7 +356,8 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8, call: &Ca
                 if waits::numbered(s, comm) {
                     // SAFETY: per the caller.
                     let tag = unsafe { s.abi.tag(status) };
-                    waits::received(s, comm, peer, tag, bytes, call);
+                    let post = Post::At(POSTED[i].load(Relaxed));
+                    waits::received(s, comm, peer, tag, bytes, call, post);
                 }
                 // SAFETY: per the caller.
                 unsafe { super::trace::received_matched(s, peer, status, handle) };
@@ -408,6 +422,7 @@ pub(crate) fn started(s: &State, slot: u32) {
                 dest,
                 TAG[i].load(Relaxed),
                 Some(BYTES[i].load(Relaxed)).filter(|_| peer != super::comms::UNKNOWN_PEER),
+                false,
             );
         }
         super::trace::send(
@@ -419,6 +434,7 @@ pub(crate) fn started(s: &State, slot: u32) {
             seg.handle.load(Relaxed),
         );
     } else if flags & KIND_MASK == Kind::Recv as u64 {
+        POSTED[i].store(waits::posted_now(s, COMM[i].load(Relaxed)), Relaxed);
         super::trace::request(
             super::trace::Kind::MpiIrecvRequest,
             seg.handle.load(Relaxed),

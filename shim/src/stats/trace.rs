@@ -544,14 +544,19 @@ pub(crate) fn collective_end(
     recv: u64,
     seq: Option<u64>,
 ) {
-    let Some(t) = traced() else {
-        if let (Some(t), Some(seq)) = (recording(), seq) {
+    let Some(t) = recording() else {
+        return;
+    };
+    // SAFETY: this thread's traced flag (`traced`, with the recording
+    // flag read once).
+    if unsafe { tls().add(1).read() } == 0 {
+        if let Some(seq) = seq {
             let mut e = event(Kind::WorldMark, row);
             e.request = seq + 1;
             emit(t, &e);
         }
         return;
-    };
+    }
     let comm = s.abi.handle(args.last().copied().unwrap_or(0));
     let mut e = event(Kind::CollectiveEnd, row);
     e.comm = comm_id(t, s, comm).unwrap_or(0);

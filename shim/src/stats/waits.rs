@@ -1,9 +1,10 @@
 //! Wait-state records (issue 37, docs/waits.md): for each sampled blocking
 //! collective on `MPI_COMM_WORLD`, when this rank entered and left it, under
 //! the instance's sequence number; for each sampled point-to-point message
-//! on `MPI_COMM_WORLD`, when the call that posted its send was entered, and
-//! when the blocking call that completed its receive was entered and left,
-//! under the message's number on its envelope. They go into the segment's
+//! on `MPI_COMM_WORLD`, when the call that posted its send was entered (and
+//! left, for a blocking `MPI_Send` or `MPI_Ssend`: Late Receiver), when the
+//! blocking call that completed its receive was entered and left, and when
+//! the receive was posted, under the message's number on its envelope. They go into the segment's
 //! wait ring (`observer_common::waits`); the node daemon matches the records
 //! of one instance, or of one message, across the job's ranks and computes
 //! who waited for whom.
@@ -53,7 +54,9 @@
 //! 64-byte record. A collective costs microseconds. Per message on
 //! `MPI_COMM_WORLD`, a lookup in a small table of envelopes; for a sampled
 //! receive, one read of the counter per completing call and a record; for a
-//! sampled send, a record.
+//! sampled send, a record (and a read of the counter for a blocking one);
+//! per `MPI_Irecv` on `MPI_COMM_WORLD`, a load and a store of its start,
+//! and per sampled receive it posted, one more record.
 
 use core::{
     cell::Cell,
@@ -319,15 +322,49 @@ pub(crate) fn numbered(s: &State, comm: usize) -> bool {
 
 /// A send to world rank `dest` with `tag` and `bytes`, on `comm` (a handle),
 /// posted by the call being timed: numbered, and recorded if sampled.
+/// `blocking`: the call completed it too (`MPI_Send`, `MPI_Ssend`), so its
+/// leave is recorded, for Late Receiver.
 #[inline(always)]
-pub(crate) fn sent(s: &State, comm: usize, dest: i32, tag: i32, bytes: Option<u64>) {
+pub(crate) fn sent(
+    s: &State,
+    comm: usize,
+    dest: i32,
+    tag: i32,
+    bytes: Option<u64>,
+    blocking: bool,
+) {
     if numbered(s, comm) && dest >= 0 {
-        message(s, &SENDS, dest, tag, bytes, None);
+        message(s, &SENDS, dest, tag, bytes, Half::Send { blocking });
     }
 }
 
+/// Where a receive was posted, for Late Receiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Post {
+    /// By the call that completes it (`MPI_Recv`, `MPI_Sendrecv`,
+    /// `MPI_Mrecv`).
+    Here,
+    /// By an earlier call, whose start (as [`posted_now`] read it) this is;
+    /// 0 when it is not known.
+    At(u64),
+}
+
+/// The start of the call being timed, as the thread's block holds it, to
+/// keep with a receive it posts ([`Post::At`]): a load, converted only when
+/// the receive is recorded. 0 where messages on `comm` (a handle) are not
+/// numbered.
+#[inline(always)]
+pub(crate) fn posted_now(s: &State, comm: usize) -> u64 {
+    if !numbered(s, comm) {
+        return 0;
+    }
+    // SAFETY: this thread's block.
+    unsafe { crate::depth::call_start(crate::depth::slot()) }
+}
+
 /// A receive from world rank `src` with `tag` and `bytes`, on `comm` (a
-/// handle), completed in `call`: numbered, and recorded if sampled.
+/// handle), posted as `post` says and completed in `call`: numbered, and
+/// recorded if sampled.
 #[inline(always)]
 pub(crate) fn received(
     s: &State,
@@ -336,9 +373,10 @@ pub(crate) fn received(
     tag: i32,
     bytes: Option<u64>,
     call: &Call,
+    post: Post,
 ) {
     if numbered(s, comm) && src >= 0 {
-        message(s, &RECVS, src, tag, bytes, Some(call));
+        message(s, &RECVS, src, tag, bytes, Half::Recv { call, post });
     }
 }
 
@@ -352,18 +390,18 @@ pub(crate) fn lose(s: &State, comm: Option<usize>) {
     }
 }
 
+/// A message's half that this process numbers.
+#[derive(Clone, Copy)]
+enum Half<'a> {
+    Send { blocking: bool },
+    Recv { call: &'a Call, post: Post },
+}
+
 #[inline(always)]
-fn message(
-    s: &State,
-    table: &Envelopes,
-    peer: i32,
-    tag: i32,
-    bytes: Option<u64>,
-    call: Option<&Call>,
-) {
+fn message(s: &State, table: &Envelopes, peer: i32, tag: i32, bytes: Option<u64>, half: Half<'_>) {
     match table.count(key(peer, tag), s.multi) {
         Some(seq) if seq & s.p2p_mask != 0 => {}
-        Some(seq) => record(s, seq, peer, tag, bytes, call),
+        Some(seq) => record(s, seq, peer, tag, bytes, half),
         None => skip(s),
     }
 }
@@ -380,9 +418,11 @@ fn skip(s: &State) {
     }
 }
 
-/// Records sampled message `seq`: a send (`call` `None`) or a receive.
+/// Records sampled message `seq`: a send or a receive; before a receive
+/// posted by an earlier call, when that call was entered
+/// (`waits::kind::POSTED`).
 #[inline(never)]
-fn record(s: &State, seq: u64, peer: i32, tag: i32, bytes: Option<u64>, call: Option<&Call>) {
+fn record(s: &State, seq: u64, peer: i32, tag: i32, bytes: Option<u64>, half: Half<'_>) {
     let block = crate::depth::slot();
     // SAFETY: this thread's block.
     let (t0, row) = unsafe {
@@ -404,12 +444,30 @@ fn record(s: &State, seq: u64, peer: i32, tag: i32, bytes: Option<u64>, call: Op
             .map_or(0, |f| f.function as usize)
     };
     let thread = (block as usize >> 4) as u32;
-    let (kind, leave, flags) = match call {
-        None => (waits::kind::SEND, enter, 0),
-        Some(c) => (
-            waits::kind::RECV,
-            c.leave(s.wait_ticks),
-            match c.how {
+    let mut r = Plain {
+        enter,
+        leave: enter,
+        seq,
+        comm: waits::WORLD,
+        function: function as u16,
+        kind: waits::kind::SEND,
+        flags: 0,
+        peer,
+        tag,
+        thread,
+        bytes: bytes.unwrap_or(u64::MAX),
+    };
+    match half {
+        Half::Send { blocking: false } => {}
+        Half::Send { blocking: true } => {
+            // The call has returned: now is its leave.
+            r.leave = now(s.wait_ticks);
+            r.flags = flag::BLOCKING;
+        }
+        Half::Recv { call: c, post } => {
+            r.kind = waits::kind::RECV;
+            r.leave = c.leave(s.wait_ticks);
+            r.flags = match c.how {
                 How::One => 0,
                 How::Multi => {
                     c.enter.set(enter);
@@ -418,25 +476,28 @@ fn record(s: &State, seq: u64, peer: i32, tag: i32, bytes: Option<u64>, call: Op
                     flag::MULTI
                 }
                 How::Test => flag::TEST,
-            },
-        ),
-    };
-    push(
-        s,
-        &Plain {
-            enter,
-            leave,
-            seq,
-            comm: waits::WORLD,
-            function: function as u16,
-            kind,
-            flags,
-            peer,
-            tag,
-            thread,
-            bytes: bytes.unwrap_or(u64::MAX),
-        },
-    );
+            };
+            match post {
+                Post::Here => r.flags |= flag::POSTED_HERE,
+                Post::At(t) => {
+                    if let Some(at) = crate::depth::start_in(t, s.wait_ticks) {
+                        push(
+                            s,
+                            &Plain {
+                                enter: at,
+                                leave: at,
+                                kind: waits::kind::POSTED,
+                                flags: 0,
+                                bytes: 0,
+                                ..r
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+    push(s, &r);
 }
 
 #[cfg(test)]

@@ -14,16 +14,21 @@
  *            which waits in MPI_Recv (a Late Sender for each);
  *   waitall  rank 0 posts an MPI_Irecv from every other rank and waits in
  *            MPI_Waitall; the last rank sleeps before its MPI_Send, the
- *            others send at once (a Late Sender: the latest, the last).
+ *            others send at once (a Late Sender: the latest, the last);
+ *   receiver the last rank sleeps, then MPI_Recvs from every other rank in
+ *            turn, 0 first; every other rank MPI_Ssends to it and waits
+ *            until its receive is posted (a Late Receiver for each).
  * Rounds make no other MPI call.
  *
  * The truth to hold the daemon's figures to: every rank writes, to
  * GOFILE.times.RANK, one line per call it makes after the go file
- * ("CALL ITER PEER ENTER LEAVE": the call's name, the round, -1 or the
- * peer it sends to, its enter and leave in CLOCK_MONOTONIC ns, read around
- * the call), so the test computes each wait with Scalasca's formula from
- * what really happened: on a loaded machine the late rank sleeps longer
- * than DELAY_MS, and the others wait that long. */
+ * ("CALL ITER PEER ENTER LEAVE": the call's name, the round, the peer it
+ * sends to or receives from, -1 if several, its enter and leave in
+ * CLOCK_MONOTONIC ns, read around the call), so the test computes each
+ * wait with Scalasca's formula from what really happened: on a loaded
+ * machine the late rank sleeps longer than DELAY_MS, and the others wait
+ * that long. The MPI_Irecvs are timed too: a Late Receiver's wait ends
+ * when the receive is posted. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +116,7 @@ int main(int argc, char **argv) {
                 }
             } else {
                 int v = -1;
-                TIMED("MPI_Recv", it, -1,
+                TIMED("MPI_Recv", it, last,
                       MPI_Recv(&v, 1, MPI_INT, last, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
                 if (v != 100 * it + rank) fail("recv", rank, it);
             }
@@ -121,7 +126,8 @@ int main(int argc, char **argv) {
                 MPI_Request q[64];
                 int n = size - 1 < 64 ? size - 1 : 64;
                 for (int r = 1; r <= n; r++)
-                    MPI_Irecv(&v[r - 1], 1, MPI_INT, r, 8, MPI_COMM_WORLD, &q[r - 1]);
+                    TIMED("MPI_Irecv", it, r,
+                          MPI_Irecv(&v[r - 1], 1, MPI_INT, r, 8, MPI_COMM_WORLD, &q[r - 1]));
                 TIMED("MPI_Waitall", it, -1, MPI_Waitall(n, q, MPI_STATUSES_IGNORE));
                 for (int r = 1; r <= n; r++)
                     if (v[r - 1] != 100 * it + r) fail("waitall", rank, it);
@@ -129,6 +135,19 @@ int main(int argc, char **argv) {
                 if (rank == last) usleep(delay);
                 int v = 100 * it + rank;
                 TIMED("MPI_Send", it, 0, MPI_Send(&v, 1, MPI_INT, 0, 8, MPI_COMM_WORLD));
+            }
+        } else if (!strcmp(mode, "receiver")) {
+            if (rank == last) {
+                usleep(delay);
+                for (int r = 0; r < last; r++) {
+                    int v = -1;
+                    TIMED("MPI_Recv", it, r,
+                          MPI_Recv(&v, 1, MPI_INT, r, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+                    if (v != 100 * it + r) fail("receiver", rank, it);
+                }
+            } else {
+                int v = 100 * it + rank;
+                TIMED("MPI_Ssend", it, last, MPI_Ssend(&v, 1, MPI_INT, last, 9, MPI_COMM_WORLD));
             }
         } else {
             fprintf(stderr, "late: unknown mode %s\n", mode);

@@ -23,7 +23,17 @@ the daemon, and applies the formulas of docs/waits.md (Scalasca's
   call completing several receives waits for its latest sender only. As
   the shim samples messages, only those whose k is a multiple of
   P2P_PERIOD count, times P2P_PERIOD; a call counts if it completed a
-  sampled receive.
+  sampled receive;
+- Late Receiver on MPI_COMM_WORLD, the same messages paired the same way
+  and sampled alike: for a message sent in a blocking MPI_Send or
+  MPI_Ssend (Scalasca's blocking sends: not Bsend, Rsend, Sendrecv or a
+  nonblocking send), entered at E_S and left at L_S, whose receive was
+  posted at P (the enter of the MPI_Recv, MPI_Sendrecv(_replace) or
+  MPI_Mrecv that received it, or of the call that posted the nonblocking
+  receive a Wait or Test completed: the call in which its MpiIrecvRequest
+  event, with the same request, was written), the sender waited
+  `P - E_S` if `E_S < P < L_S`; the culprit is the receiver. Every
+  sampled message sent in a blocking send is an instance, waited or not.
 
 Prints one JSON object, every figure in nanoseconds:
 
@@ -33,7 +43,9 @@ Prints one JSON object, every figure in nanoseconds:
      "collectives": instances on MPI_COMM_WORLD,
      "mismatched": instances whose members disagree on the operation, or
                    ranks whose number of instances differs,
-     "unmatched": receives with no send in the archive}
+     "unmatched": receives with no send in the archive,
+     "unposted": sampled messages sent in a blocking send whose receive's
+                 post, or whose send's leave, the archive does not have}
 """
 
 import json
@@ -63,7 +75,15 @@ WAITING_CALLS = {
     "MPI_Recv", "MPI_Sendrecv", "MPI_Sendrecv_replace", "MPI_Mrecv",
     "MPI_Wait", "MPI_Waitany", "MPI_Waitall", "MPI_Waitsome",
 }
-PATTERNS = ["wait_barrier", "wait_nxn", "late_broadcast", "early_reduce", "late_sender"]
+# The calls that post the receive they complete: the post of a receive
+# completed in them is their enter.
+POSTING_CALLS = {"MPI_Recv", "MPI_Sendrecv", "MPI_Sendrecv_replace", "MPI_Mrecv"}
+# Scalasca's blocking sends, the only ones a Late Receiver can wait in.
+BLOCKING_SENDS = {"MPI_Send", "MPI_Ssend"}
+PATTERNS = [
+    "wait_barrier", "wait_nxn", "late_broadcast", "early_reduce", "late_sender",
+    "late_receiver",
+]
 
 
 def name_of(enum_value):
@@ -91,6 +111,14 @@ def main(anchor, period):
         sends = defaultdict(list)       # (s, r, tag) -> [enter of the posting call]
         recvs = defaultdict(list)       # (s, r, tag) -> [call id]
         calls = {}                      # call id -> (rank, name, enter, leave)
+        # Late Receiver: per envelope, in order, each send's blocking call
+        # as [enter, leave] (None for any other send; the leave is filled
+        # in at the call's Leave), and each receive's post (None if not
+        # known).
+        blocking = defaultdict(list)    # (s, r, tag) -> [[E_S, L_S] or None]
+        posts = defaultdict(list)       # (s, r, tag) -> [P or None]
+        open_sends = defaultdict(list)  # location -> [[E_S, L_S]] in the call
+        irecv_posts = {}                # (location, request) -> P
 
         for location, event in trace.events:
             lid = id(location)
@@ -103,6 +131,9 @@ def main(anchor, period):
                 if not stack:
                     continue
                 name, enter = stack.pop()
+                if not stack:
+                    for send in open_sends.pop(lid, []):
+                        send[1] = event.time
                 if lid in open_coll:
                     op, root, e = open_coll.pop(lid)
                     colls[me].append((op, root, e, event.time))
@@ -122,10 +153,27 @@ def main(anchor, period):
                 if event.communicator.name == "MPI_COMM_WORLD" and stack:
                     key = (me, world(event.communicator, event.receiver), event.msg_tag)
                     sends[key].append(stack[0][1])
+                    send = None
+                    if kind == "MpiSend" and stack[0][0] in BLOCKING_SENDS:
+                        send = [stack[0][1], None]
+                        open_sends[lid].append(send)
+                    blocking[key].append(send)
+            elif kind == "MpiIrecvRequest":
+                # A nonblocking receive posted (MPI_Irecv, MPI_Imrecv, the
+                # MPI_Start of a persistent one): its request is live until
+                # the MpiIrecv that completes it, on this location.
+                if stack:
+                    irecv_posts[(lid, event.request_id)] = stack[0][1]
             elif kind in ("MpiRecv", "MpiIrecv"):
+                post = None
+                if kind == "MpiIrecv":
+                    post = irecv_posts.pop((lid, event.request_id), None)
+                elif stack and stack[0][0] in POSTING_CALLS:
+                    post = stack[0][1]
                 if event.communicator.name == "MPI_COMM_WORLD" and stack:
                     key = (world(event.communicator, event.sender), me, event.msg_tag)
                     open_recvs[lid].append(key)
+                    posts[key].append(post)
 
     waited = defaultdict(lambda: defaultdict(int))
     late = defaultdict(lambda: defaultdict(int))
@@ -188,6 +236,24 @@ def main(anchor, period):
         late[sender]["late_sender"] += ns
         patterns["late_sender"]["waited_ns"] += ns
 
+    # Late Receiver: the k-th blocking send of each envelope against the
+    # post of its k-th receive.
+    unposted = 0
+    for key, sent in blocking.items():
+        posted = posts.get(key, [])
+        for k, send in enumerate(sent):
+            if send is None or k % period != 0 or k >= len(posted):
+                continue
+            patterns["late_receiver"]["instances"] += 1
+            (e_s, l_s), p = send, posted[k]
+            if l_s is None or p is None:
+                unposted += 1
+                continue
+            ns = (p - e_s if e_s < p < l_s else 0) * period
+            waited[key[0]]["late_receiver"] += ns
+            late[key[1]]["late_receiver"] += ns
+            patterns["late_receiver"]["waited_ns"] += ns
+
     out = {
         "patterns": patterns,
         "ranks": {
@@ -197,6 +263,7 @@ def main(anchor, period):
         "collectives": n,
         "mismatched": mismatched,
         "unmatched": unmatched,
+        "unposted": unposted,
     }
     json.dump(out, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")

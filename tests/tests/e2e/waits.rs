@@ -4,11 +4,16 @@
 //! `/metrics` must say how long the others waited, under which of
 //! Scalasca's patterns, and name the late rank as the culprit; on Debian's
 //! Open MPI and MPICH. Two more modes plant Late Senders: a blocking
-//! receive each, and an `MPI_Waitall` whose latest sender is late.
+//! receive each, and an `MPI_Waitall` whose latest sender is late; one
+//! plants Late Receivers: an `MPI_Ssend` each to a rank that posts its
+//! receives late, one after the other.
 //!
 //! Messages are sampled as shipped, one in 8 per envelope: 16 rounds keep
 //! 2 of each, which stand for all 16. The planted wait is DELAY × ROUNDS =
-//! 1.6 s per waiting rank.
+//! 1.6 s per waiting rank. Every message plant makes instances of both
+//! message patterns: a receive completed in a blocking call is a Late
+//! Sender's, a message sent in `MPI_Send` or `MPI_Ssend` a Late Receiver's,
+//! whether or not anybody waited, so each count is exact in every plant.
 //!
 //! **The truth** is what the ranks' own clocks say: late.c times every call
 //! it makes (CLOCK_MONOTONIC around the call, one clock for the node), and
@@ -55,57 +60,84 @@ const ROUNDS: u64 = 16;
 /// The messages' sampling period the shim uses unless told.
 const P2P_PERIOD: u64 = 8;
 const DELAY_MS: u64 = 100;
-const PATTERNS: [&str; 5] = [
+const PATTERNS: [&str; 6] = [
     "wait_barrier",
     "wait_nxn",
     "late_broadcast",
     "early_reduce",
     "late_sender",
+    "late_receiver",
 ];
 
+/// The sampling period of `pattern`'s instances: the messages' for the
+/// patterns of messages, none for collectives (the shim records every one).
+fn period(pattern: &str) -> u64 {
+    if matches!(pattern, "late_sender" | "late_receiver") {
+        P2P_PERIOD
+    } else {
+        1
+    }
+}
+
 /// One mode of late.c: the pattern it plants, the ranks that wait, the
-/// culprit, and the sampled instances of the pattern a round makes.
+/// culprit, and what a round makes of the message patterns' instances.
 struct Plant {
     mode: &'static str,
     pattern: &'static str,
     waiters: u32,
     culprit: u32,
+    /// Blocking calls a round completes receives in (Late Sender's
+    /// instances, a wait or not): a receive's call, or a `MPI_Waitall`'s
+    /// (a round's messages share their numbers, so all of its receives are
+    /// sampled together).
+    receiving_calls: u32,
+    /// Envelopes whose messages are sent in `MPI_Send` or `MPI_Ssend`
+    /// (Late Receiver's instances: every such message, a wait or not).
+    blocking_sends: u32,
 }
 
 impl Plant {
-    /// Instances of its pattern the daemon evaluates over the run.
-    fn instances(&self) -> u64 {
-        match self.mode {
+    /// Instances of `pattern` the daemon evaluates over the run.
+    fn instances(&self, pattern: &str) -> u64 {
+        // Messages: one envelope's number is the round, sampled one in
+        // the period.
+        let sampled = ROUNDS / P2P_PERIOD;
+        match pattern {
+            "late_sender" => sampled * u64::from(self.receiving_calls),
+            "late_receiver" => sampled * u64::from(self.blocking_sends),
             // The synchronising barrier after the start, too.
-            "barrier" => ROUNDS + 1,
-            // One receiving call per waiter per sampled round.
-            "sender" => ROUNDS / P2P_PERIOD * u64::from(self.waiters),
-            // Rank 0's sampled Waitalls: a round's messages share their
-            // numbers, so all of its receives are sampled together.
-            "waitall" => ROUNDS / P2P_PERIOD,
-            _ => ROUNDS,
+            "wait_barrier" if self.pattern == pattern => ROUNDS + 1,
+            "wait_barrier" => 1,
+            _ if self.pattern == pattern => ROUNDS,
+            _ => 0,
         }
     }
 }
 
-const PLANTS: [Plant; 6] = [
+const PLANTS: [Plant; 7] = [
     Plant {
         mode: "barrier",
         pattern: "wait_barrier",
         waiters: 3,
         culprit: 3,
+        receiving_calls: 0,
+        blocking_sends: 0,
     },
     Plant {
         mode: "nxn",
         pattern: "wait_nxn",
         waiters: 3,
         culprit: 2,
+        receiving_calls: 0,
+        blocking_sends: 0,
     },
     Plant {
         mode: "bcast",
         pattern: "late_broadcast",
         waiters: 3,
         culprit: 0,
+        receiving_calls: 0,
+        blocking_sends: 0,
     },
     Plant {
         mode: "reduce",
@@ -113,12 +145,17 @@ const PLANTS: [Plant; 6] = [
         // Only the root waits in a reduce.
         waiters: 1,
         culprit: 3,
+        receiving_calls: 0,
+        blocking_sends: 0,
     },
     Plant {
         mode: "sender",
         pattern: "late_sender",
         waiters: 3,
         culprit: 3,
+        // An MPI_Recv per waiter, from the last rank's MPI_Sends.
+        receiving_calls: 3,
+        blocking_sends: 3,
     },
     Plant {
         mode: "waitall",
@@ -126,11 +163,25 @@ const PLANTS: [Plant; 6] = [
         // Rank 0, for its latest sender only.
         waiters: 1,
         culprit: 3,
+        // Rank 0's MPI_Waitall, of the others' MPI_Sends.
+        receiving_calls: 1,
+        blocking_sends: 3,
+    },
+    Plant {
+        mode: "receiver",
+        pattern: "late_receiver",
+        // Every rank but the last, in its MPI_Ssend.
+        waiters: 3,
+        culprit: 3,
+        // The last rank's MPI_Recvs, each of a sender in time.
+        receiving_calls: 3,
+        blocking_sends: 3,
     },
 ];
 
-/// One call late.c timed: its name, round, the peer it sent to (or -1),
-/// and its enter and leave in CLOCK_MONOTONIC ns.
+/// One call late.c timed: its name, round, the peer it sends to or
+/// receives from (-1 if several), and its enter and leave in
+/// CLOCK_MONOTONIC ns.
 struct Timed {
     name: String,
     round: i64,
@@ -219,30 +270,31 @@ fn truth(go: &Path) -> BTreeMap<&'static str, f64> {
             other => panic!("late.c timed {other}"),
         }
     }
-    // Messages: the sampled rounds, each standing for the period's.
+    // Messages: the sampled rounds, each standing for the period's. A
+    // round sends one message per envelope, so the round is its number.
     let sampled = |round: i64| round >= 0 && (round as u64).is_multiple_of(P2P_PERIOD);
-    let sent = |to: usize, round: i64| {
-        ranks
-            .iter()
-            .flatten()
-            .find(|c| c.name == "MPI_Send" && c.peer == to as i64 && c.round == round)
-            .map(|c| c.enter)
+    let is_send = |c: &Timed| matches!(c.name.as_str(), "MPI_Send" | "MPI_Ssend");
+    // The send of the message from `from` to `to` in `round`.
+    let sent = |from: usize, to: usize, round: i64| {
+        let from = ranks.get(from).expect("a sender of the job");
+        from.iter()
+            .find(|c| is_send(c) && c.peer == to as i64 && c.round == round)
     };
+    // Late Sender: per blocking call that completed a receive.
     for (r, calls) in ranks.iter().enumerate() {
         for c in calls.iter().filter(|c| sampled(c.round)) {
             match c.name.as_str() {
                 "MPI_Recv" => {
-                    let s = sent(r, c.round).expect("its send");
-                    add("late_sender", P2P_PERIOD * wait(c.enter, s, c.leave));
+                    let from = usize::try_from(c.peer).expect("a receive from one rank");
+                    let s = sent(from, r, c.round).expect("its send");
+                    add("late_sender", P2P_PERIOD * wait(c.enter, s.enter, c.leave));
                 }
                 // The latest of its senders.
                 "MPI_Waitall" => {
                     let latest = ranks
                         .iter()
                         .flatten()
-                        .filter(|s| {
-                            s.name == "MPI_Send" && s.peer == r as i64 && s.round == c.round
-                        })
+                        .filter(|s| is_send(s) && s.peer == r as i64 && s.round == c.round)
                         .map(|s| wait(c.enter, s.enter, c.leave))
                         .max()
                         .expect("its sends");
@@ -250,6 +302,30 @@ fn truth(go: &Path) -> BTreeMap<&'static str, f64> {
                 }
                 _ => {}
             }
+        }
+    }
+    // Late Receiver: per message sent in a blocking MPI_Send or MPI_Ssend
+    // (entered at E_S, left at L_S) whose receive was posted at P, the
+    // enter of the MPI_Recv that received it or the MPI_Irecv that posted
+    // it: the sender waited P - E_S if it was still in its send then.
+    for (r, calls) in ranks.iter().enumerate() {
+        for s in calls.iter().filter(|c| sampled(c.round) && is_send(c)) {
+            let to = usize::try_from(s.peer).expect("a send to one rank");
+            let posted = ranks[to]
+                .iter()
+                .find(|c| {
+                    matches!(c.name.as_str(), "MPI_Recv" | "MPI_Irecv")
+                        && c.peer == r as i64
+                        && c.round == s.round
+                })
+                .expect("its receive")
+                .enter;
+            let ns = if s.leave > posted && posted > s.enter {
+                posted - s.enter
+            } else {
+                0
+            };
+            add("late_receiver", P2P_PERIOD * ns);
         }
     }
     out
@@ -290,12 +366,7 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
     live_against_trace(&what, &daemon, &trace);
     // Every instance evaluated, none unresolved, nothing lost.
     for p in PATTERNS {
-        let want = match (p == plant.pattern, p == "wait_barrier") {
-            (true, _) => plant.instances(),
-            // The synchronising barrier after the start.
-            (false, true) => 1,
-            (false, false) => 0,
-        };
+        let want = plant.instances(p);
         assert_eq!(
             by(&s, "mpi_job_wait_instances_total", "pattern", p) as u64,
             want,
@@ -327,9 +398,8 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
     for p in PATTERNS {
         let got = by(&s, "mpi_job_wait_seconds_total", "pattern", p);
         let want = truth.get(p).copied().unwrap_or(0.0);
-        let period = if p == "late_sender" { P2P_PERIOD } else { 1 };
         let n = by(&s, "mpi_job_wait_instances_total", "pattern", p);
-        let tolerance = (0.05 * want).max(0.001 * n * period as f64);
+        let tolerance = (0.05 * want).max(0.001 * n * period(p) as f64);
         assert!(
             (got - want).abs() <= tolerance,
             "{what}: {p} waited {got:.4} s by the daemon, {want:.4} s by the ranks' own clocks \
@@ -394,6 +464,10 @@ fn live_against_trace(what: &str, daemon: &Daemon, trace: &Path) {
         "{what}: every rank has the same collectives: {t}"
     );
     assert_eq!(t["unmatched"], 0, "{what}: every receive has its send: {t}");
+    assert_eq!(
+        t["unposted"], 0,
+        "{what}: every blocking send's receive was posted in the archive: {t}"
+    );
     let (status, body) = e2e::http_get(&daemon.addr, "/report.json").expect("/report.json");
     assert_eq!(status, 200, "{what}: {body}");
     let report: Value = serde_json::from_str(&body).expect("the report's JSON");
@@ -406,15 +480,17 @@ fn live_against_trace(what: &str, daemon: &Daemon, trace: &Path) {
         .iter()
         .map(|p| p["pattern"].as_str().unwrap())
         .collect();
+    // Every pattern is compared, in the order the ranks' arrays use.
+    assert_eq!(patterns, PATTERNS, "{what}: the report's patterns");
     let close = |got: u64, want: u64, instances: u64, period: u64| {
         let tolerance = (0.05 * want as f64).max(1e6 * (instances * period) as f64);
         (got as f64 - want as f64).abs() <= tolerance
     };
     for (i, p) in patterns.iter().enumerate() {
-        let Some(tp) = t["patterns"].get(*p) else {
-            continue;
-        };
-        let period = if *p == "late_sender" { P2P_PERIOD } else { 1 };
+        let tp = t["patterns"]
+            .get(*p)
+            .unwrap_or_else(|| panic!("{what}: the trace has no {p}: {t}"));
+        let period = period(p);
         let lp = &live["patterns"][i];
         let n = tp["instances"].as_u64().unwrap();
         assert_eq!(

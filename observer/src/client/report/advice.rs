@@ -119,6 +119,16 @@ pub const RULES: &[Rule] = &[
         check: late_sender,
     },
     Rule {
+        id: "late_receiver",
+        limits: &[
+            ("Late Receiver's share of all waiting, at least", 0.2),
+            ("its share of the job's MPI time, at least", 0.05),
+        ],
+        finding: "{seconds} s of waiting ({wait_share} of all waiting) is sends waiting for their receivers to post the receive, most in {function}.",
+        next: "Post receives early (MPI_Irecv before the computation), or send with MPI_Isend and complete it after the computation: an MPI_Ssend always waits for its receive, and an MPI_Send does too when its message is over the library's eager limit, a setting per transport (Open MPI's `ompi_info --all` and MPICH's `mpivars` list them).",
+        check: late_receiver,
+    },
+    Rule {
         id: "communication_bound",
         limits: &[
             ("MPI's share of the run, at least", 0.3),
@@ -166,7 +176,7 @@ const UNRESOLVED_NEXT: &[(&str, &str)] = &[
     ),
     (
         "skipped",
-        "A rank lost count of its messages (MPI_Isendrecv, a cancelled send, a full envelope table): its Late Sender figures are partial (docs/waits.md).",
+        "A rank lost count of its messages (MPI_Isendrecv, a cancelled send, a full envelope table): its Late Sender and Late Receiver figures are partial (docs/waits.md).",
     ),
     (
         "mismatch",
@@ -436,14 +446,24 @@ fn barrier(rep: &Report, l: &Limits) -> Option<Hit> {
 }
 
 fn late_sender(rep: &Report, l: &Limits) -> Option<Hit> {
-    let (s, share) = pattern_share(rep, l, "late_sender")?;
+    message_pattern(rep, l, "late_sender", "receives")
+}
+
+fn late_receiver(rep: &Report, l: &Limits) -> Option<Hit> {
+    message_pattern(rep, l, "late_receiver", "sends")
+}
+
+/// A message pattern's finding: its seconds and share, with the call
+/// waited in most under it (`calls` when none is named).
+fn message_pattern(rep: &Report, l: &Limits, label: &str, calls: &str) -> Option<Hit> {
+    let (s, share) = pattern_share(rep, l, label)?;
     let function = rep
         .waits
         .as_ref()?
         .functions
         .iter()
-        .find(|f| f.pattern == "late_sender")
-        .map_or("receives", |f| f.function.as_str());
+        .find(|f| f.pattern == label)
+        .map_or(calls, |f| f.function.as_str());
     Some(Hit {
         seconds: s,
         values: vec![

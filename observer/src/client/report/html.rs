@@ -482,6 +482,7 @@ fn part_colour(label: &str) -> &'static str {
         "late_broadcast" => "#b07aa1",
         "early_reduce" => "#ff9da7",
         "late_sender" => "#edc948",
+        "late_receiver" => "#9c755f",
         _ => "#4e79a7",
     }
 }

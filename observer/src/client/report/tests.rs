@@ -324,10 +324,20 @@ fn a_job_of_two_steps_says_each_ranks_step() {
     assert!(!text::render(std::slice::from_ref(r)).contains(", step"));
 }
 
+/// The daemon's pattern labels, in its order (docs/waits.md).
+const PATTERN_LABELS: [&str; 6] = [
+    "wait_barrier",
+    "wait_nxn",
+    "late_broadcast",
+    "early_reduce",
+    "late_sender",
+    "late_receiver",
+];
+
 /// Job 7's wait data on `host`: Wait at Barrier `ns`, rank `waiter`
 /// waiting for rank `culprit`.
 fn waits_on(host: &str, taken: f64, ns: u64, waiter: u32, culprit: u32) -> Data {
-    let five = |v: u64| vec![v, 0, 0, 0, 0];
+    let six = |v: u64| vec![v, 0, 0, 0, 0, 0];
     Data {
         format: FORMAT.into(),
         host: host.into(),
@@ -336,21 +346,15 @@ fn waits_on(host: &str, taken: f64, ns: u64, waiter: u32, culprit: u32) -> Data 
         waits: vec![WaitData {
             jobid: "job7".into(),
             uid: None,
-            patterns: [
-                "wait_barrier",
-                "wait_nxn",
-                "late_broadcast",
-                "early_reduce",
-                "late_sender",
-            ]
-            .iter()
-            .enumerate()
-            .map(|(i, p)| PatternWaitData {
-                pattern: (*p).into(),
-                waited_ns: if i == 0 { ns } else { 0 },
-                instances: if i == 0 { 10 } else { 0 },
-            })
-            .collect(),
+            patterns: PATTERN_LABELS
+                .iter()
+                .enumerate()
+                .map(|(i, p)| PatternWaitData {
+                    pattern: (*p).into(),
+                    waited_ns: if i == 0 { ns } else { 0 },
+                    instances: if i == 0 { 10 } else { 0 },
+                })
+                .collect(),
             unresolved: vec![CountData {
                 reason: "incomplete".into(),
                 count: 1,
@@ -363,15 +367,15 @@ fn waits_on(host: &str, taken: f64, ns: u64, waiter: u32, culprit: u32) -> Data 
             ranks: vec![
                 RankWaitData {
                     rank: waiter,
-                    waited_ns: five(ns),
-                    caused_ns: five(0),
-                    late_ns: five(0),
+                    waited_ns: six(ns),
+                    caused_ns: six(0),
+                    late_ns: six(0),
                 },
                 RankWaitData {
                     rank: culprit,
-                    waited_ns: five(0),
-                    caused_ns: five(ns),
-                    late_ns: five(ns),
+                    waited_ns: six(0),
+                    caused_ns: six(ns),
+                    late_ns: six(ns),
                 },
             ],
             functions: vec![FunctionWaitData {
@@ -440,6 +444,125 @@ fn waits_are_summed_over_nodes_and_split_the_job_time() {
     assert!(reps[0].findings.iter().any(|f| f.rule == "not_measured"));
     let text = text::render(&reps);
     assert!(text.contains("waiting not measured"), "{text}");
+}
+
+#[test]
+fn each_nodes_figures_are_read_by_its_own_pattern_labels() {
+    // Node 1: a daemon of six patterns, 3 s of rank 0 waiting for rank 1
+    // at a barrier. Node 2: its patterns in another order, with its ranks'
+    // figures in that order: rank 1's MPI_Ssend waited 2 s for rank 0 to
+    // post the receive. Node 3: a daemon of five patterns, before Late
+    // Receiver: 1 s more at the barrier.
+    let mut node2 = waits_on("node2", 1011.0, 0, 1, 0);
+    {
+        let w = &mut node2.waits[0];
+        w.patterns = vec![
+            PatternWaitData {
+                pattern: "late_receiver".into(),
+                waited_ns: 2_000_000_000,
+                instances: 4,
+            },
+            PatternWaitData {
+                pattern: "wait_barrier".into(),
+                waited_ns: 0,
+                instances: 0,
+            },
+        ];
+        w.ranks[0].waited_ns = vec![2_000_000_000, 0];
+        w.ranks[0].caused_ns = vec![0, 0];
+        w.ranks[0].late_ns = vec![0, 0];
+        w.ranks[1].waited_ns = vec![0, 0];
+        w.ranks[1].caused_ns = vec![2_000_000_000, 0];
+        w.ranks[1].late_ns = vec![2_000_000_000, 0];
+        w.functions = vec![FunctionWaitData {
+            function: "MPI_Ssend".into(),
+            pattern: "late_receiver".into(),
+            waited_ns: 2_000_000_000,
+        }];
+    }
+    let mut node3 = waits_on("node3", 1011.0, 1_000_000_000, 0, 1);
+    {
+        let w = &mut node3.waits[0];
+        w.patterns.truncate(5);
+        for r in &mut w.ranks {
+            r.waited_ns.truncate(5);
+            r.caused_ns.truncate(5);
+            r.late_ns.truncate(5);
+        }
+    }
+    let reps = analyse(
+        &[
+            data(),
+            waits_on("node1", 1011.0, 3_000_000_000, 0, 1),
+            node2,
+            node3,
+        ],
+        Limits::default(),
+    );
+    let r = &reps[0];
+    let w = r.waits.as_ref().expect("waits");
+    let labels: Vec<&str> = w.patterns.iter().map(|p| p.pattern.as_str()).collect();
+    assert_eq!(labels, PATTERN_LABELS);
+    assert_eq!(w.patterns[5].name, "Late Receiver");
+    assert_eq!(w.patterns[5].instances, 4);
+    assert_eq!(w.seconds, 6.0);
+    assert_eq!(w.pattern_seconds("wait_barrier"), 4.0);
+    assert_eq!(w.pattern_seconds("late_receiver"), 2.0);
+    let waiting: Vec<(u32, f64, &str)> = w
+        .waiting
+        .iter()
+        .map(|l| (l.rank, l.seconds, l.pattern.as_str()))
+        .collect();
+    assert_eq!(
+        waiting,
+        [(0, 4.0, "wait_barrier"), (1, 2.0, "late_receiver")]
+    );
+    let culprits: Vec<(u32, f64, &str, f64)> = w
+        .culprits
+        .iter()
+        .map(|c| (c.rank, c.seconds, c.pattern.as_str(), c.late_seconds))
+        .collect();
+    assert_eq!(
+        culprits,
+        [
+            (1, 4.0, "wait_barrier", 4.0),
+            (0, 2.0, "late_receiver", 2.0)
+        ]
+    );
+    assert_eq!(
+        r.split.waiting,
+        [
+            ("wait_barrier".to_string(), 4.0),
+            ("late_receiver".to_string(), 2.0)
+        ]
+    );
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.rule == "late_receiver")
+        .expect("a Late Receiver finding");
+    assert_eq!(
+        f.text,
+        "2.00 s of waiting (33% of all waiting) is sends waiting for their receivers to post the \
+         receive, most in MPI_Ssend."
+    );
+    let text = text::render(&reps);
+    assert!(text.contains("  waiting: Late Receiver"), "{text}");
+    assert!(text.contains("MPI_Ssend"), "{text}");
+    let html = html::render(&reps);
+    assert!(
+        html.contains(
+            "<tr class=\"pattern\" data-pattern=\"late_receiver\"><td>Late Receiver</td>"
+        ),
+        "{html}"
+    );
+    // Its part of the time split has a colour of its own.
+    let part = html
+        .find("data-part=\"late_receiver\"")
+        .map(|i| &html[i..i + html[i..].find("</g>").unwrap()])
+        .expect("a Late Receiver part");
+    assert!(part.contains("waiting: Late Receiver"), "{part}");
+    assert!(part.contains("fill=\"#9c755f\""), "{part}");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{JobKey, Report, add_into as add, per_cent};
+use super::{JobKey, Report, per_cent};
 use crate::export::report::{Data, WaitData};
 
 /// A pattern as a reader names it, by its label (docs/waits.md).
@@ -18,6 +18,7 @@ pub fn pattern_name(label: &str) -> &str {
         "late_broadcast" => "Late Broadcast",
         "early_reduce" => "Early Reduce",
         "late_sender" => "Late Sender",
+        "late_receiver" => "Late Receiver",
         other => other,
     }
 }
@@ -196,16 +197,21 @@ pub(super) fn summary(nodes: &[&WaitData], rep: &Report, top: usize) -> WaitSumm
     let mut waited: Vec<u64> = Vec::new();
     let mut instances: Vec<u64> = Vec::new();
     let mut unresolved: BTreeMap<String, u64> = BTreeMap::new();
-    // Per rank: waited, caused (root), late (direct), per pattern.
+    // Per rank: waited, caused (root), late (direct), per pattern (its
+    // index in `labels`).
     #[derive(Default)]
     struct PerRank {
-        waited: Vec<u64>,
-        caused: Vec<u64>,
-        late: Vec<u64>,
+        waited: BTreeMap<usize, u64>,
+        caused: BTreeMap<usize, u64>,
+        late: BTreeMap<usize, u64>,
     }
     let mut per_rank: BTreeMap<u32, PerRank> = BTreeMap::new();
     let mut funcs: BTreeMap<(String, String), u64> = BTreeMap::new();
     for w in nodes {
+        // Where each of this node's patterns is in `labels`: its ranks'
+        // figures are in the order of its own `patterns` (its daemon's
+        // patterns), which another node's daemon may not share.
+        let mut at: Vec<usize> = Vec::with_capacity(w.patterns.len());
         for p in &w.patterns {
             let i = match labels.iter().position(|l| *l == p.pattern) {
                 Some(i) => i,
@@ -218,6 +224,7 @@ pub(super) fn summary(nodes: &[&WaitData], rep: &Report, top: usize) -> WaitSumm
             };
             waited[i] = waited[i].saturating_add(p.waited_ns);
             instances[i] = instances[i].saturating_add(p.instances);
+            at.push(i);
         }
         for u in &w.unresolved {
             let c = unresolved.entry(u.reason.clone()).or_default();
@@ -225,9 +232,9 @@ pub(super) fn summary(nodes: &[&WaitData], rep: &Report, top: usize) -> WaitSumm
         }
         for r in &w.ranks {
             let e = per_rank.entry(r.rank).or_default();
-            add(&mut e.waited, &r.waited_ns);
-            add(&mut e.caused, &r.caused_ns);
-            add(&mut e.late, &r.late_ns);
+            add(&mut e.waited, &r.waited_ns, &at);
+            add(&mut e.caused, &r.caused_ns, &at);
+            add(&mut e.late, &r.late_ns, &at);
         }
         for f in &w.functions {
             let c = funcs
@@ -256,11 +263,10 @@ pub(super) fn summary(nodes: &[&WaitData], rep: &Report, top: usize) -> WaitSumm
     }
     s.unresolved = unresolved.into_iter().filter(|u| u.1 > 0).collect();
     // The pattern (label) of the largest of `v`, the first of equals.
-    let main = |v: &[u64]| {
+    let main = |v: &BTreeMap<usize, u64>| {
         v.iter()
-            .enumerate()
-            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))
-            .and_then(|(i, _)| labels.get(i).cloned())
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .and_then(|(&i, _)| labels.get(i).cloned())
             .unwrap_or_default()
     };
     // Each rank's MPI seconds, by number (a 64 k-rank job's lines are
@@ -271,9 +277,9 @@ pub(super) fn summary(nodes: &[&WaitData], rep: &Report, top: usize) -> WaitSumm
         .filter_map(|l| Some((l.rank.parse().ok()?, l.mpi_seconds)))
         .collect();
     let rank_mpi = |rank: u32| by_rank.get(&rank).copied().unwrap_or(0.0);
-    let total = |v: &[u64]| v.iter().copied().fold(0, u64::saturating_add);
+    let total = |v: &BTreeMap<usize, u64>| v.values().copied().fold(0, u64::saturating_add);
     for (&rank, e) in &per_rank {
-        let (w, c, l) = (e.waited.as_slice(), e.caused.as_slice(), e.late.as_slice());
+        let (w, c, l) = (&e.waited, &e.caused, &e.late);
         if ns(total(l)) >= s.seconds / 10.0 && total(c) < total(l) / 4 && s.seconds > 0.0 {
             s.passers.push(rank);
         }
@@ -319,6 +325,16 @@ pub(super) fn summary(nodes: &[&WaitData], rep: &Report, top: usize) -> WaitSumm
     });
     s.functions.truncate(top);
     s
+}
+
+/// Adds a node's per-pattern figures `from` into `to`, each at the index
+/// `at` gives its pattern; figures past the node's patterns name none and
+/// are left out.
+fn add(to: &mut BTreeMap<usize, u64>, from: &[u64], at: &[usize]) {
+    for (&v, &i) in from.iter().zip(at) {
+        let e = to.entry(i).or_default();
+        *e = e.saturating_add(v);
+    }
 }
 
 /// The job's time split, with its waits where measured.

@@ -212,6 +212,6 @@ fn shapes(pattern: Pattern, parts: &[Part]) -> Option<(Pattern, Waited, u32)> {
             Some((pattern, vec![wait(root, last.enter)], last.rank))
         }
         // Not a collective's pattern.
-        Pattern::LateSender => None,
+        Pattern::LateSender | Pattern::LateReceiver => None,
     }
 }

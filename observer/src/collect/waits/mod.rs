@@ -10,7 +10,7 @@
 //! **Scalasca's definitions** (its pattern documentation, and the callbacks
 //! of `MPI.pattern` in its sources). E and L are the enter and leave times
 //! of a call; a wait is counted only when positive. The collective patterns
-//! are in [`coll`], Late Sender in [`p2p`].
+//! are in [`coll`], Late Sender and Late Receiver in [`p2p`].
 //!
 //! **Exact or not at all.** An instance is evaluated once every member of
 //! `MPI_COMM_WORLD` has given its record, a message once both its ranks
@@ -47,10 +47,12 @@ pub enum Pattern {
     EarlyReduce,
     /// Late Sender.
     LateSender,
+    /// Late Receiver.
+    LateReceiver,
 }
 
 /// How many patterns there are.
-pub const PATTERNS: usize = 5;
+pub const PATTERNS: usize = 6;
 
 impl Pattern {
     /// Every pattern.
@@ -60,6 +62,7 @@ impl Pattern {
         Pattern::LateBroadcast,
         Pattern::EarlyReduce,
         Pattern::LateSender,
+        Pattern::LateReceiver,
     ];
 
     /// The `pattern` label.
@@ -70,6 +73,7 @@ impl Pattern {
             Pattern::LateBroadcast => "late_broadcast",
             Pattern::EarlyReduce => "early_reduce",
             Pattern::LateSender => "late_sender",
+            Pattern::LateReceiver => "late_receiver",
         }
     }
 
@@ -387,7 +391,12 @@ impl Job {
             && rank < self.world_size;
         match r.kind {
             waits::kind::COLL if valid => self.take_coll(rank, clock, r, now_ns),
-            waits::kind::SEND | waits::kind::RECV | waits::kind::GROUP_END if valid => {
+            waits::kind::SEND
+            | waits::kind::RECV
+            | waits::kind::POSTED
+            | waits::kind::GROUP_END
+                if valid =>
+            {
                 self.take_p2p(rank, clock, r, now_ns)
             }
             _ => {
@@ -690,8 +699,8 @@ mod tests {
         let w = run(4, 0, &per_rank, 5_000 * MS);
         let j = w.figures("j").unwrap();
         // Ranks 0, 1, 2 wait 100, 99, 98 ms each time.
-        assert_eq!(j.waited_ns, [10 * 297 * MS, 0, 0, 0, 0]);
-        assert_eq!(j.instances, [10, 0, 0, 0, 0]);
+        assert_eq!(j.waited_ns, [10 * 297 * MS, 0, 0, 0, 0, 0]);
+        assert_eq!(j.instances, [10, 0, 0, 0, 0, 0]);
         assert_eq!(j.unresolved, [0; 5]);
         let (rank, rate) = j.culprit().unwrap();
         assert_eq!(rank, 3);
@@ -762,7 +771,7 @@ mod tests {
         );
         // Only the root waits in a reduce: for rank 2, 70 ms.
         assert_eq!(j.waited_ns[Pattern::EarlyReduce.index()], 70 * MS);
-        assert_eq!(j.instances, [0, 0, 1, 1, 0]);
+        assert_eq!(j.instances, [0, 0, 1, 1, 0, 0]);
         // Rank 0 caused 160 ms, rank 2 70 ms.
         assert_eq!(j.culprit().map(|c| c.0), Some(0));
     }
@@ -780,7 +789,7 @@ mod tests {
         w.settle(1_000 * MS + TIMEOUT_NS);
         let j = w.figures("j").unwrap();
         assert_eq!(j.unresolved, [1, 0, 0, 0, 0]);
-        assert_eq!((j.waited_ns, j.culprit()), ([0; 5], None));
+        assert_eq!((j.waited_ns, j.culprit()), ([0; PATTERNS], None));
     }
 
     #[test]
@@ -818,7 +827,7 @@ mod tests {
         let w = run(2, 0, &per_rank, 0);
         let j = w.figures("j").unwrap();
         assert_eq!((j.unresolved, j.records_invalid), ([0, 1, 0, 0, 0], 0));
-        assert_eq!((j.waited_ns, j.instances), ([0; 5], [0; 5]));
+        assert_eq!((j.waited_ns, j.instances), ([0; PATTERNS], [0; PATTERNS]));
         assert_eq!(w.pending(), 0);
         // A rank beyond the job's size: its records are not matched.
         let mut w = Waits::default();
@@ -917,7 +926,10 @@ mod tests {
         drain(1, ns, 0, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);
         w.settle(0);
         let j = w.figures("j").unwrap();
-        assert_eq!((j.unresolved, j.instances), ([0, 0, 0, 1, 0], [0; 5]));
+        assert_eq!(
+            (j.unresolved, j.instances),
+            ([0, 0, 0, 1, 0], [0; PATTERNS])
+        );
         // A clock no shim writes: the record is invalid.
         let mut w = Waits::default();
         drain(0, 9, 0, &[rec(0, "MPI_Barrier", -1, 0, 1)])(&mut w, 0);

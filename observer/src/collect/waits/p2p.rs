@@ -1,4 +1,4 @@
-//! Point-to-point messages: Late Sender.
+//! Point-to-point messages: Late Sender and Late Receiver.
 //!
 //! **Scalasca's definition** (`MPI_LATESENDER` in `MPI.pattern`): a receive
 //! completes in a blocking call R (`MPI_Recv`, `MPI_Sendrecv`, `MPI_Mrecv`,
@@ -8,6 +8,20 @@
 //! `MPI_Waitsome`) waited for its *latest* sender only: the maximum over its
 //! receives, charged to that sender. Receives completed by the Test family
 //! count no wait.
+//!
+//! **Late Receiver** (`MPI_LATERECEIVER`): a send that completed in a
+//! blocking `MPI_Send` or `MPI_Ssend` entered at `E_S` and left at `L_S`
+//! waited for its receive to be posted, by a call entered at `P` (the
+//! `MPI_Recv`, `MPI_Sendrecv` or `MPI_Mrecv` that received it, or the
+//! `MPI_Irecv` or `MPI_Start` that posted it): `P − E_S` if `L_S > P`, else
+//! nothing (the send completed before: eagerly). The sender waited, and the
+//! receiver is the culprit. A receive posted by an earlier call has that
+//! call's enter in a record of its own, written just before its receive's;
+//! a receive whose post is not known (that record lost) counts no wait if
+//! it completed in a call entered before the send (its post was earlier
+//! still), else it is unresolved. Scalasca also counts sends completed in
+//! `MPI_Wait` or `MPI_Waitall`; the shim does not record those completions
+//! yet (docs/waits.md, "Not yet").
 //!
 //! **Matching.** The sender's record and the receiver's name one message by
 //! (sender, receiver, tag, its number on that envelope), which MPI's
@@ -41,6 +55,10 @@ struct Sent {
     clock: u64,
     enter: u64,
     bytes: u64,
+    /// A blocking send's leave (Late Receiver).
+    leave: Option<u64>,
+    /// The function of the call that posted it.
+    function: u16,
 }
 
 /// The receiver's half.
@@ -54,6 +72,8 @@ struct Received {
     group: Option<GroupKey>,
     /// The function of the call it completed in.
     function: u16,
+    /// Posted by that call: `enter` is also its post.
+    posted_here: bool,
 }
 
 /// A message waiting for a half.
@@ -62,6 +82,9 @@ struct Message {
     first_ns: u64,
     sent: Option<Sent>,
     received: Option<Received>,
+    /// When a receive posted by an earlier call was posted, and on which
+    /// clock.
+    posted: Option<(u64, u64)>,
 }
 
 /// A call's receives, while some are unmatched or more may come.
@@ -127,16 +150,27 @@ impl Job {
             return;
         }
         let send = r.kind == kind::SEND;
+        let post = r.kind == kind::POSTED;
+        let recv_flags = flag::MULTI | flag::TEST | flag::POSTED_HERE;
         let valid = (0..i64::from(self.world_size)).contains(&i64::from(r.peer))
-            && r.flags & !flag::KNOWN == 0
-            && (!send || r.flags == 0)
-            && r.flags != flag::KNOWN;
+            && if send {
+                r.flags & !flag::BLOCKING == 0
+            } else if post {
+                r.flags == 0
+            } else {
+                r.flags & !recv_flags == 0
+                    && r.flags & (flag::MULTI | flag::TEST) != flag::MULTI | flag::TEST
+            };
         if !valid {
             self.figures.records_invalid += 1;
             return;
         }
         let m = &mut self.p2p;
-        m.seal(rank, r.thread, r.enter);
+        // A post's time is another call's: it neither opens nor closes a
+        // group.
+        if !post {
+            m.seal(rank, r.thread, r.enter);
+        }
         let peer = r.peer as u32;
         let key = if send {
             (rank, peer, r.tag, r.seq)
@@ -151,8 +185,16 @@ impl Job {
             first_ns: now_ns,
             sent: None,
             received: None,
+            posted: None,
         });
-        if (send && msg.sent.is_some()) || (!send && msg.received.is_some()) {
+        let twice = if send {
+            msg.sent.is_some()
+        } else if post {
+            msg.posted.is_some() || msg.received.is_some()
+        } else {
+            msg.received.is_some()
+        };
+        if twice {
             self.figures.records_invalid += 1;
             return;
         }
@@ -161,7 +203,13 @@ impl Job {
                 clock,
                 enter: r.enter,
                 bytes: r.bytes,
+                leave: (r.flags & flag::BLOCKING != 0).then_some(r.leave),
+                function: r.function,
             });
+            return;
+        }
+        if post {
+            msg.posted = Some((clock, r.enter));
             return;
         }
         let test = r.flags & flag::TEST != 0;
@@ -199,6 +247,7 @@ impl Job {
                 test,
                 group,
                 function: r.function,
+                posted_here: r.flags & flag::POSTED_HERE != 0,
             });
         }
     }
@@ -231,6 +280,21 @@ impl Job {
                 (Some(s), Some(r)) => self.late_sender(k.1, &s, &r),
                 _ => Err(Unresolved::Incomplete),
             };
+            if let (Ok(_), Some(s), Some(r)) = (&outcome, m.sent, m.received)
+                && s.leave.is_some()
+            {
+                match self.late_receiver(k.0, &s, &r, m.posted) {
+                    Ok(w) => {
+                        let charge = Charge {
+                            culprit: k.1,
+                            period,
+                            now_ns,
+                        };
+                        self.count(Pattern::LateReceiver, s.function, &[w], charge);
+                    }
+                    Err(why) => self.figures.unresolved[why as usize] += 1,
+                }
+            }
             let group = m.received.and_then(|r| r.group);
             let g = group.and_then(|g| self.p2p.groups.get_mut(&g));
             match (outcome, g) {
@@ -314,6 +378,51 @@ impl Job {
     }
 }
 
+impl Job {
+    /// Scalasca's Late Receiver for one matched message whose send,
+    /// entered and left by `sender` at `s.enter` and `s.leave`, was
+    /// blocking: its wait (in ns, from the send's enter; 0 when the send
+    /// completed before the receive was posted), or why it cannot be
+    /// said. `posted`: the post's clock and time, for a receive posted by
+    /// an earlier call.
+    fn late_receiver(
+        &self,
+        sender: u32,
+        s: &Sent,
+        r: &Received,
+        posted: Option<(u64, u64)>,
+    ) -> Result<Wait, Unresolved> {
+        let leave = s.leave.ok_or(Unresolved::Incomplete)?;
+        let post = match (r.posted_here, posted) {
+            (true, _) => Some((r.clock, r.enter)),
+            (false, p) => p,
+        };
+        let (clocks, at) = match post {
+            Some((clock, at)) => ([s.clock, r.clock, clock], at),
+            // Not known, but no later than the completing call's enter:
+            // if that was before the send, so was the post, and the send
+            // did not wait for it.
+            None if r.enter <= s.enter => ([s.clock, r.clock, r.clock], s.enter),
+            None => return Err(Unresolved::Incomplete),
+        };
+        let scale: Scale = self.scale(clocks.into_iter()).ok_or(Unresolved::Clock)?;
+        // Posted after it was received: the records disagree.
+        if at > r.leave {
+            return Err(Unresolved::Mismatch);
+        }
+        let ns = if leave > at {
+            scale.ns(at.saturating_sub(s.enter))
+        } else {
+            0
+        };
+        Ok(Wait {
+            rank: sender,
+            ns,
+            start: scale.ns(s.enter),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use observer_common::waits::{self, Plain, flag, kind};
@@ -322,6 +431,8 @@ mod tests {
 
     const MS: u64 = 1_000_000;
     const LS: usize = Pattern::LateSender as usize;
+    const LR: usize = Pattern::LateReceiver as usize;
+    const SSEND: u16 = observer_common::FunctionId::Ssend as u16;
 
     fn send(dest: i32, tag: i32, seq: u64, enter: u64) -> Plain {
         Plain {
@@ -334,6 +445,25 @@ mod tests {
             thread: 1,
             bytes: 8,
             ..Plain::default()
+        }
+    }
+
+    /// A blocking MPI_Ssend.
+    fn ssend(dest: i32, tag: i32, seq: u64, enter: u64, leave: u64) -> Plain {
+        Plain {
+            leave,
+            flags: flag::BLOCKING,
+            function: SSEND,
+            ..send(dest, tag, seq, enter)
+        }
+    }
+
+    /// The post, at `enter`, of a receive completed later.
+    fn posted(src: i32, tag: i32, seq: u64, enter: u64) -> Plain {
+        Plain {
+            kind: kind::POSTED,
+            bytes: 0,
+            ..send(src, tag, seq, enter)
         }
     }
 
@@ -469,7 +599,7 @@ mod tests {
         assert_eq!(caused(1)[nxn], 3 * MS);
         assert_eq!(j.culprit().map(|c| c.0), Some(3));
         // Nothing is charged twice: the root causes add up to the waits.
-        let all = |f: fn(&super::super::RankWaits) -> [u64; 5]| {
+        let all = |f: fn(&super::super::RankWaits) -> [u64; super::super::PATTERNS]| {
             j.ranks
                 .values()
                 .map(|r| f(r).iter().sum::<u64>())
@@ -596,10 +726,117 @@ mod tests {
             recv(1, 0, 2, 5, 1, 0),
             send(1, 0, 3, 0),
             send(1, 0, 3, 0),
+            // A receive's flag on a send, a send's on a receive, a post
+            // with flags, a post after its receive, two posts.
+            Plain {
+                flags: flag::POSTED_HERE,
+                ..send(1, 0, 4, 0)
+            },
+            recv(1, 0, 5, 0, 1, flag::BLOCKING),
+            Plain {
+                flags: flag::TEST,
+                ..posted(1, 0, 6, 0)
+            },
+            recv(1, 0, 7, 0, 1, 0),
+            posted(1, 0, 7, 0),
+            posted(1, 0, 8, 0),
+            posted(1, 0, 8, 0),
         ]];
         let (w, j) = run(2, 0, &per_rank, 0);
-        assert_eq!(j.records_invalid, 6);
-        assert_eq!(w.pending(), 1);
+        assert_eq!(j.records_invalid, 11);
+        assert_eq!(w.pending(), 3);
+    }
+
+    #[test]
+    fn a_blocking_send_waits_for_its_late_receiver() {
+        // Rank 0 enters MPI_Ssend at 0 and leaves at 61 ms; rank 1 enters
+        // MPI_Recv at 60 ms (its post) and leaves at 61 ms.
+        let per_rank = vec![
+            vec![ssend(1, 0, 0, 0, 61 * MS)],
+            vec![recv(0, 0, 0, 60 * MS, 61 * MS, flag::POSTED_HERE)],
+        ];
+        let (w, j) = run(2, 0, &per_rank, 0);
+        assert_eq!((j.waited_ns[LR], j.instances[LR]), (60 * MS, 1));
+        // The receive waited for nothing, and counts as Late Sender's.
+        assert_eq!((j.waited_ns[LS], j.instances[LS]), (0, 1));
+        assert_eq!(j.ranks[&0].waited_ns[LR], 60 * MS);
+        assert_eq!(j.ranks[&1].late_ns[LR], 60 * MS);
+        assert_eq!(j.culprit().map(|c| c.0), Some(1));
+        let by_fn: Vec<_> = j.functions.iter().map(|(k, v)| (*k, *v)).collect();
+        assert_eq!(by_fn, [((SSEND, Pattern::LateReceiver), 60 * MS)]);
+        assert_eq!((w.pending(), j.unresolved), (0, [0; 5]));
+        // Posted by an MPI_Irecv at 40 ms, completed in an MPI_Wait entered
+        // at 70: the sender waited until the post. Sampled: 8 times.
+        let per_rank = vec![
+            vec![ssend(1, 0, 0, 0, 71 * MS)],
+            vec![posted(0, 0, 0, 40 * MS), recv(0, 0, 0, 70 * MS, 71 * MS, 0)],
+        ];
+        let (_, j) = run(2, 3, &per_rank, 0);
+        assert_eq!((j.waited_ns[LR], j.instances[LR]), (8 * 40 * MS, 1));
+        assert_eq!(j.waited_ns[LS], 0);
+        // An eager send left before the receive was posted: no wait, but
+        // evaluated; a send that is not blocking is not.
+        let per_rank = vec![
+            vec![ssend(1, 0, 0, 0, MS), send(1, 0, 1, 0)],
+            vec![
+                recv(0, 0, 0, 60 * MS, 61 * MS, flag::POSTED_HERE),
+                recv(0, 0, 1, 60 * MS, 61 * MS, flag::POSTED_HERE),
+            ],
+        ];
+        let (_, j) = run(2, 0, &per_rank, 0);
+        assert_eq!((j.waited_ns[LR], j.instances[LR]), (0, 1));
+        assert_eq!(j.instances[LS], 2);
+    }
+
+    #[test]
+    fn a_post_not_known_is_bounded_or_unresolved() {
+        // The post's record lost: a receive completed in a call entered
+        // before the send was posted earlier still, so no wait; one
+        // entered after it cannot be said.
+        let per_rank = vec![
+            vec![
+                ssend(1, 0, 0, 10 * MS, 71 * MS),
+                ssend(1, 0, 1, 80 * MS, 90 * MS),
+            ],
+            vec![
+                recv(0, 0, 0, 5 * MS, 71 * MS, 0),
+                recv(0, 0, 1, 85 * MS, 90 * MS, 0),
+            ],
+        ];
+        let (_, j) = run(2, 0, &per_rank, 0);
+        assert_eq!((j.waited_ns[LR], j.instances[LR]), (0, 1));
+        assert_eq!(j.unresolved[Unresolved::Incomplete as usize], 1);
+        // A post after its receive completed: a mismatch, never a wait.
+        let per_rank = vec![
+            vec![ssend(1, 0, 0, 0, 71 * MS)],
+            vec![posted(0, 0, 0, 80 * MS), recv(0, 0, 0, 70 * MS, 71 * MS, 0)],
+        ];
+        let (_, j) = run(2, 0, &per_rank, 0);
+        assert_eq!((j.waited_ns[LR], j.instances[LR]), (0, 0));
+        assert_eq!(j.unresolved[Unresolved::Mismatch as usize], 1);
+    }
+
+    #[test]
+    fn a_post_does_not_close_its_threads_group() {
+        // Rank 2's Waitall completes two receives; the second's post
+        // record, written between them, is another call's time.
+        let per_rank = vec![
+            vec![send(2, 0, 0, 30 * MS)],
+            vec![send(2, 0, 0, 10 * MS)],
+            vec![
+                posted(1, 0, 0, 0),
+                recv(1, 0, 0, MS, 31 * MS, flag::MULTI),
+                posted(0, 0, 0, 0),
+                recv(0, 0, 0, MS, 31 * MS, flag::MULTI),
+            ],
+        ];
+        let mut w = Waits::default();
+        feed(&mut w, 3, 0, &per_rank, 0);
+        // Not sealed by the post: evaluated whole at the timeout, once.
+        assert_eq!(w.figures("j").unwrap().instances[LS], 0);
+        w.settle(TIMEOUT_NS);
+        let j = w.figures("j").unwrap();
+        assert_eq!((j.waited_ns[LS], j.instances[LS]), (29 * MS, 1));
     }
 
     #[test]

@@ -19,12 +19,12 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut seconds = Family::new(
         "mpi_job_wait_seconds_total",
         "counter",
-        "Seconds this node's ranks of the job waited in MPI for a late rank, per wait-state pattern (Scalasca's: wait_barrier, wait_nxn, late_broadcast, early_reduce from blocking collectives, late_sender from point-to-point messages, on MPI_COMM_WORLD); sampled instances times the sampling period. Only instances whose every rank is on this node, and messages both of whose ranks are, are evaluated (see mpi_job_wait_unresolved_total).",
+        "Seconds this node's ranks of the job waited in MPI for a late rank, per wait-state pattern (Scalasca's: wait_barrier, wait_nxn, late_broadcast, early_reduce from blocking collectives, late_sender and late_receiver from point-to-point messages, on MPI_COMM_WORLD); sampled instances times the sampling period. Only instances whose every rank is on this node, and messages both of whose ranks are, are evaluated (see mpi_job_wait_unresolved_total).",
     );
     let mut instances = Family::new(
         "mpi_job_wait_instances_total",
         "counter",
-        "Sampled instances evaluated for wait states, per pattern: collective instances, and for late_sender the blocking calls that completed sampled receives.",
+        "Sampled instances evaluated for wait states, per pattern: collective instances, for late_sender the blocking calls that completed sampled receives, and for late_receiver the sampled messages whose send completed in MPI_Send or MPI_Ssend.",
     );
     let mut unresolved = Family::new(
         "mpi_job_wait_unresolved_total",

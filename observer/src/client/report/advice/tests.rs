@@ -248,6 +248,72 @@ fn barrier_waiting_says_barriers_only_move_it() {
     assert!(!ids(&report(lines, Some(w2))).contains(&"barrier".to_string()));
 }
 
+/// Rank 0 sends to rank 1, which computes 1.6 times as long and posts its
+/// receives late: rank 0 waits 6 s in MPI_Ssend and MPI_Send for it (Late
+/// Receiver), and 4 s in MPI_Allreduce.
+fn late_receivers(late: f64, nxn: f64) -> Report {
+    let lines = vec![line(0, 20.0, 10.0), line(1, 20.0, 4.0)];
+    let w = wait_states(
+        &[("late_receiver", late), ("wait_nxn", nxn)],
+        &[(0, late + nxn)],
+        &[(1, late + nxn)],
+        &[
+            ("MPI_Ssend", "late_receiver", late * 2.0 / 3.0),
+            ("MPI_Allreduce", "wait_nxn", nxn),
+            ("MPI_Send", "late_receiver", late / 3.0),
+        ],
+    );
+    report(lines, Some(w))
+}
+
+#[test]
+fn sends_waiting_for_late_receivers_are_told_to_post_receives_early() {
+    let r = late_receivers(6.0, 4.0);
+    assert_eq!(ids(&r), ["culprit_computes_longer", "late_receiver"]);
+    let f = findings(&r);
+    assert!(
+        f[0].text
+            .contains("mostly for rank 1 (Late Receiver, 100% of all waiting)"),
+        "{}",
+        f[0].text
+    );
+    assert_eq!(f[0].ranks, [1]);
+    assert_eq!(
+        f[1].text,
+        "6.00 s of waiting (60% of all waiting) is sends waiting for their receivers to post the \
+         receive, most in MPI_Ssend."
+    );
+    assert_eq!(
+        f[1].next,
+        "Post receives early (MPI_Irecv before the computation), or send with MPI_Isend and \
+         complete it after the computation: an MPI_Ssend always waits for its receive, and an \
+         MPI_Send does too when its message is over the library's eager limit, a setting per \
+         transport (Open MPI's `ompi_info --all` and MPICH's `mpivars` list them)."
+    );
+    assert_eq!(f[1].seconds, 6.0);
+    assert!(f[1].ranks.is_empty());
+    // No call named under it: the sends.
+    let mut r2 = late_receivers(6.0, 4.0);
+    r2.waits
+        .as_mut()
+        .unwrap()
+        .functions
+        .retain(|f| f.pattern != "late_receiver");
+    let f = findings(&r2);
+    let lr = f.iter().find(|f| f.rule == "late_receiver").unwrap();
+    assert!(lr.text.ends_with(", most in sends."), "{}", lr.text);
+    // At exactly a fifth of the waiting it is a finding; under it, not.
+    assert!(ids(&late_receivers(2.0, 8.0)).contains(&"late_receiver".to_string()));
+    assert!(!ids(&late_receivers(1.99, 8.01)).contains(&"late_receiver".to_string()));
+    // Under a twentieth of the job's MPI time: not a finding either.
+    let mut r3 = late_receivers(6.0, 4.0);
+    r3.totals.mpi_seconds = 6.0 / 0.049;
+    assert!(!ids(&r3).contains(&"late_receiver".to_string()));
+    // Late Sender's rule is about receives: it stays silent.
+    assert!(!ids(&r).contains(&"late_sender".to_string()));
+    assert!(!ids(&demo()).contains(&"late_receiver".to_string()));
+}
+
 #[test]
 fn a_job_that_mostly_moves_data_is_told_about_its_message_sizes() {
     // 45% MPI, of which 2 s of 36 s waiting; 90% of messages small.
@@ -365,7 +431,16 @@ fn every_rule_has_a_scenario_and_ids_are_unique() {
     );
     comm.message_sizes.sent = vec![1; 32];
     let idle = report(vec![line(0, 20.0, 0.5)], None);
-    for r in [demo(), skew, spread, partial, barrier, comm, idle] {
+    for r in [
+        demo(),
+        skew,
+        spread,
+        partial,
+        barrier,
+        late_receivers(6.0, 4.0),
+        comm,
+        idle,
+    ] {
         fired.extend(ids(&r));
     }
     let all: BTreeSet<String> = RULES.iter().map(|r| r.id.to_string()).collect();
