@@ -14,7 +14,10 @@
 //! second. Two things are planted for the dashboards and alerts to find: a
 //! straggler (one rank whose MPI fraction is far below the others': the
 //! others wait for it) and a stuck request (one rank's oldest outstanding
-//! request, whose age grows past `MPIRequestStuck`'s threshold).
+//! request, whose age grows past `MPIRequestStuck`'s threshold). And on
+//! every node one late message a second, through the daemon's real
+//! wait-state matcher ([`plant_waits`]), so the wait series exist as for a
+//! job under the `stats` layer.
 
 use std::{
     net::{Ipv4Addr, SocketAddr},
@@ -23,7 +26,11 @@ use std::{
 };
 
 use clap::Args;
-use observer_common::maps::{HIST_SLOTS, hist_slot};
+use observer_common::{
+    FunctionId,
+    maps::{HIST_SLOTS, hist_slot},
+    waits::{self, Plain},
+};
 use thiserror::Error;
 
 use crate::{
@@ -33,6 +40,7 @@ use crate::{
     collect::callsites::{Names, NamesConfig},
     collect::snapshot::Labels,
     collect::snapshot::{Directed, Figures, LayerCalls, PeerTraffic, Requests, Timing},
+    collect::waits::Drain,
     export::metrics::RenderOptions,
     export::registry::{Rank, State},
     export::server,
@@ -315,21 +323,91 @@ pub fn run(args: &SimulateArgs) -> Result<(), SimulateError> {
     // inside `block_on`: the servers run there, the updates beside it.
     let ranks_per_node = args.ranks_per_node;
     std::thread::spawn(move || {
-        loop {
+        for tick in 0.. {
             std::thread::sleep(Duration::from_secs(1));
             let wall = t0.elapsed();
             let now_ns = crate::os::clock::monotonic_ns();
-            for (state, node_sims) in nodes.iter().zip(&sims) {
+            for (node, (state, node_sims)) in nodes.iter().zip(&sims).enumerate() {
                 let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
                 debug_assert_eq!(state.ranks.len(), ranks_per_node as usize);
                 for (rank, sim) in state.ranks.values_mut().zip(node_sims) {
                     rank.figures = Some(figures(sim, &ids, wall, now_ns, size));
                 }
+                let at = (node as u32, ranks_per_node, size);
+                plant_waits(&mut state, at, straggler, tick, now_ns);
             }
         }
     });
     rt.block_on(std::future::pending::<()>());
     Ok(())
+}
+
+/// One late message on node `node` (of `ranks_per_node` ranks, in a job of
+/// `size`), the `tick`-th: its second rank waits 10 ms in `MPI_Recv` for
+/// its first, or on the straggler's node for the straggler. Its two
+/// records go through the daemon's matcher as a drained ring's would, and
+/// the wait series follow (docs/waits.md).
+fn plant_waits(
+    state: &mut State,
+    (node, ranks_per_node, size): (u32, u32, u32),
+    straggler: u32,
+    tick: u64,
+    now_ns: u64,
+) {
+    const MS: u64 = 1_000_000;
+    if ranks_per_node < 2 || now_ns < 20 * MS {
+        return;
+    }
+    let first = node * ranks_per_node;
+    let sender = if straggler / ranks_per_node == node {
+        straggler
+    } else {
+        first
+    };
+    let receiver = if sender == first { first + 1 } else { first };
+    let Some(job) = state.ranks.values().next().map(|r| r.labels.job.clone()) else {
+        return;
+    };
+    let send = Plain {
+        enter: now_ns - 10 * MS,
+        leave: now_ns - 10 * MS,
+        seq: tick,
+        comm: waits::WORLD,
+        function: FunctionId::Send as u16,
+        kind: waits::kind::SEND,
+        flags: 0,
+        peer: receiver as i32,
+        tag: 0,
+        thread: 1,
+        bytes: 8,
+    };
+    let recv = Plain {
+        enter: now_ns - 20 * MS,
+        leave: now_ns - 9 * MS,
+        function: FunctionId::Recv as u16,
+        kind: waits::kind::RECV,
+        flags: waits::flag::POSTED_HERE,
+        peer: sender as i32,
+        ..send
+    };
+    for (rank, r) in [(sender, send), (receiver, recv)] {
+        state.waits.add(
+            &job,
+            &Drain {
+                rank,
+                world_size: size,
+                shift: 0,
+                p2p_shift: 1,
+                clock: waits::clock::NS,
+                ns_per_tick: 0,
+                records: &[r],
+                lost: 0,
+                skipped: 0,
+            },
+            now_ns,
+        );
+    }
+    state.waits.settle(now_ns);
 }
 
 /// The functions a simulated rank calls: the ones applications call most,
