@@ -26,17 +26,30 @@ pub const OUTSTANDING: &str = "mpi_requests_outstanding";
 /// Age of the oldest outstanding request (`stats` layer).
 pub const OLDEST_AGE: &str = "mpi_request_oldest_age_seconds";
 
+/// Seconds a job's ranks on a node waited for late ranks, per wait-state
+/// pattern (`stats` layer, docs/waits.md): a job-level series of the
+/// bounded `/metrics`.
+pub const WAIT_SECONDS: &str = "mpi_job_wait_seconds_total";
+/// The world rank the others waited for most over the last minute, as the
+/// value, per `k` (1 the most).
+pub const WAIT_CULPRIT: &str = "mpi_job_wait_culprit_rank";
+/// How much that rank made the others wait, in seconds per second.
+pub const WAIT_CULPRIT_FRACTION: &str = "mpi_job_wait_culprit_fraction_1m";
+/// The job-level wait-state series `top` reads from `/metrics`.
+pub const WAIT_METRICS: [&str; 3] = [WAIT_SECONDS, WAIT_CULPRIT, WAIT_CULPRIT_FRACTION];
+
 /// The counters whose rates `top` shows.
-pub const COUNTERS: [&str; 6] = [
+pub const COUNTERS: [&str; 7] = [
     CALLS,
     SECONDS,
     BYTES,
     LAYER_BYTES,
     PEER_BYTES,
     RANK_MPI_SECONDS,
+    WAIT_SECONDS,
 ];
 /// Every series `top` reads.
-pub const METRICS: [&str; 10] = [
+pub const METRICS: [&str; 13] = [
     RANK_INFO,
     RANK_UP,
     RANK_MPI_SECONDS,
@@ -47,6 +60,9 @@ pub const METRICS: [&str; 10] = [
     PEER_BYTES,
     OUTSTANDING,
     OLDEST_AGE,
+    WAIT_SECONDS,
+    WAIT_CULPRIT,
+    WAIT_CULPRIT_FRACTION,
 ];
 
 /// The first line of `/metrics/ranks`, a comment: how a reader (`top

@@ -289,9 +289,14 @@ fn top_on_an_observer_endpoint() {
         "only MPI_Sendrecv passes the filter:\n{s}"
     );
     t.keys(&["Escape"]);
-    t.wait_screen("back on the ranks", Duration::from_secs(5), |s| {
+    let s = t.wait_screen("back on the ranks", Duration::from_secs(5), |s| {
         s.contains("imbalance:") && !s.contains("› rank 1")
     });
+    // Without the stats layer there are no wait states, and top says so.
+    assert!(
+        s.contains("waiting: no wait states (they come from the shim's `stats` layer)"),
+        "{s}"
+    );
 
     // The job goes on while top watches; `q` ends top, not the job.
     t.keys(&["q"]);
@@ -387,6 +392,21 @@ fn top_matrix_and_requests_with_the_stats_layer() {
         !row.trim_end().ends_with("-      -"),
         "the stats layer's REQS column is filled: {row}"
     );
+    // The wait states (read from the observer's /metrics): ranks 0 and 1
+    // wait about 3 ms an iteration in MPI_Barrier for rank 2.
+    let s = t.wait_screen(
+        "the waiting line naming rank 2",
+        Duration::from_secs(30),
+        |s| s.contains("most for rank 2 (") && s.contains("Wait at Barrier"),
+    );
+    let line = line_with(&s, "waiting: ");
+    let share: f64 = line
+        .split("waiting: ")
+        .nth(1)
+        .and_then(|r| r.split('%').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("a share: {line}"));
+    assert!(share > 0.0 && share < 100.0, "{line}");
     t.keys(&["m"]);
     let s = t.wait_screen("the matrix", Duration::from_secs(20), |s| {
         s.contains("from\\to") && s.contains("KiB")

@@ -9,9 +9,12 @@ use std::{
 };
 
 use super::source::{Reading, Sample};
-use crate::export::names::{
-    BYTES, CALLS, LAYER_BYTES, OLDEST_AGE, OUTSTANDING, PEER_BYTES, RANK_INFO, RANK_MPI_SECONDS,
-    RANK_UP, SECONDS,
+use crate::{
+    client::report::waits::pattern_name,
+    export::names::{
+        BYTES, CALLS, LAYER_BYTES, OLDEST_AGE, OUTSTANDING, PEER_BYTES, RANK_INFO,
+        RANK_MPI_SECONDS, RANK_UP, SECONDS, WAIT_CULPRIT, WAIT_CULPRIT_FRACTION, WAIT_SECONDS,
+    },
 };
 
 /// A counter's value and its per-second rate (0 until known).
@@ -128,6 +131,17 @@ fn busiest<'a>(it: impl Iterator<Item = (&'a str, f64)>) -> Option<&'a str> {
         .map(|(n, _)| n)
 }
 
+/// A job's wait states on one node, as its observer exports them (the
+/// `stats` layer's, docs/waits.md): per job and node, never per rank.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeWaits {
+    /// Seconds the node's ranks waited, per pattern label.
+    pub seconds: BTreeMap<String, Counter>,
+    /// By `k` (1 the most): the rank the others waited for, and how long
+    /// per second, over the last minute.
+    pub culprits: BTreeMap<String, (Option<String>, f64)>,
+}
+
 /// Every rank of one reading, with rates.
 #[derive(Clone, Debug)]
 pub struct Frame {
@@ -135,6 +149,8 @@ pub struct Frame {
     pub at: Instant,
     /// The ranks.
     pub ranks: BTreeMap<RankKey, Rank>,
+    /// The jobs' wait states, by job id and node.
+    pub waits: BTreeMap<(String, String), NodeWaits>,
     /// Whether rates are known: false for an observer's first reading.
     pub rated: bool,
 }
@@ -159,11 +175,37 @@ impl Frame {
         // from two nodes (two observers on one process) is taken from one.
         let mut ordered: Vec<&Sample> = samples.iter().collect();
         ordered.sort_by_key(|s| s.name != RANK_INFO);
+        let mut waits: BTreeMap<(String, String), NodeWaits> = BTreeMap::new();
         for s in ordered {
+            let node = s.label("instance").unwrap_or_default();
+            if matches!(
+                s.name.as_str(),
+                WAIT_SECONDS | WAIT_CULPRIT | WAIT_CULPRIT_FRACTION
+            ) {
+                let Some(jobid) = s.label("jobid") else {
+                    continue;
+                };
+                let w = waits.entry((jobid.into(), node.into())).or_default();
+                let k = || s.label("k").unwrap_or_default().to_string();
+                match s.name.as_str() {
+                    WAIT_SECONDS => {
+                        let p = s.label("pattern").unwrap_or("?").to_string();
+                        w.seconds.entry(p).or_default().total += s.value;
+                    }
+                    // A rank is a whole number; anything else names none.
+                    WAIT_CULPRIT => {
+                        w.culprits.entry(k()).or_default().0 = (s.value >= 0.0
+                            && s.value < f64::from(u32::MAX)
+                            && s.value.fract() == 0.0)
+                            .then(|| format!("{}", s.value as u32));
+                    }
+                    _ => w.culprits.entry(k()).or_default().1 = s.value,
+                }
+                continue;
+            }
             let (Some(jobid), Some(rank)) = (s.label("jobid"), s.label("rank")) else {
                 continue;
             };
-            let node = s.label("instance").unwrap_or_default();
             let r = ranks
                 .entry(RankKey::new(jobid, rank))
                 .or_insert_with(|| Rank {
@@ -201,6 +243,7 @@ impl Frame {
         Frame {
             at,
             ranks,
+            waits,
             rated: false,
         }
     }
@@ -241,6 +284,16 @@ impl Frame {
                 rate(c, p.peers_sent.get(n));
             }
         }
+        for (k, w) in &mut self.waits {
+            let Some(p) = prev.waits.get(k) else {
+                continue;
+            };
+            for (n, c) in &mut w.seconds {
+                if let Some(b) = p.seconds.get(n) {
+                    rate(c, Some(b));
+                }
+            }
+        }
         self.rated = true;
     }
 
@@ -248,6 +301,17 @@ impl Frame {
     /// as the counters are.
     pub fn apply_rates(&mut self, rates: &[Sample]) {
         for s in rates {
+            if s.name == WAIT_SECONDS {
+                let key = (
+                    s.label("jobid").unwrap_or_default().to_string(),
+                    s.label("instance").unwrap_or_default().to_string(),
+                );
+                let p = s.label("pattern").unwrap_or("?");
+                if let Some(c) = self.waits.get_mut(&key).and_then(|w| w.seconds.get_mut(p)) {
+                    c.rate += s.value;
+                }
+                continue;
+            }
             let (Some(jobid), Some(rank)) = (s.label("jobid"), s.label("rank")) else {
                 continue;
             };
@@ -493,6 +557,64 @@ pub fn imbalance(frame: &Frame, jobid: &str) -> Option<Imbalance> {
     })
 }
 
+/// What a job's ranks lose waiting for late ranks, over the last interval
+/// (the `stats` layer's wait states, docs/waits.md).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Waiting {
+    /// Seconds waited per second, over the job's running ranks: the share
+    /// of their time.
+    pub share: f64,
+    /// The same per pattern (its name, as the report gives it), the most
+    /// first, those with any.
+    pub patterns: Vec<(String, f64)>,
+    /// The rank the others waited for most over the last minute, and how
+    /// long per second, if anybody waited.
+    pub culprit: Option<(String, f64)>,
+}
+
+/// The job's waiting; `None` when no node exports its wait states (the
+/// job runs without the `stats` layer), or before rates are known.
+pub fn waiting(frame: &Frame, jobid: &str) -> Option<Waiting> {
+    if !frame.rated {
+        return None;
+    }
+    let nodes: Vec<&NodeWaits> = frame
+        .waits
+        .iter()
+        .filter(|((j, _), _)| j == jobid)
+        .map(|(_, w)| w)
+        .collect();
+    if nodes.is_empty() {
+        return None;
+    }
+    let running = frame.job(jobid).filter(|(_, r)| r.up).count().max(1) as f64;
+    let mut by_pattern: BTreeMap<&str, f64> = BTreeMap::new();
+    for w in &nodes {
+        for (p, c) in &w.seconds {
+            *by_pattern.entry(p.as_str()).or_default() += c.rate;
+        }
+    }
+    let share = by_pattern.values().sum::<f64>() / running;
+    let mut patterns: Vec<(String, f64)> = by_pattern
+        .into_iter()
+        .filter(|(_, r)| *r > 0.0)
+        .map(|(p, r)| (pattern_name(p).to_string(), r / running))
+        .collect();
+    patterns.sort_by(|a, b| desc(a.1, b.1).then_with(|| a.0.cmp(&b.0)));
+    // Each node names its own culprits; the job's is the one that made
+    // others wait longest.
+    let culprit = nodes
+        .iter()
+        .filter_map(|w| w.culprits.get("1"))
+        .filter_map(|(rank, f)| Some((rank.clone()?, *f)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    Some(Waiting {
+        share,
+        patterns,
+        culprit,
+    })
+}
+
 // ------------------------------------------------------------- functions
 
 /// One row of a rank's functions screen.
@@ -706,6 +828,58 @@ mod tests {
         let r2 = &f.ranks[&RankKey::new("j", "2")];
         assert_eq!(r2.functions["MPI_Send"].bytes.total, 4096.0);
         assert_eq!(r2.requests, Some((3.0, 1.5)));
+    }
+
+    /// The bounded exposition's wait states of job "j" on the node:
+    /// `barrier` and `sender` seconds so far, rank `culprit` the one waited
+    /// for (none: nobody waited in the last minute).
+    fn waits(barrier: f64, sender: f64, culprit: Option<&str>) -> String {
+        let mut t = format!(
+            "mpi_job_wait_seconds_total{{jobid=\"j\",uid=\"0\",pattern=\"wait_barrier\"}} {barrier}\n\
+             mpi_job_wait_seconds_total{{jobid=\"j\",uid=\"0\",pattern=\"late_sender\"}} {sender}\n\
+             mpi_job_wait_seconds_total{{jobid=\"j\",uid=\"0\",pattern=\"late_receiver\"}} 0\n"
+        );
+        if let Some(c) = culprit {
+            t.push_str(&format!(
+                "mpi_job_wait_culprit_rank{{jobid=\"j\",uid=\"0\",k=\"1\"}} {c}\n\
+                 mpi_job_wait_culprit_fraction_1m{{jobid=\"j\",uid=\"0\",k=\"1\"}} 0.5\n\
+                 mpi_job_wait_culprit_rank{{jobid=\"j\",uid=\"0\",k=\"2\"}} 0\n\
+                 mpi_job_wait_culprit_fraction_1m{{jobid=\"j\",uid=\"0\",k=\"2\"}} 0.1\n"
+            ));
+        }
+        t
+    }
+
+    #[test]
+    fn waiting_is_a_share_of_the_running_ranks_time_with_its_culprit() {
+        let t0 = Instant::now();
+        let text = |b, s, c| scrape(100, 1.0, 100, 1.0) + &waits(b, s, c);
+        let f0 = Frame::new(&reading(t0, &text(1.0, 0.0, Some("2"))), None);
+        // No rates yet; a job without the stats layer has no waiting.
+        assert_eq!(waiting(&f0, "j"), None);
+        let t1 = t0 + Duration::from_secs(2);
+        let f1 = Frame::new(&reading(t1, &text(2.6, 0.4, Some("2"))), Some(&f0));
+        assert_eq!(waiting(&f1, "other"), None);
+        // 1.6 + 0.4 s in 2 s over the 2 running ranks (rank 10 exited).
+        let w = waiting(&f1, "j").unwrap();
+        assert!((w.share - 0.5).abs() < 1e-9, "{w:?}");
+        let names: Vec<&str> = w.patterns.iter().map(|p| p.0.as_str()).collect();
+        assert_eq!(names, ["Wait at Barrier", "Late Sender"]);
+        assert!((w.patterns[0].1 - 0.4).abs() < 1e-9);
+        assert_eq!(w.culprit, Some(("2".to_string(), 0.5)));
+        // Nobody waited in the last minute: no culprit, and a value that is
+        // no rank names none.
+        let f2 = Frame::new(
+            &reading(t1 + Duration::from_secs(1), &text(2.6, 0.4, None)),
+            Some(&f1),
+        );
+        let w = waiting(&f2, "j").unwrap();
+        assert_eq!((w.share, w.patterns.len(), w.culprit), (0.0, 0, None));
+        let f3 = Frame::new(
+            &reading(t1 + Duration::from_secs(2), &text(2.6, 0.4, Some("1.5"))),
+            Some(&f2),
+        );
+        assert_eq!(waiting(&f3, "j").unwrap().culprit, None);
     }
 
     #[test]

@@ -150,7 +150,8 @@ impl Source {
         }
     }
 
-    /// Reads once: one GET for an observer, two instant queries for
+    /// Reads once: two GETs for an observer (its `/metrics/ranks`, and its
+    /// `/metrics` for the jobs' wait states), two instant queries for
     /// Prometheus.
     pub fn read(&self, client: &Client) -> Result<Reading, SourceError> {
         match self {
@@ -170,10 +171,18 @@ impl Source {
                 {
                     return Err(SourceError::NotObserver { url: url.shown() });
                 }
+                // The wait states are per job and node: on the bounded
+                // /metrics only.
+                let bounded = client.get(&url.with_path("/metrics"), TIMEOUT)?;
                 let instance = url.authority.clone();
                 let samples = parse_exposition(&text)
                     .into_iter()
                     .filter(|s| names::METRICS.contains(&s.name.as_str()))
+                    .chain(
+                        parse_exposition(&String::from_utf8_lossy(&bounded))
+                            .into_iter()
+                            .filter(|s| names::WAIT_METRICS.contains(&s.name.as_str())),
+                    )
                     .map(|mut s| {
                         s.labels.retain(|(k, _)| k != "instance");
                         s.labels.push(("instance".into(), instance.clone()));

@@ -232,8 +232,46 @@ fn jobs(f: &mut TermFrame, app: &App, frame: &Frame, area: Rect) {
     );
 }
 
+/// The job's waiting for late ranks, in one line.
+fn waiting_line(frame: &Frame, job: &str) -> Line<'static> {
+    let w = model::waiting(frame, job);
+    let Some(w) = w else {
+        return Line::raw(if frame.rated {
+            "waiting: no wait states (they come from the shim's `stats` layer)"
+        } else {
+            "waiting: from the next refresh"
+        });
+    };
+    let pct = |v: f64| format!("{:.1}%", v * 100.0);
+    // The culprit first: a narrow terminal cuts the patterns, not the rank.
+    let who = match &w.culprit {
+        Some((rank, f)) => format!(", most for rank {rank} ({f:.3} s/s)"),
+        None => ", nobody in the last minute".to_string(),
+    };
+    let parts: Vec<String> = w
+        .patterns
+        .iter()
+        .map(|(p, v)| format!("{p} {}", pct(*v)))
+        .collect();
+    Line::from(vec![
+        Span::raw(format!("waiting: {} of the ranks' time", pct(w.share))),
+        Span::styled(who, Style::new().bold()),
+        Span::raw(if parts.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", parts.join(", "))
+        }),
+    ])
+}
+
 fn ranks(f: &mut TermFrame, app: &App, frame: &Frame, job: &str, area: Rect) {
-    let [top, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(2)]).areas(area);
+    let [top, waits, rest] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(1),
+        Constraint::Min(2),
+    ])
+    .areas(area);
+    f.render_widget(Paragraph::new(waiting_line(frame, job)), waits);
     let im = model::imbalance(frame, job);
     let alert = im.as_ref().is_some_and(|i| i.spread() > SPREAD_ALERT);
     let line = match &im {

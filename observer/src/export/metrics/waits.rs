@@ -5,7 +5,10 @@
 //! same few series as a 2-rank one.
 
 use super::budget::{Family, Tier};
-use crate::collect::waits::{Pattern, Unresolved, Waits};
+use crate::{
+    collect::waits::{Pattern, Unresolved, Waits},
+    export::names,
+};
 
 const T: Tier = Tier::Job;
 
@@ -17,7 +20,7 @@ fn secs(ns: u64) -> f64 {
 /// Every wait-state family of the jobs in `waits`.
 pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut seconds = Family::new(
-        "mpi_job_wait_seconds_total",
+        names::WAIT_SECONDS,
         "counter",
         "Seconds this node's ranks of the job waited in MPI for a late rank, per wait-state pattern (Scalasca's: wait_barrier, wait_nxn, late_broadcast, early_reduce from blocking collectives, late_sender and late_receiver from point-to-point messages, on MPI_COMM_WORLD); sampled instances times the sampling period. Only instances whose every rank is on this node, and messages both of whose ranks are, are evaluated (see mpi_job_wait_unresolved_total).",
     );
@@ -52,12 +55,12 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
         "The job's ranks record one point-to-point message on MPI_COMM_WORLD in this many per envelope (MPI_OBSERVER_WAITS_P2P); absent while none records messages.",
     );
     let mut culprit = Family::new(
-        "mpi_job_wait_culprit_rank",
+        names::WAIT_CULPRIT,
         "gauge",
         "The world rank (as the value) that made the job's other ranks wait the k-th longest over the last minute, all patterns (k 1 to 3), as their root cause: its own lateness, and the waits of ranks that were late only from waiting for it (docs/waits.md, Root causes); absent when nobody waited.",
     );
     let mut culprit_rate = Family::new(
-        "mpi_job_wait_culprit_fraction_1m",
+        names::WAIT_CULPRIT_FRACTION,
         "gauge",
         "Seconds of wait per second that mpi_job_wait_culprit_rank of the same k caused over the last minute (or since the job's first record, if younger): can exceed 1 when it made several ranks wait.",
     );
