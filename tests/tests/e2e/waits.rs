@@ -20,7 +20,10 @@
 //! the test applies Scalasca's formulas to those times, with the daemon's
 //! sampling. Each pattern's figure must match it within 5% or 1 ms an
 //! evaluated instance, the planted one included, and every other pattern
-//! too (the synchronising barrier after the start). The plant only sets
+//! too, but for the synchronising barrier after the start, when it is not
+//! the plant: 15 ms (its one instance is only as good as the ranks' clock
+//! reads outside the shim, [`SYNC_NOISE_S`]; the trace holds it to 1 ms).
+//! The plant only sets
 //! what should happen: on a loaded machine the late rank sleeps longer,
 //! and 4 ranks on 2 cores leave a collective with a skew (a rank that
 //! leaves a Bcast 3 ms after its root truly waits 3 ms less in the next),
@@ -60,6 +63,15 @@ const ROUNDS: u64 = 16;
 /// The messages' sampling period the shim uses unless told.
 const P2P_PERIOD: u64 = 8;
 const DELAY_MS: u64 = 100;
+/// How far the ranks' own clocks may be from the shim's on the one
+/// synchronising barrier when it is not the plant: the ranks reach it from
+/// their own starts, and a rank descheduled between late.c's clock read
+/// and the shim's (4 busy-polling ranks on 2 cores: a scheduler slice,
+/// several ms) moves the latest enter, so every other rank's wait, by
+/// that much (seen: 7.3 ms on MPICH, idle machine). That instance is still
+/// held to the trace within 1 ms (`live_against_trace`), on the shim's own
+/// clock reads.
+const SYNC_NOISE_S: f64 = 0.015;
 const PATTERNS: [&str; 6] = [
     "wait_barrier",
     "wait_nxn",
@@ -392,14 +404,20 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
     );
     // Every pattern as the ranks' own timings say it happened (a loaded
     // machine makes the late rank later than planted, and the others wait
-    // that long), within 5% or 1 ms an evaluated instance; and the planted
-    // wait did happen.
+    // that long), within 5% or 1 ms an evaluated instance (the lone
+    // synchronising barrier: SYNC_NOISE_S); and the planted wait did
+    // happen.
     let truth = truth(&go);
     for p in PATTERNS {
         let got = by(&s, "mpi_job_wait_seconds_total", "pattern", p);
         let want = truth.get(p).copied().unwrap_or(0.0);
         let n = by(&s, "mpi_job_wait_instances_total", "pattern", p);
-        let tolerance = (0.05 * want).max(0.001 * n * period(p) as f64);
+        let per_instance = if p == "wait_barrier" && p != plant.pattern {
+            SYNC_NOISE_S
+        } else {
+            0.001
+        };
+        let tolerance = (0.05 * want).max(per_instance * n * period(p) as f64);
         assert!(
             (got - want).abs() <= tolerance,
             "{what}: {p} waited {got:.4} s by the daemon, {want:.4} s by the ranks' own clocks \
