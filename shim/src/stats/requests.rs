@@ -135,14 +135,11 @@ pub(crate) fn track(s: &State, e: Entry) {
             RECV_BYTES[i].store(e.recv_bytes, Relaxed);
             DEST[i].store(e.dest_tag.0, Relaxed);
             TAG[i].store(e.dest_tag.1, Relaxed);
-            POSTED[i].store(
-                if !e.persistent && matches!(e.kind, Kind::Recv | Kind::Mrecv) {
-                    waits::posted_now(s, e.comm)
-                } else {
-                    0
-                },
-                Relaxed,
-            );
+            // Read only for a receive's completion; a persistent one's
+            // is set by each MPI_Start (`started`).
+            if !e.persistent && matches!(e.kind, Kind::Recv | Kind::Mrecv) {
+                POSTED[i].store(waits::posted_now(s, e.comm), Relaxed);
+            }
             slot.handle.store(e.handle as u64, Relaxed);
             slot.peer.store(e.peer.max(-1), Relaxed);
             slot.bytes.store(e.bytes, Relaxed);
