@@ -12,6 +12,17 @@
 //!   `min(E_max, L_root) − E_root` with `E_max` the latest enter of the
 //!   others; the culprit is that latest sender.
 //!
+//! **Across nodes** (an instance with members whose records another node's
+//! daemon shipped, [`super::clocks`]): Wait at Barrier and Wait at N×N need
+//! no common clock. All members leave together (within the network's
+//! latency), so a member waited its own duration less the instance's
+//! shortest, `(L_i − E_i) − min_j (L_j − E_j)`, and the member with the
+//! shortest came last: the culprit. Late Broadcast and Early Reduce compare
+//! a member's enter with the root's, or the root's with the latest
+//! sender's, on the offsets the records bound; a wait whose sign the bound
+//! cannot tell counts `unresolved{reason="clock"}`. A barrier's members
+//! bound the offsets. Each node counts its own ranks' waits.
+//!
 //! Scan, Exscan, Alltoallw and the neighbourhood collectives have no such
 //! pattern here (Scalasca has none, or "Early Scan"): their instances are
 //! matched, so that their records are not taken for invalid ones, and not
@@ -21,7 +32,7 @@ use std::collections::{BTreeMap, btree_map::Entry as Slot};
 
 use observer_common::{FUNCTIONS, waits};
 
-use super::{Charge, Job, MAX_PENDING, Pattern, TIMEOUT_NS, Unresolved, Wait};
+use super::{Charge, Job, MAX_PENDING, Pattern, TIMEOUT_NS, Unresolved, Wait, clocks};
 
 /// One member's part of an instance.
 #[derive(Clone, Copy, Debug)]
@@ -29,6 +40,8 @@ struct Part {
     rank: u32,
     /// Its ring's clock (`waits::clock`).
     clock: u64,
+    /// The node whose daemon drained it (0: this one).
+    node: u16,
     function: u16,
     root: i32,
     enter: u64,
@@ -57,7 +70,14 @@ impl Instances {
 
 impl Job {
     /// Takes a collective record of `rank`, on a ring keeping `clock`.
-    pub(super) fn take_coll(&mut self, rank: u32, clock: u64, r: &waits::Plain, now_ns: u64) {
+    pub(super) fn take_coll(
+        &mut self,
+        rank: u32,
+        clock: u64,
+        node: u16,
+        r: &waits::Plain,
+        now_ns: u64,
+    ) {
         let valid = FUNCTIONS
             .get(usize::from(r.function))
             .is_some_and(|f| f.collective.is_some())
@@ -70,6 +90,7 @@ impl Job {
         let part = Part {
             rank,
             clock,
+            node,
             function: r.function,
             root: r.peer,
             enter: r.enter,
@@ -119,16 +140,28 @@ impl Job {
             let Some(i) = self.coll.pending.remove(&seq) else {
                 continue;
             };
+            // The lowest member's node counts the instance.
+            let owner = i.parts.iter().map(|p| p.rank).min().unwrap_or(0);
             if i.parts.len() < n {
-                self.figures.unresolved[Unresolved::Incomplete as usize] += 1;
+                self.unresolved(Unresolved::Incomplete, owner);
                 continue;
             }
             let Some(scale) = self.scale(i.parts.iter().map(|p| p.clock)) else {
-                self.figures.unresolved[Unresolved::Clock as usize] += 1;
+                self.unresolved(Unresolved::Clock, owner);
                 continue;
             };
+            if i.parts.iter().any(|p| p.node != 0) {
+                // Another node's times are its CLOCK_MONOTONIC's: never
+                // the counter's ticks, which only this node's rate scales.
+                if scale.0 != 0 {
+                    self.unresolved(Unresolved::Clock, owner);
+                } else {
+                    self.across(&i.parts, owner, now_ns);
+                }
+                continue;
+            }
             match evaluate(&i.parts) {
-                Err(Mismatch) => self.figures.unresolved[Unresolved::Mismatch as usize] += 1,
+                Err(Mismatch) => self.unresolved(Unresolved::Mismatch, owner),
                 // A collective without a pattern (Scan, Alltoallw...).
                 Ok(None) => {}
                 Ok(Some((pattern, mut waits, culprit))) => {
@@ -140,11 +173,157 @@ impl Job {
                         culprit,
                         period: self.figures.sample_period.max(1),
                         now_ns,
+                        owner,
                     };
                     // Every member called the same function (evaluated).
                     let function = i.parts.first().map_or(0, |p| p.function);
                     self.count(pattern, function, &waits, charge);
                 }
+            }
+        }
+    }
+}
+
+impl Job {
+    /// Evaluates a whole instance whose members are on several nodes, their
+    /// times each on its node's `CLOCK_MONOTONIC` in ns (see the module's
+    /// doc): this node's members' waits.
+    fn across(&mut self, parts: &[Part], owner: u32, now_ns: u64) {
+        let Some(first) = parts.first() else { return };
+        if parts
+            .iter()
+            .any(|p| p.function != first.function || p.root != first.root)
+        {
+            self.unresolved(Unresolved::Mismatch, owner);
+            return;
+        }
+        let Some(pattern) = Pattern::of(first.function) else {
+            return;
+        };
+        if pattern == Pattern::WaitBarrier {
+            self.learn_offsets(parts, now_ns);
+        }
+        let mine = |p: &&Part| p.node == 0;
+        let mut unclear = 0u64;
+        let (waits, culprit) = match pattern {
+            Pattern::WaitBarrier | Pattern::WaitNxn => {
+                let dur = |p: &Part| p.leave - p.enter;
+                // The shortest, the lowest rank of equals, came last.
+                let Some(last) = parts.iter().min_by_key(|p| (dur(p), p.rank)) else {
+                    return;
+                };
+                let w = parts
+                    .iter()
+                    .filter(mine)
+                    .map(|p| Wait {
+                        rank: p.rank,
+                        ns: dur(p) - dur(last),
+                        start: p.enter,
+                    })
+                    .collect::<Vec<_>>();
+                (w, last.rank)
+            }
+            Pattern::LateBroadcast => {
+                let Some(root) = parts.iter().find(|p| p.root == p.rank as i32) else {
+                    self.unresolved(Unresolved::Mismatch, owner);
+                    return;
+                };
+                let at = self.nodes.local(root.node, root.enter, now_ns);
+                let mut w = Vec::new();
+                for p in parts.iter().filter(mine).filter(|p| p.rank != root.rank) {
+                    match at.map(|at| clocks::wait_for(p.enter, p.leave, at)) {
+                        Some(Ok(ns)) => w.push(Wait {
+                            rank: p.rank,
+                            ns,
+                            start: p.enter,
+                        }),
+                        _ => unclear += 1,
+                    }
+                }
+                (w, root.rank)
+            }
+            Pattern::EarlyReduce => {
+                let Some(root) = parts.iter().find(|p| p.root == p.rank as i32) else {
+                    self.unresolved(Unresolved::Mismatch, owner);
+                    return;
+                };
+                // The latest sender lies between the latest of the others'
+                // earliest enters and the latest of their latest; named by
+                // the middles.
+                let mut latest: Option<(i128, i128, i128, u32)> = None;
+                let mut unbounded = false;
+                for q in parts.iter().filter(|q| q.rank != root.rank) {
+                    let Some((lo, hi)) = self.nodes.local(q.node, q.enter, now_ns) else {
+                        unbounded = true;
+                        continue;
+                    };
+                    let mid = lo + (hi - lo) / 2;
+                    latest = Some(match latest {
+                        None => (lo, hi, mid, q.rank),
+                        Some((l, h, m, r)) => {
+                            let (m, r) =
+                                if (mid, std::cmp::Reverse(q.rank)) > (m, std::cmp::Reverse(r)) {
+                                    (mid, q.rank)
+                                } else {
+                                    (m, r)
+                                };
+                            (l.max(lo), h.max(hi), m, r)
+                        }
+                    });
+                }
+                let mut w = Vec::new();
+                match (root.node, latest) {
+                    // Only the root waits: another node's to count.
+                    (1.., _) => {}
+                    (0, Some((lo, hi, _, _))) if !unbounded => {
+                        match clocks::wait_for(root.enter, root.leave, (lo, hi)) {
+                            Ok(ns) => w.push(Wait {
+                                rank: root.rank,
+                                ns,
+                                start: root.enter,
+                            }),
+                            Err(()) => unclear += 1,
+                        }
+                    }
+                    (0, None) if !unbounded => {}
+                    (0, _) => unclear += 1,
+                }
+                (w, latest.map_or(root.rank, |l| l.3))
+            }
+            Pattern::LateSender | Pattern::LateReceiver => return,
+        };
+        let n = &mut self.figures.unresolved[Unresolved::Clock as usize];
+        *n = n.saturating_add(unclear);
+        let charge = Charge {
+            culprit,
+            period: self.figures.sample_period.max(1),
+            now_ns,
+            owner,
+        };
+        self.count(pattern, first.function, &waits, charge);
+    }
+
+    /// What a barrier's members say of the offsets: each other node's
+    /// members entered before this node's left, and this node's entered
+    /// before theirs left.
+    fn learn_offsets(&mut self, parts: &[Part], now_ns: u64) {
+        let here = parts.iter().filter(|p| p.node == 0);
+        let (Some(enter), Some(leave)) = (
+            here.clone().map(|p| p.enter).max(),
+            here.map(|p| p.leave).min(),
+        ) else {
+            return;
+        };
+        let mut nodes: Vec<u16> = parts.iter().map(|p| p.node).filter(|&n| n != 0).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        for node in nodes {
+            let there = parts.iter().filter(|p| p.node == node);
+            let their_enter = there.clone().map(|p| p.enter).max().unwrap_or(0);
+            let their_leave = there.map(|p| p.leave).min().unwrap_or(0);
+            if let Some(o) = self.nodes.offset_mut(node) {
+                o.at_most(i128::from(leave) - i128::from(their_enter), now_ns);
+                o.at_least(i128::from(enter) - i128::from(their_leave), now_ns);
             }
         }
     }

@@ -27,10 +27,11 @@
 //! job can make the daemon hold is bounded: one entry per rank per
 //! instance, [`MAX_PENDING`] instances and as many messages per job.
 
+mod clocks;
 mod coll;
 mod p2p;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use observer_common::{FUNCTIONS, functions::Collective, waits};
 
@@ -185,6 +186,11 @@ pub struct JobWaits {
     /// The ranks that waited longest over the last minute, likewise, with
     /// the seconds per second each waited.
     pub waiters: Vec<(u32, f64)>,
+    /// For a job whose records came from other nodes too: the largest
+    /// uncertainty of their clocks' offsets to this node's, in ns (half the
+    /// interval the records bound it to; infinite while a side is
+    /// unbounded). `None` for a job on this node only.
+    pub clock_uncertainty_ns: Option<f64>,
     /// Since the job's first record, per rank that waited or made others
     /// wait: what it waited and what it caused, per pattern (the report's
     /// figures). Only ranks the daemon named are keys, so a job holds at
@@ -246,6 +252,13 @@ struct Job {
     waited: Window,
     /// When the job's first record was matched.
     since_ns: Option<u64>,
+    /// The ranks this daemon drained.
+    local: HashSet<u32>,
+    /// The other nodes' ranks and clocks.
+    nodes: clocks::Nodes,
+    /// The settle's time (`CLOCK_MONOTONIC`): the clocks' bounds drift
+    /// from when they were learned.
+    now_ns: u64,
 }
 
 /// The matcher of every job on the node, by job label set.
@@ -303,6 +316,7 @@ impl Waits {
     /// (`CLOCK_MONOTONIC`).
     pub fn add(&mut self, job: &str, d: &Drain<'_>, now_ns: u64) {
         let j = self.jobs.entry(job.to_string()).or_default();
+        j.local.insert(d.rank);
         j.world_size = j.world_size.max(d.world_size);
         j.shift = j.shift.max(d.shift.min(31));
         j.figures.sample_period = 1 << j.shift;
@@ -322,7 +336,7 @@ impl Waits {
             j.ns_per_tick = d.ns_per_tick;
         }
         for r in d.records {
-            j.take(d.rank, d.clock, r, now_ns);
+            j.take(d.rank, d.clock, 0, r, now_ns);
         }
     }
 
@@ -330,9 +344,33 @@ impl Waits {
     /// that node's daemon shipped it (`node`: the peer as this daemon's
     /// configuration names it), its times in that node's `CLOCK_MONOTONIC`
     /// nanoseconds (`d.clock` is `waits::clock::NS`), at `now_ns`.
+    ///
+    /// Its lost and skipped records are that node's to count. A rank this
+    /// daemon drains itself, or one another peer shipped first, is not
+    /// taken: its records count as invalid.
     pub fn add_remote(&mut self, job: &str, node: &str, d: &Drain<'_>, now_ns: u64) {
-        let _ = node;
-        self.add(job, d, now_ns);
+        let j = self.jobs.entry(job.to_string()).or_default();
+        let claimed = match j.nodes.id(node) {
+            Some(id) if !j.local.contains(&d.rank) && j.nodes.claim(d.rank, id) => Some(id),
+            _ => None,
+        };
+        let Some(id) = claimed else {
+            let n = d.records.len() as u64;
+            j.figures.records_invalid = j.figures.records_invalid.saturating_add(n);
+            return;
+        };
+        j.world_size = j.world_size.max(d.world_size);
+        j.shift = j.shift.max(d.shift.min(31));
+        j.figures.sample_period = 1 << j.shift;
+        if let Some(p) = d.p2p_shift.checked_sub(1) {
+            let p = p.min(31) as u32;
+            let s = j.p2p_shift.map_or(p, |s| s.max(p));
+            j.p2p_shift = Some(s);
+            j.figures.p2p_sample_period = 1 << s;
+        }
+        for r in d.records {
+            j.take(d.rank, d.clock, id, r, now_ns);
+        }
     }
 
     /// Evaluates the instances and messages whose every part has come, and
@@ -340,12 +378,14 @@ impl Waits {
     /// culprits.
     pub fn settle(&mut self, now_ns: u64) {
         for j in self.jobs.values_mut() {
+            j.now_ns = now_ns;
             j.settle_coll(now_ns);
             j.settle_p2p(now_ns);
             j.charge_fresh();
             let since = j.since_ns.unwrap_or(now_ns);
             j.figures.culprits = j.caused.top(now_ns, since);
             j.figures.waiters = j.waited.top(now_ns, since);
+            j.figures.clock_uncertainty_ns = j.nodes.uncertainty(now_ns);
         }
     }
 
@@ -393,20 +433,22 @@ impl Scale {
 }
 
 impl Job {
-    fn take(&mut self, rank: u32, clock: u64, r: &waits::Plain, now_ns: u64) {
+    /// Takes a record of `rank`, on a ring keeping `clock`, from node
+    /// `node` (0: this one).
+    fn take(&mut self, rank: u32, clock: u64, node: u16, r: &waits::Plain, now_ns: u64) {
         let valid = (clock == waits::clock::NS || clock == waits::clock::TICKS)
             && r.comm == waits::WORLD
             && r.leave >= r.enter
             && rank < self.world_size;
         match r.kind {
-            waits::kind::COLL if valid => self.take_coll(rank, clock, r, now_ns),
+            waits::kind::COLL if valid => self.take_coll(rank, clock, node, r, now_ns),
             waits::kind::SEND
             | waits::kind::RECV
             | waits::kind::POSTED
             | waits::kind::GROUP_END
                 if valid =>
             {
-                self.take_p2p(rank, clock, r, now_ns)
+                self.take_p2p(rank, clock, node, r, now_ns)
             }
             _ => {
                 self.figures.records_invalid += 1;
@@ -430,12 +472,31 @@ impl Job {
         }
     }
 
+    /// Whether `rank` is this node's: a rank no peer shipped records of.
+    fn is_local(&self, rank: u32) -> bool {
+        self.nodes.of(rank) == 0
+    }
+
+    /// Counts one instance or message not evaluated, for `why`, if this
+    /// node is the one that counts it: the node of `owner` (see
+    /// [`Charge::owner`]), so that summing over a job's nodes counts it
+    /// once.
+    fn unresolved(&mut self, why: Unresolved, owner: u32) {
+        if self.is_local(owner) {
+            let n = &mut self.figures.unresolved[why as usize];
+            *n = n.saturating_add(1);
+        }
+    }
+
     /// Counts one evaluated instance of `pattern`, made of calls of
     /// `function`, whose members waited `waits`, the rank that came late
     /// being `c.culprit`; the waits are charged at the settle's end
-    /// ([`Job::charge_fresh`]).
+    /// ([`Job::charge_fresh`]). Across nodes, each node counts the waits of
+    /// its own ranks, and the instance if it holds `c.owner`.
     fn count(&mut self, pattern: Pattern, function: u16, waits: &[Wait], c: Charge) {
-        self.figures.instances[pattern.index()] += 1;
+        if self.is_local(c.owner) {
+            self.figures.instances[pattern.index()] += 1;
+        }
         // A function no shim writes (a hostile record) is filed under one
         // key, [`UNKNOWN_FUNCTION`], so the map stays bounded.
         let function = if usize::from(function) < FUNCTIONS.len() {
@@ -443,7 +504,10 @@ impl Job {
         } else {
             UNKNOWN_FUNCTION
         };
-        for w in waits.iter().filter(|w| w.ns > 0) {
+        for w in waits {
+            if w.ns == 0 || !self.is_local(w.rank) {
+                continue;
+            }
             self.fresh.push(Fresh {
                 wait: *w,
                 pattern,
@@ -607,6 +671,10 @@ struct Charge {
     period: u64,
     /// When (`CLOCK_MONOTONIC`), for the one-minute window.
     now_ns: u64,
+    /// The rank whose node counts the instance: the lowest member of a
+    /// collective's, the receiver of a Late Sender's, the sender of a Late
+    /// Receiver's (the waiting side's).
+    owner: u32,
 }
 
 /// Nanoseconds per rank over the last minute, in 10-second buckets (each
@@ -649,5 +717,7 @@ impl Window {
     }
 }
 
+#[cfg(test)]
+mod nodes_tests;
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,14 @@
 //! have been posted before the receive completed; a pair that does not is
 //! a mismatch (a rank that miscounted), never a wait.
 //!
+//! **Across nodes** (a message whose other half another node's daemon
+//! shipped, [`super::clocks`]): the pair bounds the offset between the two
+//! nodes' clocks (it was received after it was sent), and each wait is
+//! computed on the offset the records bound so far; one whose sign that
+//! cannot tell counts `unresolved{reason="clock"}`. A Late Sender is
+//! counted on the receiver's node, a Late Receiver on the sender's; a
+//! message between two other nodes' ranks is theirs, and not kept.
+//!
 //! **Groups.** A receiver's records of one `MPI_Waitall` share its thread
 //! and its enter time. The group is whole at its end record (the shim
 //! writes one after the call's last receive), else once a later record of
@@ -42,7 +50,7 @@ use std::collections::HashMap;
 
 use observer_common::waits::{self, flag, kind};
 
-use super::{Charge, Job, MAX_PENDING, Pattern, Scale, TIMEOUT_NS, Unresolved, Wait};
+use super::{Charge, Job, MAX_PENDING, Pattern, Scale, TIMEOUT_NS, Unresolved, Wait, clocks};
 
 /// A message: (sender, receiver, tag, number on the envelope).
 type Key = (u32, u32, i32, u64);
@@ -53,6 +61,8 @@ type GroupKey = (u32, u32, u64);
 #[derive(Clone, Copy, Debug)]
 struct Sent {
     clock: u64,
+    /// The node whose daemon drained it (0: this one).
+    node: u16,
     enter: u64,
     bytes: u64,
     /// A blocking send's leave (Late Receiver).
@@ -65,6 +75,8 @@ struct Sent {
 #[derive(Clone, Copy, Debug)]
 struct Received {
     clock: u64,
+    /// The node whose daemon drained it (0: this one).
+    node: u16,
     enter: u64,
     leave: u64,
     bytes: u64,
@@ -136,7 +148,14 @@ impl Messages {
 impl Job {
     /// Takes a send, receive or group-end record of `rank`, on a ring
     /// keeping `clock`.
-    pub(super) fn take_p2p(&mut self, rank: u32, clock: u64, r: &waits::Plain, now_ns: u64) {
+    pub(super) fn take_p2p(
+        &mut self,
+        rank: u32,
+        clock: u64,
+        node: u16,
+        r: &waits::Plain,
+        now_ns: u64,
+    ) {
         if r.kind == kind::GROUP_END {
             // The group it ends is whole; one it does not know (its records
             // lost) ends nothing.
@@ -163,6 +182,11 @@ impl Job {
             };
         if !valid {
             self.figures.records_invalid += 1;
+            return;
+        }
+        // Another node's message with a third node's rank: neither waits
+        // here.
+        if node != 0 && !self.is_local(r.peer as u32) {
             return;
         }
         let m = &mut self.p2p;
@@ -201,6 +225,7 @@ impl Job {
         if send {
             msg.sent = Some(Sent {
                 clock,
+                node,
                 enter: r.enter,
                 bytes: r.bytes,
                 leave: (r.flags & flag::BLOCKING != 0).then_some(r.leave),
@@ -241,6 +266,7 @@ impl Job {
         if let Some(msg) = m.pending.get_mut(&key) {
             msg.received = Some(Received {
                 clock,
+                node,
                 enter: r.enter,
                 leave: r.leave,
                 bytes: r.bytes,
@@ -258,6 +284,12 @@ impl Job {
     pub(super) fn settle_p2p(&mut self, now_ns: u64) {
         let period = self.figures.p2p_sample_period.max(1);
         let timed_out = |first: u64| now_ns.saturating_sub(first) >= TIMEOUT_NS;
+        // A half taken before its peer rank was known to be another
+        // node's: the message is theirs.
+        let nodes = &self.nodes;
+        self.p2p
+            .pending
+            .retain(|k, _| nodes.of(k.0) == 0 || nodes.of(k.1) == 0);
         let keys: Vec<Key> = self
             .p2p
             .pending
@@ -277,29 +309,35 @@ impl Job {
                 continue;
             };
             let outcome = match (m.sent, m.received) {
-                (Some(s), Some(r)) => self.late_sender(k.1, &s, &r),
+                (Some(s), Some(r)) => self.late_sender(k.1, &s, &r, now_ns),
                 _ => Err(Unresolved::Incomplete),
             };
             if let (Ok(_), Some(s), Some(r)) = (&outcome, m.sent, m.received)
                 && s.leave.is_some()
+                && self.is_local(k.0)
             {
-                match self.late_receiver(k.0, &s, &r, m.posted) {
+                match self.late_receiver(k.0, &s, &r, m.posted, now_ns) {
                     Ok(w) => {
                         let charge = Charge {
                             culprit: k.1,
                             period,
                             now_ns,
+                            owner: k.0,
                         };
                         self.count(Pattern::LateReceiver, s.function, &[w], charge);
                     }
-                    Err(why) => self.figures.unresolved[why as usize] += 1,
+                    Err(why) => self.unresolved(why, k.0),
                 }
             }
+            // A wait the clocks cannot tell is not said.
+            let outcome = outcome.and_then(|w| w.ok_or(Unresolved::Clock));
             let group = m.received.and_then(|r| r.group);
+            if let Err(why) = outcome {
+                self.unresolved(why, k.1);
+            }
             let g = group.and_then(|g| self.p2p.groups.get_mut(&g));
             match (outcome, g) {
-                (Err(why), g) => {
-                    self.figures.unresolved[why as usize] += 1;
+                (Err(_), g) => {
                     if let Some(g) = g {
                         g.failed = true;
                         g.settled += 1;
@@ -320,6 +358,7 @@ impl Job {
                         culprit: k.0,
                         period,
                         now_ns,
+                        owner: k.1,
                     };
                     self.count(Pattern::LateSender, function, &[w], charge);
                 }
@@ -349,6 +388,7 @@ impl Job {
                     culprit: sender,
                     period,
                     now_ns,
+                    owner: k.0,
                 };
                 self.count(Pattern::LateSender, g.function, &[w], charge);
             }
@@ -356,9 +396,16 @@ impl Job {
     }
 
     /// Scalasca's Late Sender for one matched message of `receiver`: its
-    /// wait (in ns, from the receiving call's enter), or why it cannot be
-    /// said.
-    fn late_sender(&self, receiver: u32, s: &Sent, r: &Received) -> Result<Wait, Unresolved> {
+    /// wait (in ns, from the receiving call's enter; `None` when the two
+    /// nodes' clocks cannot tell whether it waited), or why the pair
+    /// cannot be evaluated. A pair across nodes first bounds their offset.
+    fn late_sender(
+        &mut self,
+        receiver: u32,
+        s: &Sent,
+        r: &Received,
+        now_ns: u64,
+    ) -> Result<Option<Wait>, Unresolved> {
         let scale: Scale = self
             .scale([s.clock, r.clock].into_iter())
             .ok_or(Unresolved::Clock)?;
@@ -366,14 +413,55 @@ impl Job {
         if s.bytes != unknown && r.bytes != unknown && s.bytes != r.bytes {
             return Err(Unresolved::Mismatch);
         }
+        if s.node != r.node {
+            // Other nodes' times are never ticks (see coll.rs).
+            if scale.0 != 0 {
+                return Err(Unresolved::Clock);
+            }
+            return Ok(self.late_sender_across(receiver, s, r, now_ns));
+        }
         // Sent after it was received: the two counted differently.
         if s.enter > r.leave {
             return Err(Unresolved::Mismatch);
         }
-        Ok(Wait {
+        Ok(Some(Wait {
             rank: receiver,
             ns: scale.ns(s.enter.min(r.leave).saturating_sub(r.enter)),
             start: scale.ns(r.enter),
+        }))
+    }
+
+    /// [`Job::late_sender`] of a message between two nodes, one of them
+    /// this one: the message bounds their offset (received after it was
+    /// sent), then the receiver's wait is said if the bound tells it.
+    fn late_sender_across(
+        &mut self,
+        receiver: u32,
+        s: &Sent,
+        r: &Received,
+        now_ns: u64,
+    ) -> Option<Wait> {
+        let (sent, received) = (i128::from(s.enter), i128::from(r.leave));
+        match (s.node, r.node) {
+            (0, n) => self.nodes.offset_mut(n)?.at_least(sent - received, now_ns),
+            (n, 0) => self.nodes.offset_mut(n)?.at_most(received - sent, now_ns),
+            _ => return None,
+        }
+        let at = self.nodes.local(s.node, s.enter, now_ns)?;
+        // The receive is this node's when the receiver waits here; else the
+        // pair was only checked, for the sender's Late Receiver.
+        if r.node != 0 {
+            return Some(Wait {
+                rank: receiver,
+                ns: 0,
+                start: r.enter,
+            });
+        }
+        let ns = clocks::wait_for(r.enter, r.leave, at).ok()?;
+        Some(Wait {
+            rank: receiver,
+            ns,
+            start: r.enter,
         })
     }
 }
@@ -384,15 +472,21 @@ impl Job {
     /// blocking: its wait (in ns, from the send's enter; 0 when the send
     /// completed before the receive was posted), or why it cannot be
     /// said. `posted`: the post's clock and time, for a receive posted by
-    /// an earlier call.
+    /// an earlier call. Across nodes (the sender is this node's), on the
+    /// offset the records bound: `Clock` when it cannot tell whether the
+    /// post came during the send.
     fn late_receiver(
         &self,
         sender: u32,
         s: &Sent,
         r: &Received,
         posted: Option<(u64, u64)>,
+        now_ns: u64,
     ) -> Result<Wait, Unresolved> {
         let leave = s.leave.ok_or(Unresolved::Incomplete)?;
+        if s.node != r.node {
+            return self.late_receiver_across(sender, s, leave, r, posted, now_ns);
+        }
         let post = match (r.posted_here, posted) {
             (true, _) => Some((r.clock, r.enter)),
             (false, p) => p,
@@ -421,468 +515,64 @@ impl Job {
             start: scale.ns(s.enter),
         })
     }
+
+    /// [`Job::late_receiver`] of a send on this node (`s.node` is 0) whose
+    /// receive was on another.
+    fn late_receiver_across(
+        &self,
+        sender: u32,
+        s: &Sent,
+        leave: u64,
+        r: &Received,
+        posted: Option<(u64, u64)>,
+        now_ns: u64,
+    ) -> Result<Wait, Unresolved> {
+        if s.node != 0 {
+            return Err(Unresolved::Incomplete);
+        }
+        let post = match (r.posted_here, posted) {
+            (true, _) => Some((r.clock, r.enter)),
+            (false, p) => p,
+        };
+        let clocks = [s.clock, r.clock, post.map_or(r.clock, |p| p.0)];
+        match self.scale(clocks.into_iter()) {
+            Some(Scale(0)) => {}
+            _ => return Err(Unresolved::Clock),
+        }
+        let local = |t| self.nodes.local(r.node, t, now_ns).ok_or(Unresolved::Clock);
+        let none = Wait {
+            rank: sender,
+            ns: 0,
+            start: s.enter,
+        };
+        let (enter, leave) = (i128::from(s.enter), i128::from(leave));
+        let Some((_, at)) = post else {
+            // Not known, but no later than the completing call's enter.
+            let (_, latest) = local(r.enter)?;
+            return if latest <= enter {
+                Ok(none)
+            } else {
+                Err(Unresolved::Incomplete)
+            };
+        };
+        if at > r.leave {
+            return Err(Unresolved::Mismatch);
+        }
+        let (early, late) = local(at)?;
+        if late <= enter || early >= leave {
+            // Posted before the send, or after it completed (eagerly).
+            Ok(none)
+        } else if early > enter && late < leave {
+            let mid = early + (late - early) / 2;
+            Ok(Wait {
+                ns: u64::try_from(mid - enter).unwrap_or(0),
+                ..none
+            })
+        } else {
+            Err(Unresolved::Clock)
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use observer_common::waits::{self, Plain, flag, kind};
-
-    use super::super::{Drain, JobWaits, Pattern, TIMEOUT_NS, Unresolved, Waits};
-
-    const MS: u64 = 1_000_000;
-    const LS: usize = Pattern::LateSender as usize;
-    const LR: usize = Pattern::LateReceiver as usize;
-    const SSEND: u16 = observer_common::FunctionId::Ssend as u16;
-
-    fn send(dest: i32, tag: i32, seq: u64, enter: u64) -> Plain {
-        Plain {
-            enter,
-            leave: enter,
-            seq,
-            kind: kind::SEND,
-            peer: dest,
-            tag,
-            thread: 1,
-            bytes: 8,
-            ..Plain::default()
-        }
-    }
-
-    /// A blocking MPI_Ssend.
-    fn ssend(dest: i32, tag: i32, seq: u64, enter: u64, leave: u64) -> Plain {
-        Plain {
-            leave,
-            flags: flag::BLOCKING,
-            function: SSEND,
-            ..send(dest, tag, seq, enter)
-        }
-    }
-
-    /// The post, at `enter`, of a receive completed later.
-    fn posted(src: i32, tag: i32, seq: u64, enter: u64) -> Plain {
-        Plain {
-            kind: kind::POSTED,
-            bytes: 0,
-            ..send(src, tag, seq, enter)
-        }
-    }
-
-    fn recv(src: i32, tag: i32, seq: u64, enter: u64, leave: u64, flags: u8) -> Plain {
-        Plain {
-            kind: kind::RECV,
-            leave,
-            flags,
-            ..send(src, tag, seq, enter)
-        }
-    }
-
-    /// Feeds each rank's records of a `size`-rank job (one message in
-    /// `1 << shift` sampled), then settles at `now`.
-    fn feed(w: &mut Waits, size: u32, shift: u64, per_rank: &[Vec<Plain>], now: u64) {
-        for (rank, recs) in per_rank.iter().enumerate() {
-            w.add(
-                "j",
-                &Drain {
-                    p2p_shift: shift + 1,
-                    ..Drain::ns(rank as u32, size, recs)
-                },
-                now,
-            );
-        }
-        w.settle(now);
-    }
-
-    fn run(size: u32, shift: u64, per_rank: &[Vec<Plain>], now: u64) -> (Waits, JobWaits) {
-        let mut w = Waits::default();
-        feed(&mut w, size, shift, per_rank, now);
-        let j = w.figures("j").unwrap().clone();
-        (w, j)
-    }
-
-    #[test]
-    fn a_receive_posted_early_waits_for_its_late_sender() {
-        // Rank 1 enters MPI_Recv at 0 ms each 100 ms; rank 0 sends 20 ms
-        // later; the receive ends 1 ms after that.
-        let per_rank: Vec<Vec<Plain>> = vec![
-            (0..10)
-                .map(|i| send(1, 5, i, i * 100 * MS + 20 * MS))
-                .collect(),
-            (0..10)
-                .map(|i| recv(0, 5, i, i * 100 * MS, i * 100 * MS + 21 * MS, 0))
-                .collect(),
-        ];
-        let (w, j) = run(2, 0, &per_rank, 2_000 * MS);
-        assert_eq!(j.waited_ns[LS], 10 * 20 * MS);
-        assert_eq!(j.instances[LS], 10);
-        assert_eq!(j.unresolved, [0; 5]);
-        assert_eq!(j.culprit().map(|c| c.0), Some(0));
-        assert_eq!(w.pending(), 0);
-        assert_eq!(j.ranks[&1].waited_ns[LS], 200 * MS);
-        assert_eq!(j.ranks[&0].caused_ns[LS], 200 * MS);
-        let by_fn: Vec<_> = j.functions.iter().map(|(k, v)| (*k, *v)).collect();
-        assert_eq!(by_fn, [((0, Pattern::LateSender), 200 * MS)]);
-        // A function no shim writes is filed under one key.
-        let mut odd = per_rank.clone();
-        for r in &mut odd[1] {
-            r.function = 60_000;
-        }
-        let (_, j) = run(2, 0, &odd, 2_000 * MS);
-        let by_fn: Vec<_> = j.functions.iter().map(|(k, v)| (*k, *v)).collect();
-        assert_eq!(
-            by_fn,
-            [(
-                (super::super::UNKNOWN_FUNCTION, Pattern::LateSender),
-                200 * MS
-            )]
-        );
-        // A sender in time makes nobody wait; sampled ones count N times.
-        let per_rank = vec![
-            vec![send(1, 0, 0, 0), send(1, 0, 8, 0)],
-            vec![recv(0, 0, 0, 10, 11, 0), recv(0, 0, 8, 0, 7, 0)],
-        ];
-        let (_, j) = run(2, 3, &per_rank, 0);
-        assert_eq!((j.waited_ns[LS], j.instances[LS]), (0, 2));
-        assert_eq!(j.p2p_sample_period, 8);
-        let per_rank = vec![vec![send(1, 0, 0, 5)], vec![recv(0, 0, 0, 0, 7, 0)]];
-        let (_, j) = run(2, 3, &per_rank, 0);
-        assert_eq!(j.waited_ns[LS], 5 * 8);
-    }
-
-    #[test]
-    fn a_wait_passed_on_is_charged_to_its_root_cause() {
-        // The demo's step: rank 3 computes 20 ms longer. Rank 0 waits for
-        // its message (10-30 ms), sends to rank 1 at 31; rank 1 waits for
-        // that (10-31); in the Allreduce, rank 1 is last (32), so rank 2
-        // waits 10-32 for it and ranks 0 and 3 a little.
-        let allreduce = |enter: u64| Plain {
-            enter: enter * MS,
-            leave: 33 * MS,
-            seq: 0,
-            comm: waits::WORLD,
-            kind: kind::COLL,
-            peer: waits::NO_ROOT,
-            function: observer_common::function_by_name("MPI_Allreduce").unwrap(),
-            ..Plain::default()
-        };
-        let per_rank = vec![
-            vec![
-                recv(3, 0, 0, 10 * MS, 30 * MS, 0),
-                send(1, 1, 0, 31 * MS),
-                allreduce(31),
-            ],
-            vec![recv(0, 1, 0, 10 * MS, 31 * MS, 0), allreduce(32)],
-            vec![allreduce(10)],
-            vec![send(0, 0, 0, 30 * MS), allreduce(30)],
-        ];
-        let (_, j) = run(4, 0, &per_rank, 0);
-        let nxn = Pattern::WaitNxn as usize;
-        // Waited: rank 0 20 + 1, rank 1 21, rank 2 22, rank 3 2.
-        assert_eq!(j.waited_ns[LS], 41 * MS);
-        assert_eq!(j.waited_ns[nxn], 25 * MS);
-        // Who came late: rank 3 for rank 0, rank 0 for rank 1, rank 1 in
-        // the Allreduce.
-        let late = |r: u32| j.ranks[&r].late_ns;
-        assert_eq!(
-            (late(3)[LS], late(0)[LS], late(1)[nxn]),
-            (20 * MS, 21 * MS, 25 * MS)
-        );
-        // Root causes: rank 0 was waiting for rank 3 during 20 of rank 1's
-        // 21 ms (the last one is rank 0's own); of rank 2's 22 ms, rank 1
-        // was waiting 20 for rank 3 (passed on through rank 0) and 1 for
-        // rank 0, and 1 is rank 1's own; rank 3's 2 ms are rank 0's and
-        // rank 1's, rank 0's 1 ms rank 1's.
-        let caused = |r: u32| j.ranks[&r].caused_ns;
-        assert_eq!(caused(3)[LS], 40 * MS);
-        assert_eq!(caused(3)[nxn], 20 * MS);
-        assert_eq!(caused(0)[LS], MS);
-        assert_eq!(caused(0)[nxn], 2 * MS);
-        assert_eq!(caused(1)[nxn], 3 * MS);
-        assert_eq!(j.culprit().map(|c| c.0), Some(3));
-        // Nothing is charged twice: the root causes add up to the waits.
-        let all = |f: fn(&super::super::RankWaits) -> [u64; super::super::PATTERNS]| {
-            j.ranks
-                .values()
-                .map(|r| f(r).iter().sum::<u64>())
-                .sum::<u64>()
-        };
-        assert_eq!(all(|r| r.caused_ns), 66 * MS);
-        assert_eq!(all(|r| r.late_ns), 66 * MS);
-        assert_eq!(all(|r| r.waited_ns), 66 * MS);
-    }
-
-    #[test]
-    fn a_waitall_waits_for_its_latest_sender_only() {
-        // Rank 2's Waitall (enter 0, leave 31 ms) completes messages from
-        // rank 0 (sent at 30 ms) and rank 1 (at 10 ms); its next call seals
-        // the group.
-        let per_rank = vec![
-            vec![send(2, 0, 0, 30 * MS)],
-            vec![send(2, 0, 0, 10 * MS)],
-            vec![
-                recv(1, 0, 0, 0, 31 * MS, flag::MULTI),
-                recv(0, 0, 0, 0, 31 * MS, flag::MULTI),
-                send(0, 9, 0, 40 * MS),
-            ],
-        ];
-        let (w, j) = run(3, 0, &per_rank, 0);
-        assert_eq!((j.waited_ns[LS], j.instances[LS]), (30 * MS, 1));
-        assert_eq!(j.culprit().map(|c| c.0), Some(0));
-        // Rank 2's send to rank 0 waits for its receive.
-        assert_eq!(w.pending(), 1);
-        // A group not sealed is evaluated at the timeout.
-        let per_rank = vec![
-            vec![send(1, 0, 0, 30 * MS)],
-            vec![recv(0, 0, 0, 0, 31 * MS, flag::MULTI)],
-        ];
-        let mut w = Waits::default();
-        feed(&mut w, 2, 0, &per_rank, 0);
-        assert_eq!(w.figures("j").unwrap().instances[LS], 0);
-        w.settle(TIMEOUT_NS);
-        let j = w.figures("j").unwrap();
-        assert_eq!((j.waited_ns[LS], j.instances[LS]), (30 * MS, 1));
-        // The shim's end record makes it whole at once; one for a group
-        // nobody knows ends nothing.
-        let end = |enter| Plain {
-            kind: kind::GROUP_END,
-            peer: waits::NO_ROOT,
-            seq: 1,
-            ..send(0, 0, 0, enter)
-        };
-        let per_rank = vec![
-            vec![send(1, 0, 0, 30 * MS)],
-            vec![recv(0, 0, 0, 0, 31 * MS, flag::MULTI), end(0), end(7)],
-        ];
-        let (w, j) = run(2, 0, &per_rank, 0);
-        assert_eq!((j.waited_ns[LS], j.instances[LS]), (30 * MS, 1));
-        assert_eq!((w.pending(), j.records_invalid), (0, 0));
-    }
-
-    #[test]
-    fn a_group_with_an_unmatched_message_counts_no_wait() {
-        // Rank 2 waits for ranks 0 and 1; rank 1's send never comes (a rank
-        // on another node).
-        let per_rank = vec![
-            vec![send(2, 0, 0, 30 * MS)],
-            vec![],
-            vec![
-                recv(0, 0, 0, 0, 31 * MS, flag::MULTI),
-                recv(1, 0, 0, 0, 31 * MS, flag::MULTI),
-                send(0, 9, 0, 40 * MS),
-            ],
-        ];
-        let mut w = Waits::default();
-        feed(&mut w, 3, 0, &per_rank, 0);
-        w.settle(TIMEOUT_NS);
-        let j = w.figures("j").unwrap();
-        assert_eq!((j.waited_ns[LS], j.instances[LS]), (0, 0));
-        // The unmatched receive and the send nobody received.
-        assert_eq!(j.unresolved[Unresolved::Incomplete as usize], 2);
-        assert_eq!(j.culprit(), None);
-        assert_eq!(w.pending(), 0);
-    }
-
-    #[test]
-    fn tests_match_without_a_wait_and_misnumbered_pairs_are_mismatches() {
-        let per_rank = vec![
-            vec![
-                send(1, 0, 0, 50),
-                // Sent after it was received; another size.
-                send(1, 0, 1, 500),
-                Plain {
-                    bytes: 16,
-                    ..send(1, 0, 2, 600)
-                },
-                // Of unknown size: believed.
-                Plain {
-                    bytes: u64::MAX,
-                    ..send(1, 0, 3, 700)
-                },
-            ],
-            vec![
-                recv(0, 0, 0, 0, 60, flag::TEST),
-                recv(0, 0, 1, 0, 100, 0),
-                recv(0, 0, 2, 0, 700, 0),
-                recv(0, 0, 3, 650, 800, 0),
-            ],
-        ];
-        let (w, j) = run(2, 0, &per_rank, 0);
-        assert_eq!(j.unresolved[Unresolved::Mismatch as usize], 2);
-        assert_eq!((j.waited_ns[LS], j.instances[LS]), (50, 1));
-        assert_eq!(w.pending(), 0);
-    }
-
-    #[test]
-    fn records_no_shim_writes_are_counted_not_kept() {
-        let per_rank = vec![vec![
-            // A peer beyond the job, unknown flags, a send with flags,
-            // both flags, time backwards, and a second send of one message.
-            send(2, 0, 0, 0),
-            recv(1, 0, 0, 0, 1, 0x80),
-            Plain {
-                flags: flag::MULTI,
-                ..send(1, 0, 1, 0)
-            },
-            recv(1, 0, 1, 0, 1, flag::MULTI | flag::TEST),
-            recv(1, 0, 2, 5, 1, 0),
-            send(1, 0, 3, 0),
-            send(1, 0, 3, 0),
-            // A receive's flag on a send, a send's on a receive, a post
-            // with flags, a post after its receive, two posts.
-            Plain {
-                flags: flag::POSTED_HERE,
-                ..send(1, 0, 4, 0)
-            },
-            recv(1, 0, 5, 0, 1, flag::BLOCKING),
-            Plain {
-                flags: flag::TEST,
-                ..posted(1, 0, 6, 0)
-            },
-            recv(1, 0, 7, 0, 1, 0),
-            posted(1, 0, 7, 0),
-            posted(1, 0, 8, 0),
-            posted(1, 0, 8, 0),
-        ]];
-        let (w, j) = run(2, 0, &per_rank, 0);
-        assert_eq!(j.records_invalid, 11);
-        assert_eq!(w.pending(), 3);
-    }
-
-    #[test]
-    fn a_blocking_send_waits_for_its_late_receiver() {
-        // Rank 0 enters MPI_Ssend at 0 and leaves at 61 ms; rank 1 enters
-        // MPI_Recv at 60 ms (its post) and leaves at 61 ms.
-        let per_rank = vec![
-            vec![ssend(1, 0, 0, 0, 61 * MS)],
-            vec![recv(0, 0, 0, 60 * MS, 61 * MS, flag::POSTED_HERE)],
-        ];
-        let (w, j) = run(2, 0, &per_rank, 0);
-        assert_eq!((j.waited_ns[LR], j.instances[LR]), (60 * MS, 1));
-        // The receive waited for nothing, and counts as Late Sender's.
-        assert_eq!((j.waited_ns[LS], j.instances[LS]), (0, 1));
-        assert_eq!(j.ranks[&0].waited_ns[LR], 60 * MS);
-        assert_eq!(j.ranks[&1].late_ns[LR], 60 * MS);
-        assert_eq!(j.culprit().map(|c| c.0), Some(1));
-        let by_fn: Vec<_> = j.functions.iter().map(|(k, v)| (*k, *v)).collect();
-        assert_eq!(by_fn, [((SSEND, Pattern::LateReceiver), 60 * MS)]);
-        assert_eq!((w.pending(), j.unresolved), (0, [0; 5]));
-        // Posted by an MPI_Irecv at 40 ms, completed in an MPI_Wait entered
-        // at 70: the sender waited until the post. Sampled: 8 times.
-        let per_rank = vec![
-            vec![ssend(1, 0, 0, 0, 71 * MS)],
-            vec![posted(0, 0, 0, 40 * MS), recv(0, 0, 0, 70 * MS, 71 * MS, 0)],
-        ];
-        let (_, j) = run(2, 3, &per_rank, 0);
-        assert_eq!((j.waited_ns[LR], j.instances[LR]), (8 * 40 * MS, 1));
-        assert_eq!(j.waited_ns[LS], 0);
-        // An eager send left before the receive was posted: no wait, but
-        // evaluated; a send that is not blocking is not.
-        let per_rank = vec![
-            vec![ssend(1, 0, 0, 0, MS), send(1, 0, 1, 0)],
-            vec![
-                recv(0, 0, 0, 60 * MS, 61 * MS, flag::POSTED_HERE),
-                recv(0, 0, 1, 60 * MS, 61 * MS, flag::POSTED_HERE),
-            ],
-        ];
-        let (_, j) = run(2, 0, &per_rank, 0);
-        assert_eq!((j.waited_ns[LR], j.instances[LR]), (0, 1));
-        assert_eq!(j.instances[LS], 2);
-    }
-
-    #[test]
-    fn a_post_not_known_is_bounded_or_unresolved() {
-        // The post's record lost: a receive completed in a call entered
-        // before the send was posted earlier still, so no wait; one
-        // entered after it cannot be said.
-        let per_rank = vec![
-            vec![
-                ssend(1, 0, 0, 10 * MS, 71 * MS),
-                ssend(1, 0, 1, 80 * MS, 90 * MS),
-            ],
-            vec![
-                recv(0, 0, 0, 5 * MS, 71 * MS, 0),
-                recv(0, 0, 1, 85 * MS, 90 * MS, 0),
-            ],
-        ];
-        let (_, j) = run(2, 0, &per_rank, 0);
-        assert_eq!((j.waited_ns[LR], j.instances[LR]), (0, 1));
-        assert_eq!(j.unresolved[Unresolved::Incomplete as usize], 1);
-        // A post after its receive completed: a mismatch, never a wait.
-        let per_rank = vec![
-            vec![ssend(1, 0, 0, 0, 71 * MS)],
-            vec![posted(0, 0, 0, 80 * MS), recv(0, 0, 0, 70 * MS, 71 * MS, 0)],
-        ];
-        let (_, j) = run(2, 0, &per_rank, 0);
-        assert_eq!((j.waited_ns[LR], j.instances[LR]), (0, 0));
-        assert_eq!(j.unresolved[Unresolved::Mismatch as usize], 1);
-    }
-
-    #[test]
-    fn a_post_does_not_close_its_threads_group() {
-        // Rank 2's Waitall completes two receives; the second's post
-        // record, written between them, is another call's time.
-        let per_rank = vec![
-            vec![send(2, 0, 0, 30 * MS)],
-            vec![send(2, 0, 0, 10 * MS)],
-            vec![
-                posted(1, 0, 0, 0),
-                recv(1, 0, 0, MS, 31 * MS, flag::MULTI),
-                posted(0, 0, 0, 0),
-                recv(0, 0, 0, MS, 31 * MS, flag::MULTI),
-            ],
-        ];
-        let mut w = Waits::default();
-        feed(&mut w, 3, 0, &per_rank, 0);
-        // Not sealed by the post: evaluated whole at the timeout, once.
-        assert_eq!(w.figures("j").unwrap().instances[LS], 0);
-        w.settle(TIMEOUT_NS);
-        let j = w.figures("j").unwrap();
-        assert_eq!((j.waited_ns[LS], j.instances[LS]), (29 * MS, 1));
-    }
-
-    #[test]
-    fn pending_messages_are_bounded_and_skips_counted_once() {
-        let recs: Vec<Plain> = (0..super::MAX_PENDING as u64 + 7)
-            .map(|s| send(1, 0, s, 0))
-            .collect();
-        let (w, j) = run(2, 0, &[recs], 0);
-        assert_eq!(w.pending(), super::MAX_PENDING);
-        assert_eq!(j.unresolved[Unresolved::Overflow as usize], 7);
-        // A ring's skipped count is a running total.
-        let mut w = Waits::default();
-        for (skipped, want) in [(5, 5), (7, 7), (2, 7), (4, 9)] {
-            w.add(
-                "j",
-                &Drain {
-                    skipped,
-                    ..Drain::ns(0, 2, &[])
-                },
-                0,
-            );
-            let j = w.figures("j").unwrap();
-            assert_eq!(j.unresolved[Unresolved::Skipped as usize], want);
-        }
-    }
-
-    #[test]
-    fn counter_ticks_wait_for_their_rate() {
-        let mut w = Waits::default();
-        let drain = |w: &mut Waits, rank, rate, records: &[Plain]| {
-            w.add(
-                "j",
-                &Drain {
-                    clock: waits::clock::TICKS,
-                    ns_per_tick: rate,
-                    ..Drain::ns(rank, 2, records)
-                },
-                0,
-            );
-        };
-        drain(&mut w, 0, 0, &[send(1, 0, 0, 1_000)]);
-        drain(&mut w, 1, 0, &[recv(0, 0, 0, 0, 1_100, 0)]);
-        w.settle(0);
-        assert_eq!(w.pending(), 1);
-        drain(&mut w, 1, 2 << 32, &[]);
-        w.settle(1);
-        assert_eq!(w.figures("j").unwrap().waited_ns[LS], 2_000);
-    }
-}
+mod tests;

@@ -22,7 +22,7 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut seconds = Family::new(
         names::WAIT_SECONDS,
         "counter",
-        "Seconds this node's ranks of the job waited in MPI for a late rank, per wait-state pattern (Scalasca's: wait_barrier, wait_nxn, late_broadcast, early_reduce from blocking collectives, late_sender and late_receiver from point-to-point messages, on MPI_COMM_WORLD); sampled instances times the sampling period. Only instances whose every rank is on this node, and messages both of whose ranks are, are evaluated (see mpi_job_wait_unresolved_total).",
+        "Seconds this node's ranks of the job waited in MPI for a late rank, per wait-state pattern (Scalasca's: wait_barrier, wait_nxn, late_broadcast, early_reduce from blocking collectives, late_sender and late_receiver from point-to-point messages, on MPI_COMM_WORLD); sampled instances times the sampling period. Instances and messages with ranks on other nodes are evaluated when those nodes' daemons ship their records (--waits.peers), else counted in mpi_job_wait_unresolved_total; each node counts its own ranks' waits.",
     );
     let mut instances = Family::new(
         "mpi_job_wait_instances_total",
@@ -32,7 +32,7 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut unresolved = Family::new(
         "mpi_job_wait_unresolved_total",
         "counter",
-        "Sampled collective instances and messages not evaluated, by reason: incomplete (a part never came: a rank on another node or without the shim's records, or its record was lost), mismatch (the parts disagree: a collective's function or root, a message's size, or a message received before it was sent), overflow (too many waited for parts), clock (their times cannot be compared: different clocks, or the CPU counter's rate never given), skipped (messages a rank did not record: it had lost count of its messages, the call's start was not on the ring's clock, or the envelope found no room in its table).",
+        "Sampled collective instances and messages not evaluated, by reason: incomplete (a part never came: a rank on another node whose daemon ships no records to this one, or without the shim's records, or its record was lost), mismatch (the parts disagree: a collective's function or root, a message's size, or a message received before it was sent), overflow (too many waited for parts), clock (their times cannot be compared: different clocks, or the CPU counter's rate never given; across nodes, a wait shorter than mpi_job_wait_clock_uncertainty_seconds, one per waiting rank), skipped (messages a rank did not record: it had lost count of its messages, the call's start was not on the ring's clock, or the envelope found no room in its table).",
     );
     let mut lost = Family::new(
         "mpi_job_wait_records_lost_total",
@@ -73,6 +73,11 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
         "mpi_job_wait_waiting_fraction_1m",
         "gauge",
         "Seconds per second that mpi_job_wait_waiting_rank of the same k waited over the last minute (or since the job's first record, if younger).",
+    );
+    let mut uncertainty = Family::new(
+        "mpi_job_wait_clock_uncertainty_seconds",
+        "gauge",
+        "For a job whose ranks are on other nodes too (their daemons ship their records, --waits.peers): the largest uncertainty of those nodes' clock offsets to this node's, as the records bound them (half the interval; +Inf while a side is unbounded). Waits shorter than it count as unresolved{reason=\"clock\"}, never as waits. Absent for a job on this node only.",
     );
     let mut jobs: Vec<_> = waits.all().collect();
     jobs.sort_unstable_by_key(|(job, _)| *job);
@@ -132,6 +137,19 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
                 ),
             );
         }
+        if let Some(ns) = w.clock_uncertainty_ns {
+            uncertainty.line(
+                T,
+                format_args!(
+                    "mpi_job_wait_clock_uncertainty_seconds{{{job}}} {}",
+                    if ns.is_finite() {
+                        (ns / 1e9).to_string()
+                    } else {
+                        "+Inf".to_string()
+                    }
+                ),
+            );
+        }
         for (i, (rank, rate)) in w.culprits.iter().enumerate() {
             let k = i + 1;
             culprit.line(
@@ -167,5 +185,6 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
         culprit_rate,
         waiter,
         waiter_rate,
+        uncertainty,
     ]);
 }
