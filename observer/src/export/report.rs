@@ -73,6 +73,12 @@ pub struct WaitData {
     /// What was waited per function of the waiting call and pattern, the
     /// most first (`function` is `?` for a record no shim writes).
     pub functions: Vec<FunctionWaitData>,
+    /// For a job with ranks on other nodes too: the largest uncertainty of
+    /// their clocks' offsets to this node's, in ns (`u64::MAX` while
+    /// unbounded; docs/waits.md, "Across nodes"). Absent for a job on one
+    /// node, and from daemons before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_uncertainty_ns: Option<u64>,
 }
 
 /// One pattern of one job.
@@ -166,6 +172,13 @@ impl WaitData {
             records_invalid: w.records_invalid,
             sample_period: w.sample_period,
             p2p_sample_period: w.p2p_sample_period,
+            clock_uncertainty_ns: w.clock_uncertainty_ns.map(|u| {
+                if u.is_finite() {
+                    u.max(0.0) as u64
+                } else {
+                    u64::MAX
+                }
+            }),
             ranks: w
                 .ranks
                 .iter()

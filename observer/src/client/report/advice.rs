@@ -172,7 +172,7 @@ pub const RULES: &[Rule] = &[
 const UNRESOLVED_NEXT: &[(&str, &str)] = &[
     (
         "incomplete",
-        "Instances missed a rank: ranks on other nodes, or without the shim's wait records, are not matched yet (docs/waits.md).",
+        "Instances missed a rank: ranks on other nodes whose daemons do not ship their records to this one's (give each daemon the others with --waits.peers), or ranks without the shim's wait records (docs/waits.md).",
     ),
     (
         "skipped",
@@ -184,7 +184,7 @@ const UNRESOLVED_NEXT: &[(&str, &str)] = &[
     ),
     (
         "clock",
-        "The ranks' records were kept on different clocks, or the CPU counter's rate never came: check the node's clocksource.",
+        "Waits were shorter than what the nodes' clocks can tell apart (the job synchronises too rarely for their offsets to be bound), or the ranks' records were kept on different clocks, or the CPU counter's rate never came: check the node's clocksource (docs/waits.md, \"Across nodes\").",
     ),
     (
         "overflow",

@@ -575,7 +575,7 @@ fn waits(o: &mut String, r: &Report) {
     o.push_str("</tbody></table>\n");
     let _ = writeln!(
         o,
-        "<p class=\"note\">Sampled one in {} collectives{}. Unresolved: {}. Pending: {}. Records lost: {}, invalid: {}.</p>",
+        "<p class=\"note\">Sampled one in {} collectives{}. Unresolved: {}. Pending: {}. Records lost: {}, invalid: {}{}.</p>",
         w.sample_period.max(1),
         if w.p2p_sample_period == 0 {
             ", no messages".to_string()
@@ -589,7 +589,8 @@ fn waits(o: &mut String, r: &Report) {
         },
         w.pending,
         w.records_lost,
-        w.records_invalid
+        w.records_invalid,
+        esc(&w.clocks())
     );
     o.push_str("<div class=\"plots\"><div>\n");
     table_head(o, &["Rank that waited", "Seconds", "Own MPI %", "Mostly"]);

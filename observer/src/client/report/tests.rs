@@ -383,6 +383,8 @@ fn waits_on(host: &str, taken: f64, ns: u64, waiter: u32, culprit: u32) -> Data 
                 pattern: "wait_barrier".into(),
                 waited_ns: ns,
             }],
+            // Across nodes: node2's clock is bound within 0.3 ms.
+            clock_uncertainty_ns: (host == "node2").then_some(300_000),
         }],
     }
 }
@@ -408,6 +410,9 @@ fn waits_are_summed_over_nodes_and_split_the_job_time() {
     assert_eq!(w.patterns[0].instances, 20);
     assert_eq!(w.unresolved, [("incomplete".to_string(), 2)]);
     assert_eq!((w.pending, w.p2p_sample_period), (4, 8));
+    // The largest of the nodes' clock uncertainties, as the text says it.
+    assert_eq!(w.clock_uncertainty_ns, Some(300_000));
+    assert_eq!(w.clocks(), "; the nodes' clocks agree within ±0.300 ms");
     let waiting: Vec<(u32, f64)> = w.waiting.iter().map(|l| (l.rank, l.seconds)).collect();
     assert_eq!(waiting, [(0, 3.0), (1, 1.0)]);
     let culprits: Vec<(u32, f64)> = w

@@ -266,7 +266,7 @@ fn waits(out: &mut String, r: &Report) {
     }
     let _ = writeln!(
         out,
-        "Sampled: 1 in {} collectives, {}; unresolved {}{}; pending {}; records lost {}, invalid {}",
+        "Sampled: 1 in {} collectives, {}; unresolved {}{}; pending {}; records lost {}, invalid {}{}",
         w.sample_period.max(1),
         if w.p2p_sample_period == 0 {
             "no messages".to_string()
@@ -281,7 +281,8 @@ fn waits(out: &mut String, r: &Report) {
         },
         w.pending,
         w.records_lost,
-        w.records_invalid
+        w.records_invalid,
+        w.clocks()
     );
     let _ = writeln!(
         out,

@@ -55,6 +55,9 @@ pub struct WaitSummary {
     pub sample_period: u64,
     /// The messages' (0: not recorded).
     pub p2p_sample_period: u64,
+    /// Across nodes: the largest uncertainty of a node's clock offset, in
+    /// ns, over the nodes (`u64::MAX`: unbounded); `None` on one node.
+    pub clock_uncertainty_ns: Option<u64>,
 }
 
 impl WaitSummary {
@@ -64,6 +67,16 @@ impl WaitSummary {
             .iter()
             .map(|u| u.1)
             .fold(0, u64::saturating_add)
+    }
+
+    /// The clocks' agreement across nodes, as a reader reads it: `; the
+    /// nodes' clocks agree within ±0.300 ms` (empty on one node).
+    pub fn clocks(&self) -> String {
+        match self.clock_uncertainty_ns {
+            None => String::new(),
+            Some(u64::MAX) => "; the nodes' clocks are not bound yet".into(),
+            Some(u) => format!("; the nodes' clocks agree within ±{:.3} ms", u as f64 / 1e6),
+        }
     }
 
     /// The reasons instances went unresolved, as a reader reads them:
@@ -247,6 +260,9 @@ pub(super) fn summary(nodes: &[&WaitData], rep: &Report, top: usize) -> WaitSumm
         s.records_invalid = s.records_invalid.saturating_add(w.records_invalid);
         s.sample_period = s.sample_period.max(w.sample_period);
         s.p2p_sample_period = s.p2p_sample_period.max(w.p2p_sample_period);
+        if let Some(u) = w.clock_uncertainty_ns {
+            s.clock_uncertainty_ns = Some(s.clock_uncertainty_ns.unwrap_or(0).max(u));
+        }
     }
     let mpi = rep.totals.mpi_seconds;
     for (i, label) in labels.iter().enumerate() {
