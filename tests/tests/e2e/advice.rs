@@ -148,6 +148,12 @@ fn the_first_finding_names_the_late_rank(mpi: Mpi) {
         line1.contains("mostly for rank 3 ("),
         "{what}: the first finding: {line1}"
     );
+    // The call the ranks wait in, with the line of the demo's source they
+    // call it from.
+    assert!(
+        line1.contains("(called from ") && line1.contains("traffic.c:"),
+        "{what}: the first finding names no call site: {line1}"
+    );
     eprintln!("{what}: {line1}");
     for want in ["@--- Time split", "@--- Wait states"] {
         assert!(text.contains(want), "{what}: {want} in:\n{text}");

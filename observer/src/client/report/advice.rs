@@ -307,6 +307,19 @@ struct Culprit {
     ratio: f64,
 }
 
+/// MPI function `function` as a finding names it: with the call site the
+/// job spent the most time in it from (`MPI_Waitall (called from main at
+/// traffic.c:38)`), when call sites were captured; the wait records name
+/// the function, not the site, so this is the site of that function's
+/// time, where the waiting is when one call site dominates.
+fn called_from(rep: &Report, function: &str) -> String {
+    // The report's sites are the most time first.
+    match rep.callsites.iter().find(|s| s.function == function) {
+        Some(s) => format!("{function} (called from {})", s.site),
+        None => function.to_string(),
+    }
+}
+
 fn culprit(rep: &Report, l: &Limits) -> Option<Culprit> {
     let w = rep.waits.as_ref()?;
     let c = w.culprits.first()?;
@@ -339,12 +352,12 @@ fn culprit(rep: &Report, l: &Limits) -> Option<Culprit> {
     };
     // The call waited in most, and the next if it has a quarter of that.
     let most = w.functions.first().map_or(0.0, |f| f.seconds);
-    let functions: Vec<&str> = w
+    let functions: Vec<String> = w
         .functions
         .iter()
         .take(2)
         .filter(|f| f.seconds >= most / 4.0)
-        .map(|f| f.function.as_str())
+        .map(|f| called_from(rep, &f.function))
         .collect();
     let functions = if functions.is_empty() {
         "MPI calls".to_string()
@@ -463,13 +476,13 @@ fn message_pattern(rep: &Report, l: &Limits, label: &str, calls: &str) -> Option
         .functions
         .iter()
         .find(|f| f.pattern == label)
-        .map_or(calls, |f| f.function.as_str());
+        .map_or(calls.to_string(), |f| called_from(rep, &f.function));
     Some(Hit {
         seconds: s,
         values: vec![
             ("seconds", secs(s)),
             ("wait_share", share),
-            ("function", function.into()),
+            ("function", function),
         ],
         ranks: Vec::new(),
     })

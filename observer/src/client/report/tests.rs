@@ -580,6 +580,12 @@ fn the_findings_and_waits_are_rendered() {
     let f = text.find("@--- Findings").expect("findings");
     assert!(f < text.find("@--- MPI time per rank").unwrap(), "{text}");
     assert!(text.contains("\n1. Rank 0 waits 3.00 s"), "{text}");
+    // The call waited in, with the site the job spent most of its time in
+    // it from.
+    assert!(
+        text.contains("in MPI_Barrier (called from main at two.c:20), mostly for rank 1"),
+        "{text}"
+    );
     assert!(text.contains("@--- Wait states"), "{text}");
     assert!(text.contains("Wait at Barrier"), "{text}");
     let html = html::render(&reps);
