@@ -260,6 +260,34 @@ pub struct AttachArgs {
     /// slow to read (network file systems) or the CPU is emulated.
     #[arg(long, value_name = "SECONDS", default_value_t = crate::attach::symbolizer::DEFAULT_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=600))]
     pub symbolizer_timeout: u64,
+    // --waits.peers and its files, boxed so that `Command` stays small.
+    #[command(flatten)]
+    pub waits: Box<WaitsPeersArgs>,
+}
+
+/// The options of `attach` that fetch other nodes' wait records.
+#[derive(Debug, Args)]
+pub struct WaitsPeersArgs {
+    /// The daemons of the other nodes a job may span, by base URL
+    /// (http://HOST:PORT or https://HOST:PORT, their --listen),
+    /// comma-separated or repeated: their jobs' wait records are fetched
+    /// every 500 ms from their /waits/records, so that instances with
+    /// ranks on several nodes complete (docs/waits.md, "Across nodes").
+    #[arg(
+        long = "waits.peers",
+        value_name = "URL[,URL...]",
+        value_delimiter = ','
+    )]
+    pub peers: Vec<String>,
+    /// For https:// --waits.peers: the CA certificate (PEM) that signed
+    /// their certificates; they are verified against it only.
+    #[arg(long = "waits.peers-ca-file", value_name = "PATH")]
+    pub ca_file: Option<PathBuf>,
+    /// A file holding one line `user:password` for the basic
+    /// authentication of --waits.peers, readable by its owner only (mode
+    /// 0600); default: the file MPI_OBSERVER_AUTH_FILE names.
+    #[arg(long = "waits.peers-auth-file", value_name = "PATH")]
+    pub auth_file: Option<PathBuf>,
 }
 
 /// How `report` renders.
@@ -485,6 +513,30 @@ mod tests {
         assert_eq!(
             (a.per_rank_detail, a.detail_ranks, a.max_series),
             (false, 2, 50_000)
+        );
+        assert!(a.waits.peers.is_empty());
+    }
+
+    #[test]
+    fn waits_peers_are_a_list() {
+        let Command::Attach(a) = parse_from(
+            [
+                "mpi-observer",
+                "attach",
+                "--all",
+                "--waits.peers",
+                "http://n2:9479,http://n3:9479",
+                "--waits.peers=https://n4:9479",
+            ]
+            .map(Into::into),
+        )
+        .command
+        else {
+            panic!("attach");
+        };
+        assert_eq!(
+            a.waits.peers,
+            ["http://n2:9479", "http://n3:9479", "https://n4:9479"]
         );
     }
 }

@@ -1309,6 +1309,7 @@ fn report_seed() -> Data {
                 pattern: "wait_nxn".into(),
                 waited_ns: 3_000_000_000,
             }],
+            clock_uncertainty_ns: Some(300_000),
         }],
     }
 }
@@ -1509,6 +1510,8 @@ fn any_waits() -> impl Strategy<Value = report::WaitData> {
                     p2p_sample_period: p2p,
                     ranks,
                     functions,
+                    // Present or not, any value (u64::MAX: unbounded).
+                    clock_uncertainty_ns: (pending % 3 == 0).then_some(lost),
                 }
             },
         )

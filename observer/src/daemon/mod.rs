@@ -8,8 +8,10 @@
 //! [`exit_handover`] holds a shim rank's segment when it knocks at exit
 //! (at the door of [`knocks`], in the [`fair`] queues also used for its
 //! attaches), [`handover`] hands the probes to the next daemon at a planned
-//! restart, [`not_mpi`] remembers processes judged not MPI, and
-//! [`commands`] dispatches the other subcommands.
+//! restart, [`not_mpi`] remembers processes judged not MPI, [`peers`]
+//! fetches the wait records of jobs spanning nodes from the other nodes'
+//! daemons (`--waits.peers`), and [`commands`] dispatches the other
+//! subcommands.
 
 pub mod attacher;
 pub mod commands;
@@ -19,6 +21,7 @@ pub mod handover;
 pub mod inject;
 pub mod knocks;
 pub mod not_mpi;
+pub mod peers;
 
 use std::{
     collections::HashSet,
@@ -89,6 +92,9 @@ pub enum DaemonError {
         /// What is missing.
         source: NoEbpf,
     },
+    /// A bad --waits.peers, or its CA or auth file.
+    #[error(transparent)]
+    Peers(#[from] peers::PeerError),
     /// The async runtime could not start.
     #[error("cannot start the runtime: {source}")]
     Runtime {
@@ -196,6 +202,15 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         Err(source) => return Err(DaemonError::NoEbpf { source }),
     };
     let functions = functions::select(args.functions.as_deref())?;
+    let peers = peers::parse_peers(&args.waits.peers, args.waits.ca_file.is_some())?;
+    let peers_client = if peers.is_empty() {
+        None
+    } else {
+        Some(peers::client(
+            args.waits.ca_file.as_deref(),
+            args.waits.auth_file.as_deref(),
+        )?)
+    };
     let inject = if args.inject {
         let l = crate::collect::launcher::tools_list::ToolsList::parse(&args.inject_tools);
         if !l.is_ok_and(|l| {
@@ -293,6 +308,9 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         .expect("not poisoned yet")
         .selfm
         .set_kernel(&kernel_info);
+    // Records go on this node's CLOCK_MONOTONIC from the first drain, so
+    // that no instance mixes them with the counter's ticks.
+    state.lock().expect("not poisoned yet").ship_waits = !peers.is_empty();
     // Files of user processes and call-site naming (docs/callsites.md).
     crate::attach::symbols::set_max_file_size(args.max_file_size);
     state.lock().expect("not poisoned yet").names =
@@ -422,6 +440,8 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
     }
     log::info!("serving {scheme}://{}/metrics", args.listen);
     let server = tokio::spawn(server::serve(listener, state.clone(), web));
+    let puller =
+        peers_client.and_then(|c| peers::start(peers, c, state.clone(), watch_stop.clone()));
 
     let mut sigint = signal(SignalKind::interrupt()).expect("signal handler");
     let mut sigterm = signal(SignalKind::terminate()).expect("signal handler");
@@ -489,6 +509,10 @@ async fn run_async(args: AttachArgs) -> Result<(), DaemonError> {
         let _ = w.join();
     }
     if let Some(h) = knocks {
+        let _ = h.join();
+    }
+    // At most one request's timeout (peers::TIMEOUT) away.
+    if let Some(h) = puller {
         let _ = h.join();
     }
     // No armed trigger outlives the daemon's intent to inject.

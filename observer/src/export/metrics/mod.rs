@@ -100,6 +100,14 @@ pub struct SelfMetrics {
     /// What the series budget kept and dropped, by path.
     pub budget: BudgetStats,
     kernel_info: IntGaugeVec,
+    /// Wait records of jobs spanning nodes no peer fetched
+    /// (crate::export::registry::outbox).
+    pub waits_outbox_dropped: IntCounter,
+    /// Records a peer's outbox dropped before this daemon fetched them
+    /// (crate::daemon::peers).
+    pub waits_peer_records_lost: IntCounter,
+    /// Pulls from a peer that failed (crate::daemon::peers).
+    pub waits_peer_errors: IntCounter,
 }
 
 /// The labels of `mpi_observer_kernel_info`: the attach mechanism, then
@@ -281,6 +289,21 @@ impl SelfMetrics {
             &KERNEL_LABELS,
         )
         .expect("valid metric");
+        let waits_outbox_dropped = IntCounter::new(
+            "mpi_observer_waits_outbox_dropped_total",
+            "Wait records of jobs spanning nodes that no other node's daemon fetched, once one has asked for any: dropped from the outbox (65,536 records, 10 s) before they were fetched, or never kept there (their times on a counter this daemon could not convert yet).",
+        )
+        .expect("valid metric");
+        let waits_peer_records_lost = IntCounter::new(
+            "mpi_observer_waits_peer_records_lost_total",
+            "Wait records the daemons of --waits.peers dropped from their outbox before this daemon fetched them.",
+        )
+        .expect("valid metric");
+        let waits_peer_errors = IntCounter::new(
+            "mpi_observer_waits_peer_errors_total",
+            "Fetches of wait records from a daemon of --waits.peers that failed: no answer, an error status, or an answer that is not a valid /waits/records.",
+        )
+        .expect("valid metric");
         for m in [
             Box::new(exit_handovers.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(segment_errors.clone()),
@@ -306,6 +329,9 @@ impl SelfMetrics {
             Box::new(shm_orphans_removed.clone()),
             Box::new(restart_handovers.clone()),
             Box::new(kernel_info.clone()),
+            Box::new(waits_outbox_dropped.clone()),
+            Box::new(waits_peer_records_lost.clone()),
+            Box::new(waits_peer_errors.clone()),
         ] {
             registry.register(m).expect("unique metric names");
         }
@@ -337,6 +363,9 @@ impl SelfMetrics {
             restart_handovers,
             budget: BudgetStats::default(),
             kernel_info,
+            waits_outbox_dropped,
+            waits_peer_records_lost,
+            waits_peer_errors,
         }
     }
 

@@ -18,11 +18,14 @@
 //!   an injected shim, noticed exited, released, retained, forgotten;
 //! - `scrape.rs`: one collection (segments and maps read into a snapshot)
 //!   and what is made of it (`/metrics`, `/metrics/ranks`, the report data);
-//! - `waits.rs`: the ranks' wait records drained into the matcher.
+//! - `waits.rs`: the ranks' wait records drained into the matcher;
+//! - `outbox.rs`: the wait records of jobs that span nodes, kept for the
+//!   other nodes' daemons to fetch.
 
 mod admission;
 mod labels;
 mod lifecycle;
+pub mod outbox;
 mod prepare;
 mod rank;
 mod scrape;
@@ -87,8 +90,18 @@ pub struct State {
     /// offered again (nor counted again) until one of that user's ranks
     /// exits and frees room.
     pub refused: std::collections::HashMap<(u32, u64), u32>,
-    /// The wait states of every job, from the ranks' wait records.
+    /// The wait states of every job, from the ranks' wait records (and,
+    /// for jobs that span nodes, those other nodes' daemons shipped).
     pub waits: Waits,
+    /// The wait records of jobs that span nodes, for the other nodes'
+    /// daemons (`/waits/records`).
+    pub outbox: outbox::Outbox,
+    /// The CPU's counter in `CLOCK_MONOTONIC`, for the records shipped.
+    clock: crate::os::clock::CounterClock,
+    /// Whether the daemon has peers (`--waits.peers`): every job's records
+    /// are then matched on `CLOCK_MONOTONIC`, whether or not it spans
+    /// nodes yet (see `waits.rs`).
+    pub ship_waits: bool,
 }
 
 impl State {
@@ -120,6 +133,9 @@ impl State {
             refusals: RefusalLog::default(),
             refused: std::collections::HashMap::new(),
             waits: Waits::default(),
+            outbox: outbox::Outbox::random(),
+            clock: Default::default(),
+            ship_waits: false,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! What each path answers: `/metrics` (from the shared collection),
-//! `/metrics/ranks`, `/report.json` and the landing page; and the order a
-//! request is taken in: its body, then its credentials, then the answer.
+//! `/metrics/ranks`, `/report.json`, `/waits/records` (the wait records
+//! of jobs that span nodes, for the other nodes' daemons) and the landing
+//! page; and the order a request is taken in: its body, then its
+//! credentials, then the answer.
 
 use std::sync::Arc;
 
@@ -24,7 +26,27 @@ const LANDING: &str = "<!doctype html><html><head><title>mpi-observer</title></h
 <h1>mpi-observer</h1><p>Per-rank MPI call statistics from eBPF probes on running MPI jobs.</p>\
 <p><a href=\"/metrics\">Metrics</a> (bounded: per job, a few series per rank) &middot; \
 <a href=\"/metrics/ranks\">Per-rank metrics</a> (every rank in full; <code>?jobid=J</code> for chosen jobs) &middot; \
-<a href=\"/report.json\">Report data</a> (for <code>mpi-observer report --url</code>)</p></body></html>\n";
+<a href=\"/report.json\">Report data</a> (for <code>mpi-observer report --url</code>) &middot; \
+<a href=\"/waits/records\">Wait records</a> (of jobs spanning nodes, for <code>--waits.peers</code>; <code>?after=N</code>)</p></body></html>\n";
+
+/// The one line of a refused `/waits/records` query.
+const WAITS_QUERY_ERROR: &str = "the /waits/records query takes only after=N, N a decimal cursor from 0 to 18446744073709551615 (the `next` of the last answer)\n";
+
+/// The cursor of a `/waits/records` query: `after=N`, N decimal digits
+/// that fit a u64, or nothing (0). A user's input: anything else, a sign,
+/// an escape, a second parameter, is refused, and nothing of it is said
+/// back.
+pub(super) fn waits_query(query: Option<&str>) -> Result<u64, &'static str> {
+    let Some(q) = query.filter(|q| !q.is_empty()) else {
+        return Ok(0);
+    };
+    let n = q.strip_prefix("after=").ok_or(WAITS_QUERY_ERROR)?;
+    // 20 digits at most: u64's; parse refuses what overflows.
+    if n.is_empty() || n.len() > 20 || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(WAITS_QUERY_ERROR);
+    }
+    n.parse::<u64>().map_err(|_| WAITS_QUERY_ERROR)
+}
 
 impl Server {
     /// One request: first all of it (its body, if any), then the
@@ -80,6 +102,10 @@ impl Server {
                 }
             },
             (&Method::GET, "/report.json") => self.report().await,
+            (&Method::GET, "/waits/records") => match waits_query(req.uri.query()) {
+                Ok(after) => self.waits_records(after).await,
+                Err(e) => text(StatusCode::BAD_REQUEST, e),
+            },
             (&Method::GET, "/") => {
                 let mut r = Response::new(Body::new(LANDING));
                 r.headers_mut().insert(
@@ -157,5 +183,67 @@ impl Server {
             HeaderValue::from_static("application/json"),
         );
         r
+    }
+
+    /// The wait records after cursor `after` of jobs that span nodes
+    /// (crate::export::registry::outbox), for another node's daemon; on
+    /// the blocking pool, as the other answers that take the state's lock.
+    async fn waits_records(self: &Arc<Self>, after: u64) -> Response<Body> {
+        let me = self.clone();
+        let Ok(json) = tokio::task::spawn_blocking(move || {
+            let answer = lock(&me.state).outbox.answer(after);
+            crate::export::registry::outbox::json(&answer)
+        })
+        .await
+        else {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
+        };
+        let mut r = Response::new(Body::new(json));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::waits_query;
+
+    #[test]
+    fn the_waits_query_is_a_cursor_or_nothing() {
+        assert_eq!(waits_query(None), Ok(0));
+        assert_eq!(waits_query(Some("")), Ok(0));
+        assert_eq!(waits_query(Some("after=0")), Ok(0));
+        assert_eq!(waits_query(Some("after=0042")), Ok(42));
+        assert_eq!(
+            waits_query(Some("after=18446744073709551615")),
+            Ok(u64::MAX)
+        );
+        for bad in [
+            "after=",
+            "after=-1",
+            "after=+1",
+            "after= 1",
+            "after=1 ",
+            "after=1&after=2",
+            "after=1&x=2",
+            "x=1",
+            "AFTER=1",
+            "after",
+            "after=0x10",
+            "after=1e3",
+            "after=%31",
+            "after=18446744073709551616",
+            "after=000000000000000000001",
+            "after=1\n2",
+            "after=\u{0663}",
+            "&",
+        ] {
+            let e = waits_query(Some(bad)).unwrap_err();
+            assert!(e.ends_with('\n') && e.matches('\n').count() == 1, "{bad}");
+            assert!(e.contains("after=N"), "{bad}: {e}");
+        }
     }
 }
