@@ -131,6 +131,11 @@ impl Nodes {
         *self.of_rank.entry(rank).or_insert(node) == node
     }
 
+    /// The ranks peers shipped records of.
+    pub fn ranks(&self) -> usize {
+        self.of_rank.len()
+    }
+
     /// The node of `rank`: 0 (this one) unless a peer shipped its records.
     pub fn of(&self, rank: u32) -> u16 {
         self.of_rank.get(&rank).copied().unwrap_or(0)

@@ -54,6 +54,9 @@ struct Instance {
     /// When its first record was matched.
     first_ns: u64,
     parts: Vec<Part>,
+    /// How many of `parts`, from the first, are known to be one a rank
+    /// (sorted by rank): the rest came since the last settle.
+    checked: usize,
 }
 
 /// A job's collective instances waiting for members, by sequence number.
@@ -101,26 +104,44 @@ impl Job {
             pending.pop_first();
             self.figures.unresolved[Unresolved::Overflow as usize] += 1;
         }
+        // A rank's second record of the instance is found at the settle
+        // (`one_a_rank`): looking for it here costs a pass over the parts
+        // per record, quadratic in the members.
         match pending.entry(r.seq) {
-            Slot::Occupied(mut o) => {
-                if o.get().parts.iter().any(|p| p.rank == rank) {
-                    self.figures.records_invalid += 1;
-                } else {
-                    o.get_mut().parts.push(part);
-                }
-            }
+            Slot::Occupied(mut o) => o.get_mut().parts.push(part),
             Slot::Vacant(v) => {
                 v.insert(Instance {
                     first_ns: now_ns,
                     parts: vec![part],
+                    checked: 0,
                 });
             }
         }
     }
 
+    /// Keeps the first part each rank gave of every instance that grew
+    /// since the last settle; the others count as invalid records. A job's
+    /// instance so holds one part a rank, and at most one drain's records
+    /// more.
+    fn one_a_rank(&mut self) {
+        let mut invalid = 0u64;
+        for i in self.coll.pending.values_mut() {
+            if i.parts.len() > i.checked {
+                // Stable: of a rank's parts, the first taken stays.
+                i.parts.sort_by_key(|p| p.rank);
+                let before = i.parts.len();
+                i.parts.dedup_by_key(|p| p.rank);
+                invalid += (before - i.parts.len()) as u64;
+                i.checked = i.parts.len();
+            }
+        }
+        self.figures.records_invalid = self.figures.records_invalid.saturating_add(invalid);
+    }
+
     /// Evaluates the instances every member has given, and gives up those
     /// that waited [`TIMEOUT_NS`].
     pub(super) fn settle_coll(&mut self, now_ns: u64) {
+        self.one_a_rank();
         let n = self.world_size as usize;
         // A whole instance in ticks waits for the counter's rate, until the
         // timeout.

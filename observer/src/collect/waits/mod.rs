@@ -143,8 +143,15 @@ impl Unresolved {
 
 /// How long an instance (or a message) waits for its last part.
 pub const TIMEOUT_NS: u64 = 5_000_000_000;
-/// Instances, and messages, a job may have waiting for parts.
+/// Instances, and messages (at least: see [`MESSAGES_PER_RANK`]), a job
+/// may have waiting for parts.
 pub const MAX_PENDING: usize = 16_384;
+/// Messages a job may have waiting for a half, per rank the daemon knows
+/// (drained here, or shipped by a peer; never as many as a record claims):
+/// a drain's messages wait for their other half until the settle, and a
+/// halo exchange of 128 ranks, 4 neighbours and 10,000 messages a second
+/// each, sampled 1 in 8, has 160,000 in 250 ms.
+pub const MESSAGES_PER_RANK: usize = 2_048;
 /// The culprits' and waiters' window: `_1m`.
 pub const WINDOW_NS: u64 = 60_000_000_000;
 /// Culprits and waiting ranks named per job: the k of `k="1"`..
@@ -470,6 +477,13 @@ impl Job {
             waits::clock::NS => Some(Scale(0)),
             _ => None,
         }
+    }
+
+    /// Messages the job may have waiting for a half: [`MAX_PENDING`], or
+    /// [`MESSAGES_PER_RANK`] for each rank the daemon knows.
+    fn max_messages(&self) -> usize {
+        let ranks = self.local.len() + self.nodes.ranks();
+        MAX_PENDING.max(MESSAGES_PER_RANK.saturating_mul(ranks))
     }
 
     /// Whether `rank` is this node's: a rank no peer shipped records of.

@@ -416,12 +416,18 @@ fn a_post_does_not_close_its_threads_group() {
 
 #[test]
 fn pending_messages_are_bounded_and_skips_counted_once() {
-    let recs: Vec<Plain> = (0..super::MAX_PENDING as u64 + 7)
-        .map(|s| send(1, 0, s, 0))
-        .collect();
-    let (w, j) = run(2, 0, &[recs], 0);
+    // 7 sends more than a 2-rank job may hold: given up, and counted once
+    // a message, at their receives.
+    let n = super::MAX_PENDING as u64 + 7;
+    let sends: Vec<Plain> = (0..n).map(|s| send(1, 0, s, 0)).collect();
+    let (w, j) = run(2, 0, std::slice::from_ref(&sends), 0);
     assert_eq!(w.pending(), super::MAX_PENDING);
+    assert_eq!(j.unresolved[Unresolved::Overflow as usize], 0);
+    let recvs: Vec<Plain> = (0..n).map(|s| recv(0, 0, s, 0, MS, 0)).collect();
+    let (w, j) = run(2, 0, &[sends, recvs], 0);
+    assert_eq!(w.pending(), 0);
     assert_eq!(j.unresolved[Unresolved::Overflow as usize], 7);
+    assert_eq!(j.instances[LS], super::MAX_PENDING as u64);
     // A ring's skipped count is a running total.
     let mut w = Waits::default();
     for (skipped, want) in [(5, 5), (7, 7), (2, 7), (4, 9)] {
@@ -459,4 +465,21 @@ fn counter_ticks_wait_for_their_rate() {
     drain(&mut w, 1, 2 << 32, &[]);
     w.settle(1);
     assert_eq!(w.figures("j").unwrap().waited_ns[LS], 2_000);
+}
+
+#[test]
+fn the_bound_on_messages_grows_with_the_ranks_the_daemon_knows() {
+    // 10 ranks of 2,000 sampled sends each: 20,000 waiting for their
+    // receives, over MAX_PENDING, under 10 × MESSAGES_PER_RANK.
+    let per_rank: Vec<Vec<Plain>> = (0..10u32)
+        .map(|r| {
+            (0..2_000)
+                .map(|s| send(((r + 1) % 10) as i32, 0, s, 0))
+                .collect()
+        })
+        .collect();
+    let (w, j) = run(10, 0, &per_rank, 0);
+    const { assert!(20_000 > super::MAX_PENDING && 20_000 <= 10 * super::super::MESSAGES_PER_RANK) };
+    assert_eq!(w.pending(), 20_000);
+    assert_eq!(j.unresolved, [0; 5]);
 }
