@@ -14,6 +14,7 @@ mod bench_shim;
 mod bench_shim_profile;
 mod bench_sites;
 mod bench_stats;
+mod bench_waits;
 mod codegen;
 mod codegen_qmpi;
 mod codegen_shim;
@@ -121,7 +122,9 @@ enum Cmd {
     /// `mechanisms` (each attach mechanism's probe cost, what an unobserved
     /// process pays under `--all`, attach and detach time and descriptors
     /// at 1, 16 and 64 ranks), `mechanisms-guest` (the probe cost of each
-    /// mechanism the running kernel has, for a `cargo xtask vm` guest).
+    /// mechanism the running kernel has, for a `cargo xtask vm` guest),
+    /// `waits` (the daemon's CPU for matching wait records at 128 ranks a
+    /// node, collectives and messages, on one node and on three).
     Bench {
         /// Which benchmark to run.
         which: String,
@@ -512,9 +515,10 @@ fn main() -> Result<()> {
             "scan-reads" => bench_scan::run_reads(&root),
             "mechanisms" => bench_mechanisms::run(&root),
             "mechanisms-guest" => bench_mechanisms::guest::run_guest(&root),
+            "waits" => bench_waits::run(&root),
             other => {
                 anyhow::bail!(
-                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, insns, callsites, record, kmaps, scale, finalize, scan, scan-reads, mechanisms, mechanisms-guest)"
+                    "unknown benchmark `{other}` (known: shim, observer, stats, inject, insns, callsites, record, kmaps, scale, finalize, scan, scan-reads, mechanisms, mechanisms-guest, waits)"
                 )
             }
         },
