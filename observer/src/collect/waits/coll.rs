@@ -17,7 +17,12 @@
 //! no common clock. All members leave together (within the network's
 //! latency), so a member waited its own duration less the instance's
 //! shortest, `(L_i − E_i) − min_j (L_j − E_j)`, and the member with the
-//! shortest came last: the culprit. Late Broadcast and Early Reduce compare
+//! shortest came last. That is exact when they leave together; Scalasca's
+//! wait lies between its values at the ends of the offsets' bound, so the
+//! clock-free wait is held to them (exact to the uncertainty once the
+//! bound is tight, clock-free while it is loose or unbounded), and the
+//! culprit is the latest by the bound's middle (the shortest while
+//! unbounded). Late Broadcast and Early Reduce compare
 //! a member's enter with the root's, or the root's with the latest
 //! sender's, on the offsets the records bound; a wait whose sign the bound
 //! cannot tell counts `unresolved{reason="clock"}`. A barrier's members
@@ -229,20 +234,37 @@ impl Job {
         let (waits, culprit) = match pattern {
             Pattern::WaitBarrier | Pattern::WaitNxn => {
                 let dur = |p: &Part| p.leave - p.enter;
-                // The shortest, the lowest rank of equals, came last.
-                let Some(last) = parts.iter().min_by_key(|p| (dur(p), p.rank)) else {
+                // The shortest, the lowest rank of equals, came last: that
+                // needs no clock.
+                let Some(shortest) = parts.iter().min_by_key(|p| (dur(p), p.rank)) else {
                     return;
                 };
+                let latest = self.latest(parts.iter(), now_ns);
                 let w = parts
                     .iter()
                     .filter(mine)
-                    .map(|p| Wait {
-                        rank: p.rank,
-                        ns: dur(p) - dur(last),
-                        start: p.enter,
+                    .map(|p| {
+                        let free = dur(p) - dur(shortest);
+                        // Scalasca's wait lies between its values at the
+                        // bound's ends: the clock-free one, held to them.
+                        let ns = match latest {
+                            Some((lo, hi, _)) => {
+                                let w = |x: i128| {
+                                    let x = x.min(i128::from(p.leave)) - i128::from(p.enter);
+                                    u64::try_from(x.max(0)).unwrap_or(u64::MAX)
+                                };
+                                free.clamp(w(lo), w(hi))
+                            }
+                            None => free,
+                        };
+                        Wait {
+                            rank: p.rank,
+                            ns,
+                            start: p.enter,
+                        }
                     })
                     .collect::<Vec<_>>();
-                (w, last.rank)
+                (w, latest.map_or(shortest.rank, |l| l.2))
             }
             Pattern::LateBroadcast => {
                 let Some(root) = parts.iter().find(|p| p.root == p.rank as i32) else {
@@ -268,35 +290,12 @@ impl Job {
                     self.unresolved(Unresolved::Mismatch, owner);
                     return;
                 };
-                // The latest sender lies between the latest of the others'
-                // earliest enters and the latest of their latest; named by
-                // the middles.
-                let mut latest: Option<(i128, i128, i128, u32)> = None;
-                let mut unbounded = false;
-                for q in parts.iter().filter(|q| q.rank != root.rank) {
-                    let Some((lo, hi)) = self.nodes.local(q.node, q.enter, now_ns) else {
-                        unbounded = true;
-                        continue;
-                    };
-                    let mid = lo + (hi - lo) / 2;
-                    latest = Some(match latest {
-                        None => (lo, hi, mid, q.rank),
-                        Some((l, h, m, r)) => {
-                            let (m, r) =
-                                if (mid, std::cmp::Reverse(q.rank)) > (m, std::cmp::Reverse(r)) {
-                                    (mid, q.rank)
-                                } else {
-                                    (m, r)
-                                };
-                            (l.max(lo), h.max(hi), m, r)
-                        }
-                    });
-                }
+                let others = parts.iter().filter(|q| q.rank != root.rank);
                 let mut w = Vec::new();
-                match (root.node, latest) {
+                let culprit = match (root.node, self.latest(others.clone(), now_ns)) {
                     // Only the root waits: another node's to count.
-                    (1.., _) => {}
-                    (0, Some((lo, hi, _, _))) if !unbounded => {
+                    (1.., l) => l.map(|l| l.2),
+                    (0, Some((lo, hi, rank))) => {
                         match clocks::wait_for(root.enter, root.leave, (lo, hi)) {
                             Ok(ns) => w.push(Wait {
                                 rank: root.rank,
@@ -305,11 +304,16 @@ impl Job {
                             }),
                             Err(()) => unclear += 1,
                         }
+                        Some(rank)
                     }
-                    (0, None) if !unbounded => {}
-                    (0, _) => unclear += 1,
-                }
-                (w, latest.map_or(root.rank, |l| l.3))
+                    // A job of one rank: nobody to wait for.
+                    (0, None) if others.clone().next().is_none() => None,
+                    (0, None) => {
+                        unclear += 1;
+                        None
+                    }
+                };
+                (w, culprit.unwrap_or(root.rank))
             }
             Pattern::LateSender | Pattern::LateReceiver => return,
         };
@@ -322,6 +326,28 @@ impl Job {
             owner,
         };
         self.count(pattern, first.function, &waits, charge);
+    }
+
+    /// When the latest of `parts` entered, on this node's clock: between
+    /// the latest of their earliest enters and the latest of their latest
+    /// (the offsets' bounds), and which member that is by the middles (the
+    /// lowest rank of equals); `None` when there are none, or a member's
+    /// node's offset is unbounded.
+    fn latest<'a>(
+        &self,
+        parts: impl Iterator<Item = &'a Part>,
+        now_ns: u64,
+    ) -> Option<(i128, i128, u32)> {
+        let mut latest: Option<(i128, i128, (i128, std::cmp::Reverse<u32>))> = None;
+        for q in parts {
+            let (lo, hi) = self.nodes.local(q.node, q.enter, now_ns)?;
+            let key = (lo + (hi - lo) / 2, std::cmp::Reverse(q.rank));
+            latest = Some(match latest {
+                None => (lo, hi, key),
+                Some((l, h, k)) => (l.max(lo), h.max(hi), k.max(key)),
+            });
+        }
+        latest.map(|(lo, hi, (_, r))| (lo, hi, r.0))
     }
 
     /// What a barrier's members say of the offsets: each other node's

@@ -48,9 +48,15 @@
 
 use std::collections::HashMap;
 
-use observer_common::waits::{self, flag, kind};
+use observer_common::{
+    FunctionId,
+    waits::{self, flag, kind},
+};
 
 use super::{Charge, Job, MAX_PENDING, Pattern, Scale, TIMEOUT_NS, Unresolved, Wait, clocks};
+
+/// `MPI_Ssend`: a send that completes only once its receive is posted.
+const SSEND: u16 = FunctionId::Ssend as u16;
 
 /// A message: (sender, receiver, tag, number on the envelope).
 type Key = (u32, u32, i32, u64);
@@ -481,7 +487,7 @@ impl Job {
     /// offset the records bound: `Clock` when it cannot tell whether the
     /// post came during the send.
     fn late_receiver(
-        &self,
+        &mut self,
         sender: u32,
         s: &Sent,
         r: &Received,
@@ -524,7 +530,7 @@ impl Job {
     /// [`Job::late_receiver`] of a send on this node (`s.node` is 0) whose
     /// receive was on another.
     fn late_receiver_across(
-        &self,
+        &mut self,
         sender: u32,
         s: &Sent,
         leave: u64,
@@ -544,16 +550,16 @@ impl Job {
             Some(Scale(0)) => {}
             _ => return Err(Unresolved::Clock),
         }
-        let local = |t| self.nodes.local(r.node, t, now_ns).ok_or(Unresolved::Clock);
         let none = Wait {
             rank: sender,
             ns: 0,
             start: s.enter,
         };
         let (enter, leave) = (i128::from(s.enter), i128::from(leave));
+        let local = |j: &Self, t| j.nodes.local(r.node, t, now_ns).ok_or(Unresolved::Clock);
         let Some((_, at)) = post else {
             // Not known, but no later than the completing call's enter.
-            let (_, latest) = local(r.enter)?;
+            let (_, latest) = local(self, r.enter)?;
             return if latest <= enter {
                 Ok(none)
             } else {
@@ -563,12 +569,18 @@ impl Job {
         if at > r.leave {
             return Err(Unresolved::Mismatch);
         }
-        let (early, late) = local(at)?;
-        if late <= enter || early >= leave {
+        // An MPI_Ssend completes only once its receive is posted: the post
+        // bounds the offset, and the send surely waited for it.
+        let synchronous = s.function == SSEND;
+        if synchronous && let Some(o) = self.nodes.offset_mut(r.node) {
+            o.at_most(leave - i128::from(at), now_ns);
+        }
+        let (early, late) = local(self, at)?;
+        if late <= enter || (!synchronous && early >= leave) {
             // Posted before the send, or after it completed (eagerly).
             Ok(none)
-        } else if early > enter && late < leave {
-            let mid = early + (late - early) / 2;
+        } else if early > enter && (synchronous || late < leave) {
+            let mid = (early + (late - early) / 2).min(leave);
             Ok(Wait {
                 ns: u64::try_from(mid - enter).unwrap_or(0),
                 ..none
