@@ -18,7 +18,8 @@
  *   receiver the last rank sleeps, then MPI_Recvs from every other rank in
  *            turn, 0 first; every other rank MPI_Ssends to it and waits
  *            until its receive is posted (a Late Receiver for each).
- * Rounds make no other MPI call.
+ * Rounds make no other MPI call. Built with -DROTATE=N, N cycles of
+ * barriers come before them, each rank late in turn (see there).
  *
  * The truth to hold the daemon's figures to: every rank writes, to
  * GOFILE.times.RANK, one line per call it makes after the go file
@@ -85,6 +86,18 @@ int main(int argc, char **argv) {
      * ranks' clocks would count it as waiting and the daemon would not. */
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     TIMED("MPI_Barrier", -1, -1, MPI_Barrier(MPI_COMM_WORLD));
+#ifdef ROTATE
+    /* Built with -DROTATE=N (tests/tests/e2e/waits_nodes.rs): N cycles of
+     * one MPI_Barrier per rank before the rounds, each rank in turn 10 ms
+     * late to its own, so that every node is the last one somewhere and
+     * the ranks' times bound the offsets between the nodes' clocks both
+     * ways. Timed as rounds -2, -3, ... */
+    for (int c = 0, n = 0; c < ROTATE; c++)
+        for (int r = 0; r < size; r++, n++) {
+            if (rank == r) usleep(10000);
+            TIMED("MPI_Barrier", -2 - n, -1, MPI_Barrier(MPI_COMM_WORLD));
+        }
+#endif
 
     int last = size - 1;
     for (int it = 0; it < iters; it++) {

@@ -14,7 +14,6 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    os::unix::fs::{MetadataExt as _, PermissionsExt as _},
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
@@ -25,6 +24,8 @@ use e2e::{
     program, require, run_with_timeout, scratch, sum, url_encode, wait_for, workspace_root,
 };
 use serde_json::Value;
+
+use crate::net::{Net, SIGHUP, kill, write_rsh_agent};
 
 /// Iterations of the counted phase of tests/programs/cluster/steady.c.
 const ITERS: u64 = 300;
@@ -271,181 +272,6 @@ impl Prom {
 }
 
 // ---------------------------------------------------------------- processes
-
-fn ip(args: &[&str]) -> std::process::Output {
-    Command::new("ip")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("ip {args:?}: {e}"))
-}
-
-fn ip_ok(args: &[&str]) {
-    let o = ip(args);
-    assert!(
-        o.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// Kills what still runs in one of the test's namespaces (on a failed run:
-/// orted and ranks the test started there), then deletes it.
-fn delete_namespace(ns: &str) {
-    let out = ip(&["netns", "pids", ns]);
-    for pid in String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter_map(|p| p.parse::<i32>().ok())
-    {
-        // SAFETY: kill(2) on a pid in the test's own namespace; no memory
-        // is involved.
-        unsafe { kill(pid, SIGKILL) };
-    }
-    let _ = ip(&["netns", "delete", ns]);
-}
-
-unsafe extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-}
-const SIGKILL: i32 = 9;
-const SIGHUP: i32 = 1;
-
-fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// The test's network: a bridge in the root namespace and one namespace per
-/// node, each joined to the bridge by a veth pair, all in 10.213.N.0/24.
-/// Everything is named after the test process (`mo<pid>...`) so a run
-/// killed before its cleanup can be recognised and removed by the next.
-struct Net {
-    tag: String,
-    octet: u32,
-    namespaces: Vec<String>,
-}
-
-impl Net {
-    fn create() -> Net {
-        Self::remove_stale();
-        let pid = std::process::id();
-        // At most 7 pid digits: "mo<pid>br" fits an interface name.
-        let tag = format!("mo{pid}");
-        // 10.213.64.0/24 ... 10.213.191.0/24: private and, with the pid in
-        // it, distinct between concurrent runs.
-        let octet = 64 + pid % 128;
-        let mut net = Net {
-            tag: tag.clone(),
-            octet,
-            namespaces: Vec::new(),
-        };
-        let br = net.bridge();
-        ip_ok(&["link", "add", &br, "type", "bridge"]);
-        ip_ok(&[
-            "addr",
-            "add",
-            &format!("{}/24", net.host_addr()),
-            "dev",
-            &br,
-        ]);
-        ip_ok(&["link", "set", &br, "up"]);
-        for i in 0..NODES {
-            let ns = format!("{tag}n{i}");
-            ip_ok(&["netns", "add", &ns]);
-            net.namespaces.push(ns.clone());
-            let veth = format!("{tag}v{i}");
-            ip_ok(&[
-                "link", "add", &veth, "type", "veth", "peer", "name", "nic0", "netns", &ns,
-            ]);
-            ip_ok(&["link", "set", &veth, "master", &br, "up"]);
-            ip_ok(&[
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("{}/24", net.node_addr(i)),
-                "dev",
-                "nic0",
-            ]);
-            ip_ok(&["-n", &ns, "link", "set", "nic0", "up"]);
-            ip_ok(&["-n", &ns, "link", "set", "lo", "up"]);
-        }
-        net
-    }
-
-    fn bridge(&self) -> String {
-        format!("{}br", self.tag)
-    }
-
-    fn subnet(&self) -> String {
-        format!("10.213.{}.0/24", self.octet)
-    }
-
-    fn host_addr(&self) -> String {
-        format!("10.213.{}.1", self.octet)
-    }
-
-    fn node_addr(&self, i: usize) -> String {
-        format!("10.213.{}.{}", self.octet, 11 + i)
-    }
-
-    /// The inode of node `i`'s network namespace, as /proc/PID/ns/net shows.
-    fn ns_inode(&self, i: usize) -> u64 {
-        std::fs::metadata(format!("/run/netns/{}", self.namespaces[i]))
-            .unwrap()
-            .ino()
-    }
-
-    /// Removes namespaces and bridges left by earlier runs that were killed
-    /// (their test process, named in the tag, is gone).
-    fn remove_stale() {
-        let dead_owner = |digits: &str| {
-            !digits.is_empty()
-                && digits.chars().all(|c| c.is_ascii_digit())
-                && digits.parse::<u32>().is_ok_and(|p| !pid_alive(p))
-        };
-        let out = ip(&["netns", "list"]);
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let name = line.split_whitespace().next().unwrap_or("");
-            if let Some((digits, node)) = name.strip_prefix("mo").and_then(|r| r.split_once('n'))
-                && node.chars().all(|c| c.is_ascii_digit())
-                && dead_owner(digits)
-            {
-                delete_namespace(name);
-            }
-        }
-        let out = ip(&["-o", "link", "show", "type", "bridge"]);
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let name = line.split(':').nth(1).unwrap_or("").trim();
-            if name
-                .strip_prefix("mo")
-                .and_then(|r| r.strip_suffix("br"))
-                .is_some_and(dead_owner)
-            {
-                let _ = ip(&["link", "delete", name]);
-            }
-        }
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        // Deleting a namespace deletes its veth end, and with it the peer.
-        for ns in &self.namespaces {
-            delete_namespace(ns);
-        }
-        let _ = ip(&["link", "delete", &self.bridge()]);
-    }
-}
-
-/// Open MPI's rsh agent for the test's nodes: `AGENT [options] HOST CMD...`
-/// runs CMD in HOST's network namespace, in a UTS namespace of its own with
-/// HOST as the hostname (Open MPI tells nodes apart by hostname).
-const RSH_AGENT: &str = r#"#!/bin/sh
-while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
-host=$1
-shift
-exec ip netns exec "$host" unshare --uts sh -c "hostname '$host' && exec $*"
-"#;
 
 /// The MPI job: tests/programs/cluster/steady.c across the nodes, with
 /// the harness's launcher (steady.c holds twice: at `go`, then at `stop`
@@ -1680,7 +1506,7 @@ fn dashboards_on_a_three_node_cluster() {
     let started = Instant::now();
     let dir = scratch("cluster");
     // Dropped last (declared first): namespaces outlive what runs in them.
-    let net = Net::create();
+    let net = Net::create(NODES);
 
     // One daemon per node, listening on the node's address, with the bounded
     // /metrics of issue 22. Node 1 runs at default flags. Nodes 0 and 2 also
@@ -1692,7 +1518,7 @@ fn dashboards_on_a_three_node_cluster() {
         .map(|i| {
             let addr = format!("{}:{OBSERVER_PORT}", net.node_addr(i));
             // In a UTS namespace named as the node, like the node's ranks
-            // (RSH_AGENT): the daemon's node name is in `node`/`peer_node`.
+            // (the rsh agent): the daemon's node name is in `node`/`peer_node`.
             let mut daemon = format!(
                 "{} attach --all --same-netns --listen {addr}",
                 observer_bin().display()
@@ -1703,13 +1529,9 @@ fn dashboards_on_a_three_node_cluster() {
             if i == NODES - 1 {
                 daemon.push_str(" --detail-ranks 1");
             }
-            let ns = &net.namespaces[i];
-            let mut cmd = Command::new("ip");
-            cmd.args(["netns", "exec", ns, "unshare", "--uts", "sh", "-c"])
-                .arg(format!("hostname '{ns}' && exec {daemon}"));
             let p = Proc::spawn(
                 &format!("daemon on node {i}"),
-                &mut cmd,
+                &mut net.in_node(i, &[], &daemon),
                 dir.join(format!("daemon{i}.log")),
             );
             (p, addr)
@@ -1804,35 +1626,9 @@ fn dashboards_on_a_three_node_cluster() {
     // rsh agent; TCP between the nodes, shared memory within one. A second,
     // smaller job runs on the last node only, so the overview has two jobs
     // to tell apart and node 2's daemon serves both.
-    let agent = dir.join("ns-agent");
-    std::fs::write(&agent, RSH_AGENT).unwrap();
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent = write_rsh_agent(&dir, "");
     let mpirun = |nodes: &[String], np: usize, name: &str| {
-        let hostfile = dir.join(format!("hosts-{name}"));
-        std::fs::write(
-            &hostfile,
-            nodes
-                .iter()
-                .map(|n| format!("{n} slots={PER_NODE}\n"))
-                .collect::<String>(),
-        )
-        .unwrap();
-        let mut c = Command::new(Mpi::OpenMpi.mpirun());
-        // Two jobs start together here.
-        e2e::own_session_dir(&mut c);
-        c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .env("OMPI_MCA_plm_rsh_agent", &agent)
-            .env("OMPI_MCA_plm_rsh_no_tree_spawn", "1")
-            .env("OMPI_MCA_pml", "ob1")
-            .env("OMPI_MCA_btl", "self,vader,tcp")
-            .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-            .env("OMPI_MCA_btl_tcp_if_include", net.subnet())
-            .env("OMPI_MCA_oob_tcp_if_include", net.subnet())
-            .arg("--hostfile")
-            .arg(&hostfile)
-            .args(["-np", &np.to_string()]);
-        c
+        net.mpirun(&dir, &agent, nodes, PER_NODE, np, name)
     };
     // The main job runs with the shim's stats layer, so the daemons export
     // the argument-level metrics (per-peer traffic, request health) for it;
@@ -1857,18 +1653,7 @@ fn dashboards_on_a_three_node_cluster() {
     );
 
     // The ranks really are split across the nodes.
-    let node_of_pid = |pid: u32| {
-        let link = std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
-        let ino: u64 = link
-            .to_string_lossy()
-            .trim_start_matches("net:[")
-            .trim_end_matches(']')
-            .parse()
-            .unwrap();
-        (0..NODES)
-            .find(|&i| net.ns_inode(i) == ino)
-            .unwrap_or_else(|| panic!("pid {pid} runs in none of the nodes"))
-    };
+    let node_of_pid = |pid: u32| net.node_of_pid(pid);
     let node_of: BTreeMap<u32, usize> = job
         .ranks
         .iter()

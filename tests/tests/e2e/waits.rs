@@ -59,10 +59,10 @@ use serde_json::Value;
 use crate::record::{anchor, end_record, readers, start_record};
 
 const NP: u32 = 4;
-const ROUNDS: u64 = 16;
+pub(crate) const ROUNDS: u64 = 16;
 /// The messages' sampling period the shim uses unless told.
-const P2P_PERIOD: u64 = 8;
-const DELAY_MS: u64 = 100;
+pub(crate) const P2P_PERIOD: u64 = 8;
+pub(crate) const DELAY_MS: u64 = 100;
 /// How far the ranks' own clocks may be from the shim's on the one
 /// synchronising barrier when it is not the plant: the ranks reach it from
 /// their own starts, and a rank descheduled between late.c's clock read
@@ -71,8 +71,8 @@ const DELAY_MS: u64 = 100;
 /// that much (seen: 7.3 ms on MPICH, idle machine). That instance is still
 /// held to the trace within 1 ms (`live_against_trace`), on the shim's own
 /// clock reads.
-const SYNC_NOISE_S: f64 = 0.015;
-const PATTERNS: [&str; 6] = [
+pub(crate) const SYNC_NOISE_S: f64 = 0.015;
+pub(crate) const PATTERNS: [&str; 6] = [
     "wait_barrier",
     "wait_nxn",
     "late_broadcast",
@@ -83,7 +83,7 @@ const PATTERNS: [&str; 6] = [
 
 /// The sampling period of `pattern`'s instances: the messages' for the
 /// patterns of messages, none for collectives (the shim records every one).
-fn period(pattern: &str) -> u64 {
+pub(crate) fn period(pattern: &str) -> u64 {
     if matches!(pattern, "late_sender" | "late_receiver") {
         P2P_PERIOD
     } else {
@@ -194,17 +194,18 @@ const PLANTS: [Plant; 7] = [
 /// One call late.c timed: its name, round, the peer it sends to or
 /// receives from (-1 if several), and its enter and leave in
 /// CLOCK_MONOTONIC ns.
-struct Timed {
-    name: String,
-    round: i64,
-    peer: i64,
-    enter: u64,
-    leave: u64,
+pub(crate) struct Timed {
+    pub(crate) name: String,
+    pub(crate) round: i64,
+    pub(crate) peer: i64,
+    pub(crate) enter: u64,
+    pub(crate) leave: u64,
 }
 
-/// What every rank of the job timed (late.c writes `GO.times.RANK`).
-fn timings(go: &Path) -> Vec<Vec<Timed>> {
-    (0..NP)
+/// What each of the `np` ranks of the job timed (late.c writes
+/// `GO.times.RANK`), by rank.
+pub(crate) fn timings(go: &Path, np: u32) -> Vec<Vec<Timed>> {
+    (0..np)
         .map(|r| {
             let path = PathBuf::from(format!("{}.times.{r}", go.display()));
             let text = std::fs::read_to_string(&path)
@@ -226,15 +227,52 @@ fn timings(go: &Path) -> Vec<Vec<Timed>> {
         .collect()
 }
 
+/// One wait by Scalasca's formulas (docs/waits.md) from the ranks' own
+/// timings: rank `rank` waited `ns` under `pattern` (0 if it did not; a
+/// message's wait times the messages' sampling period) until a time of
+/// rank `late` (the last to enter, the root, the sender or the receiver).
+/// `margin` is the wait before it is clamped at 0, unsampled, in ns:
+/// negative, how early the awaited time came (a send that completed before
+/// its receive was posted: how long before). An error between the two
+/// ranks' clocks moves it by as much at most; a wait whose margin is
+/// smaller than the error could be taken for none, and the other way.
+pub(crate) struct Waited {
+    pub(crate) pattern: &'static str,
+    pub(crate) rank: usize,
+    pub(crate) late: usize,
+    pub(crate) ns: u64,
+    pub(crate) margin: i64,
+}
+
 /// Seconds waited per pattern, by Scalasca's formulas (docs/waits.md)
-/// from the ranks' own timings, with the daemon's sampling of messages
-/// (the rounds whose number on the envelope is a multiple of the period,
-/// times the period).
-fn truth(go: &Path) -> BTreeMap<&'static str, f64> {
-    let ranks = timings(go);
+/// from the ranks' own timings ([`timings`], on one clock), with the
+/// daemon's sampling of messages (the rounds whose number on the envelope
+/// is a multiple of the period, times the period).
+pub(crate) fn truth(ranks: &[Vec<Timed>]) -> BTreeMap<&'static str, f64> {
     let mut out: BTreeMap<&'static str, f64> = BTreeMap::new();
-    let mut add = |p: &'static str, ns: u64| *out.entry(p).or_default() += ns as f64 / 1e9;
+    for w in waited(ranks) {
+        *out.entry(w.pattern).or_default() += w.ns as f64 / 1e9;
+    }
+    out
+}
+
+/// Every wait of [`truth`], one per waiting member of a collective, per
+/// blocking call that completed a receive, per message sent in a blocking
+/// send, in that order.
+pub(crate) fn waited(ranks: &[Vec<Timed>]) -> Vec<Waited> {
+    let mut out = Vec::new();
+    let mut add = |pattern: &'static str, rank: usize, late: usize, ns: u64, margin: i64| {
+        out.push(Waited {
+            pattern,
+            rank,
+            late,
+            ns,
+            margin,
+        })
+    };
     let wait = |enter: u64, until: u64, leave: u64| until.min(leave).saturating_sub(enter);
+    // `wait` before the clamp at 0.
+    let margin = |enter: u64, until: u64, leave: u64| until.min(leave) as i64 - enter as i64;
     // Collectives, by (name, round): one call per rank.
     let mut colls: BTreeMap<(&str, i64), Vec<(usize, &Timed)>> = BTreeMap::new();
     for (r, calls) in ranks.iter().enumerate() {
@@ -251,8 +289,12 @@ fn truth(go: &Path) -> BTreeMap<&'static str, f64> {
         }
     }
     for ((name, _), parts) in &colls {
-        assert_eq!(parts.len(), NP as usize, "{name}: a call per rank");
-        let latest = parts.iter().map(|p| p.1.enter).max().unwrap();
+        assert_eq!(parts.len(), ranks.len(), "{name}: a call per rank");
+        let (last, latest) = parts
+            .iter()
+            .map(|p| (p.0, p.1.enter))
+            .max_by_key(|p| p.1)
+            .unwrap();
         let root = parts.iter().find(|p| p.0 == 0).unwrap().1;
         match *name {
             "MPI_Barrier" | "MPI_Allreduce" => {
@@ -261,23 +303,33 @@ fn truth(go: &Path) -> BTreeMap<&'static str, f64> {
                 } else {
                     "wait_nxn"
                 };
-                for (_, c) in parts {
-                    add(p, wait(c.enter, latest, c.leave));
+                for (r, c) in parts {
+                    let (e, l) = (c.enter, c.leave);
+                    add(p, *r, last, wait(e, latest, l), margin(e, latest, l));
                 }
             }
             "MPI_Bcast" => {
-                for (_, c) in parts.iter().filter(|p| p.0 != 0) {
-                    add("late_broadcast", wait(c.enter, root.enter, c.leave));
+                for (r, c) in parts.iter().filter(|p| p.0 != 0) {
+                    let (e, l) = (c.enter, c.leave);
+                    let ns = wait(e, root.enter, l);
+                    add("late_broadcast", *r, 0, ns, margin(e, root.enter, l));
                 }
             }
             "MPI_Reduce" => {
-                let others = parts
+                let (sender, others) = parts
                     .iter()
                     .filter(|p| p.0 != 0)
-                    .map(|p| p.1.enter)
-                    .max()
+                    .map(|p| (p.0, p.1.enter))
+                    .max_by_key(|p| p.1)
                     .unwrap();
-                add("early_reduce", wait(root.enter, others, root.leave));
+                let (e, l) = (root.enter, root.leave);
+                add(
+                    "early_reduce",
+                    0,
+                    sender,
+                    wait(e, others, l),
+                    margin(e, others, l),
+                );
             }
             other => panic!("late.c timed {other}"),
         }
@@ -295,22 +347,25 @@ fn truth(go: &Path) -> BTreeMap<&'static str, f64> {
     // Late Sender: per blocking call that completed a receive.
     for (r, calls) in ranks.iter().enumerate() {
         for c in calls.iter().filter(|c| sampled(c.round)) {
+            let (e, l) = (c.enter, c.leave);
             match c.name.as_str() {
                 "MPI_Recv" => {
                     let from = usize::try_from(c.peer).expect("a receive from one rank");
                     let s = sent(from, r, c.round).expect("its send");
-                    add("late_sender", P2P_PERIOD * wait(c.enter, s.enter, c.leave));
+                    let ns = P2P_PERIOD * wait(e, s.enter, l);
+                    add("late_sender", r, from, ns, margin(e, s.enter, l));
                 }
                 // The latest of its senders.
                 "MPI_Waitall" => {
-                    let latest = ranks
+                    let (from, s) = ranks
                         .iter()
-                        .flatten()
-                        .filter(|s| is_send(s) && s.peer == r as i64 && s.round == c.round)
-                        .map(|s| wait(c.enter, s.enter, c.leave))
-                        .max()
+                        .enumerate()
+                        .flat_map(|(from, calls)| calls.iter().map(move |s| (from, s)))
+                        .filter(|(_, s)| is_send(s) && s.peer == r as i64 && s.round == c.round)
+                        .max_by_key(|(_, s)| s.enter)
                         .expect("its sends");
-                    add("late_sender", P2P_PERIOD * latest);
+                    let ns = P2P_PERIOD * wait(e, s.enter, l);
+                    add("late_sender", r, from, ns, margin(e, s.enter, l));
                 }
                 _ => {}
             }
@@ -337,7 +392,14 @@ fn truth(go: &Path) -> BTreeMap<&'static str, f64> {
             } else {
                 0
             };
-            add("late_receiver", P2P_PERIOD * ns);
+            // Posted before the send completed: how long after it was
+            // entered; else how long after it completed.
+            let margin = if posted < s.leave {
+                posted as i64 - s.enter as i64
+            } else {
+                s.leave as i64 - posted as i64
+            };
+            add("late_receiver", r, to, P2P_PERIOD * ns, margin);
         }
     }
     out
@@ -407,7 +469,7 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
     // that long), within 5% or 1 ms an evaluated instance (the lone
     // synchronising barrier: SYNC_NOISE_S); and the planted wait did
     // happen.
-    let truth = truth(&go);
+    let truth = truth(&timings(&go, NP));
     for p in PATTERNS {
         let got = by(&s, "mpi_job_wait_seconds_total", "pattern", p);
         let want = truth.get(p).copied().unwrap_or(0.0);
