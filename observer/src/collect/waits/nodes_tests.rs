@@ -272,3 +272,31 @@ fn a_peer_cannot_claim_this_nodes_ranks_or_another_peers() {
     assert_eq!(j.records_invalid, 2);
     assert_eq!(j.instances[0], 1);
 }
+
+#[test]
+fn a_waitall_across_nodes_is_said_when_its_latest_sender_is_known() {
+    let mut per_rank = job(true);
+    let t = T0 + 200 * MS;
+    // Rank 0 (a) waits in one MPI_Waitall for ranks 1 (a), 2 and 3 (b):
+    // rank 2 sends 100 µs after the Waitall began (within the clocks'
+    // uncertainty), rank 3 60 ms late; the call ends after rank 3's.
+    let end = t + 60 * MS + 100 * US;
+    for (src, at) in [(1u32, t), (2, t + 100 * US), (3, t + 60 * MS)] {
+        per_rank[src as usize].push(msg(kind::SEND, 0, at, at, 0));
+        per_rank[0].push(msg(kind::RECV, src as i32, t, end, flag::MULTI));
+    }
+    per_rank[0].push(Plain {
+        kind: kind::GROUP_END,
+        ..msg(kind::GROUP_END, 0, t, end, 0)
+    });
+    let a = view("a", &per_rank, NOW);
+    let j = a.figures("j").unwrap();
+    let u = j.clock_uncertainty_ns.unwrap() as u64;
+    // Rank 2's wait, unclear, may have been 100 + u µs at most: rank 3's
+    // 60 ms is the group's.
+    let ls = j.waited_ns[Pattern::LateSender as usize];
+    assert!(ls.abs_diff(60 * MS) <= u, "{ls}");
+    assert_eq!(j.instances[Pattern::LateSender as usize], 1);
+    assert_eq!(j.unresolved, [0; 5]);
+    assert_eq!(j.culprit().map(|c| c.0), Some(3));
+}

@@ -119,6 +119,10 @@ struct Group {
     /// The latest sender so far: the wait for it (from the call's enter,
     /// in ns) and its rank.
     latest: Option<(Wait, u32)>,
+    /// The longest that a message whose wait the clocks could not tell
+    /// (across nodes) may have waited: the group's wait is said if its
+    /// latest known sender's is at least that.
+    unclear: u64,
     /// The function of the call.
     function: u16,
 }
@@ -268,6 +272,7 @@ impl Job {
                     failed: false,
                     whole: false,
                     latest: None,
+                    unclear: 0,
                     function: r.function,
                 })
                 .members += 1;
@@ -340,9 +345,8 @@ impl Job {
                     Err(why) => self.unresolved(why, k.0),
                 }
             }
-            // A wait the clocks cannot tell is not said.
-            let outcome = outcome.and_then(|w| w.ok_or(Unresolved::Clock));
             let group = m.received.and_then(|r| r.group);
+            let test = m.received.is_some_and(|r| r.test);
             if let Err(why) = outcome {
                 self.unresolved(why, k.1);
             }
@@ -354,7 +358,15 @@ impl Job {
                         g.settled += 1;
                     }
                 }
-                (Ok(w), Some(g)) => {
+                // A wait the clocks cannot tell is not said; in a group it
+                // matters only if it may have been the longest.
+                (Ok(Err(upper)), Some(g)) => {
+                    g.settled += 1;
+                    g.unclear = g.unclear.max(upper);
+                }
+                (Ok(Err(_)), None) if test => {}
+                (Ok(Err(_)), None) => self.unresolved(Unresolved::Clock, k.1),
+                (Ok(Ok(w)), Some(g)) => {
                     g.settled += 1;
                     // The latest sender; the lowest rank of equals.
                     let later = g.latest.is_none_or(|(lw, lr)| (w.ns, lr) > (lw.ns, k.0));
@@ -362,8 +374,8 @@ impl Job {
                         g.latest = Some((w, k.0));
                     }
                 }
-                (Ok(_), None) if m.received.is_some_and(|r| r.test) => {}
-                (Ok(w), None) => {
+                (Ok(Ok(_)), None) if test => {}
+                (Ok(Ok(w)), None) => {
                     let function = m.received.map_or(0, |r| r.function);
                     let charge = Charge {
                         culprit: k.0,
@@ -394,7 +406,18 @@ impl Job {
             if self.p2p.open.get(&(k.0, k.1)) == Some(&k.2) {
                 self.p2p.open.remove(&(k.0, k.1));
             }
-            if let (false, true, Some((w, sender))) = (g.failed, g.settled >= g.members, g.latest) {
+            if g.failed || g.settled < g.members {
+                continue;
+            }
+            if g.latest.is_none_or(|(w, _)| w.ns < g.unclear) {
+                // A sender whose wait the clocks cannot tell may have been
+                // the latest.
+                if g.unclear > 0 {
+                    self.unresolved(Unresolved::Clock, k.0);
+                }
+                continue;
+            }
+            if let Some((w, sender)) = g.latest {
                 let charge = Charge {
                     culprit: sender,
                     period,
@@ -407,16 +430,17 @@ impl Job {
     }
 
     /// Scalasca's Late Sender for one matched message of `receiver`: its
-    /// wait (in ns, from the receiving call's enter; `None` when the two
-    /// nodes' clocks cannot tell whether it waited), or why the pair
-    /// cannot be evaluated. A pair across nodes first bounds their offset.
+    /// wait (in ns, from the receiving call's enter; `Err` with the longest
+    /// it may have been when the two nodes' clocks cannot tell whether it
+    /// waited), or why the pair cannot be evaluated. A pair across nodes
+    /// first bounds their offset.
     fn late_sender(
         &mut self,
         receiver: u32,
         s: &Sent,
         r: &Received,
         now_ns: u64,
-    ) -> Result<Option<Wait>, Unresolved> {
+    ) -> Result<Result<Wait, u64>, Unresolved> {
         let scale: Scale = self
             .scale([s.clock, r.clock].into_iter())
             .ok_or(Unresolved::Clock)?;
@@ -435,7 +459,7 @@ impl Job {
         if s.enter > r.leave {
             return Err(Unresolved::Mismatch);
         }
-        Ok(Some(Wait {
+        Ok(Ok(Wait {
             rank: receiver,
             ns: scale.ns(s.enter.min(r.leave).saturating_sub(r.enter)),
             start: scale.ns(r.enter),
@@ -444,32 +468,46 @@ impl Job {
 
     /// [`Job::late_sender`] of a message between two nodes, one of them
     /// this one: the message bounds their offset (received after it was
-    /// sent), then the receiver's wait is said if the bound tells it.
+    /// sent), then the receiver's wait is said if the bound tells it; if
+    /// not, `Err` with the longest it may have been.
     fn late_sender_across(
         &mut self,
         receiver: u32,
         s: &Sent,
         r: &Received,
         now_ns: u64,
-    ) -> Option<Wait> {
+    ) -> Result<Wait, u64> {
         let (sent, received) = (i128::from(s.enter), i128::from(r.leave));
+        let longest = r.leave.saturating_sub(r.enter);
         match (s.node, r.node) {
-            (0, n) => self.nodes.offset_mut(n)?.at_least(sent - received, now_ns),
-            (n, 0) => self.nodes.offset_mut(n)?.at_most(received - sent, now_ns),
-            _ => return None,
+            (0, n) => {
+                if let Some(o) = self.nodes.offset_mut(n) {
+                    o.at_least(sent - received, now_ns);
+                }
+            }
+            (n, 0) => {
+                if let Some(o) = self.nodes.offset_mut(n) {
+                    o.at_most(received - sent, now_ns);
+                }
+            }
+            // Two other nodes' ranks: theirs (not kept, see take_p2p).
+            _ => {}
         }
-        let at = self.nodes.local(s.node, s.enter, now_ns)?;
         // The receive is this node's when the receiver waits here; else the
         // pair was only checked, for the sender's Late Receiver.
         if r.node != 0 {
-            return Some(Wait {
+            return Ok(Wait {
                 rank: receiver,
                 ns: 0,
                 start: r.enter,
             });
         }
-        let ns = clocks::wait_for(r.enter, r.leave, at).ok()?;
-        Some(Wait {
+        let at = self.nodes.local(s.node, s.enter, now_ns).ok_or(longest)?;
+        let ns = clocks::wait_for(r.enter, r.leave, at).map_err(|()| {
+            let late = at.1.min(i128::from(r.leave)) - i128::from(r.enter);
+            u64::try_from(late.max(0)).unwrap_or(longest)
+        })?;
+        Ok(Wait {
             rank: receiver,
             ns,
             start: r.enter,
