@@ -216,12 +216,26 @@ pub fn password_warning(url: &Url) -> String {
 
 /// What a GET needs besides the URL: how to verify an HTTPS server, and
 /// the credentials for a URL without its own.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Client {
     /// The rustls configuration trusting `--ca-file`'s certificates only.
     tls: Option<Arc<rustls::ClientConfig>>,
     /// `user:password` from `--auth-file`.
     auth: Option<String>,
+    /// The largest body read: [`MAX_BODY`] unless [`Client::max_body`]
+    /// says less.
+    max_body: usize,
+}
+
+impl Default for Client {
+    /// No CA, no credentials, bodies up to [`MAX_BODY`].
+    fn default() -> Client {
+        Client {
+            tls: None,
+            auth: None,
+            max_body: MAX_BODY,
+        }
+    }
 }
 
 impl std::fmt::Debug for Client {
@@ -244,7 +258,15 @@ impl Client {
         Ok(Client {
             tls: ca_file.map(tls_config).transpose()?,
             auth: auth_file.map(read_auth_file).transpose()?,
+            max_body: MAX_BODY,
         })
+    }
+
+    /// This client reads bodies of at most `bytes` (and never more than
+    /// [`MAX_BODY`]): a longer one is an error before it is read.
+    pub fn max_body(mut self, bytes: usize) -> Client {
+        self.max_body = bytes.min(MAX_BODY);
+        self
     }
 
     /// GETs `url` within `timeout`; returns the body of a 200 answer.
@@ -286,7 +308,7 @@ impl Client {
             .map_err(io_err)?;
         let auth = url.userinfo.as_deref().or(self.auth.as_deref());
         let Some(config) = tls else {
-            return exchange(tcp, url, auth, &shown);
+            return exchange(tcp, url, auth, &shown, self.max_body);
         };
         let name =
             ServerName::try_from(url.host().to_string()).map_err(|_| FetchError::BadUrl {
@@ -311,7 +333,7 @@ impl Client {
             .map_err(io_err)?;
         sock.set_write_timeout(Some(left().map_err(io_err)?))
             .map_err(io_err)?;
-        exchange(stream, url, auth, &shown)
+        exchange(stream, url, auth, &shown, self.max_body)
     }
 }
 
@@ -492,6 +514,7 @@ fn exchange<S: Read + Write>(
     url: &Url,
     auth: Option<&str>,
     shown: &str,
+    max_body: usize,
 ) -> Result<Vec<u8>, FetchError> {
     let io_err = |source| FetchError::Io {
         url: shown.into(),
@@ -585,7 +608,7 @@ fn exchange<S: Read + Write>(
             if size == 0 {
                 break;
             }
-            if body.len() + size > MAX_BODY {
+            if body.len().saturating_add(size) > max_body {
                 return Err(io_err(io::Error::other("answer too large")));
             }
             let at = body.len();
@@ -595,15 +618,18 @@ fn exchange<S: Read + Write>(
             r.read_exact(&mut crlf).map_err(io_err)?;
         }
     } else if let Some(n) = length {
-        if n > MAX_BODY {
+        if n > max_body {
             return Err(io_err(io::Error::other("answer too large")));
         }
         body.resize(n, 0);
         r.read_exact(&mut body).map_err(io_err)?;
     } else {
-        r.take(MAX_BODY as u64)
+        r.take(max_body as u64 + 1)
             .read_to_end(&mut body)
             .map_err(io_err)?;
+        if body.len() > max_body {
+            return Err(io_err(io::Error::other("answer too large")));
+        }
     }
     Ok(body)
 }

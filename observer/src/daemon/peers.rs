@@ -178,15 +178,18 @@ pub fn client(
     ca_file: Option<&std::path::Path>,
     auth_file: Option<&std::path::Path>,
 ) -> Result<Client, PeerError> {
-    Client::new(ca_file, auth_file).map_err(|e| {
-        PeerError::Files(match e {
-            FetchError::CaFile { path, why } => format!("--waits.peers-ca-file {path}: {why}"),
-            FetchError::AuthFile { path, why } => {
-                format!("--waits.peers-auth-file {path}: {why}")
-            }
-            e => format!("--waits.peers: {}", crate::one_line(&e)),
+    // A peer's answer is never read past MAX_ANSWER_BYTES.
+    Client::new(ca_file, auth_file)
+        .map(|c| c.max_body(MAX_ANSWER_BYTES))
+        .map_err(|e| {
+            PeerError::Files(match e {
+                FetchError::CaFile { path, why } => format!("--waits.peers-ca-file {path}: {why}"),
+                FetchError::AuthFile { path, why } => {
+                    format!("--waits.peers-auth-file {path}: {why}")
+                }
+                e => format!("--waits.peers: {}", crate::one_line(&e)),
+            })
         })
-    })
 }
 
 /// Reads a peer's answer to `GET /waits/records?after=after`: bounded,
@@ -674,5 +677,13 @@ mod tests {
         );
         assert_eq!(h.join().unwrap(), "GET /waits/records?after=4 HTTP/1.1");
         assert_eq!((p.cursor, p.failing, c.errors.get()), (4, true, 2));
+        // An answer longer than the client reads: refused before it is
+        // read, counted.
+        let (url, h) = one_answer("200 OK", o.answer_json(0));
+        p.url = Url::parse(&url).unwrap();
+        let small = Client::default().max_body(16);
+        pull(&mut p, &small, &state, &AtomicBool::new(false), &c);
+        h.join().unwrap();
+        assert_eq!((p.cursor, c.errors.get()), (4, 3));
     }
 }
