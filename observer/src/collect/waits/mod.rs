@@ -324,15 +324,7 @@ impl Waits {
     pub fn add(&mut self, job: &str, d: &Drain<'_>, now_ns: u64) {
         let j = self.jobs.entry(job.to_string()).or_default();
         j.local.insert(d.rank);
-        j.world_size = j.world_size.max(d.world_size);
-        j.shift = j.shift.max(d.shift.min(31));
-        j.figures.sample_period = 1 << j.shift;
-        if let Some(p) = d.p2p_shift.checked_sub(1) {
-            let p = p.min(31) as u32;
-            let s = j.p2p_shift.map_or(p, |s| s.max(p));
-            j.p2p_shift = Some(s);
-            j.figures.p2p_sample_period = 1 << s;
-        }
+        j.sizes(d);
         j.figures.records_lost = j.figures.records_lost.saturating_add(d.lost);
         // A running total per rank; one that goes back (a hostile ring, or
         // a rank's new segment) counts from where it went.
@@ -366,15 +358,7 @@ impl Waits {
             j.figures.records_invalid = j.figures.records_invalid.saturating_add(n);
             return;
         };
-        j.world_size = j.world_size.max(d.world_size);
-        j.shift = j.shift.max(d.shift.min(31));
-        j.figures.sample_period = 1 << j.shift;
-        if let Some(p) = d.p2p_shift.checked_sub(1) {
-            let p = p.min(31) as u32;
-            let s = j.p2p_shift.map_or(p, |s| s.max(p));
-            j.p2p_shift = Some(s);
-            j.figures.p2p_sample_period = 1 << s;
-        }
+        j.sizes(d);
         for r in d.records {
             j.take(d.rank, d.clock, id, r, now_ns);
         }
@@ -440,6 +424,20 @@ impl Scale {
 }
 
 impl Job {
+    /// What a drain says of the job's size and sampling: the largest of
+    /// its ranks'.
+    fn sizes(&mut self, d: &Drain<'_>) {
+        self.world_size = self.world_size.max(d.world_size);
+        self.shift = self.shift.max(d.shift.min(31));
+        self.figures.sample_period = 1 << self.shift;
+        if let Some(p) = d.p2p_shift.checked_sub(1) {
+            let p = p.min(31) as u32;
+            let s = self.p2p_shift.map_or(p, |s| s.max(p));
+            self.p2p_shift = Some(s);
+            self.figures.p2p_sample_period = 1 << s;
+        }
+    }
+
     /// Takes a record of `rank`, on a ring keeping `clock`, from node
     /// `node` (0: this one).
     fn take(&mut self, rank: u32, clock: u64, node: u16, r: &waits::Plain, now_ns: u64) {
