@@ -25,28 +25,14 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The CPU's counter as the shim reads it (shim/src/arch): the time-stamp
-/// counter on x86-64.
-#[cfg(target_arch = "x86_64")]
-pub fn counter() -> Option<u64> {
-    // SAFETY: rdtsc has no preconditions on x86-64 (user mode may read it
-    // unless the kernel sets CR4.TSD, which it does only for seccomp's
-    // strict mode).
-    Some(unsafe { core::arch::x86_64::_rdtsc() })
-}
-
-/// The CPU's counter as the shim reads it (shim/src/arch): the generic
-/// timer's virtual count (`cntvct_el0`) on aarch64.
 #[cfg(target_arch = "aarch64")]
-pub fn counter() -> Option<u64> {
-    let t: u64;
-    // SAFETY: reads a register Linux lets user mode read (or emulates, on
-    // cores with counter errata).
-    unsafe {
-        core::arch::asm!("mrs {}, cntvct_el0", out(reg) t, options(nomem, nostack, preserves_flags));
-    }
-    Some(t)
-}
+mod aarch64;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+#[cfg(target_arch = "aarch64")]
+pub use aarch64::counter;
+#[cfg(target_arch = "x86_64")]
+pub use x86_64::counter;
 
 /// No counter the shim stamps with on other instruction sets: their
 /// records are `CLOCK_MONOTONIC` already.
