@@ -172,30 +172,26 @@ impl Server {
     /// The ranks' report data (`mpi-observer report --url`), from a
     /// collection of its own on the blocking pool.
     async fn report(self: &Arc<Self>) -> Response<Body> {
-        let me = self.clone();
-        let Ok(json) = tokio::task::spawn_blocking(move || lock(&me.state).report_json()).await
-        else {
-            return text(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
-        };
-        let mut r = Response::new(Body::new(json));
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        r
+        self.json_off_pool(|state| state.report_json()).await
     }
 
     /// The wait records after cursor `after` of jobs that span nodes
-    /// (crate::export::registry::outbox), for another node's daemon; on
-    /// the blocking pool, as the other answers that take the state's lock.
+    /// (crate::export::registry::outbox), for another node's daemon.
     async fn waits_records(self: &Arc<Self>, after: u64) -> Response<Body> {
-        let me = self.clone();
-        let Ok(json) = tokio::task::spawn_blocking(move || {
-            let answer = lock(&me.state).outbox.answer(after);
-            crate::export::registry::outbox::json(&answer)
+        self.json_off_pool(move |state| {
+            crate::export::registry::outbox::json(&state.outbox.answer(after)).into_bytes()
         })
         .await
-        else {
+    }
+
+    /// A JSON answer made by `make` under the state's lock, on the
+    /// blocking pool (as every answer that takes the lock).
+    async fn json_off_pool(
+        self: &Arc<Self>,
+        make: impl FnOnce(&mut crate::export::registry::State) -> Vec<u8> + Send + 'static,
+    ) -> Response<Body> {
+        let me = self.clone();
+        let Ok(json) = tokio::task::spawn_blocking(move || make(&mut lock(&me.state))).await else {
             return text(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
         };
         let mut r = Response::new(Body::new(json));
