@@ -39,6 +39,14 @@ impl Arch {
             Arch::Arm64 => "arm64",
         }
     }
+
+    /// Debian's multiarch name for it (`usr/lib/<multiarch>`).
+    pub fn multiarch(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64-linux-gnu",
+            Arch::Arm64 => "aarch64-linux-gnu",
+        }
+    }
 }
 
 impl fmt::Display for Arch {

@@ -77,13 +77,26 @@ pub const PACKAGES: &[&str] = &[
     "adduser",
     "libopen-trace-format2-10",
     // record's tests read their archives back with two readers:
-    // otf2-print and the python bindings.
+    // otf2-print and the python bindings (which import six without
+    // depending on it).
     "otf2-tools",
     "python3-otf2",
+    "python3-six",
+    // callers.rs' tools walk the stack with libunwind.
+    "libunwind-dev",
+    // package.rs installs the arm64 package with dpkg, as a site does, and
+    // checks its unit with systemd-analyze; dpkg runs diff (Essential,
+    // so no package depends on it).
+    "systemd",
+    "diffutils",
     // `cargo xtask bench insns` counts the shim's instructions with
     // callgrind (xtask/src/bench_insns.rs).
     "valgrind",
 ];
+
+/// What the root's build does beyond unpacking ([`Dpkg`], [`fix_up`]):
+/// a cached root of another layout is built again.
+const LAYOUT: u32 = 3;
 
 /// The unpacked root for kernel `k` (arm64 only: an x86-64 guest boots
 /// this machine's root), built unless it is there for this package list,
@@ -103,7 +116,7 @@ fn unpacked(arch: Arch) -> Result<PathBuf> {
     let cache = cache::dir();
     let dir = cache.join(format!("root-{}-{SUITE}", arch.deb()));
     let stamp = dir.join(".complete");
-    let want = PACKAGES.join(" ");
+    let want = format!("layout {LAYOUT}: {}", PACKAGES.join(" "));
     if fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
         return Ok(dir);
     }
@@ -125,13 +138,22 @@ fn unpacked(arch: Arch) -> Result<PathBuf> {
     }
     fs::create_dir_all(&tmp)?;
     let mut listed = String::new();
+    let mut db = Dpkg::default();
     for deb in &debs {
-        run_cmd(Command::new("dpkg").arg("-x").arg(deb).arg(&tmp))?;
+        let files = output(
+            Command::new("dpkg-deb")
+                .arg("--vextract")
+                .arg(deb)
+                .arg(&tmp),
+        )?;
+        let control = output(Command::new("dpkg-deb").arg("--field").arg(deb))?;
+        db.add(&control, &files, arch)?;
         listed.push_str(&deb.file_name().unwrap_or_default().to_string_lossy());
         listed.push('\n');
     }
     fs::write(tmp.join("PACKAGES.txt"), listed)?;
-    fix_up(&tmp)?;
+    db.write(&tmp)?;
+    fix_up(&tmp, arch)?;
     if dir.exists() {
         fs::remove_dir_all(&dir)?;
     }
@@ -189,8 +211,90 @@ fn download(cache: &Path, arch: Arch) -> Result<Vec<PathBuf>> {
     Ok(debs)
 }
 
+/// `cmd`'s standard output; it must succeed.
+fn output(cmd: &mut Command) -> Result<String> {
+    let o = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    ensure!(
+        o.status.success(),
+        "{cmd:?} failed with {}:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).with_context(|| format!("{cmd:?} wrote other than UTF-8"))
+}
+
+/// dpkg's database of the unpacked packages, as if dpkg had installed
+/// them: each one's control fields, "install ok installed", in `status`,
+/// and its files in `info/<package>.list`. Then `dpkg --install` in the
+/// guest finds every dependency of the arm64 package there, and checks
+/// its files against the others', as on a site's node.
+#[derive(Default)]
+struct Dpkg {
+    status: String,
+    lists: Vec<(String, String)>,
+}
+
+impl Dpkg {
+    /// One package: `control` as `dpkg-deb --field` prints it, `files` as
+    /// `dpkg-deb --vextract` does (`./usr/bin/x`, directories with a
+    /// trailing slash).
+    fn add(&mut self, control: &str, files: &str, arch: Arch) -> Result<()> {
+        let field = |name: &str| {
+            control
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+                .map(str::trim)
+        };
+        let package = field("Package").context("a package without a Package field")?;
+        for l in control.lines().filter(|l| !l.trim().is_empty()) {
+            self.status.push_str(l);
+            self.status.push('\n');
+            if l.starts_with("Package: ") {
+                self.status.push_str("Status: install ok installed\n");
+            }
+        }
+        self.status.push('\n');
+        // A Multi-Arch: same package's files are named with its
+        // architecture, as dpkg names them.
+        let name = if field("Multi-Arch") == Some("same") {
+            format!("{package}:{}", arch.deb())
+        } else {
+            package.to_string()
+        };
+        let list = files
+            .lines()
+            .filter_map(|f| {
+                let f = f.strip_prefix('.')?.trim_end_matches('/');
+                Some(if f.is_empty() { "/." } else { f })
+            })
+            .fold(String::new(), |mut s, f| {
+                s.push_str(f);
+                s.push('\n');
+                s
+            });
+        self.lists.push((name, list));
+        Ok(())
+    }
+
+    /// Writes the database under `root`'s `var/lib/dpkg`.
+    fn write(&self, root: &Path) -> Result<()> {
+        let dir = root.join("var/lib/dpkg");
+        for d in ["info", "updates", "triggers", "alternatives", "parts"] {
+            fs::create_dir_all(dir.join(d))?;
+        }
+        for f in ["available", "diversions", "statoverride"] {
+            fs::write(dir.join(f), "")?;
+        }
+        fs::write(dir.join("status"), &self.status)?;
+        for (name, list) in &self.lists {
+            fs::write(dir.join("info").join(format!("{name}.list")), list)?;
+        }
+        Ok(())
+    }
+}
+
 /// What the maintainer scripts would have done that the tests need.
-fn fix_up(root: &Path) -> Result<()> {
+fn fix_up(root: &Path, arch: Arch) -> Result<()> {
     // base-passwd's postinst: the system's users and groups.
     for (master, file) in [("passwd", "passwd"), ("group", "group")] {
         let to = root.join("etc").join(file);
@@ -211,17 +315,71 @@ fn fix_up(root: &Path) -> Result<()> {
             fs::write(&to, text)?;
         }
     }
-    // The alternatives' names: `mpicc` and `mpirun` are Open MPI's, as
-    // Debian makes them when both are installed.
-    let bin = root.join("usr/bin");
-    for (name, to) in [
-        ("mpicc", "mpicc.openmpi"),
-        ("mpirun", "mpirun.openmpi"),
-        ("mpiexec", "mpiexec.openmpi"),
-        ("cc", "gcc"),
+    // libpam-runtime's postinst (pam-auth-update): the common PAM stacks,
+    // as it writes them with its one default profile, `unix`. adduser runs
+    // chfn, which aborts without them.
+    let session = "session\t[default=1]\t\t\tpam_permit.so\n\
+                   session\trequisite\t\t\tpam_deny.so\n\
+                   session\trequired\t\t\tpam_permit.so\n\
+                   session\trequired\tpam_unix.so\n";
+    for (file, text) in [
+        (
+            "common-auth",
+            "auth\t[success=1 default=ignore]\tpam_unix.so nullok\n\
+             auth\trequisite\t\t\tpam_deny.so\n\
+             auth\trequired\t\t\tpam_permit.so\n",
+        ),
+        (
+            "common-account",
+            "account\t[success=1 new_authtok_reqd=done default=ignore]\tpam_unix.so\n\
+             account\trequisite\t\t\tpam_deny.so\n\
+             account\trequired\t\t\tpam_permit.so\n",
+        ),
+        (
+            "common-password",
+            "password\t[success=1 default=ignore]\tpam_unix.so obscure yescrypt\n\
+             password\trequisite\t\t\tpam_deny.so\n\
+             password\trequired\t\t\tpam_permit.so\n",
+        ),
+        ("common-session", session),
+        ("common-session-noninteractive", session),
     ] {
-        let link = bin.join(name);
-        if bin.join(to).exists() && fs::symlink_metadata(&link).is_err() {
+        let to = root.join("etc/pam.d").join(file);
+        if !to.exists() {
+            fs::write(&to, text).with_context(|| format!("creating {}", to.display()))?;
+        }
+    }
+    // Mount points virtme-ng overlays, which no package makes.
+    for d in ["opt", "srv", "home"] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    // The alternatives' names: the `mpi` and `mpirun` groups are Open
+    // MPI's, as Debian makes them when both stacks are installed. Its
+    // Fortran wrappers link `-lmpi` from the multiarch directory, where
+    // only the alternative puts it.
+    let multiarch = format!("usr/lib/{}", arch.multiarch());
+    let links = [
+        ("usr/bin/mpicc", "mpicc.openmpi"),
+        ("usr/bin/mpifort", "mpifort.openmpi"),
+        ("usr/bin/mpif90", "mpif90.openmpi"),
+        ("usr/bin/mpirun", "mpirun.openmpi"),
+        ("usr/bin/mpiexec", "mpiexec.openmpi"),
+        ("usr/bin/cc", "gcc"),
+        (&format!("{multiarch}/libmpi.so"), "openmpi/lib/libmpi.so"),
+        (
+            &format!("usr/include/{}/mpi", arch.multiarch()),
+            &format!("/{multiarch}/openmpi/include"),
+        ),
+    ];
+    for (name, to) in links {
+        let link = root.join(name);
+        let parent = link.parent().expect("a path under the root");
+        let target = if let Some(abs) = to.strip_prefix('/') {
+            root.join(abs)
+        } else {
+            parent.join(to)
+        };
+        if target.exists() && fs::symlink_metadata(&link).is_err() {
             std::os::unix::fs::symlink(to, &link)?;
         }
     }
