@@ -22,8 +22,26 @@ pub const SHIM: &str = "/usr/lib/mpi-observer/libmpi_observer_shim.so";
 pub const UNIT: &str = "/usr/lib/systemd/system/mpi-observer.service";
 /// The unit's options (`MPI_OBSERVER_OPTS`), a conffile.
 pub const DEFAULTS: &str = "/etc/default/mpi-observer";
-/// The Slurm SPANK plugin, in Debian's Slurm plugin directory.
-pub const PLUGIN: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_mpi_observer.so";
+/// The Slurm SPANK plugin, in Debian's Slurm plugin directory, which is
+/// under the machine's multiarch directory ([`multiarch`]).
+pub fn plugin() -> String {
+    format!("/usr/lib/{}/slurm-wlm/spank_mpi_observer.so", multiarch())
+}
+
+/// Debian's multiarch directory name for this machine
+/// (`x86_64-linux-gnu`, `aarch64-linux-gnu`, ...): the directory of the C
+/// library this process runs with.
+pub fn multiarch() -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5).map(Path::new))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|f| f.to_string_lossy().starts_with("libc.so."))
+        })
+        .find_map(|p| Some(p.parent()?.file_name()?.to_string_lossy().into_owned()))
+        .expect("this process's C library in /proc/self/maps")
+}
 /// Where Debian's `plugstack.conf` includes `*.conf` from.
 pub const PLUGSTACK_DIR: &str = "/etc/slurm/plugstack.conf.d";
 /// The plugstack line the postinst writes and the prerm deletes.

@@ -53,12 +53,16 @@ const ABOVE: [&str; 2] = ["bt2", "uw2"];
 /// this follows its rule: fail under `CI=true`, skip with a message
 /// otherwise.
 fn libunwind() -> bool {
-    let found = [
-        "/usr/include/libunwind.h",
-        "/usr/include/x86_64-linux-gnu/libunwind.h",
-    ]
-    .iter()
-    .any(|p| Path::new(p).is_file());
+    // In /usr/include, or in the multiarch directory under it
+    // (`x86_64-linux-gnu/`, `aarch64-linux-gnu/`, ...).
+    let multiarch = std::fs::read_dir("/usr/include")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("libunwind.h"));
+    let found = std::iter::once(PathBuf::from("/usr/include/libunwind.h"))
+        .chain(multiarch)
+        .any(|p| p.is_file());
     if !found {
         let what = "libunwind-dev (libunwind.h)";
         assert!(

@@ -26,8 +26,8 @@ use std::{
 use e2e::{
     Daemon, Job, Mpi, Need, Sample, assert_no_probes_left, compile,
     package::{
-        BIN, DEFAULTS, DPKG_LIMIT, Installed, PKG, PLUGIN, PLUGSTACK, PLUGSTACK_DIR, SHIM, UNIT,
-        deb, dpkg, installed_output, purge, status, unit_launcher,
+        BIN, DEFAULTS, DPKG_LIMIT, Installed, PKG, PLUGSTACK, PLUGSTACK_DIR, SHIM, UNIT, deb, dpkg,
+        installed_output, purge, status, unit_launcher,
     },
     program, require, run_with_timeout, scratch, sum, wait_for,
 };
@@ -207,6 +207,7 @@ fn install_observe_remove_purge() {
     let guard = Installed::new(&deb);
 
     // The files, where the binary looks for them.
+    let plugin = e2e::package::plugin();
     for p in [
         BIN,
         SHIM,
@@ -214,7 +215,7 @@ fn install_observe_remove_purge() {
         "/usr/share/mpi-observer/include/mpi_observer_qmpi.h",
         UNIT,
         DEFAULTS,
-        PLUGIN,
+        &plugin,
         "/usr/share/mpi-observer/slurm/plugstack.conf",
         "/usr/share/mpi-observer/grafana/mpi-job.json",
         "/usr/share/mpi-observer/prometheus/recording.rules.yml",
@@ -240,17 +241,17 @@ fn install_observe_remove_purge() {
     // The SPANK plugin: a shared object with SPANK's entry points, and its
     // optional plugstack line where Debian's Slurm reads it.
     let syms = run_with_timeout(
-        Command::new("nm").args(["-D", "--defined-only", PLUGIN]),
+        Command::new("nm").args(["-D", "--defined-only", &plugin]),
         Duration::from_secs(30),
     );
     let syms = String::from_utf8_lossy(&syms.stdout);
     for s in ["slurm_spank_init", "slurm_spank_task_init", "plugin_name"] {
-        assert!(syms.contains(s), "{PLUGIN} exports {s}:\n{syms}");
+        assert!(syms.contains(s), "{plugin} exports {s}:\n{syms}");
     }
     if Path::new(PLUGSTACK_DIR).is_dir() {
         let line = std::fs::read_to_string(PLUGSTACK).expect("the postinst's plugstack line");
         assert!(
-            line.lines().any(|l| l == format!("optional {PLUGIN}")),
+            line.lines().any(|l| l == format!("optional {plugin}")),
             "{PLUGSTACK}:\n{line}"
         );
     }
@@ -359,7 +360,7 @@ fn upgrade_while_observing_then_purge() {
     let guard = Installed::new(&deb);
     std::fs::write(DEFAULTS, SITE_OPTS).unwrap();
     // The site turns the shim on for every job (a default= in the line).
-    let site_line = format!("optional {PLUGIN} default=stats\n");
+    let site_line = format!("optional {} default=stats\n", e2e::package::plugin());
     let slurm = Path::new(PLUGSTACK_DIR).is_dir();
     if slurm {
         std::fs::write(PLUGSTACK, &site_line).unwrap();

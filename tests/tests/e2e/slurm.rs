@@ -61,7 +61,7 @@ use std::{
 use e2e::{
     Job, Mpi, Need, Prometheus, Sample, assert_no_probes_left, compile, http_get, mix_expected,
     package::{
-        DEFAULTS, Installed, PKG, PLUGIN, PLUGSTACK, SHIM, deb, dpkg, status,
+        DEFAULTS, Installed, PKG, PLUGSTACK, SHIM, deb, dpkg, plugin, status,
         unit_launcher_with_credentials,
     },
     parse_metrics, program, require, run_with_timeout, scratch,
@@ -852,7 +852,7 @@ fn site_deployment_on_a_slurm_cluster() {
     // puts the shim (every job below that maps one maps SHIM).
     let line = std::fs::read_to_string(PLUGSTACK).expect("the postinst's plugstack line");
     assert!(
-        line.lines().any(|l| l == format!("optional {PLUGIN}")),
+        line.lines().any(|l| l == format!("optional {}", plugin())),
         "{PLUGSTACK}:\n{line}"
     );
     edit_defaults();
@@ -1121,7 +1121,7 @@ fn site_deployment_on_a_slurm_cluster() {
     phase("stats jobs exact");
     // 7. The site's default (default=stats), and opting out of it: no shim
     // in any rank, exact counts through the probes.
-    std::fs::write(PLUGSTACK, format!("optional {PLUGIN} default=stats\n")).unwrap();
+    std::fs::write(PLUGSTACK, format!("optional {} default=stats\n", plugin())).unwrap();
     assert_eq!(tasks_with_shim(&cl, &work, None), 3, "default=stats");
     assert_eq!(tasks_with_shim(&cl, &work, Some("--mpi-observer=off")), 0);
     for (mpi, exe) in [(Mpi::OpenMpi, &ompi), (Mpi::Mpich, &mpich)] {
