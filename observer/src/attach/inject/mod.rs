@@ -521,11 +521,25 @@ fn converse(
             );
             return Err(InjectError::Timeout {
                 pid,
-                step: "loading the shim",
+                step: stuck_in(s),
                 secs: (load_timeout + GO_TIMEOUT).as_secs(),
             });
         }
         thread::sleep(POLL);
+    }
+}
+
+/// What a load that did not end was doing, from the mailbox's last state:
+/// where to look.
+fn stuck_in(s: u32) -> &'static str {
+    match s {
+        state::WRITTEN => "loading the shim (the stub never ran)",
+        state::LOADING => {
+            "loading the shim (in dlopen, or the shim's entry before its stack was built)"
+        }
+        state::PREPARED => "loading the shim (prepared, waiting for the go)",
+        state::COMMITTED => "loading the shim (committed, waiting for the handover)",
+        _ => "loading the shim",
     }
 }
 
