@@ -229,6 +229,7 @@ pub fn run(b: &Boot, live: Option<&str>, limit: Duration) -> Result<Ended> {
     let live_sink = Arc::new(Live {
         log: Mutex::new(fs::File::create(&live_log)?),
         prefix: live.map(str::to_string),
+        start: Instant::now(),
     });
     let tx2 = tx.clone();
     let sink = Arc::clone(&live_sink);
@@ -318,12 +319,14 @@ fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// The command's live stream: `live.log`, and stderr after a prefix when
-/// asked. Lines come from vng's stdout (the named virtio port) or, without
-/// udev to name the ports, from the console.
+/// The command's live stream: `live.log`, and stderr after a prefix and
+/// the seconds since the boot began (what each test costs CI) when asked.
+/// Lines come from vng's stdout (the named virtio port) or, without udev
+/// to name the ports, from the console.
 struct Live {
     log: Mutex<fs::File>,
     prefix: Option<String>,
+    start: Instant,
 }
 
 impl Live {
@@ -335,6 +338,7 @@ impl Live {
         if let Some(p) = &self.prefix {
             let mut e = std::io::stderr().lock();
             let _ = e.write_all(p.as_bytes());
+            let _ = write!(e, "{:4.0} s| ", self.start.elapsed().as_secs_f64());
             let _ = e.write_all(line);
             let _ = e.write_all(b"\n");
         }
@@ -356,8 +360,12 @@ fn watch_console(err: impl Read, mut log: fs::File, tx: &mpsc::Sender<Event>, li
         if started && !kernel {
             live.line(line.strip_suffix(b"\r").unwrap_or(&line));
         }
-        // virtme-ng's init, just before it runs our script.
-        if text.contains("virtme-ng-init: starting script") {
+        // virtme-ng's init, just before it runs our script: its Rust
+        // binary, or on an arm64 root its shell script (`virtme-init:
+        // starting script (console fallback)`).
+        if text.contains("virtme-ng-init: starting script")
+            || text.contains("virtme-init: starting script")
+        {
             started = true;
             let _ = tx.send(Event::Started);
         }
