@@ -26,12 +26,13 @@ mod qemu_shim;
 mod semantics;
 mod setup;
 mod spec;
+mod suite;
 mod test_log;
 mod vm;
 
 use std::{path::PathBuf, process::Command};
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use vm::kernels::Arch;
 
@@ -88,10 +89,15 @@ enum Cmd {
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
-        /// Only the attach mechanisms' part (after the build): the host's
-        /// forced classic runs and the VMs of other kernels.
+        /// Only the attach mechanisms' and instruction sets' part (after
+        /// the build): the VMs of other kernels, x86-64 and arm64, and the
+        /// host's forced classic runs (xtask/src/suite.rs).
         #[arg(long, conflicts_with = "filter")]
         kernels: bool,
+        /// Only the arm64 guests (the package cross-built, then each
+        /// guest's tests).
+        #[arg(long, conflicts_with_all = ["filter", "kernels"])]
+        arm64: bool,
     },
     /// Run a command as root in a QEMU guest on one of Debian's own kernels
     /// (5.10, 6.1, 6.12), this machine's root file system read-only under
@@ -202,10 +208,9 @@ fn test(filter: Option<String>) -> Result<()> {
     check_aarch64()?;
     qemu_shim::run()?;
     build()?;
-    // The package tests (tests/tests/e2e/package.rs) install it.
-    // The arm64 package (`cargo xtask package --arch arm64`, held to this
-    // one) is not built here yet: its cold cross build of the daemon takes
-    // 7-8 minutes that CI's budget does not have (issue 36).
+    // The package tests (tests/tests/e2e/package.rs) install it; the
+    // arm64 one is built and held to it before the arm64 guests
+    // (`suite`).
     package::deb(Arch::X86_64, false)?;
     // tests/tests/e2e/sites.rs reads Debian's arm64 MPI libraries.
     vm::foreign::arm64_mpi()?;
@@ -229,132 +234,16 @@ fn test(filter: Option<String>) -> Result<()> {
     e2e.args(["--test-threads=1"]);
     test_log::run(&mut e2e, &test_log_path("e2e"))?;
     if filter.is_none() {
-        kernels_suite()?;
+        suite::run(suite::Parts::All)?;
     }
     Ok(())
 }
-
-/// The e2e tests the classic mechanism must pass on this machine's kernel
-/// (issue 35), forced with `MPI_OBSERVER_ATTACH_MECHANISM`, by exact name:
-/// the mechanism's own tests, exact counts and bytes with `--pid`, the
-/// planned restart's handover (pinned perf links), pid namespaces and call
-/// sites. Each `--pid` rank costs about 35 s here to detach (352 classic
-/// probes at ~0.1 s each, BENCHMARKS.md), so the list is what CI's time
-/// allows; the guests run the rest of the issue's list.
-pub const KERNELS_SUBSET: &[&str] = &[
-    "--exact",
-    "kernels::the_mechanism_is_said_exported_and_the_expected_one",
-    "kernels::all_probes_a_library_file_once_and_both_jobs_are_exact",
-    "kernels::a_process_refused_by_a_budget_is_unharmed_and_not_counted",
-    "kernels::kill_9_leaves_no_breakpoint_in_the_ranks",
-    "observer::exact_counts::openmpi",
-    "restart::planned_restart_loses_no_call",
-    "pidns::a_daemon_in_a_pid_namespace_counts_its_namespace_ranks_exactly_and_no_others",
-    "callsites::probes_split_is_exact::openmpi",
-];
-
-/// The tests each guest runs, by exact name (`--exact`: a 2-rank job
-/// takes about a minute under TCG, so no name may match more than it
-/// means): the issue's list, that is the mechanism chosen and said,
-/// exact counts and bytes with `--pid` on both stacks, threads, `--all`
-/// finding a later job, call sites, `--inject`, `kill -9` leaving no
-/// breakpoint, and a shim job under `stats`. A refused process and
-/// file-wide probes (`kernels::a_process_refused_...`, `all_probes_...`)
-/// run with classic probes forced on this machine instead: each guest
-/// test costs about 70 s of CI's 75 minutes. The no-eBPF test forces its
-/// mechanism, so no guest adds to what the host's run shows.
-pub const VM_SUBSET: &[&str] = &[
-    "--exact",
-    "kernels::the_mechanism_is_said_exported_and_the_expected_one",
-    "kernels::kill_9_leaves_no_breakpoint_in_the_ranks",
-    "observer::exact_counts::openmpi",
-    "observer::exact_counts::mpich",
-    "kmaps::threads_calling_at_once_are_counted_exactly::openmpi",
-    "observer::all_mode_picks_up_a_job_started_later_and_retains_it",
-    "callsites::probes_split_is_exact::openmpi",
-    "inject::inject_exact_after_injection::openmpi",
-    "stats::stats_exact_per_peer_no_bpf::openmpi",
-];
 
 /// Where a test run's whole output is kept (`test_log`).
 fn test_log_path(name: &str) -> PathBuf {
     workspace_root()
         .join("target/e2e/logs")
         .join(format!("{name}.log"))
-}
-
-/// What the control kernel (6.12, uprobe_multi like this machine's)
-/// must show: that it chose uprobe_multi itself, and exact counts.
-pub const CONTROL_SUBSET: &[&str] = &[
-    "--exact",
-    "kernels::the_mechanism_is_said_exported_and_the_expected_one",
-    "observer::exact_counts::openmpi",
-];
-
-/// The attach mechanisms on the kernels sites run (issue 35): in VMs
-/// booted on Debian's own kernels, each of which must choose its mechanism
-/// itself, then on this machine with classic uprobes forced (links with
-/// cookies on the whole subset; ioctl without cookies, by address, on the
-/// mechanism's tests, exact counts and threads, as 5.10 runs it).
-/// `E2E_EXPECT_MECHANISM` makes `kernels::` fail if a run used another.
-fn kernels_suite() -> Result<()> {
-    let mut failed = Vec::new();
-    // Bullseye's 5.10 has neither uprobe_multi nor attach cookies, nor BPF
-    // links on perf events; bookworm's 6.1 has the two last;
-    // bookworm-backports' 6.12 has uprobe_multi whose PID filter covers
-    // every thread.
-    for (kernel, mechanism, subset) in [
-        ("5.10", "perf_ioctl", VM_SUBSET),
-        ("6.1", "perf_link", VM_SUBSET),
-        ("6.12", "uprobe_multi", CONTROL_SUBSET),
-    ] {
-        let t = std::time::Instant::now();
-        let r = vm::run_suite(
-            kernel,
-            vm::kernels::Arch::X86_64,
-            subset,
-            &[("E2E_EXPECT_MECHANISM", mechanism)],
-        );
-        eprintln!(
-            "test: the {kernel} guest: {:.0} s",
-            t.elapsed().as_secs_f64()
-        );
-        if let Err(e) = r {
-            failed.push(format!("the {kernel} guest: {e:#}"));
-        }
-    }
-    // By address, file-wide: what 5.10 does, here for its tests.
-    let ioctl: &[&str] = &[
-        "--exact",
-        "kernels::the_mechanism_is_said_exported_and_the_expected_one",
-        "kernels::all_probes_a_library_file_once_and_both_jobs_are_exact",
-    ];
-    for (mechanism, subset) in [("perf_link", KERNELS_SUBSET), ("perf_ioctl", ioctl)] {
-        let mut e2e = cargo();
-        e2e.args(["test", "--release", "-p", "e2e", "--tests", "--"])
-            .args(subset)
-            .arg("--test-threads=1")
-            .env("MPI_OBSERVER_ATTACH_MECHANISM", mechanism)
-            .env("E2E_EXPECT_MECHANISM", mechanism);
-        eprintln!("test: the kernels subset with {mechanism} forced on this kernel");
-        let t = std::time::Instant::now();
-        let r = test_log::run(&mut e2e, &test_log_path(&format!("forced-{mechanism}")));
-        eprintln!(
-            "test: {mechanism} forced: {:.0} s",
-            t.elapsed().as_secs_f64()
-        );
-        if let Err(e) = r {
-            failed.push(format!("{mechanism} forced here: {e:#}"));
-        }
-    }
-    // Every part runs whatever an earlier one did: one run says every
-    // kernel that fails.
-    ensure!(
-        failed.is_empty(),
-        "the kernels suite failed:\n{}",
-        failed.join("\n")
-    );
-    Ok(())
 }
 
 /// The `bpf_target_arch`es the eBPF crate has an `arch/` file for, each
@@ -489,7 +378,11 @@ fn main() -> Result<()> {
         Cmd::Test { kernels: true, .. } => {
             setup::run()?;
             build()?;
-            kernels_suite()
+            suite::run(suite::Parts::All)
+        }
+        Cmd::Test { arm64: true, .. } => {
+            setup::run()?;
+            suite::run(suite::Parts::Arm64)
         }
         Cmd::Test { filter, .. } => test(filter),
         Cmd::Vm(a) => vm::cli(a),
