@@ -87,7 +87,8 @@ pub const CONTROL_SUBSET: &[&str] = &[
 /// (`stats` exact per peer on both stacks, with a PMPI tool stacked whose
 /// return address, backtrace and libunwind walk name the application, in
 /// C on both stacks and in Fortran; threads; Fortran); `attach --inject`
-/// (exact after injection, and `kill -9` of the daemon); `record`, read by
+/// (exact after injection on both stacks, opted in, and `kill -9` of the
+/// daemon); `record`, read by
 /// `otf2-print` and the python bindings; and the arm64 package installed,
 /// used and purged with dpkg.
 pub const ARM64_SUBSET: &[&str] = &[
@@ -111,6 +112,7 @@ pub const ARM64_SUBSET: &[&str] = &[
     "record::shim_ranks_give_full_events::openmpi",
     "record::probed_ranks_give_enter_and_leave",
     "inject::inject_exact_after_injection::openmpi",
+    "inject::inject_exact_after_injection::mpich",
     "inject::inject_kill9::openmpi",
     "package::install_observe_remove_purge",
 ];
@@ -168,9 +170,8 @@ pub fn run(parts: Parts) -> Result<()> {
             subset,
             &[
                 ("E2E_EXPECT_MECHANISM", mechanism),
-                // `attach --inject` is opt-in on aarch64 (MPICH's ranks do
-                // not finish loading the shim there); the guest runs Open
-                // MPI's.
+                // `attach --inject` is opt-in on aarch64 (docs/inject.md,
+                // "On aarch64").
                 (vm::INJECT_AARCH64, "1"),
             ],
         );

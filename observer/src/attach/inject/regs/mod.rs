@@ -10,10 +10,10 @@
 pub const EXPERIMENTAL_AARCH64: &str = "MPI_OBSERVER_INJECT_AARCH64";
 
 /// Whether this build injects: x86-64 always; aarch64 only when the
-/// daemon's environment opts in ([`EXPERIMENTAL_AARCH64`]), since Open
-/// MPI's ranks take the shim there but MPICH's never finish loading it yet
-/// (issue 36), and a rank must never be left waiting in a load that does
-/// not end.
+/// daemon's environment opts in ([`EXPERIMENTAL_AARCH64`]): MPICH's ranks
+/// once never finished loading the shim there, which has not recurred but
+/// was never explained (docs/inject.md), and a rank must never be left
+/// waiting in a load that does not end.
 pub(super) fn supported() -> bool {
     cfg!(target_arch = "x86_64")
         || (cfg!(target_arch = "aarch64")
@@ -23,7 +23,7 @@ pub(super) fn supported() -> bool {
 /// What the refusal adds for this instruction set.
 pub(super) fn unsupported_hint() -> &'static str {
     if cfg!(target_arch = "aarch64") {
-        " (experimental there, MPICH's ranks do not take the shim yet: MPI_OBSERVER_INJECT_AARCH64=1 in the daemon's environment tries it)"
+        " (experimental there: MPI_OBSERVER_INJECT_AARCH64=1 in the daemon's environment tries it, docs/inject.md)"
     } else {
         ""
     }
