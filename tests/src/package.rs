@@ -42,6 +42,7 @@ pub fn multiarch() -> String {
         .find_map(|p| Some(p.parent()?.file_name()?.to_string_lossy().into_owned()))
         .expect("this process's C library in /proc/self/maps")
 }
+
 /// Where Debian's `plugstack.conf` includes `*.conf` from.
 pub const PLUGSTACK_DIR: &str = "/etc/slurm/plugstack.conf.d";
 /// The plugstack line the postinst writes and the prerm deletes.
