@@ -421,3 +421,36 @@ fn add_kernel(root: &Path, vmlinuz: &Path, release: &str) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_package_is_recorded_as_dpkg_records_an_installed_one() {
+        let mut db = Dpkg::default();
+        let control = "Package: libfoo1\nVersion: 1.0-1\nArchitecture: arm64\n\
+                       Multi-Arch: same\nDescription: foo\n more foo\n";
+        let files = "./\n./usr/\n./usr/lib/\n./usr/lib/aarch64-linux-gnu/libfoo.so.1\n";
+        db.add(control, files, Arch::Arm64).unwrap();
+        db.add(
+            "Package: bar\nVersion: 2\nArchitecture: all\n",
+            "./\n./usr/bin/bar\n",
+            Arch::Arm64,
+        )
+        .unwrap();
+        assert_eq!(
+            db.status,
+            "Package: libfoo1\nStatus: install ok installed\nVersion: 1.0-1\n\
+             Architecture: arm64\nMulti-Arch: same\nDescription: foo\n more foo\n\n\
+             Package: bar\nStatus: install ok installed\nVersion: 2\nArchitecture: all\n\n"
+        );
+        assert_eq!(db.lists[0].0, "libfoo1:arm64");
+        assert_eq!(
+            db.lists[0].1,
+            "/.\n/usr\n/usr/lib\n/usr/lib/aarch64-linux-gnu/libfoo.so.1\n"
+        );
+        assert_eq!(db.lists[1].0, "bar");
+        assert!(db.add("Version: 1\n", "", Arch::Arm64).is_err());
+    }
+}
