@@ -36,15 +36,8 @@ pub fn deb_path() -> PathBuf {
 pub fn installed_shim() -> Result<String> {
     let mut c = crate::cargo();
     c.args(["metadata", "--format-version", "1", "--no-deps", "--locked"]);
-    let o = c.output().with_context(|| format!("running {c:?}"))?;
-    ensure!(
-        o.status.success(),
-        "{c:?} failed with {}:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let meta: serde_json::Value =
-        serde_json::from_slice(&o.stdout).context("reading cargo metadata's output")?;
+    let meta: serde_json::Value = serde_json::from_str(&crate::setup::run_output(&mut c)?)
+        .context("reading cargo metadata's output")?;
     let assets = meta["packages"]
         .as_array()
         .and_then(|ps| ps.iter().find(|p| p["name"] == "mpi-observer"))

@@ -93,6 +93,19 @@ pub fn run_cmd(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// `cmd`'s standard output; it must succeed, else its standard error is
+/// said.
+pub fn run_output(cmd: &mut Command) -> Result<String> {
+    let o = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    ensure!(
+        o.status.success(),
+        "{cmd:?} failed with {}:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).with_context(|| format!("{cmd:?} wrote other than UTF-8"))
+}
+
 fn installed(pkg: &str) -> bool {
     Command::new("dpkg-query")
         .args(["-W", "-f=${Status}", pkg])

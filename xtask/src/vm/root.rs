@@ -30,7 +30,7 @@ use super::{
     cache,
     kernels::{Arch, Kernel},
 };
-use crate::setup::run_cmd;
+use crate::setup::{run_cmd, run_output};
 
 /// The suite the root comes from: the MPI releases the x86-64 tests run
 /// (Open MPI 4.1.4, MPICH 4.0.2).
@@ -140,13 +140,13 @@ fn unpacked(arch: Arch) -> Result<PathBuf> {
     let mut listed = String::new();
     let mut db = Dpkg::default();
     for deb in &debs {
-        let files = output(
+        let files = run_output(
             Command::new("dpkg-deb")
                 .arg("--vextract")
                 .arg(deb)
                 .arg(&tmp),
         )?;
-        let control = output(Command::new("dpkg-deb").arg("--field").arg(deb))?;
+        let control = run_output(Command::new("dpkg-deb").arg("--field").arg(deb))?;
         db.add(&control, &files, arch)?;
         listed.push_str(&deb.file_name().unwrap_or_default().to_string_lossy());
         listed.push('\n');
@@ -209,18 +209,6 @@ fn download(cache: &Path, arch: Arch) -> Result<Vec<PathBuf>> {
         PACKAGES.len()
     );
     Ok(debs)
-}
-
-/// `cmd`'s standard output; it must succeed.
-fn output(cmd: &mut Command) -> Result<String> {
-    let o = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    ensure!(
-        o.status.success(),
-        "{cmd:?} failed with {}:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).with_context(|| format!("{cmd:?} wrote other than UTF-8"))
 }
 
 /// dpkg's database of the unpacked packages, as if dpkg had installed
