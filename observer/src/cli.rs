@@ -69,6 +69,12 @@ pub enum Command {
     Sites {
         /// Path of libmpi.so* or libmpich.so*.
         library: std::path::PathBuf,
+        /// Measure on the running kernel, instead of taking from the rules,
+        /// what it does with each class of first instruction (needs root,
+        /// as attach does): a column `measured:<class>` after the rule's
+        /// class, and one line per class on stderr.
+        #[arg(long)]
+        measure: bool,
     },
     /// Print an mpiP-style report of each job: MPI time per rank, top
     /// functions and call sites, imbalance, message sizes, busiest peers;
@@ -89,6 +95,12 @@ pub enum Command {
     /// The call-site symbolizer process the daemon starts (internal).
     #[command(name = "__symbolizer", hide = true)]
     Symbolizer,
+    /// The child of `sites --measure` (internal): calls class N's function.
+    #[command(name = "__step", hide = true)]
+    Step {
+        /// The class, by index.
+        class: usize,
+    },
     /// List MPI functions with their family and whether they are probed by
     /// default (or match --functions).
     Functions {

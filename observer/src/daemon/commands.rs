@@ -5,7 +5,11 @@ use std::io::{self, Write};
 use observer_common::FUNCTIONS;
 
 use crate::{
-    attach::first_insn::FirstInsn, attach::functions, attach::symbols, cli, collect::launcher,
+    attach::first_insn::{self, FirstInsn, Isa, measure},
+    attach::functions,
+    attach::symbols,
+    cli,
+    collect::launcher,
     daemon,
 };
 
@@ -25,11 +29,17 @@ pub fn run(cli: cli::Cli) -> Result<(), Box<dyn std::error::Error>> {
             println!("{}", crate::collect::qmpi_flags::run(cflags, libs)?)
         }
         cli::Command::Run { tools, cmd } => match launcher::run(tools.as_deref(), &cmd)? {},
-        cli::Command::Sites { library } => {
+        cli::Command::Step { class } => measure::child(class)?,
+        cli::Command::Sites { library, measure } => {
             let lib = symbols::read_library(&library)?;
             let mut all: Vec<&symbols::Entry> =
                 lib.entries.values().chain(lib.refused.values()).collect();
             all.sort_by_key(|e| e.id);
+            let measured = if measure {
+                Some(measure_kernel(&library, lib.isa)?)
+            } else {
+                None
+            };
             listing(|out| {
                 for e in all {
                     let hex: Vec<String> =
@@ -46,10 +56,16 @@ pub fn run(cli: cli::Cli) -> Result<(), Box<dyn std::error::Error>> {
                     let name = FUNCTIONS[e.id as usize].name;
                     write!(
                         out,
-                        "{name:<40} {:#010x} {} {class:<14} {d}",
+                        "{name:<40} {:#010x} {} {class:<14} ",
                         e.file_offset,
                         hex.join(" ")
                     )?;
+                    if let Some(m) = &measured {
+                        let at = e.first_bytes.get(usize::from(e.skipped)..).unwrap_or(&[]);
+                        let what = first_insn::class_of(lib.isa, at).map_or("-", |n| m[n].as_str());
+                        write!(out, "measured:{what:<14} ")?;
+                    }
+                    write!(out, "{d}")?;
                     match e.first_insn {
                         // Said, since the function is then not probed.
                         FirstInsn::Refused(why) => writeln!(out, " (not probed: {why})")?,
@@ -86,4 +102,46 @@ fn listing(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         r => r,
     }
+}
+
+/// `sites --measure`: what this kernel does with each class of first
+/// instruction, one line each on stderr (with the rule's class where it
+/// differs), in the order of [`first_insn::classes`].
+fn measure_kernel(
+    library: &std::path::Path,
+    isa: Isa,
+) -> Result<Vec<measure::Outcome>, Box<dyn std::error::Error>> {
+    if isa != Isa::HOST {
+        return Err(format!(
+            "sites --measure: {} is {} code and this machine runs {}: its kernel cannot probe it; list it without --measure",
+            library.display(),
+            isa.as_str(),
+            Isa::HOST.as_str()
+        )
+        .into());
+    }
+    let outcomes = measure::measure().map_err(|e| format!("sites --measure: {e}"))?;
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut err = io::stderr().lock();
+    writeln!(
+        err,
+        "measured on this kernel ({}), {} classes:",
+        release.trim(),
+        outcomes.len()
+    )?;
+    for ((class, outcome), rule) in first_insn::classes(isa)
+        .iter()
+        .zip(&outcomes)
+        .zip(measure::rules())
+    {
+        let mut line = format!("  {:<34} {}", class.name, outcome.as_str());
+        if let measure::Outcome::Refused(e) = outcome {
+            line.push_str(&format!(" ({e})"));
+        }
+        if rule.as_str() != outcome.as_str() {
+            line.push_str(&format!(" (the rule says {})", rule.as_str()));
+        }
+        writeln!(err, "{line}")?;
+    }
+    Ok(outcomes)
 }

@@ -182,3 +182,124 @@ fn a_refused_arm64_site_is_said_and_not_probed() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `sites --measure` on this machine's own Open MPI and MPICH, on the
+/// running kernel (the host, and every guest kernel of `cargo xtask test`,
+/// x86-64 and arm64): each class of first instruction is probed in a child
+/// and the kernel's choice read back (the child's `[uprobes]` area for a
+/// step, the failed open for a refusal), then every site of the library is
+/// given its class's measured answer.
+///
+/// Every site must have one (no library prologue outside the classes), and
+/// the classes that every kernel treats one way must come out that way:
+/// so a measurement that always said "emulated", or a probe that was never
+/// hit, fails here. Where a kernel differs from the rules (x86-64's 5.10
+/// and 6.1 single-step the multi-byte `nop`), the class's line says so.
+#[test]
+fn the_running_kernel_is_measured_for_every_site() {
+    if !e2e::require(&[e2e::Need::Root]) {
+        return;
+    }
+    let dir = Path::new("/usr/lib").join(e2e::package::multiarch());
+    for name in ["libmpi.so.40", "libmpich.so.12"] {
+        let lib = dir.join(name);
+        if !lib.exists() {
+            assert!(!in_ci(), "CI=true and {} is missing", lib.display());
+            eprintln!("SKIPPED: needs {}", lib.display());
+            return;
+        }
+        let o = Command::new(observer_bin())
+            .args(["sites", "--measure"])
+            .arg(&lib)
+            .output()
+            .expect("mpi-observer sites --measure");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{}: {err}", lib.display());
+        eprintln!("{} on {}:\n{err}", lib.display(), release());
+        // The classes, as measured: "  <name>  <outcome>[ (...)]".
+        let measured: BTreeMap<String, String> = err
+            .lines()
+            .skip_while(|l| !l.starts_with("measured on this kernel"))
+            .skip(1)
+            .filter_map(|l| {
+                let l = l.trim();
+                let outcome = ["single-stepped", "emulated", "refused"]
+                    .into_iter()
+                    .find(|w| l.contains(&format!(" {w}")))?;
+                let name = l[..l.find(&format!(" {outcome}"))?].trim().to_string();
+                Some((name, outcome.to_string()))
+            })
+            .collect();
+        let expect: &[(&str, &str)] = match std::env::consts::ARCH {
+            // Emulated since before 5.10; stepped everywhere.
+            "x86_64" => &[
+                ("push r64", "emulated"),
+                ("jmp rel32", "emulated"),
+                ("endbr64", "single-stepped"),
+                ("ALU r64, imm8", "single-stepped"),
+            ],
+            // Simulated branches; a prologue no kernel simulates; the TLS
+            // read every kernel refuses.
+            "aarch64" => &[
+                ("b", "emulated"),
+                ("ret", "emulated"),
+                ("sub sp, sp, #n", "single-stepped"),
+                ("mrs xN, tpidr_el0", "refused"),
+            ],
+            other => panic!("no expectations for {other}"),
+        };
+        for (class, outcome) in expect {
+            assert_eq!(
+                measured.get(*class).map(String::as_str),
+                Some(*outcome),
+                "{class} on {}: {err}",
+                release()
+            );
+        }
+        let out = String::from_utf8_lossy(&o.stdout);
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for l in out.lines() {
+            let m = l
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("measured:"))
+                .unwrap_or_else(|| panic!("no measured column: {l}"));
+            assert_ne!(m, "-", "a site outside every class: {l}");
+            *counts.entry(m).or_default() += 1;
+        }
+        eprintln!("{name}: sites by measured class: {counts:?}");
+        has_core(&sites(&lib), &lib);
+        assert!(counts.values().sum::<usize>() > 300, "{counts:?}");
+    }
+}
+
+/// The kernel's release, for the messages.
+fn release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Without the right to open a uprobe, `sites --measure` fails in one line
+/// that says so, and lists nothing.
+#[test]
+fn measuring_without_root_says_it_needs_root() {
+    if !e2e::require(&[e2e::Need::Root]) {
+        return;
+    }
+    let lib = Path::new("/usr/lib")
+        .join(e2e::package::multiarch())
+        .join("libmpi.so.40");
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(observer_bin())
+        .args(["sites", "--measure"])
+        .arg(&lib)
+        .output()
+        .expect("setpriv");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(o.stdout.is_empty());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("measuring needs root"), "{err}");
+}

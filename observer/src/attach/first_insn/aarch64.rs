@@ -17,7 +17,7 @@
 //! Instructions are 4 bytes, little-endian, so a probe is never moved off
 //! the function's first word here.
 
-use super::FirstInsn;
+use super::{Class, FirstInsn, word};
 
 /// `(mask, value)` pairs, as the kernel's `__AARCH64_INSN_FUNCS` spell them.
 fn is(insn: u32, mask: u32, value: u32) -> bool {
@@ -110,6 +110,168 @@ pub fn place(code: &[u8]) -> (u8, FirstInsn) {
     };
     (0, class)
 }
+
+/// The first-instruction classes `sites --measure` measures, one function
+/// each in [`ENTRIES`], in this order (the first that matches is a site's):
+/// the prologues and tail code found at PMPI entry points, and the two
+/// kinds the kernel refuses today.
+pub(super) const CLASSES: &[Class] = &[
+    Class {
+        name: "stp x29, x30, [sp, #-n]!",
+        pattern: &word(0xFFC0_7FFF, 0xA980_7BFD),
+    },
+    Class {
+        name: "stp (pre-index), other registers",
+        pattern: &word(0xFFC0_0000, 0xA980_0000),
+    },
+    Class {
+        name: "sub sp, sp, #n",
+        pattern: &word(0xFF80_03FF, 0xD100_03FF),
+    },
+    Class {
+        name: "paciasp",
+        pattern: &word(0xFFFF_FFFF, 0xD503_233F),
+    },
+    Class {
+        name: "bti c",
+        pattern: &word(0xFFFF_FFFF, 0xD503_245F),
+    },
+    Class {
+        name: "nop",
+        pattern: &word(0xFFFF_FFFF, 0xD503_201F),
+    },
+    Class {
+        name: "mov (register)",
+        pattern: &word(0x7FE0_FFE0, 0x2A00_03E0),
+    },
+    Class {
+        name: "b",
+        pattern: &word(0xFC00_0000, 0x1400_0000),
+    },
+    Class {
+        name: "adrp",
+        pattern: &word(0x9F00_0000, 0x9000_0000),
+    },
+    Class {
+        name: "cbz, cbnz",
+        pattern: &word(0x7E00_0000, 0x3400_0000),
+    },
+    Class {
+        name: "ret",
+        pattern: &word(0xFFFF_FC1F, 0xD65F_0000),
+    },
+    Class {
+        name: "mrs xN, tpidr_el0",
+        pattern: &word(0xFFFF_FFE0, 0xD53B_D040),
+    },
+    Class {
+        name: "ldr (literal)",
+        pattern: &word(0x3B00_0000, 0x1800_0000),
+    },
+];
+
+// One function per class, in CLASSES' order: its instruction, what undoes
+// it, `ret`. Only caller-saved registers (x9) and flags are changed; x19
+// and x20 are restored.
+#[cfg(target_arch = "aarch64")]
+core::arch::global_asm!(
+    ".pushsection .text.mpi_observer_step, \"ax\", %progbits",
+    ".p2align 4",
+    ".globl mpi_observer_step_0",
+    ".hidden mpi_observer_step_0",
+    "mpi_observer_step_0: stp x29, x30, [sp, #-16]!; ldp x29, x30, [sp], #16; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_1",
+    ".hidden mpi_observer_step_1",
+    "mpi_observer_step_1: stp x19, x20, [sp, #-16]!; ldp x19, x20, [sp], #16; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_2",
+    ".hidden mpi_observer_step_2",
+    "mpi_observer_step_2: sub sp, sp, #32; add sp, sp, #32; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_3",
+    ".hidden mpi_observer_step_3",
+    "mpi_observer_step_3: .inst 0xd503233f; .inst 0xd50323bf; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_4",
+    ".hidden mpi_observer_step_4",
+    "mpi_observer_step_4: .inst 0xd503245f; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_5",
+    ".hidden mpi_observer_step_5",
+    "mpi_observer_step_5: nop; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_6",
+    ".hidden mpi_observer_step_6",
+    "mpi_observer_step_6: mov x9, x0; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_7",
+    ".hidden mpi_observer_step_7",
+    "mpi_observer_step_7: b 1f; 1: ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_8",
+    ".hidden mpi_observer_step_8",
+    "mpi_observer_step_8: adrp x9, mpi_observer_step_data; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_9",
+    ".hidden mpi_observer_step_9",
+    "mpi_observer_step_9: cbz xzr, 1f; 1: ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_10",
+    ".hidden mpi_observer_step_10",
+    "mpi_observer_step_10: ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_11",
+    ".hidden mpi_observer_step_11",
+    "mpi_observer_step_11: mrs x9, tpidr_el0; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_12",
+    ".hidden mpi_observer_step_12",
+    "mpi_observer_step_12: ldr x9, 1f; ret; .p2align 3; 1: .quad 0",
+    // So that 16 bytes may be read from the last function's start.
+    ".p2align 4",
+    ".skip 16",
+    ".popsection",
+    ".pushsection .data.mpi_observer_step, \"aw\", %progbits",
+    ".p2align 3",
+    "mpi_observer_step_data: .quad 0",
+    ".popsection",
+);
+
+#[cfg(target_arch = "aarch64")]
+unsafe extern "C" {
+    fn mpi_observer_step_0();
+    fn mpi_observer_step_1();
+    fn mpi_observer_step_2();
+    fn mpi_observer_step_3();
+    fn mpi_observer_step_4();
+    fn mpi_observer_step_5();
+    fn mpi_observer_step_6();
+    fn mpi_observer_step_7();
+    fn mpi_observer_step_8();
+    fn mpi_observer_step_9();
+    fn mpi_observer_step_10();
+    fn mpi_observer_step_11();
+    fn mpi_observer_step_12();
+}
+
+/// The functions of [`CLASSES`], in order.
+#[cfg(target_arch = "aarch64")]
+pub(super) const ENTRIES: &[unsafe extern "C" fn()] = &[
+    mpi_observer_step_0,
+    mpi_observer_step_1,
+    mpi_observer_step_2,
+    mpi_observer_step_3,
+    mpi_observer_step_4,
+    mpi_observer_step_5,
+    mpi_observer_step_6,
+    mpi_observer_step_7,
+    mpi_observer_step_8,
+    mpi_observer_step_9,
+    mpi_observer_step_10,
+    mpi_observer_step_11,
+    mpi_observer_step_12,
+];
 
 #[cfg(test)]
 mod tests {

@@ -4,6 +4,7 @@
 //! here and one arm in [`place`].
 
 mod aarch64;
+pub mod measure;
 mod x86_64;
 
 /// The instruction set of a library file.
@@ -109,6 +110,48 @@ pub fn place(isa: Isa, code: &[u8]) -> (u8, FirstInsn) {
         Isa::Aarch64 => aarch64::place(code),
         Isa::Other => (0, FirstInsn::Unknown),
     }
+}
+
+/// A class of first instructions: how `sites` finds it in a library, and
+/// this binary's function that starts with one.
+pub struct Class {
+    /// Its name, e.g. `push r64` or `stp x29, x30, [sp, #-n]!`.
+    pub name: &'static str,
+    /// Per byte from the first, a mask and the value the masked byte has.
+    pub pattern: &'static [(u8, u8)],
+}
+
+impl Class {
+    /// Whether `code` starts with an instruction of this class.
+    pub fn matches(&self, code: &[u8]) -> bool {
+        self.pattern.len() <= code.len()
+            && self
+                .pattern
+                .iter()
+                .zip(code)
+                .all(|((mask, value), b)| b & mask == *value)
+    }
+}
+
+/// A 32-bit instruction word's `(mask, value)` as little-endian bytes.
+pub const fn word(mask: u32, value: u32) -> [(u8, u8); 4] {
+    let m = mask.to_le_bytes();
+    let v = value.to_le_bytes();
+    [(m[0], v[0]), (m[1], v[1]), (m[2], v[2]), (m[3], v[3])]
+}
+
+/// The classes of an instruction set's first instructions.
+pub fn classes(isa: Isa) -> &'static [Class] {
+    match isa {
+        Isa::X86_64 => x86_64::CLASSES,
+        Isa::Aarch64 => aarch64::CLASSES,
+        Isa::Other => &[],
+    }
+}
+
+/// The class `code` starts with, by index in [`classes`].
+pub fn class_of(isa: Isa, code: &[u8]) -> Option<usize> {
+    classes(isa).iter().position(|c| c.matches(code))
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! x86-64: which first instructions uprobes emulate, and the one prologue
 //! instruction a probe may step over.
 
+use super::Class;
+
 /// Whether x86-64 uprobes emulate this first instruction instead of
 /// single-stepping it out of line (about 20 us instead of 1.3 us per hit
 /// here). Measured on Linux 6.18 with `cargo xtask bench observer`: `push`
@@ -46,6 +48,254 @@ pub fn skippable_prologue(code: &[u8]) -> u8 {
         _ => 0,
     }
 }
+
+/// `(mask, value)` of REX.W, with any R and B bits.
+const REX_W: (u8, u8) = (0xfa, 0x48);
+/// ModRM with mod = 11: a register operand.
+const MOD_REG: (u8, u8) = (0xc0, 0xc0);
+/// ModRM with mod = 00, rm = 101: a RIP-relative memory operand.
+const MOD_RIP: (u8, u8) = (0xc7, 0x05);
+
+/// The first-instruction classes `sites --measure` measures, one function
+/// each in [`ENTRIES`], in this order: the prologues and tail code found at
+/// PMPI entry points.
+pub(super) const CLASSES: &[Class] = &[
+    Class {
+        name: "push r64",
+        pattern: &[(0xf8, 0x50)],
+    },
+    Class {
+        name: "push r8-r15",
+        pattern: &[(0xff, 0x41), (0xf8, 0x50)],
+    },
+    Class {
+        name: "ALU r64, imm8",
+        pattern: &[REX_W, (0xff, 0x83), MOD_REG],
+    },
+    Class {
+        name: "ALU r64, imm32",
+        pattern: &[REX_W, (0xff, 0x81), MOD_REG],
+    },
+    Class {
+        name: "mov r64, r64",
+        pattern: &[REX_W, (0xff, 0x89), MOD_REG],
+    },
+    Class {
+        name: "mov r64, RIP-relative",
+        pattern: &[REX_W, (0xff, 0x8b), MOD_RIP],
+    },
+    Class {
+        name: "lea RIP-relative",
+        pattern: &[REX_W, (0xff, 0x8d), MOD_RIP],
+    },
+    Class {
+        name: "endbr64",
+        pattern: &[(0xff, 0xf3), (0xff, 0x0f), (0xff, 0x1e), (0xff, 0xfa)],
+    },
+    Class {
+        name: "nop",
+        pattern: &[(0xff, 0x90)],
+    },
+    Class {
+        name: "nopl (0f 1f)",
+        pattern: &[(0xff, 0x0f), (0xff, 0x1f)],
+    },
+    Class {
+        name: "jmp rel8",
+        pattern: &[(0xff, 0xeb)],
+    },
+    Class {
+        name: "jmp rel32",
+        pattern: &[(0xff, 0xe9)],
+    },
+    Class {
+        name: "call rel32",
+        pattern: &[(0xff, 0xe8)],
+    },
+    Class {
+        name: "jcc rel8",
+        pattern: &[(0xf0, 0x70)],
+    },
+    Class {
+        name: "jcc rel32",
+        pattern: &[(0xff, 0x0f), (0xf0, 0x80)],
+    },
+    Class {
+        name: "xor r32, r32",
+        pattern: &[(0xff, 0x31), MOD_REG],
+    },
+    Class {
+        name: "xor r32, r32 (REX)",
+        pattern: &[(0xf0, 0x40), (0xff, 0x31), MOD_REG],
+    },
+    Class {
+        name: "test r64, r64",
+        pattern: &[REX_W, (0xff, 0x85), MOD_REG],
+    },
+    Class {
+        name: "mov r32, r32",
+        pattern: &[(0xff, 0x89), MOD_REG],
+    },
+    Class {
+        name: "mov $imm32, r32",
+        pattern: &[(0xf8, 0xb8)],
+    },
+    Class {
+        name: "mov $imm32, r32 (REX)",
+        pattern: &[(0xf0, 0x40), (0xf8, 0xb8)],
+    },
+];
+
+// One function per class, in CLASSES' order: its instruction, what undoes
+// it, `ret`. Only caller-saved registers and flags are changed.
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".pushsection .text.mpi_observer_step, \"ax\", @progbits",
+    ".p2align 4",
+    ".globl mpi_observer_step_0",
+    ".hidden mpi_observer_step_0",
+    "mpi_observer_step_0: push %rbp; pop %rbp; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_1",
+    ".hidden mpi_observer_step_1",
+    "mpi_observer_step_1: push %r15; pop %r15; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_2",
+    ".hidden mpi_observer_step_2",
+    "mpi_observer_step_2: sub $0x28, %rsp; add $0x28, %rsp; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_3",
+    ".hidden mpi_observer_step_3",
+    "mpi_observer_step_3: cmp $0x7fffffff, %rdx; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_4",
+    ".hidden mpi_observer_step_4",
+    "mpi_observer_step_4: mov %rdx, %rcx; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_5",
+    ".hidden mpi_observer_step_5",
+    "mpi_observer_step_5: mov mpi_observer_step_data(%rip), %rax; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_6",
+    ".hidden mpi_observer_step_6",
+    "mpi_observer_step_6: lea mpi_observer_step_data(%rip), %rax; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_7",
+    ".hidden mpi_observer_step_7",
+    "mpi_observer_step_7: .byte 0xf3, 0x0f, 0x1e, 0xfa; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_8",
+    ".hidden mpi_observer_step_8",
+    "mpi_observer_step_8: .byte 0x90; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_9",
+    ".hidden mpi_observer_step_9",
+    "mpi_observer_step_9: .byte 0x0f, 0x1f, 0x40, 0x00; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_10",
+    ".hidden mpi_observer_step_10",
+    "mpi_observer_step_10: .byte 0xeb, 0x00; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_11",
+    ".hidden mpi_observer_step_11",
+    "mpi_observer_step_11: .byte 0xe9, 0, 0, 0, 0; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_12",
+    ".hidden mpi_observer_step_12",
+    "mpi_observer_step_12: .byte 0xe8, 0, 0, 0, 0; add $8, %rsp; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_13",
+    ".hidden mpi_observer_step_13",
+    "mpi_observer_step_13: .byte 0x75, 0x00; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_14",
+    ".hidden mpi_observer_step_14",
+    "mpi_observer_step_14: .byte 0x0f, 0x85, 0, 0, 0, 0; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_15",
+    ".hidden mpi_observer_step_15",
+    "mpi_observer_step_15: xor %ecx, %ecx; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_16",
+    ".hidden mpi_observer_step_16",
+    "mpi_observer_step_16: xor %r8d, %r8d; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_17",
+    ".hidden mpi_observer_step_17",
+    "mpi_observer_step_17: test %rsi, %rsi; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_18",
+    ".hidden mpi_observer_step_18",
+    "mpi_observer_step_18: mov %edi, %eax; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_19",
+    ".hidden mpi_observer_step_19",
+    "mpi_observer_step_19: mov $1, %eax; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_20",
+    ".hidden mpi_observer_step_20",
+    "mpi_observer_step_20: mov $1, %r9d; ret",
+    // So that 16 bytes may be read from the last function's start.
+    ".p2align 4",
+    ".skip 16",
+    ".popsection",
+    ".pushsection .data.mpi_observer_step, \"aw\", @progbits",
+    ".p2align 3",
+    "mpi_observer_step_data: .quad 0",
+    ".popsection",
+    options(att_syntax)
+);
+
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" {
+    fn mpi_observer_step_0();
+    fn mpi_observer_step_1();
+    fn mpi_observer_step_2();
+    fn mpi_observer_step_3();
+    fn mpi_observer_step_4();
+    fn mpi_observer_step_5();
+    fn mpi_observer_step_6();
+    fn mpi_observer_step_7();
+    fn mpi_observer_step_8();
+    fn mpi_observer_step_9();
+    fn mpi_observer_step_10();
+    fn mpi_observer_step_11();
+    fn mpi_observer_step_12();
+    fn mpi_observer_step_13();
+    fn mpi_observer_step_14();
+    fn mpi_observer_step_15();
+    fn mpi_observer_step_16();
+    fn mpi_observer_step_17();
+    fn mpi_observer_step_18();
+    fn mpi_observer_step_19();
+    fn mpi_observer_step_20();
+}
+
+/// The functions of [`CLASSES`], in order.
+#[cfg(target_arch = "x86_64")]
+pub(super) const ENTRIES: &[unsafe extern "C" fn()] = &[
+    mpi_observer_step_0,
+    mpi_observer_step_1,
+    mpi_observer_step_2,
+    mpi_observer_step_3,
+    mpi_observer_step_4,
+    mpi_observer_step_5,
+    mpi_observer_step_6,
+    mpi_observer_step_7,
+    mpi_observer_step_8,
+    mpi_observer_step_9,
+    mpi_observer_step_10,
+    mpi_observer_step_11,
+    mpi_observer_step_12,
+    mpi_observer_step_13,
+    mpi_observer_step_14,
+    mpi_observer_step_15,
+    mpi_observer_step_16,
+    mpi_observer_step_17,
+    mpi_observer_step_18,
+    mpi_observer_step_19,
+    mpi_observer_step_20,
+];
 
 #[cfg(test)]
 mod tests {

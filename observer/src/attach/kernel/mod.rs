@@ -16,7 +16,7 @@
 //! [`FORCE`] overrides it, so tests run every mechanism on one kernel.
 
 mod insn;
-mod probe;
+pub(crate) mod probe;
 
 pub use probe::mpi_observer_feature_probe;
 

@@ -25,11 +25,17 @@ pub extern "C" fn mpi_observer_feature_probe(x: u64) -> u64 {
 /// in it, from our own mappings.
 pub fn target() -> Option<(&'static Path, u64)> {
     let addr = mpi_observer_feature_probe as *const () as usize as u64;
+    Some((Path::new("/proc/self/exe"), own_offset(addr)?))
+}
+
+/// The file offset in this binary of its code at `addr`, from our own
+/// mappings.
+pub fn own_offset(addr: u64) -> Option<u64> {
     let maps = std::fs::read("/proc/self/maps").ok()?;
     let m = crate::os::procfs::parse_maps(&maps)
         .into_iter()
         .find(|m| m.exec && m.start <= addr && addr < m.end && m.path.is_some())?;
-    Some((Path::new("/proc/self/exe"), addr - m.start + m.offset))
+    Some(addr - m.start + m.offset)
 }
 
 /// A one-slot array map of a u64.
