@@ -144,7 +144,7 @@ fn x86_64_libraries_keep_their_placement() {
 }
 
 /// A function whose first instruction the arm64 kernel refuses (here
-/// `mrs x0, tpidr_el0`, written over MPI_Send's first word in a copy of
+/// `ldr x16, .+8`, a literal load, written over MPI_Send's first word in a copy of
 /// Debian's arm64 MPICH) is listed as refused, with why: one such site
 /// would fail a whole uprobe_multi link, so it is not probed (that it
 /// leaves the probed set is the unit test
@@ -159,7 +159,7 @@ fn a_refused_arm64_site_is_said_and_not_probed() {
         .unwrap();
     let mut data = std::fs::read(&lib).unwrap();
     let at = usize::try_from(send.offset).unwrap();
-    data[at..at + 4].copy_from_slice(&0xd53b_d040_u32.to_le_bytes());
+    data[at..at + 4].copy_from_slice(&0x5800_0050_u32.to_le_bytes());
     let dir = target_dir().join(format!("sites-refused-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let patched = dir.join("libmpich.so.12");
@@ -169,7 +169,7 @@ fn a_refused_arm64_site_is_said_and_not_probed() {
     assert!(
         line.contains(" refused ")
             && line.ends_with(
-                "(not probed: mrs (a system register read, e.g. TLS through tpidr_el0))"
+                "(not probed: ldr (literal), no longer simulated for uprobes (CVE-2024-50099))"
             ),
         "{line}"
     );
@@ -238,13 +238,13 @@ fn the_running_kernel_is_measured_for_every_site() {
                 ("endbr64", "single-stepped"),
                 ("ALU r64, imm8", "single-stepped"),
             ],
-            // Simulated branches; a prologue no kernel simulates; the TLS
-            // read every kernel refuses.
+            // Simulated branches; a prologue no kernel simulates; the
+            // literal load the CVE-2024-50099 fix stopped simulating.
             "aarch64" => &[
                 ("b", "emulated"),
                 ("ret", "emulated"),
                 ("sub sp, sp, #n", "single-stepped"),
-                ("mrs xN, tpidr_el0", "refused"),
+                ("ldr (literal)", "refused"),
             ],
             other => panic!("no expectations for {other}"),
         };

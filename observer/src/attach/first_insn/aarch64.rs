@@ -7,7 +7,9 @@
 //!   (`stp x29, x30, [sp, #-n]!`, `sub sp, sp, #n`) and the PAC and BTI
 //!   landing hints (`paciasp`, `bti c`, since Linux 5.8) included;
 //! - a few are refused, and then registering the probe fails: `mrs` of
-//!   any register but DAIF (`mrs x0, tpidr_el0`, a TLS read), `msr`,
+//!   DAIF (stepped with interrupts masked, it would read the wrong value;
+//!   `mrs` of any other register, such as a TLS read of `tpidr_el0`, is
+//!   stepped, as `sites --measure` shows), `msr`,
 //!   exception-generating instructions, the authenticated branches,
 //!   exclusive loads and stores, hints outside the kernel's list, and the
 //!   PC-relative literal loads (`ldr Xt, label`), which uprobes stopped
@@ -74,9 +76,10 @@ fn refused(i: u32) -> Option<&'static str> {
         if is(i, 0xFFF8_F01F, 0xD500_401F) || is(i, 0xFFF0_0000, 0xD510_0000) {
             return Some("msr");
         }
-        // mrs, except of DAIF (op0=3 op1=3 CRn=4 CRm=2 op2=1).
-        if is(i, 0xFFF0_0000, 0xD530_0000) && (i >> 5) & 0x7FFF != 0x5A11 {
-            return Some("mrs (a system register read, e.g. TLS through tpidr_el0)");
+        // mrs of DAIF (op0=3 op1=3 CRn=4 CRm=2 op2=1): the step runs with
+        // interrupts masked. Any other mrs is stepped.
+        if is(i, 0xFFF0_0000, 0xD530_0000) && (i >> 5) & 0x7FFF == 0x5A11 {
+            return Some("mrs of DAIF");
         }
         if is(i, 0xFFFF_F01F, 0xD503_201F) && !steppable_hint(i) {
             return Some("a hint outside the kernel's list");
@@ -113,8 +116,8 @@ pub fn place(code: &[u8]) -> (u8, FirstInsn) {
 
 /// The first-instruction classes `sites --measure` measures, one function
 /// each in [`ENTRIES`], in this order (the first that matches is a site's):
-/// the prologues and tail code found at PMPI entry points, and the two
-/// kinds the kernel refuses today.
+/// the prologues and tail code found at PMPI entry points, a TLS read, and
+/// the literal load every maintained kernel refuses.
 pub(super) const CLASSES: &[Class] = &[
     Class {
         name: "stp x29, x30, [sp, #-n]!",
@@ -298,8 +301,8 @@ mod tests {
         assert_eq!(class(0x90000010), FirstInsn::Emulated); // adrp x16, ...
         assert_eq!(class(0xd61f0220), FirstInsn::Emulated); // br x17
         assert_eq!(class(0xd65f03c0), FirstInsn::Emulated); // ret
-        assert!(matches!(class(0xd53bd040), FirstInsn::Refused(w) if w.starts_with("mrs"))); // mrs x0, tpidr_el0
-        assert_eq!(class(0xd53b4220), FirstInsn::SingleStepped); // mrs x0, daif
+        assert_eq!(class(0xd53bd040), FirstInsn::SingleStepped); // mrs x0, tpidr_el0
+        assert!(matches!(class(0xd53b4220), FirstInsn::Refused(w) if w.starts_with("mrs"))); // mrs x0, daif
         assert!(matches!(class(0x58000050), FirstInsn::Refused(w) if w.starts_with("ldr"))); // ldr x16, .+8
         assert!(matches!(class(0x98000050), FirstInsn::Refused(w) if w.starts_with("ldr"))); // ldrsw x16, .+8
         assert!(matches!(class(0xd4000001), FirstInsn::Refused(_))); // svc #0
