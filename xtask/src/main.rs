@@ -178,9 +178,14 @@ fn build() -> Result<()> {
         c.args(["-p", p]);
     }
     setup::run_cmd(&mut c)?;
-    // `mpi-observer qmpi-flags` looks for the header in `include/` beside
-    // the executable, as an install has it.
-    let include = workspace_root().join("target/release/include");
+    qmpi_header_beside(&workspace_root().join("target/release"))
+}
+
+/// Copies the QMPI header into `include/` of a build's output directory
+/// (`target/release`, or an instruction set's): `mpi-observer qmpi-flags`
+/// looks for it beside the executable, as an install has it.
+pub(crate) fn qmpi_header_beside(release: &std::path::Path) -> Result<()> {
+    let include = release.join("include");
     let header = workspace_root().join(codegen_qmpi::HEADER);
     std::fs::create_dir_all(&include)
         .and_then(|()| std::fs::copy(&header, include.join("mpi_observer_qmpi.h")))

@@ -10,6 +10,11 @@
 //! BENCHMARKS.md). So each test runs where it shows something no other
 //! run does, by exact name (`--exact`: no name may match more than it
 //! means).
+//!
+//! Every guest also measures what its kernel does with each class of first
+//! instruction (`sites --measure`, a few seconds): which classes it
+//! emulates, steps or refuses differs between kernels, so the rules
+//! `mpi-observer sites` prints are checked on each.
 
 use std::time::Instant;
 
@@ -47,6 +52,7 @@ const IOCTL_SUBSET: &[&str] = &[
 pub const PROBES_SUBSET: &[&str] = &[
     "--exact",
     "kernels::the_mechanism_is_said_exported_and_the_expected_one",
+    "sites::the_running_kernel_is_measured_for_every_site",
     "kernels::kill_9_leaves_no_breakpoint_in_the_ranks",
     "observer::exact_counts::openmpi",
     "observer::exact_counts::mpich",
@@ -69,6 +75,7 @@ pub const OLDEST_EXTRA: &[&str] = &[
 pub const CONTROL_SUBSET: &[&str] = &[
     "--exact",
     "kernels::the_mechanism_is_said_exported_and_the_expected_one",
+    "sites::the_running_kernel_is_measured_for_every_site",
     "observer::exact_counts::openmpi",
 ];
 
@@ -81,11 +88,15 @@ pub const CONTROL_SUBSET: &[&str] = &[
 /// C on both stacks and in Fortran; threads; Fortran); `attach --inject`
 /// (exact after injection on both stacks, opted in, and `kill -9` of the
 /// daemon); `record`, read by
-/// `otf2-print` and the python bindings; and the arm64 package installed,
-/// used and purged with dpkg.
+/// `otf2-print` and the python bindings; the arm64 package installed,
+/// used and purged with dpkg; QMPI tools in a stack with a PMPI tool and
+/// `stats` (Open MPI) and from 4 threads (MPICH); and four modules of mpi4py's own suite on
+/// PyPI's aarch64 Open MPI 5 and MPICH 5, bare and under `stats`, the same
+/// test by test.
 pub const ARM64_SUBSET: &[&str] = &[
     "--exact",
     "kernels::the_mechanism_is_said_exported_and_the_expected_one",
+    "sites::the_running_kernel_is_measured_for_every_site",
     "kernels::kill_9_leaves_no_breakpoint_in_the_ranks",
     "observer::exact_counts::openmpi",
     "observer::exact_counts::mpich",
@@ -107,7 +118,16 @@ pub const ARM64_SUBSET: &[&str] = &[
     "inject::inject_exact_after_injection::mpich",
     "inject::inject_kill9::openmpi",
     "package::install_observe_remove_purge",
+    "qmpi::qmpi_mixed_entry::openmpi",
+    "qmpi::qmpi_threads::mpich",
+    "mpi4py::mpi4py_suite_shim_stats::openmpi5",
+    "mpi4py::mpi4py_suite_shim_stats::mpich5",
 ];
+
+/// The modules of mpi4py's suite the arm64 guest runs (its
+/// `MPI4PY_SUITE_MODULES`): point-to-point with objects, communicators,
+/// buffer collectives and requests, 277 tests a rank.
+const MPI4PY_MODULES: &str = "test_p2p_obj,test_comm,test_cco_buf,test_request";
 
 /// The arm64 guests of 4 KiB pages: each kernel's mechanism, chosen and
 /// said, and exact counts, one stack each (classic probes cost their
@@ -115,11 +135,13 @@ pub const ARM64_SUBSET: &[&str] = &[
 const ARM64_PAGES_4K_SUBSET: &[&str] = &[
     "--exact",
     "kernels::the_mechanism_is_said_exported_and_the_expected_one",
+    "sites::the_running_kernel_is_measured_for_every_site",
     "observer::exact_counts::openmpi",
 ];
 const ARM64_CONTROL_SUBSET: &[&str] = &[
     "--exact",
     "kernels::the_mechanism_is_said_exported_and_the_expected_one",
+    "sites::the_running_kernel_is_measured_for_every_site",
     "observer::exact_counts::mpich",
 ];
 
@@ -166,6 +188,9 @@ pub fn run(parts: Parts) -> Result<()> {
                 // `attach --inject` is opt-in on aarch64 (docs/inject.md,
                 // "On aarch64").
                 (vm::INJECT_AARCH64, "1"),
+                // mpi4py's suite is too slow whole under TCG (over 170 s a
+                // run); these modules take 25-30 s.
+                ("MPI4PY_SUITE_MODULES", MPI4PY_MODULES),
             ],
         );
         eprintln!(

@@ -146,14 +146,16 @@ fn unpack(pins: &[Pin], what: &str, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The release packages for aarch64, linked by the cross gcc.
+/// The release packages for aarch64, linked by the cross gcc, with the
+/// QMPI header beside them as `cargo xtask build` puts it for this machine.
 pub fn cross_build() -> Result<()> {
     let mut c = crate::cargo();
     c.args(["build", "--release", "--locked", "--target", AARCH64]);
     for p in RELEASE_PACKAGES {
         c.args(["-p", p]);
     }
-    run_cmd(cross_env(&mut c))
+    run_cmd(cross_env(&mut c))?;
+    crate::qmpi_header_beside(&crate::setup::target_dir().join(AARCH64).join("release"))
 }
 
 /// The environment of every cargo run for [`AARCH64`] that builds the

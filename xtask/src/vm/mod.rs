@@ -17,6 +17,7 @@ pub mod kernels;
 pub mod output;
 pub mod root;
 pub mod steady;
+pub mod wheels;
 
 use std::{
     fs,
@@ -346,6 +347,8 @@ pub fn run_suite(kernel: &str, arch: Arch, filters: &[&str], env: &[(&str, &str)
         // found under CARGO_TARGET_DIR: the cross build's.
         foreign::arm64_sysroot()?;
         foreign::cross_build()?;
+        // PyPI's aarch64 Open MPI 5, MPICH 5 and mpi4py, for mpi4py's suite.
+        wheels::mpi4py_stacks()?;
         guest_env.push((
             "CARGO_TARGET_DIR".to_string(),
             target_dir()
