@@ -116,8 +116,9 @@ pub fn place(code: &[u8]) -> (u8, FirstInsn) {
 
 /// The first-instruction classes `sites --measure` measures, one function
 /// each in [`ENTRIES`], in this order (the first that matches is a site's):
-/// the prologues and tail code found at PMPI entry points, a TLS read, and
-/// the literal load every maintained kernel refuses.
+/// the prologues and tail code found at PMPI entry points (every first
+/// instruction of Debian's arm64 Open MPI and MPICH among them), a TLS
+/// read, and the literal load every maintained kernel refuses.
 pub(super) const CLASSES: &[Class] = &[
     Class {
         name: "stp x29, x30, [sp, #-n]!",
@@ -170,6 +171,18 @@ pub(super) const CLASSES: &[Class] = &[
     Class {
         name: "ldr (literal)",
         pattern: &word(0x3B00_0000, 0x1800_0000),
+    },
+    Class {
+        name: "movz (mov wN, #imm)",
+        pattern: &word(0x7F80_0000, 0x5280_0000),
+    },
+    Class {
+        name: "orr (immediate)",
+        pattern: &word(0x7F80_0000, 0x3200_0000),
+    },
+    Class {
+        name: "cmp (subs immediate)",
+        pattern: &word(0x7F80_0000, 0x7100_0000),
     },
 ];
 
@@ -231,6 +244,19 @@ core::arch::global_asm!(
     ".globl mpi_observer_step_12",
     ".hidden mpi_observer_step_12",
     "mpi_observer_step_12: ldr x9, 1f; ret; .p2align 3; 1: .quad 0",
+    ".p2align 4",
+    ".globl mpi_observer_step_13",
+    ".hidden mpi_observer_step_13",
+    "mpi_observer_step_13: mov w9, #1; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_14",
+    ".hidden mpi_observer_step_14",
+    // orr x9, xzr, #0x7fffffff, as MPICH's large-count File functions start.
+    "mpi_observer_step_14: .inst 0xb2407be9; ret",
+    ".p2align 4",
+    ".globl mpi_observer_step_15",
+    ".hidden mpi_observer_step_15",
+    "mpi_observer_step_15: cmp x0, #1; ret",
     // So that 16 bytes may be read from the last function's start.
     ".p2align 4",
     ".skip 16",
@@ -256,6 +282,9 @@ unsafe extern "C" {
     fn mpi_observer_step_10();
     fn mpi_observer_step_11();
     fn mpi_observer_step_12();
+    fn mpi_observer_step_13();
+    fn mpi_observer_step_14();
+    fn mpi_observer_step_15();
 }
 
 /// The functions of [`CLASSES`], in order.
@@ -274,6 +303,9 @@ pub(super) const ENTRIES: &[unsafe extern "C" fn()] = &[
     mpi_observer_step_10,
     mpi_observer_step_11,
     mpi_observer_step_12,
+    mpi_observer_step_13,
+    mpi_observer_step_14,
+    mpi_observer_step_15,
 ];
 
 #[cfg(test)]
