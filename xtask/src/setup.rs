@@ -198,10 +198,10 @@ pub fn run() -> Result<()> {
 /// first on PATH (pyenv and the like), so every machine builds the same.
 const PYTHON: &str = "/usr/bin/python3";
 
-const MPI4PY: &str = "mpi4py==4.1.2";
+pub(crate) const MPI4PY: &str = "mpi4py==4.1.2";
 
 /// mpi4py 4.1.2's sdist, extracted under `target/mpi/` for its test suite.
-const MPI4PY_SDIST: &str = "mpi4py-4.1.2";
+pub(crate) const MPI4PY_SDIST: &str = "mpi4py-4.1.2";
 
 /// One MPI stack from PyPI: a venv under `target/mpi/DIR` with `reqs`
 /// installed (binary wheels only), complete when `files` exist.
@@ -242,7 +242,7 @@ fn stack_ready(root: &Path, s: &Stack) -> bool {
         && s.files.iter().all(|f| dir.join(f).exists())
 }
 
-fn sdist_ready(root: &Path) -> bool {
+pub(crate) fn sdist_ready(root: &Path) -> bool {
     root.join(MPI4PY_SDIST).join("test/main.py").exists()
 }
 
@@ -304,7 +304,13 @@ fn build_stack(root: &Path, wheels: &Path, s: &Stack) -> Result<()> {
         .status()
         .is_ok_and(|st| st.success());
     if !cached {
-        download(root, wheels, &pip, &["--only-binary", ":all:"], s.reqs)?;
+        download(
+            root,
+            wheels,
+            Command::new(&pip),
+            &["--only-binary", ":all:"],
+            s.reqs,
+        )?;
     }
     run_cmd(
         Command::new(&pip)
@@ -333,15 +339,22 @@ fn build_stack(root: &Path, wheels: &Path, s: &Stack) -> Result<()> {
 
 /// `pip download` from PyPI into a scratch directory, then each file renamed
 /// into `wheels`: a download killed mid-way leaves no truncated file there.
-fn download(root: &Path, wheels: &Path, pip: &Path, opts: &[&str], reqs: &[&str]) -> Result<()> {
+/// `pip` is the command up to its subcommand (`.../bin/pip`, or
+/// `python3 -m pip`).
+pub(crate) fn download(
+    root: &Path,
+    wheels: &Path,
+    mut pip: Command,
+    opts: &[&str],
+    reqs: &[&str],
+) -> Result<()> {
     let partial = root.join("download.partial");
     if partial.exists() {
         fs::remove_dir_all(&partial)?;
     }
     fs::create_dir_all(wheels)?;
     run_cmd(
-        Command::new(pip)
-            .args(["download", "-q", "--find-links"])
+        pip.args(["download", "-q", "--find-links"])
             .arg(wheels)
             .arg("--dest")
             .arg(&partial)
@@ -369,7 +382,7 @@ fn extract_sdist(root: &Path, wheels: &Path) -> Result<()> {
         download(
             root,
             wheels,
-            &pip,
+            Command::new(&pip),
             &["--no-deps", "--no-binary", "mpi4py"],
             &[MPI4PY],
         )?;
@@ -379,6 +392,12 @@ fn extract_sdist(root: &Path, wheels: &Path) -> Result<()> {
             archive.display()
         );
     }
+    unpack_sdist(root, &archive)
+}
+
+/// Extracts mpi4py's sdist `archive` under a scratch name in `root` and
+/// renames it into place (`root/mpi4py-<version>`).
+pub(crate) fn unpack_sdist(root: &Path, archive: &Path) -> Result<()> {
     let partial = root.join("sdist.partial");
     if partial.exists() {
         fs::remove_dir_all(&partial)?;
@@ -387,7 +406,7 @@ fn extract_sdist(root: &Path, wheels: &Path) -> Result<()> {
     run_cmd(
         Command::new("tar")
             .arg("-xzf")
-            .arg(&archive)
+            .arg(archive)
             .arg("-C")
             .arg(&partial),
     )?;

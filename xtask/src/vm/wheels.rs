@@ -23,13 +23,10 @@ use std::{
 
 use anyhow::{Context as _, Result, ensure};
 
-use crate::setup::{AARCH64, run_cmd, target_dir};
+use crate::setup::{self, AARCH64, MPI4PY, MPI4PY_SDIST, run_cmd, sdist_ready, target_dir};
 
 /// The interpreter of the venvs: Debian's, the guest root's version.
 const PYTHON: &str = "/usr/bin/python3";
-
-const MPI4PY: &str = "mpi4py==4.1.2";
-const MPI4PY_SDIST: &str = "mpi4py-4.1.2";
 
 /// pip's options for the guest's wheels: CPython 3.11 on aarch64.
 const PLATFORM: &[&str] = &[
@@ -116,10 +113,6 @@ fn stack_ready(root: &Path, s: &Stack) -> bool {
         && s.files.iter().all(|f| dir.join(f).exists())
 }
 
-fn sdist_ready(root: &Path) -> bool {
-    root.join(MPI4PY_SDIST).join("test/main.py").exists()
-}
-
 /// The aarch64 stacks and mpi4py's tests under [`root`], made if missing.
 pub fn mpi4py_stacks() -> Result<()> {
     stacks_in(&root())
@@ -145,18 +138,19 @@ fn stacks_in(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// This machine's pip, as `setup::download` wants it.
 fn pip() -> Command {
     let mut c = Command::new(PYTHON);
-    c.args(["-m", "pip", "download", "-q", "--disable-pip-version-check"]);
+    c.args(["-m", "pip", "--disable-pip-version-check"]);
     c
 }
 
-/// `reqs`' aarch64 wheels into `wheels` (offline first, from what is
-/// there), each renamed into place once whole.
+/// `reqs`' aarch64 wheels into `wheels`, from what is there if it has
+/// them all, else from PyPI (`setup::download`).
 fn download(root: &Path, wheels: &Path, opts: &[&str], reqs: &[&str]) -> Result<()> {
     fs::create_dir_all(wheels)?;
     let cached = pip()
-        .args(["--no-index", "--find-links"])
+        .args(["download", "-q", "--no-index", "--find-links"])
         .arg(wheels)
         .arg("--dest")
         .arg(wheels)
@@ -170,25 +164,7 @@ fn download(root: &Path, wheels: &Path, opts: &[&str], reqs: &[&str]) -> Result<
         return Ok(());
     }
     eprintln!("setup: downloading {} for aarch64", reqs.join(" "));
-    let partial = root.join("download.partial");
-    if partial.exists() {
-        fs::remove_dir_all(&partial)?;
-    }
-    run_cmd(
-        pip()
-            .arg("--find-links")
-            .arg(wheels)
-            .arg("--dest")
-            .arg(&partial)
-            .args(opts)
-            .args(reqs),
-    )?;
-    for e in fs::read_dir(&partial)? {
-        let e = e?;
-        fs::rename(e.path(), wheels.join(e.file_name()))?;
-    }
-    fs::remove_dir_all(&partial)?;
-    Ok(())
+    setup::download(root, wheels, pip(), opts, reqs)
 }
 
 fn build_stack(root: &Path, wheels: &Path, s: &Stack) -> Result<()> {
@@ -261,26 +237,7 @@ fn extract_sdist(root: &Path, wheels: &Path) -> Result<()> {
         }
         ensure!(archive.exists(), "no {}", archive.display());
     }
-    let partial = root.join("sdist.partial");
-    if partial.exists() {
-        fs::remove_dir_all(&partial)?;
-    }
-    fs::create_dir_all(&partial)?;
-    run_cmd(
-        Command::new("tar")
-            .arg("-xzf")
-            .arg(&archive)
-            .arg("-C")
-            .arg(&partial),
-    )?;
-    let dir = root.join(MPI4PY_SDIST);
-    if dir.exists() {
-        fs::remove_dir_all(&dir)?;
-    }
-    fs::rename(partial.join(MPI4PY_SDIST), &dir)?;
-    fs::remove_dir_all(&partial)?;
-    ensure!(sdist_ready(root), "{} has no test/main.py", dir.display());
-    Ok(())
+    setup::unpack_sdist(root, &archive)
 }
 
 #[cfg(test)]

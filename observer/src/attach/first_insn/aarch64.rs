@@ -268,28 +268,7 @@ core::arch::global_asm!(
 );
 
 #[cfg(target_arch = "aarch64")]
-unsafe extern "C" {
-    fn mpi_observer_step_0();
-    fn mpi_observer_step_1();
-    fn mpi_observer_step_2();
-    fn mpi_observer_step_3();
-    fn mpi_observer_step_4();
-    fn mpi_observer_step_5();
-    fn mpi_observer_step_6();
-    fn mpi_observer_step_7();
-    fn mpi_observer_step_8();
-    fn mpi_observer_step_9();
-    fn mpi_observer_step_10();
-    fn mpi_observer_step_11();
-    fn mpi_observer_step_12();
-    fn mpi_observer_step_13();
-    fn mpi_observer_step_14();
-    fn mpi_observer_step_15();
-}
-
-/// The functions of [`CLASSES`], in order.
-#[cfg(target_arch = "aarch64")]
-pub(super) const ENTRIES: &[unsafe extern "C" fn()] = &[
+step_entries!(
     mpi_observer_step_0,
     mpi_observer_step_1,
     mpi_observer_step_2,
@@ -306,7 +285,7 @@ pub(super) const ENTRIES: &[unsafe extern "C" fn()] = &[
     mpi_observer_step_13,
     mpi_observer_step_14,
     mpi_observer_step_15,
-];
+);
 
 #[cfg(test)]
 mod tests {

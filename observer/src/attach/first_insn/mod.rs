@@ -3,6 +3,19 @@
 //! (`e_machine`), never by the host's. A new instruction set is a new file
 //! here and one arm in [`place`].
 
+/// Declares an instruction set's `sites --measure` functions (defined in
+/// its `global_asm!`) and their table, `ENTRIES`, in its classes' order.
+macro_rules! step_entries {
+    ($($f:ident),* $(,)?) => {
+        unsafe extern "C" {
+            $(fn $f();)*
+        }
+
+        /// The functions of [`CLASSES`], in order.
+        pub(super) const ENTRIES: &[unsafe extern "C" fn()] = &[$($f),*];
+    };
+}
+
 mod aarch64;
 pub mod measure;
 mod x86_64;
