@@ -2,9 +2,11 @@
 //! measured, not assumed: `mpi-observer sites --measure`.
 //!
 //! The static rules ([`super::place`]) say what current kernels do; older
-//! ones differ (x86-64's 5.10 and 6.1 single-step a multi-byte `nop` that
-//! 6.12 emulates), and a kernel may learn to emulate more (arm64's
-//! `stp x29, x30` is single-stepped up to at least 6.12). So each class of
+//! ones differ (x86-64's 5.10, 6.1 and 6.12 single-step a multi-byte `nop`
+//! that 6.18 emulates), a kernel may learn to emulate more (arm64's
+//! `stp x29, x30` is single-stepped up to at least 6.12), and the rules
+//! may be wrong (they had arm64's `mrs` of `tpidr_el0` refused, where the
+//! kernel steps it). So each class of
 //! this instruction set has a function in this binary that starts with an
 //! instruction of the class ([`Class`], in the instruction set's file). For
 //! each, a child (`mpi-observer __step N`) is started, an entry uprobe is
