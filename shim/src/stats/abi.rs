@@ -167,6 +167,8 @@ pub(crate) struct Abi {
     pub(crate) library: &'static str,
     /// `MPI_COMM_WORLD`.
     pub(crate) comm_world: usize,
+    /// `MPI_COMM_NULL`.
+    pub(crate) comm_null: usize,
     /// `MPI_REQUEST_NULL`.
     pub(crate) request_null: usize,
     /// `MPI_MESSAGE_NO_PROC`.
@@ -282,10 +284,11 @@ const INTEL_MARKER: &CStr = c"I_MPI_Check_image_status";
 const MPICH_MARKER: &CStr = c"MPIR_Err_return_comm";
 
 /// The ABI of the loaded library and what it is called, with its
-/// `MPI_COMM_WORLD`, `MPI_REQUEST_NULL` and `MPI_MESSAGE_NO_PROC`; each
+/// `MPI_COMM_WORLD`, `MPI_REQUEST_NULL`, `MPI_MESSAGE_NO_PROC` and
+/// `MPI_COMM_NULL`; each
 /// ABI recognised positively, the standard ABI first (an implementation's
 /// `libmpi_abi.so` also exports that implementation's own markers).
-fn recognise() -> Result<(Constants, &'static str, [usize; 3]), AbiError> {
+fn recognise() -> Result<(Constants, &'static str, [usize; 4]), AbiError> {
     let intel = global(INTEL_MARKER) != 0;
     match standard_abi_version() {
         Some((1, _)) => {
@@ -318,6 +321,7 @@ fn recognise() -> Result<(Constants, &'static str, [usize; 3]), AbiError> {
             world,
             need(c"ompi_request_null")?,
             need(c"ompi_message_no_proc")?,
+            need(c"ompi_mpi_comm_null")?,
         ];
         return Ok((OPEN_MPI, "Open MPI", handles));
     }
@@ -334,7 +338,7 @@ impl Abi {
     /// Recognises the library and resolves what the layer calls. Nothing is
     /// called with a handle or a status before the ABI is known.
     pub(crate) fn detect() -> Result<Abi, AbiError> {
-        let (c, library, [comm_world, request_null, message_no_proc]) = recognise()?;
+        let (c, library, [comm_world, request_null, message_no_proc, comm_null]) = recognise()?;
         let get_count_c = match c.count {
             CountField::Library => Some(entry!(c"PMPI_Get_count_c", GetCountC)),
             CountField::SizeT(_) | CountField::Split(_) => None,
@@ -343,6 +347,7 @@ impl Abi {
             c,
             library,
             comm_world,
+            comm_null,
             request_null,
             message_no_proc,
             type_size_x: entry!(c"PMPI_Type_size_x", TypeSizeX),
@@ -480,12 +485,13 @@ impl Abi {
     }
 }
 
-/// MPICH's `MPI_COMM_WORLD`, `MPI_REQUEST_NULL` and `MPI_MESSAGE_NO_PROC`.
-const MPICH_HANDLES: [usize; 3] = [0x4400_0000, 0x2c00_0000, 0x6c00_0000];
+/// MPICH's `MPI_COMM_WORLD`, `MPI_REQUEST_NULL`, `MPI_MESSAGE_NO_PROC` and
+/// `MPI_COMM_NULL`.
+const MPICH_HANDLES: [usize; 4] = [0x4400_0000, 0x2c00_0000, 0x6c00_0000, 0x0400_0000];
 
-/// The standard ABI's `MPI_COMM_WORLD`, `MPI_REQUEST_NULL` and
-/// `MPI_MESSAGE_NO_PROC` (MPI 5.0 §21.5).
-const STANDARD_HANDLES: [usize; 3] = [0x101, 0x180, 0x129];
+/// The standard ABI's `MPI_COMM_WORLD`, `MPI_REQUEST_NULL`,
+/// `MPI_MESSAGE_NO_PROC` and `MPI_COMM_NULL` (MPI 5.0 §21.5).
+const STANDARD_HANDLES: [usize; 4] = [0x101, 0x180, 0x129, 0x100];
 
 /// The standard ABI's `MPI_BYTE`.
 const STANDARD_BYTE: usize = 0x247;
@@ -668,8 +674,8 @@ int main(void) {
 #include <stdint.h>
 #define T(t, c) printf("%u %zu\n", (unsigned)(t), sizeof(c))
 int main(void) {
-    printf("%u %u %u\n", (unsigned)MPI_COMM_WORLD, (unsigned)MPI_REQUEST_NULL,
-           (unsigned)MPI_MESSAGE_NO_PROC);
+    printf("%u %u %u %u\n", (unsigned)MPI_COMM_WORLD, (unsigned)MPI_REQUEST_NULL,
+           (unsigned)MPI_MESSAGE_NO_PROC, (unsigned)MPI_COMM_NULL);
     T(MPI_CHAR, char); T(MPI_BYTE, char); T(MPI_SHORT, short); T(MPI_INT, int);
     T(MPI_LONG, long); T(MPI_FLOAT, float); T(MPI_DOUBLE, double);
     T(MPI_LONG_DOUBLE, long double); T(MPI_INT64_T, int64_t);
@@ -716,8 +722,8 @@ int main(void) {
 /* A named type and its size, -1 for "of no size fixed by the ABI". */
 #define T(t, n) printf("0x%lx %d\n", H(t), (int)(n))
 int main(int argc, char **argv) {
-    printf("0x%lx 0x%lx 0x%lx 0x%lx\n", H(MPI_COMM_WORLD), H(MPI_REQUEST_NULL),
-           H(MPI_MESSAGE_NO_PROC), H(MPI_BYTE));
+    printf("0x%lx 0x%lx 0x%lx 0x%lx 0x%lx\n", H(MPI_COMM_WORLD), H(MPI_REQUEST_NULL),
+           H(MPI_MESSAGE_NO_PROC), H(MPI_COMM_NULL), H(MPI_BYTE));
     if (argc > 1 && strcmp(argv[1], "library") == 0) {
         MPI_Init(&argc, &argv);
         MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
@@ -759,11 +765,11 @@ int main(int argc, char **argv) {
         let rows = parse(&out);
         let h: Vec<usize> = rows[0].iter().map(|&x| x as usize).collect();
         assert_eq!(
-            h[..3],
+            h[..4],
             STANDARD_HANDLES,
-            "COMM_WORLD, REQUEST_NULL, MESSAGE_NO_PROC"
+            "COMM_WORLD, REQUEST_NULL, MESSAGE_NO_PROC, COMM_NULL"
         );
-        assert_eq!(h[3], STANDARD_BYTE, "MPI_BYTE");
+        assert_eq!(h[4], STANDARD_BYTE, "MPI_BYTE");
         assert!(rows.len() > 60, "{out}");
         for r in &rows[1..] {
             let want = u64::try_from(r[1]).ok();

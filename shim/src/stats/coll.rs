@@ -364,21 +364,22 @@ fn persist(row: usize, bytes: Bytes, args: &[usize], req: usize) {
 /// Defines a blocking collective wrapper, its nonblocking twin (the same
 /// arguments and a request) and its persistent one (an info and a request).
 ///
-/// The blocking wrapper also numbers the instance if it is on
-/// `MPI_COMM_WORLD` and writes its wait record ([`super::waits`]): `comm`
-/// names the communicator argument, `root` the root's, if it has one.
+/// The blocking wrapper also numbers the instance (on `MPI_COMM_WORLD`, or
+/// on a communicator whose members name it alike) and writes its wait
+/// record ([`super::waits`]): `comm` names the communicator argument,
+/// `root` the root's, if it has one.
 macro_rules! collective {
     (@root) => { observer_common::waits::NO_ROOT };
     (@root $root:ident) => { int($root) };
     ($blocking:ident / $nonblocking:ident / $persistent:ident, $bytes:ident, ($($a:ident),*), $comm:ident $(, $root:ident)?) => {
         #[doc = concat!("`MPI_", stringify!($blocking), "` (by function row).")]
         pub(crate) unsafe extern "C" fn $blocking<const ROW: usize, const L: bool>($($a: usize),*) -> c_int {
-            let seq = super::waits::number($comm);
+            let n = super::waits::number($comm);
             super::trace::collective_begin(ROW);
-            let wait = super::waits::enter(seq);
+            let wait = super::waits::enter(n.as_ref());
             let rc = next!(ROW; $($a),*);
             if rc == 0 {
-                record(ROW, $bytes::<L>, &[$($a),*], seq);
+                record(ROW, $bytes::<L>, &[$($a),*], n.and_then(|n| n.world()));
                 super::waits::leave(wait, ROW, collective!(@root $($root)?));
             }
             rc

@@ -13,12 +13,7 @@ use core::{
     sync::atomic::{AtomicU64, AtomicUsize, Ordering::*},
 };
 
-use observer_common::segment::RECV;
-
-use super::{
-    segment::{NULL_PEER, State},
-    waits,
-};
+use super::segment::{NULL_PEER, State};
 
 /// A peer the layer cannot name (not in `MPI_COMM_WORLD`, or cache full).
 pub(crate) const UNKNOWN_PEER: i32 = -1;
@@ -115,6 +110,18 @@ pub(crate) struct CommInfo {
     pub(crate) trace_id: u32,
     /// The recording (generation) that last had it defined.
     pub(crate) announced: AtomicU64,
+    /// Its id in the wait records, the same on every member
+    /// ([`super::waits::derive`]): `waits::WORLD` for `MPI_COMM_WORLD`,
+    /// `None` for one whose collectives are not numbered (made before the
+    /// shim was there, by a constructor it does not follow, or an
+    /// inter-communicator).
+    pub(crate) waits_id: Option<u64>,
+    /// Blocking collectives this process has made on it: the next one's
+    /// number (not used for `MPI_COMM_WORLD`, see `waits::number`).
+    pub(crate) coll_seq: AtomicU64,
+    /// Communicators constructed from it so far, counted on every member
+    /// alike: a constructor is collective over it.
+    pub(crate) made: AtomicU64,
 }
 
 /// The next communicator id for recordings.
@@ -221,7 +228,28 @@ fn describe(s: &State, comm: usize) -> Option<CommInfo> {
             NEXT_TRACE_ID.fetch_add(1, Relaxed)
         },
         announced: AtomicU64::new(0),
+        waits_id: (comm == a.comm_world).then_some(observer_common::waits::WORLD),
+        coll_seq: AtomicU64::new(0),
+        made: AtomicU64::new(0),
     })
+}
+
+/// A constructor made `comm` (never `MPI_COMM_NULL`): describes it afresh
+/// (a handle value freed and reused names a new communicator), under the
+/// wait-record id `waits_id` for an intra-communicator.
+pub(crate) fn made(s: &State, comm: usize, waits_id: impl FnOnce(&CommInfo) -> Option<u64>) {
+    forget(comm);
+    let Some(mut built) = describe(s, comm) else {
+        return;
+    };
+    if !built.inter {
+        built.waits_id = waits_id(&built);
+    }
+    let built = Box::into_raw(Box::new(built));
+    if !COMMS.insert(comm, built as u64) {
+        // SAFETY: not published; ours to free.
+        drop(unsafe { Box::from_raw(built) });
+    }
 }
 
 /// The world rank of `rank` in `comm`: [`NULL_PEER`] for `MPI_PROC_NULL`,
@@ -269,34 +297,6 @@ pub(crate) static MESSAGES: HandleMap<1024> = HandleMap::new();
 pub(crate) const MESSAGE_TAG: u64 = 1 << 40;
 /// Marks a message in [`MESSAGES`] that came on `MPI_COMM_WORLD`.
 pub(crate) const MESSAGE_WORLD: u64 = 1 << 41;
-
-/// Counts a completed receive on `comm` from its status, completed in
-/// `call`, and numbers it for the wait records.
-///
-/// # Safety
-/// `status` is a status the library filled for the receive.
-#[inline(always)]
-pub(crate) unsafe fn received(
-    s: &State,
-    comm: usize,
-    status: *const u8,
-    call: &waits::Call,
-    post: waits::Post,
-) {
-    // SAFETY: per the caller.
-    let src = unsafe { s.abi.source(status) };
-    if src == s.abi.c.proc_null {
-        return;
-    }
-    let p = peer(s, comm, src);
-    // SAFETY: per the caller.
-    let bytes = unsafe { s.abi.received(status) };
-    s.message(p, RECV, bytes);
-    if waits::numbered(s, comm) {
-        // SAFETY: per the caller.
-        waits::received(s, comm, p, unsafe { s.abi.tag(status) }, bytes, call, post);
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -36,6 +36,7 @@ mod abi;
 mod coll;
 mod comms;
 mod complete;
+mod construct;
 mod exit_handover;
 pub(crate) mod lifecycle;
 mod p2p;
@@ -103,13 +104,24 @@ macro_rules! w {
 
 /// Every row the layer watches, with its wrapper.
 fn wrapped() -> Vec<(usize, Raw)> {
-    use self::{coll::*, complete::*, p2p::*};
+    use self::{coll::*, complete::*, construct::*, p2p::*};
     vec![
         w!(init, Init),
         w!(init_thread, InitThread),
         w!(finalize, Finalize),
         w!(comm_free, CommFree),
         w!(comm_free, CommDisconnect),
+        // Communicator constructors: name what they make (waits).
+        w!(comm_dup, CommDup),
+        w!(comm_dup_with_info, CommDupWithInfo),
+        w!(comm_split, CommSplit),
+        w!(comm_split_type, CommSplitType),
+        w!(comm_create, CommCreate),
+        w!(cart_create, CartCreate),
+        w!(cart_sub, CartSub),
+        w!(graph_create, GraphCreate),
+        w!(dist_graph_create, DistGraphCreate),
+        w!(dist_graph_create_adjacent, DistGraphCreateAdjacent),
         // Blocking sends.
         w!(send, Send, false),
         w!(send, SendC, true),

@@ -15,7 +15,7 @@ use observer_common::{
 
 use super::{
     abi::{Status, count, int},
-    comms::{MESSAGE_TAG, MESSAGE_WORLD, MESSAGES, UNKNOWN_PEER, peer, received},
+    comms::{MESSAGE_TAG, MESSAGE_WORLD, MESSAGES, UNKNOWN_PEER, peer},
     requests::{self, Entry, Kind},
     segment::{NULL_PEER, State, state},
     trace,
@@ -215,7 +215,7 @@ pub(crate) unsafe extern "C" fn recv<const ROW: usize, const L: bool>(
     if rc == 0 {
         // SAFETY: the library filled `st`.
         unsafe {
-            received(
+            waits::status_received(
                 s,
                 s.abi.handle(comm),
                 st as *const u8,
@@ -293,7 +293,7 @@ pub(crate) unsafe extern "C" fn sendrecv<const ROW: usize, const L: bool>(
         let c = s.abi.handle(comm);
         // SAFETY: the library filled `st`.
         unsafe {
-            received(s, c, st as *const u8, &Call::new(How::One), Post::Here);
+            waits::status_received(s, c, st as *const u8, &Call::new(How::One), Post::Here);
             trace::received(s, c, st as *const u8, 0);
         }
     }
@@ -324,7 +324,7 @@ pub(crate) unsafe extern "C" fn sendrecv_replace<const ROW: usize, const L: bool
         let c = s.abi.handle(comm);
         // SAFETY: the library filled `st`.
         unsafe {
-            received(s, c, st as *const u8, &Call::new(How::One), Post::Here);
+            waits::status_received(s, c, st as *const u8, &Call::new(How::One), Post::Here);
             trace::received(s, c, st as *const u8, 0);
         }
     }
@@ -391,6 +391,10 @@ fn matched(s: &State, comm: usize, message: usize, status: usize) {
     let world = if comm == s.abi.comm_world {
         MESSAGE_WORLD
     } else {
+        // Its `MPI_Mrecv` would not know the communicator's id to number
+        // it under: the process loses count, if messages there are
+        // numbered.
+        waits::lose(s, Some(comm));
         0
     };
     // With no room the receive is counted as unattributed, and its
@@ -480,7 +484,7 @@ pub(crate) unsafe extern "C" fn mrecv<const ROW: usize, const L: bool>(
             // SAFETY: the library filled `st`.
             let bytes = unsafe { s.abi.received(st as *const u8) };
             s.message(p, RECV, bytes);
-            if world && waits::numbered(s, s.abi.comm_world) {
+            if world && waits::numbered(s, s.abi.comm_world).is_some() {
                 // SAFETY: as above.
                 let tag = unsafe { s.abi.tag(st as *const u8) };
                 waits::received(

@@ -340,7 +340,7 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8, call: &Ca
                 // SAFETY: per the caller.
                 unsafe {
                     let post = Post::At(POSTED[i].load(Relaxed));
-                    super::comms::received(s, COMM[i].load(Relaxed), status, call, post);
+                    super::waits::status_received(s, COMM[i].load(Relaxed), status, call, post);
                     super::trace::received(s, COMM[i].load(Relaxed), status, handle);
                 }
             }
@@ -350,7 +350,7 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8, call: &Ca
                 let peer = PEER[i].load(Relaxed);
                 s.message(peer, observer_common::segment::RECV, bytes);
                 let comm = COMM[i].load(Relaxed);
-                if waits::numbered(s, comm) {
+                if waits::numbered(s, comm).is_some() {
                     // SAFETY: per the caller.
                     let tag = unsafe { s.abi.tag(status) };
                     let post = Post::At(POSTED[i].load(Relaxed));

@@ -18,6 +18,21 @@
  *   receiver the last rank sleeps, then MPI_Recvs from every other rank in
  *            turn, 0 first; every other rank MPI_Ssends to it and waits
  *            until its receive is posted (a Late Receiver for each).
+ * Three more plant on communicators other than MPI_COMM_WORLD, made
+ * before READY: HALF by MPI_Comm_split into even and odd world ranks (key
+ * the world rank), D1 and D2 two MPI_Comm_dups of HALF in a row, DUP an
+ * MPI_Comm_dup of MPI_COMM_WORLD:
+ *   split    the last rank sleeps before each MPI_Barrier, on D1 in even
+ *            rounds and D2 in odd ones: only the other ranks of its half
+ *            wait;
+ *   dup      rank 2 (mod size) sleeps before each MPI_Allreduce on DUP;
+ *   subbcast each half broadcasts from its rank 1 (world rank 2 or 3)
+ *            over HALF; the last rank, root of its half, sleeps first;
+ *   subsender each half's rank 1 MPI_Sends to its rank 0 over HALF, which
+ *            waits in MPI_Recv; the last rank sleeps first (a Late
+ *            Sender for world rank 1).
+ * Their times go to GOFILE.times.RANK as the others', the round's
+ * communicator told by the rank's half.
  * Rounds make no other MPI call. Built with -DROTATE=N, N cycles of
  * barriers come before them, each rank late in turn (see there).
  *
@@ -70,6 +85,11 @@ int main(int argc, char **argv) {
     const char *mode = argv[1];
     int iters = atoi(argv[2]);
     useconds_t delay = (useconds_t)atoi(argv[3]) * 1000;
+    MPI_Comm half, d1, d2, dup;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    MPI_Comm_dup(half, &d1);
+    MPI_Comm_dup(half, &d2);
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     printf("READY %d %d\n", rank, (int)getpid());
     fflush(stdout);
     char path[4096];
@@ -162,12 +182,50 @@ int main(int argc, char **argv) {
                 int v = 100 * it + rank;
                 TIMED("MPI_Ssend", it, last, MPI_Ssend(&v, 1, MPI_INT, last, 9, MPI_COMM_WORLD));
             }
+        } else if (!strcmp(mode, "split")) {
+            if (rank == last) usleep(delay);
+            TIMED("MPI_Barrier", it, -1, MPI_Barrier(it % 2 ? d2 : d1));
+        } else if (!strcmp(mode, "dup")) {
+            if (rank == 2 % size) usleep(delay);
+            int v = rank + it, sum = 0;
+            TIMED("MPI_Allreduce", it, -1, MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, dup));
+            if (sum != size * (size - 1) / 2 + size * it) fail("allreduce on a dup", rank, it);
+        } else if (!strcmp(mode, "subbcast")) {
+            int hr, hs;
+            MPI_Comm_rank(half, &hr);
+            MPI_Comm_size(half, &hs);
+            if (hs > 1) {
+                if (rank == last && hr == 1) usleep(delay);
+                int v = hr == 1 ? 1000 * rank + it : -1, root = rank % 2 + 2;
+                TIMED("MPI_Bcast", it, -1, MPI_Bcast(&v, 1, MPI_INT, 1, half));
+                if (v != 1000 * root + it) fail("bcast on half", rank, it);
+            }
+        } else if (!strcmp(mode, "subsender")) {
+            int hr, hs;
+            MPI_Comm_rank(half, &hr);
+            MPI_Comm_size(half, &hs);
+            /* Peers are timed as world ranks: the half's rank 0 is world
+             * rank 0 or 1, its rank 1 world rank 2 or 3. */
+            if (hs > 1 && hr == 1) {
+                if (rank == last) usleep(delay);
+                int v = 100 * it + rank;
+                TIMED("MPI_Send", it, rank - 2, MPI_Send(&v, 1, MPI_INT, 0, 11, half));
+            } else if (hs > 1 && hr == 0) {
+                int v = -1;
+                TIMED("MPI_Recv", it, rank + 2,
+                      MPI_Recv(&v, 1, MPI_INT, 1, 11, half, MPI_STATUS_IGNORE));
+                if (v != 100 * it + rank + 2) fail("recv on half", rank, it);
+            }
         } else {
             fprintf(stderr, "late: unknown mode %s\n", mode);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
     fclose(times);
+    MPI_Comm_free(&dup);
+    MPI_Comm_free(&d2);
+    MPI_Comm_free(&d1);
+    MPI_Comm_free(&half);
     printf("OK %d\n", rank);
     fflush(stdout);
     MPI_Finalize();

@@ -622,3 +622,204 @@ e2e::per_mpi!(
     every_plant_is_found_and_its_culprit_named => every_plant_is_found_and_its_culprit_named:
         openmpi, mpich
 );
+
+/// A plant on communicators other than `MPI_COMM_WORLD` (late.c's `split`,
+/// `dup`, `subbcast` and `subsender`): the pattern, the instances of each
+/// pattern over the run (but the synchronising barrier on
+/// `MPI_COMM_WORLD`), the ranks that wait (their world ranks) and the
+/// culprit.
+struct OnComms {
+    mode: &'static str,
+    pattern: &'static str,
+    instances: &'static [(&'static str, u64)],
+    waiters: &'static [u32],
+    culprit: u32,
+}
+
+const ON_COMMS: [OnComms; 4] = [
+    // Each half's barrier, on two dups of it in turn: rank 1 waits for 3.
+    OnComms {
+        mode: "split",
+        pattern: "wait_barrier",
+        instances: &[("wait_barrier", 2 * ROUNDS)],
+        waiters: &[1],
+        culprit: 3,
+    },
+    OnComms {
+        mode: "dup",
+        pattern: "wait_nxn",
+        instances: &[("wait_nxn", ROUNDS)],
+        waiters: &[0, 1, 3],
+        culprit: 2,
+    },
+    // Each half broadcasts from its rank 1: rank 1 waits for world rank 3.
+    OnComms {
+        mode: "subbcast",
+        pattern: "late_broadcast",
+        instances: &[("late_broadcast", 2 * ROUNDS)],
+        waiters: &[1],
+        culprit: 3,
+    },
+    // Each half's rank 1 sends to its rank 0: rank 1 waits for world rank
+    // 3. A message a half a round, one round in the sampling period kept:
+    // each a Late Sender's instance (a blocking receive) and a Late
+    // Receiver's (a blocking send).
+    OnComms {
+        mode: "subsender",
+        pattern: "late_sender",
+        instances: &[
+            ("late_sender", 2 * ROUNDS / P2P_PERIOD),
+            ("late_receiver", 2 * ROUNDS / P2P_PERIOD),
+        ],
+        waiters: &[1],
+        culprit: 3,
+    },
+];
+
+/// Scalasca's formulas on the ranks' own timings of a plant on other
+/// communicators: per pattern, seconds waited, each round's instance made
+/// of the ranks of one half (`split`, `subbcast`) or of all (`dup`, and the
+/// synchronising barrier), the root of a half's broadcast its rank 1.
+fn truth_on_comms(mode: &str, ranks: &[Vec<Timed>]) -> BTreeMap<&'static str, f64> {
+    if mode == "subsender" {
+        // Only the synchronising barrier, on MPI_COMM_WORLD, and messages
+        // timed with their world ranks.
+        return truth(ranks);
+    }
+    // (call, round, half: 2 for all ranks) → its members' calls.
+    type Groups<'a> = BTreeMap<(&'a str, i64, usize), Vec<(usize, &'a Timed)>>;
+    let mut groups = Groups::new();
+    for (r, calls) in ranks.iter().enumerate() {
+        for c in calls {
+            let half = if c.round >= 0 && mode != "dup" {
+                r % 2
+            } else {
+                2
+            };
+            groups
+                .entry((c.name.as_str(), c.round, half))
+                .or_default()
+                .push((r, c));
+        }
+    }
+    let mut out: BTreeMap<&'static str, f64> = BTreeMap::new();
+    for ((name, _, half), parts) in &groups {
+        let wait = |c: &Timed, until: u64| until.min(c.leave).saturating_sub(c.enter);
+        let (pattern, waited): (&'static str, u64) = match *name {
+            "MPI_Barrier" | "MPI_Allreduce" => {
+                let latest = parts.iter().map(|p| p.1.enter).max().unwrap();
+                let p = if *name == "MPI_Barrier" {
+                    "wait_barrier"
+                } else {
+                    "wait_nxn"
+                };
+                (p, parts.iter().map(|p| wait(p.1, latest)).sum())
+            }
+            "MPI_Bcast" => {
+                // The half's rank 1: world rank 2 or 3.
+                let root = parts.iter().find(|p| p.0 == 2 + half).unwrap().1;
+                let others = parts.iter().filter(|p| p.0 != 2 + half);
+                (
+                    "late_broadcast",
+                    others.map(|p| wait(p.1, root.enter)).sum(),
+                )
+            }
+            other => panic!("late.c timed {other}"),
+        };
+        *out.entry(pattern).or_default() += waited as f64 / 1e9;
+    }
+    out
+}
+
+/// Collectives on communicators the job made (splits, dups, dups of
+/// splits): each member numbers them alike, so the daemon matches them as
+/// it does those on `MPI_COMM_WORLD`, names the root of a sub-communicator
+/// by its world rank, and finds the plant with its culprit; nothing is
+/// invalid, unresolved or mismatched (two dups made one after the other
+/// have distinct ids, and so have the halves of one split).
+fn plants_on_other_communicators_are_found(mpi: Mpi) {
+    if !require(&[Need::Mpi(mpi)]) {
+        return;
+    }
+    let dir = scratch(&format!("waits-comms-{}", mpi.name()));
+    let exe = dir.join(format!("late-{}", mpi.name()));
+    compile(mpi, &program("waits/late.c"), &exe, &[]);
+    for plant in &ON_COMMS {
+        let go = dir.join(format!("go-{}", plant.mode));
+        let mut launcher = shim_launcher(mpi, NP, "stats");
+        launcher.arg(&exe).args([
+            plant.mode.to_string(),
+            ROUNDS.to_string(),
+            DELAY_MS.to_string(),
+            go.display().to_string(),
+        ]);
+        let job = Job::spawn(launcher, NP, go.clone());
+        let mut daemon = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
+        let what = format!("{mpi:?} {}", plant.mode);
+        job.finish("OK ");
+        let s = daemon.final_scrape();
+        for p in PATTERNS {
+            // The synchronising barrier on MPI_COMM_WORLD, too.
+            let want = u64::from(p == "wait_barrier")
+                + plant.instances.iter().find(|i| i.0 == p).map_or(0, |i| i.1);
+            assert_eq!(
+                by(&s, "mpi_job_wait_instances_total", "pattern", p) as u64,
+                want,
+                "{what}: instances of {p}"
+            );
+        }
+        for name in [
+            "mpi_job_wait_unresolved_total",
+            "mpi_job_wait_records_lost_total",
+            "mpi_job_wait_records_invalid_total",
+        ] {
+            assert_eq!(sum(&s, name, &[]), 0.0, "{what}: {name}");
+        }
+        let truth = truth_on_comms(plant.mode, &timings(&go, NP));
+        for p in PATTERNS {
+            let got = by(&s, "mpi_job_wait_seconds_total", "pattern", p);
+            let want = truth.get(p).copied().unwrap_or(0.0);
+            let n = by(&s, "mpi_job_wait_instances_total", "pattern", p);
+            let per_instance = if p == "wait_barrier" && p != plant.pattern {
+                SYNC_NOISE_S
+            } else {
+                0.001
+            };
+            let tolerance = (0.05 * want).max(per_instance * n * period(p) as f64);
+            assert!(
+                (got - want).abs() <= tolerance,
+                "{what}: {p} waited {got:.4} s by the daemon, {want:.4} s by the ranks' own clocks"
+            );
+        }
+        // Messages as sampled: the kept rounds stand for the period's.
+        let planted = (DELAY_MS * ROUNDS) as f64 / 1000.0 * plant.waiters.len() as f64;
+        let got = by(&s, "mpi_job_wait_seconds_total", "pattern", plant.pattern);
+        assert!(
+            got >= 0.5 * planted,
+            "{what}: {} waited {got:.3} s, planted {planted:.3} s",
+            plant.pattern
+        );
+        eprintln!(
+            "{what}: {} {got:.3} s by the daemon, {:.3} s by the ranks' clocks, planted {planted:.3} s",
+            plant.pattern,
+            truth.get(plant.pattern).copied().unwrap_or(0.0)
+        );
+        assert_eq!(
+            sum(&s, "mpi_job_wait_culprit_rank", &[("k", "1")]),
+            f64::from(plant.culprit),
+            "{what}: the culprit"
+        );
+        let waiter = sum(&s, "mpi_job_wait_waiting_rank", &[("k", "1")]) as u32;
+        assert!(
+            plant.waiters.contains(&waiter),
+            "{what}: the waiting rank {waiter}, planted {:?}",
+            plant.waiters
+        );
+        let _ = daemon.stop(e2e::signal::TERM);
+    }
+}
+
+e2e::per_mpi!(
+    plants_on_other_communicators_are_found => plants_on_other_communicators_are_found:
+        openmpi, mpich
+);

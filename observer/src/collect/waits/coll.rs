@@ -49,6 +49,9 @@ struct Part {
     node: u16,
     function: u16,
     root: i32,
+    /// How many members its instance has: the job's size on
+    /// `MPI_COMM_WORLD`, else what the record says.
+    members: u32,
     enter: u64,
     leave: u64,
 }
@@ -64,15 +67,26 @@ struct Instance {
     checked: usize,
 }
 
-/// A job's collective instances waiting for members, by sequence number.
+/// A job's collective instances waiting for members, by communicator (its
+/// id in the records) and sequence number.
 #[derive(Debug, Default)]
 pub(super) struct Instances {
-    pending: BTreeMap<u64, Instance>,
+    pending: BTreeMap<(u64, u64), Instance>,
 }
 
 impl Instances {
     pub(super) fn len(&self) -> usize {
         self.pending.len()
+    }
+}
+
+impl Instance {
+    /// How many members it has, as its first record says (the others
+    /// are held to it when it is evaluated).
+    fn members(&self) -> usize {
+        self.parts
+            .first()
+            .map_or(usize::MAX, |p| p.members as usize)
     }
 }
 
@@ -86,33 +100,44 @@ impl Job {
         r: &waits::Plain,
         now_ns: u64,
     ) {
+        // Another communicator's records say its size (in the tag): at
+        // most the job's, and the instance holds one member a rank.
+        let members = if r.comm == waits::WORLD {
+            Some(self.world_size)
+        } else {
+            u32::try_from(r.tag)
+                .ok()
+                .filter(|&n| (1..=self.world_size).contains(&n))
+        };
         let valid = FUNCTIONS
             .get(usize::from(r.function))
             .is_some_and(|f| f.collective.is_some())
             && (r.peer == waits::NO_ROOT
                 || (0..i64::from(self.world_size)).contains(&i64::from(r.peer)));
-        if !valid {
+        let (true, Some(members)) = (valid, members) else {
             self.figures.records_invalid += 1;
             return;
-        }
+        };
         let part = Part {
             rank,
             clock,
             node,
             function: r.function,
             root: r.peer,
+            members,
             enter: r.enter,
             leave: r.leave,
         };
+        let key = (r.comm, r.seq);
         let pending = &mut self.coll.pending;
-        if !pending.contains_key(&r.seq) && pending.len() >= MAX_PENDING {
+        if !pending.contains_key(&key) && pending.len() >= MAX_PENDING {
             pending.pop_first();
             self.figures.unresolved[Unresolved::Overflow as usize] += 1;
         }
         // A rank's second record of the instance is found at the settle
         // (`one_a_rank`): looking for it here costs a pass over the parts
         // per record, quadratic in the members.
-        match pending.entry(r.seq) {
+        match pending.entry(key) {
             Slot::Occupied(mut o) => o.get_mut().parts.push(part),
             Slot::Vacant(v) => {
                 v.insert(Instance {
@@ -147,27 +172,33 @@ impl Job {
     /// that waited [`TIMEOUT_NS`].
     pub(super) fn settle_coll(&mut self, now_ns: u64) {
         self.one_a_rank();
-        let n = self.world_size as usize;
         // A whole instance in ticks waits for the counter's rate, until the
         // timeout.
         let rate = self.ns_per_tick;
         let ready = |i: &Instance| {
-            i.parts.len() >= n
+            i.parts.len() >= i.members()
                 && (rate != 0 || i.parts.iter().all(|p| p.clock != waits::clock::TICKS))
         };
-        let done: Vec<u64> = self
+        let done: Vec<(u64, u64)> = self
             .coll
             .pending
             .iter()
             .filter(|(_, i)| ready(i) || now_ns.saturating_sub(i.first_ns) >= TIMEOUT_NS)
-            .map(|(&s, _)| s)
+            .map(|(&k, _)| k)
             .collect();
-        for seq in done {
-            let Some(i) = self.coll.pending.remove(&seq) else {
+        for key in done {
+            let Some(i) = self.coll.pending.remove(&key) else {
                 continue;
             };
             // The lowest member's node counts the instance.
             let owner = i.parts.iter().map(|p| p.rank).min().unwrap_or(0);
+            let n = i.members();
+            if i.parts.len() > n || i.parts.iter().any(|p| p.members as usize != n) {
+                // Members that disagree on the communicator's size, or
+                // more of them than it has.
+                self.unresolved(Unresolved::Mismatch, owner);
+                continue;
+            }
             if i.parts.len() < n {
                 self.unresolved(Unresolved::Incomplete, owner);
                 continue;

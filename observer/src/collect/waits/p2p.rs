@@ -59,7 +59,7 @@ use super::{Charge, Job, MAX_PENDING, Pattern, Scale, TIMEOUT_NS, Unresolved, Wa
 const SSEND: u16 = FunctionId::Ssend as u16;
 
 /// A message: (sender, receiver, tag, number on the envelope).
-type Key = (u32, u32, i32, u64);
+type Key = (u32, u32, i32, u64, u64);
 /// A call's group of receives: (receiver, thread, the call's enter).
 type GroupKey = (u32, u32, u64);
 
@@ -208,9 +208,9 @@ impl Job {
         }
         let peer = r.peer as u32;
         let key = if send {
-            (rank, peer, r.tag, r.seq)
+            (rank, peer, r.tag, r.seq, r.comm)
         } else {
-            (peer, rank, r.tag, r.seq)
+            (peer, rank, r.tag, r.seq, r.comm)
         };
         if !m.pending.contains_key(&key) && m.pending.len() >= max {
             // Once a message: at its receive, which every message has (a

@@ -355,3 +355,130 @@ fn the_culprit_window_forgets_what_is_older_than_a_minute() {
     assert_eq!(rank, 0);
     assert!((rate - MS as f64 / WINDOW_NS as f64).abs() < 1e-12);
 }
+
+/// A record of instance `seq` of a collective on the communicator the
+/// shim named `comm`, of `size` members.
+fn on(comm: u64, size: i32, r: waits::Plain) -> waits::Plain {
+    waits::Plain {
+        comm,
+        tag: size,
+        seq: r.seq,
+        ..r
+    }
+}
+
+#[test]
+fn other_communicators_are_matched_by_their_id_and_size() {
+    // A 4-rank job split into halves {0, 2} and {1, 3} (ids 0xA1 and 0xB1):
+    // both halves number their barriers from 0. Rank 3 comes 100 ms late
+    // to its half's; rank 1 alone waits for it. A 2-member instance is
+    // whole with 2 records, though the job has 4 ranks.
+    let half = |r: u64| if r.is_multiple_of(2) { 0xA1 } else { 0xB1 };
+    let per_rank: Vec<Vec<waits::Plain>> = (0..4u64)
+        .map(|r| {
+            (0..5)
+                .map(|i| {
+                    let t = 1_000 * MS + i * 200 * MS;
+                    let enter = if r == 3 { t + 100 * MS } else { t };
+                    let leave = if r % 2 == 1 { t + 101 * MS } else { t + MS };
+                    on(half(r), 2, rec(i, "MPI_Barrier", -1, enter, leave))
+                })
+                .collect()
+        })
+        .collect();
+    let w = run(4, 0, &per_rank, 5_000 * MS);
+    let j = w.figures("j").unwrap();
+    assert_eq!(j.instances, [10, 0, 0, 0, 0, 0]);
+    assert_eq!(j.waited_ns, [5 * 100 * MS, 0, 0, 0, 0, 0]);
+    assert_eq!(j.unresolved, [0; 5]);
+    assert_eq!(j.culprit().unwrap().0, 3);
+    assert_eq!(w.pending(), 0);
+    assert_eq!(j.records_invalid, 0);
+
+    // A Bcast on a communicator whose rank 0 is world rank 2: the root is
+    // named as a world rank.
+    let per_rank = vec![
+        vec![],
+        vec![on(0xC1, 2, rec(0, "MPI_Bcast", 2, 0, 60 * MS))],
+        vec![on(0xC1, 2, rec(0, "MPI_Bcast", 2, 50 * MS, 51 * MS))],
+    ];
+    let w = run(3, 0, &per_rank, 5_000 * MS);
+    let j = w.figures("j").unwrap();
+    let lb = Pattern::LateBroadcast.index();
+    assert_eq!(j.instances[lb], 1);
+    assert_eq!(j.waited_ns[lb], 50 * MS);
+    assert_eq!(j.culprit().unwrap().0, 2);
+
+    // Members that disagree on the size, a size larger than the job's
+    // or not positive: a mismatch, and invalid records.
+    let per_rank = vec![
+        vec![
+            on(0xD1, 2, rec(0, "MPI_Barrier", -1, 0, MS)),
+            on(0xE1, 5, rec(0, "MPI_Barrier", -1, 0, MS)),
+            on(0xE1, 0, rec(1, "MPI_Barrier", -1, 0, MS)),
+        ],
+        vec![on(0xD1, 3, rec(0, "MPI_Barrier", -1, 0, MS))],
+        vec![],
+    ];
+    let w = run(3, 0, &per_rank, 5_000 * MS);
+    let j = w.figures("j").unwrap();
+    assert_eq!(j.unresolved[Unresolved::Mismatch as usize], 1);
+    assert_eq!(j.records_invalid, 2);
+    // Three members of an instance of a 2-member communicator (two
+    // communicators named alike): a mismatch, never a wait.
+    let per_rank: Vec<Vec<waits::Plain>> = (0..3)
+        .map(|r| vec![on(0xF1, 2, rec(0, "MPI_Barrier", -1, r * 10 * MS, 30 * MS))])
+        .collect();
+    let mut w = Waits::default();
+    for (rank, recs) in per_rank.iter().enumerate() {
+        w.add("j", &Drain::ns(rank as u32, 3, recs), 0);
+    }
+    w.settle(5_000 * MS);
+    let j = w.figures("j").unwrap();
+    assert_eq!(j.unresolved[Unresolved::Mismatch as usize], 1);
+    assert_eq!(j.instances, [0; 6]);
+    assert_eq!(j.instances, [0; 6]);
+
+    // Messages: the same envelope and number on two communicators are
+    // two messages. Rank 0 sends at 10 ms on 0xA1 and at 90 ms on 0xB1;
+    // rank 1's blocking receives of each were entered at 0: it waited 10
+    // ms for one and 90 for the other.
+    let msg = |kind, comm, peer, enter, leave, flags| waits::Plain {
+        kind,
+        comm,
+        peer,
+        enter,
+        leave,
+        flags,
+        tag: 7,
+        bytes: 8,
+        function: if kind == waits::kind::SEND {
+            f("MPI_Send")
+        } else {
+            f("MPI_Recv")
+        },
+        ..Default::default()
+    };
+    let (send, recv, here) = (
+        waits::kind::SEND,
+        waits::kind::RECV,
+        waits::flag::POSTED_HERE,
+    );
+    let per_rank = vec![
+        vec![
+            msg(send, 0xA1, 1, 10 * MS, 10 * MS, 0),
+            msg(send, 0xB1, 1, 90 * MS, 90 * MS, 0),
+        ],
+        vec![
+            msg(recv, 0xB1, 0, 0, 91 * MS, here),
+            msg(recv, 0xA1, 0, 0, 11 * MS, here),
+        ],
+    ];
+    let w = run(2, 0, &per_rank, 5_000 * MS);
+    let j = w.figures("j").unwrap();
+    let ls = Pattern::LateSender.index();
+    assert_eq!(j.instances[ls], 2);
+    assert_eq!(j.waited_ns[ls], 100 * MS);
+    assert_eq!(j.unresolved, [0; 5]);
+    assert_eq!(j.records_invalid, 0);
+}

@@ -22,7 +22,7 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut seconds = Family::new(
         names::WAIT_SECONDS,
         "counter",
-        "Seconds this node's ranks of the job waited in MPI for a late rank, per wait-state pattern (Scalasca's: wait_barrier, wait_nxn, late_broadcast, early_reduce from blocking collectives, late_sender and late_receiver from point-to-point messages, on MPI_COMM_WORLD); sampled instances times the sampling period. Instances and messages with ranks on other nodes are evaluated when those nodes' daemons ship their records (--waits.peers), else counted in mpi_job_wait_unresolved_total; each node counts its own ranks' waits.",
+        "Seconds this node's ranks of the job waited in MPI for a late rank, per wait-state pattern (Scalasca's: wait_barrier, wait_nxn, late_broadcast, early_reduce from blocking collectives, late_sender and late_receiver from point-to-point messages, on MPI_COMM_WORLD and the communicators made from it that the shim follows); sampled instances times the sampling period. Instances and messages with ranks on other nodes are evaluated when those nodes' daemons ship their records (--waits.peers), else counted in mpi_job_wait_unresolved_total; each node counts its own ranks' waits.",
     );
     let mut instances = Family::new(
         "mpi_job_wait_instances_total",
@@ -32,7 +32,7 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut unresolved = Family::new(
         "mpi_job_wait_unresolved_total",
         "counter",
-        "Sampled collective instances and messages not evaluated, by reason: incomplete (a part never came: a rank on another node whose daemon ships no records to this one, or without the shim's records, or its record was lost), mismatch (the parts disagree: a collective's function or root, a message's size, or a message received before it was sent), overflow (too many waited for parts), clock (their times cannot be compared: different clocks, or the CPU counter's rate never given; across nodes, a wait shorter than mpi_job_wait_clock_uncertainty_seconds, one per waiting rank), skipped (messages a rank did not record: it had lost count of its messages, the call's start was not on the ring's clock, or the envelope found no room in its table).",
+        "Sampled collective instances and messages not evaluated, by reason: incomplete (a part never came: a rank on another node whose daemon ships no records to this one, or without the shim's records, or its record was lost), mismatch (the parts disagree: a collective's function, root or communicator size, a message's size, or a message received before it was sent), overflow (too many waited for parts), clock (their times cannot be compared: different clocks, or the CPU counter's rate never given; across nodes, a wait shorter than mpi_job_wait_clock_uncertainty_seconds, one per waiting rank), skipped (messages a rank did not record: it had lost count of its messages, the call's start was not on the ring's clock, or the envelope found no room in its table).",
     );
     let mut lost = Family::new(
         "mpi_job_wait_records_lost_total",
@@ -42,17 +42,17 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut invalid = Family::new(
         "mpi_job_wait_records_invalid_total",
         "counter",
-        "Wait records no shim of this version writes (unknown kind, flags or communicator, not a collective, a root or peer out of range, a second record of one instance or message, time running backwards): not matched.",
+        "Wait records no shim of this version writes (unknown kind or flags, not a collective, a communicator size out of range, a root or peer out of range, a second record of one instance or message, time running backwards): not matched.",
     );
     let mut period = Family::new(
         "mpi_job_wait_sample_period",
         "gauge",
-        "The job's ranks record one blocking collective on MPI_COMM_WORLD in this many (MPI_OBSERVER_WAITS).",
+        "The job's ranks record one blocking collective in this many on each communicator (MPI_OBSERVER_WAITS).",
     );
     let mut p2p_period = Family::new(
         "mpi_job_wait_p2p_sample_period",
         "gauge",
-        "The job's ranks record one point-to-point message on MPI_COMM_WORLD in this many per envelope (MPI_OBSERVER_WAITS_P2P); absent while none records messages.",
+        "The job's ranks record one point-to-point message in this many per envelope (MPI_OBSERVER_WAITS_P2P); absent while none records messages.",
     );
     let mut culprit = Family::new(
         names::WAIT_CULPRIT,
