@@ -57,7 +57,7 @@ const RANKS_DROP: &str =
 /// a node make some). Expressions that need them must be valid and may be
 /// empty while no daemon exports them; as soon as one does, they must
 /// return data.
-const OPTIONAL_FAMILIES: [&str; 20] = [
+const OPTIONAL_FAMILIES: [&str; 21] = [
     "mpi_peer_messages_total",
     "mpi_peer_bytes_total",
     "mpi_requests_outstanding",
@@ -78,6 +78,8 @@ const OPTIONAL_FAMILIES: [&str; 20] = [
     "mpi_job_wait_culprit_fraction_1m",
     "mpi_job_wait_waiting_rank",
     "mpi_job_wait_waiting_fraction_1m",
+    // Only for jobs across nodes, with --waits.peers (waits_nodes.rs).
+    "mpi_job_wait_clock_uncertainty_seconds",
 ];
 
 fn dashboards_dir() -> PathBuf {
