@@ -86,8 +86,8 @@ pub const CONTROL_SUBSET: &[&str] = &[
 /// (`stats` exact per peer on both stacks, with a PMPI tool stacked whose
 /// return address, backtrace and libunwind walk name the application, in
 /// C on both stacks and in Fortran; threads; Fortran); `attach --inject`
-/// (exact after injection on both stacks, opted in, and `kill -9` of the
-/// daemon); `record`, read by
+/// (exact after injection on both stacks, and `kill -9` of the daemon;
+/// on by default there, as on x86-64); `record`, read by
 /// `otf2-print` and the python bindings; the arm64 package installed,
 /// used and purged with dpkg; QMPI tools in a stack with a PMPI tool and
 /// `stats` (Open MPI) and from 4 threads (MPICH); and four modules of mpi4py's own suite on
@@ -185,9 +185,6 @@ pub fn run(parts: Parts) -> Result<()> {
             subset,
             &[
                 ("E2E_EXPECT_MECHANISM", mechanism),
-                // `attach --inject` is opt-in on aarch64 (docs/inject.md,
-                // "On aarch64").
-                (vm::INJECT_AARCH64, "1"),
                 // mpi4py's suite is too slow whole under TCG (over 170 s a
                 // run); these modules take 25-30 s.
                 ("MPI4PY_SUITE_MODULES", MPI4PY_MODULES),

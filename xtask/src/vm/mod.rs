@@ -330,10 +330,6 @@ fn new_run_dir(k: &Kernel) -> Result<PathBuf> {
     Ok(d)
 }
 
-/// The daemon's opt-in to `attach --inject` on aarch64
-/// (observer/src/attach/inject/regs/mod.rs), given to the guests.
-pub const INJECT_AARCH64: &str = "MPI_OBSERVER_INJECT_AARCH64";
-
 /// Boots `kernel` once and runs the e2e tests matching `filter` in it
 /// (`--test-threads=1`, `CI=true`: a missing prerequisite fails), from the
 /// test executable built here. Fails with the guest's whole output when

@@ -202,15 +202,13 @@ pub enum InjectError {
     },
     /// This build has no loader stub for its instruction set.
     #[error(
-        "pid {pid}: attach --inject is not available on {arch}{hint}; start the job under `mpi-observer run`, or with `srun --mpi-observer` on Slurm, to have the shim from its start"
+        "pid {pid}: attach --inject is not available on {arch}; start the job under `mpi-observer run`, or with `srun --mpi-observer` on Slurm, to have the shim from its start"
     )]
     Unsupported {
         /// The rank.
         pid: u32,
         /// The instruction set (`std::env::consts::ARCH`).
         arch: &'static str,
-        /// What the instruction set adds (aarch64: how to opt in).
-        hint: &'static str,
     },
     /// A system call failed.
     #[error("pid {pid}: {what}: {source}")]
@@ -281,7 +279,6 @@ pub fn load_shim(
         return Err(InjectError::Unsupported {
             pid,
             arch: std::env::consts::ARCH,
-            hint: regs::unsupported_hint(),
         });
     }
     let maps = Maps::read(pid)?;

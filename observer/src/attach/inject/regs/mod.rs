@@ -5,28 +5,10 @@
 //! [`supported`] says no and the injection refuses in one line before
 //! tracing anything.
 
-/// Opts in to `attach --inject` on aarch64 (docs/inject.md, "On
-/// aarch64"): `1` in the daemon's environment.
-pub const EXPERIMENTAL_AARCH64: &str = "MPI_OBSERVER_INJECT_AARCH64";
-
-/// Whether this build injects: x86-64 always; aarch64 only when the
-/// daemon's environment opts in ([`EXPERIMENTAL_AARCH64`]): MPICH's ranks
-/// once never finished loading the shim there, which has not recurred but
-/// was never explained (docs/inject.md), and a rank must never be left
-/// waiting in a load that does not end.
+/// Whether this build injects: where it has a stub and registers for the
+/// instruction set (x86-64 and aarch64; docs/inject.md).
 pub(super) fn supported() -> bool {
-    cfg!(target_arch = "x86_64")
-        || (cfg!(target_arch = "aarch64")
-            && std::env::var_os(EXPERIMENTAL_AARCH64).is_some_and(|v| v == "1"))
-}
-
-/// What the refusal adds for this instruction set.
-pub(super) fn unsupported_hint() -> &'static str {
-    if cfg!(target_arch = "aarch64") {
-        " (experimental there: MPI_OBSERVER_INJECT_AARCH64=1 in the daemon's environment tries it, docs/inject.md)"
-    } else {
-        ""
-    }
+    cfg!(any(target_arch = "x86_64", target_arch = "aarch64"))
 }
 
 #[cfg(target_arch = "aarch64")]
