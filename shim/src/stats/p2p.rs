@@ -331,10 +331,60 @@ pub(crate) unsafe extern "C" fn sendrecv_replace<const ROW: usize, const L: bool
     rc
 }
 
-/// `MPI_Isendrecv` and `MPI_Isendrecv_c`. The layer does not count their
-/// messages yet; on `MPI_COMM_WORLD` the wait records then lose count of
-/// the envelopes (`waits::lose`), so they stop rather than mismatch.
-pub(crate) unsafe extern "C" fn isendrecv<const ROW: usize>(
+/// An `MPI_Isendrecv(_replace)` was posted: its send is counted and
+/// numbered now, as an `MPI_Isend`'s, and its request is tracked as its
+/// receive, which completes with it (`MPI_Wait` and the others), counted
+/// then from the status. The request's send half completes with it too,
+/// so nothing else waits on it. A recording sees its send as a send event
+/// (the request is its receive's) and its receive as an `MPI_Irecv`'s.
+///
+/// Its receive is numbered for the wait records under the envelope it was
+/// posted with, not the status's: MPICH 4.0.2 completes an `MPI_Isendrecv`
+/// with a status of source 0, tag 0 and count 0, whatever arrived. So a
+/// specific source and tag are kept beside the request, and the record's
+/// size is left unknown; one posted with a wildcard cannot be numbered,
+/// and the process stops recording messages (`waits::lose`).
+fn isendrecv_posted<const L: bool>(
+    s: &State,
+    (scount, stype, dest, stag): (usize, usize, usize, usize),
+    (rcount, rtype, src, rtag): (usize, usize, usize, usize),
+    comm: usize,
+    req: usize,
+) {
+    let (_, bytes) = sent(s, count::<L>(scount), stype, dest, stag, comm, false);
+    let comm = s.abi.handle(comm);
+    trace::send(s, comm, int(dest), int(stag), bytes.unwrap_or(0), 0);
+    // SAFETY: the library just stored the new request there.
+    let handle = unsafe { s.abi.handle_at(req, 0) };
+    if int(src) != s.abi.c.proc_null {
+        trace::request(trace::Kind::MpiIrecvRequest, handle as u64);
+    }
+    let from = peer(s, comm, int(src));
+    let specific = from >= 0 && int(rtag) >= 0;
+    if !specific && int(src) != s.abi.c.proc_null {
+        waits::lose(s, Some(comm));
+    }
+    requests::track(
+        s,
+        Entry {
+            handle,
+            kind: Kind::Recv,
+            persistent: false,
+            comm,
+            peer: from,
+            bytes: s
+                .abi
+                .bytes(count::<L>(rcount), s.abi.handle(rtype))
+                .unwrap_or(0),
+            recv_bytes: 0,
+            // Its envelope as posted, for the wait records.
+            dest_tag: if specific { (from, int(rtag)) } else { (-1, 0) },
+        },
+    );
+}
+
+/// `MPI_Isendrecv` and `MPI_Isendrecv_c` ([`isendrecv_posted`]).
+pub(crate) unsafe extern "C" fn isendrecv<const ROW: usize, const L: bool>(
     sbuf: usize,
     scount: usize,
     stype: usize,
@@ -349,14 +399,23 @@ pub(crate) unsafe extern "C" fn isendrecv<const ROW: usize>(
     req: usize,
 ) -> c_int {
     let rc = next!(ROW; sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, req);
-    if let Some(s) = state() {
-        waits::lose(s, Some(s.abi.handle(comm)));
+    if rc == 0
+        && let Some(s) = state()
+    {
+        isendrecv_posted::<L>(
+            s,
+            (scount, stype, dest, stag),
+            (rcount, rtype, src, rtag),
+            comm,
+            req,
+        );
     }
     rc
 }
 
-/// `MPI_Isendrecv_replace` and `MPI_Isendrecv_replace_c`: as [`isendrecv`].
-pub(crate) unsafe extern "C" fn isendrecv_replace<const ROW: usize>(
+/// `MPI_Isendrecv_replace` and `MPI_Isendrecv_replace_c`: as
+/// [`isendrecv`], one buffer for both.
+pub(crate) unsafe extern "C" fn isendrecv_replace<const ROW: usize, const L: bool>(
     buf: usize,
     n: usize,
     dt: usize,
@@ -368,8 +427,10 @@ pub(crate) unsafe extern "C" fn isendrecv_replace<const ROW: usize>(
     req: usize,
 ) -> c_int {
     let rc = next!(ROW; buf, n, dt, dest, stag, src, rtag, comm, req);
-    if let Some(s) = state() {
-        waits::lose(s, Some(s.abi.handle(comm)));
+    if rc == 0
+        && let Some(s) = state()
+    {
+        isendrecv_posted::<L>(s, (n, dt, dest, stag), (n, dt, src, rtag), comm, req);
     }
     rc
 }

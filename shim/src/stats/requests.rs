@@ -56,7 +56,8 @@ static RECV_BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// `MPI_Start`) as `waits::posted_now` read it, 0 if not known; for Late
 /// Receiver.
 static POSTED: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
-/// A persistent send's destination and tag ([`Entry::dest_tag`]).
+/// A persistent send's destination and tag, or an `MPI_Isendrecv`'s
+/// receive's source (a world rank) and tag ([`Entry::dest_tag`]).
 static DEST: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
 static TAG: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
 /// Set while a thread is inside a completion call (or `MPI_Request_free`)
@@ -114,7 +115,9 @@ pub(crate) struct Entry {
     /// A persistent collective's receive bytes.
     pub(crate) recv_bytes: u64,
     /// A persistent send's destination (a rank in `comm`) and tag, for
-    /// the `MpiIsend` its starts emit when recorded (`super::trace`).
+    /// the `MpiIsend` its starts emit when recorded (`super::trace`); an
+    /// `MPI_Isendrecv`'s receive's source (a world rank) and tag, for the
+    /// wait records; else (-1, 0).
     pub(crate) dest_tag: (i32, i32),
 }
 
@@ -340,8 +343,18 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8, call: &Ca
                 // SAFETY: per the caller.
                 unsafe {
                     let post = Post::At(POSTED[i].load(Relaxed));
-                    super::waits::status_received(s, COMM[i].load(Relaxed), status, call, post);
-                    super::trace::received(s, COMM[i].load(Relaxed), status, handle);
+                    let comm = COMM[i].load(Relaxed);
+                    let from = DEST[i].load(Relaxed);
+                    if from >= 0 && flags & PERSISTENT == 0 {
+                        // An MPI_Isendrecv's: its envelope as posted.
+                        let bytes = s.abi.received(status);
+                        s.message(from, observer_common::segment::RECV, bytes);
+                        let tag = TAG[i].load(Relaxed);
+                        waits::received(s, comm, from, tag, None, call, post);
+                    } else {
+                        super::waits::status_received(s, comm, status, call, post);
+                    }
+                    super::trace::received(s, comm, status, handle);
                 }
             }
             2 if !status.is_null() => {

@@ -32,8 +32,8 @@
 //! envelope's key holds its id). Every send and every receive on a
 //! numbered communicator must be counted for that: a message this process
 //! cannot count (a request its table had no room for, a receive freed while
-//! active, a cancelled send, `MPI_Isendrecv`, which the layer does not
-//! track) makes it stop recording messages for good ([`lose`]); what it then
+//! active, a cancelled send, a matched probe on another communicator than
+//! `MPI_COMM_WORLD`) makes it stop recording messages for good ([`lose`]); what it then
 //! does not record is counted in the ring's `skipped`. A receive that
 //! completed in the Test family is recorded so that its send finds it, and
 //! counts no wait (Scalasca's rule).

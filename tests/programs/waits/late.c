@@ -31,6 +31,10 @@
  *   subsender each half's rank 1 MPI_Sends to its rank 0 over HALF, which
  *            waits in MPI_Recv; the last rank sleeps first (a Late
  *            Sender for world rank 1).
+ * And one with MPI 4's MPI_Isendrecv (MPICH; exits 2 on an MPI 3 library):
+ *   isendrecv every rank MPI_Isendrecvs to its right neighbour and from
+ *            its left one, then waits in MPI_Wait; the last rank sleeps
+ *            first, so rank 0 waits for its message (a Late Sender).
  * Their times go to GOFILE.times.RANK as the others', the round's
  * communicator told by the rank's half.
  * Rounds make no other MPI call. Built with -DROTATE=N, N cycles of
@@ -216,6 +220,21 @@ int main(int argc, char **argv) {
                       MPI_Recv(&v, 1, MPI_INT, 1, 11, half, MPI_STATUS_IGNORE));
                 if (v != 100 * it + rank + 2) fail("recv on half", rank, it);
             }
+        } else if (!strcmp(mode, "isendrecv")) {
+#if MPI_VERSION >= 4
+            int right = (rank + 1) % size, left = (rank + size - 1) % size;
+            int out = 100 * it + rank, in = -1;
+            MPI_Request q;
+            if (rank == last) usleep(delay);
+            TIMED("MPI_Isendrecv", it, right,
+                  MPI_Isendrecv(&out, 1, MPI_INT, right, 12, &in, 1, MPI_INT, left, 12,
+                                MPI_COMM_WORLD, &q));
+            TIMED("MPI_Wait", it, left, MPI_Wait(&q, MPI_STATUS_IGNORE));
+            if (in != 100 * it + left) fail("isendrecv", rank, it);
+#else
+            fprintf(stderr, "late: isendrecv needs MPI 4\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+#endif
         } else {
             fprintf(stderr, "late: unknown mode %s\n", mode);
             MPI_Abort(MPI_COMM_WORLD, 2);
