@@ -409,18 +409,75 @@ fn by(samples: &[Sample], name: &str, label: &str, value: &str) -> f64 {
     sum(samples, name, &[(label, value)])
 }
 
-/// Runs `plant` once and checks what the daemon says of it.
-fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
-    let go = dir.join(format!("go-{}", plant.mode));
+/// What a plant's run must show against `truth` ([`truth`], from the
+/// ranks' own timings): every pattern's seconds as they say it happened (a
+/// loaded machine makes the late rank later than planted, and the others
+/// wait that long), within 5% or 1 ms an evaluated instance (the lone
+/// synchronising barrier when it is not `pattern`: [`SYNC_NOISE_S`]); at
+/// least half of the `waiters` × DELAY × ROUNDS planted under `pattern`
+/// (the plant did happen); and `culprit` named first, as a value.
+fn against_truth(
+    what: &str,
+    s: &[Sample],
+    truth: &BTreeMap<&'static str, f64>,
+    pattern: &str,
+    waiters: u32,
+    culprit: u32,
+) {
+    for p in PATTERNS {
+        let got = by(s, "mpi_job_wait_seconds_total", "pattern", p);
+        let want = truth.get(p).copied().unwrap_or(0.0);
+        let n = by(s, "mpi_job_wait_instances_total", "pattern", p);
+        let per_instance = if p == "wait_barrier" && p != pattern {
+            SYNC_NOISE_S
+        } else {
+            0.001
+        };
+        let tolerance = (0.05 * want).max(per_instance * n * period(p) as f64);
+        assert!(
+            (got - want).abs() <= tolerance,
+            "{what}: {p} waited {got:.4} s by the daemon, {want:.4} s by the ranks' own clocks \
+             (planted: {})",
+            if p == pattern { "this one" } else { "another" }
+        );
+    }
+    // Messages as sampled: the kept rounds stand for the period's.
+    let planted = (DELAY_MS * ROUNDS) as f64 / 1000.0 * f64::from(waiters);
+    let got = by(s, "mpi_job_wait_seconds_total", "pattern", pattern);
+    assert!(
+        got >= 0.5 * planted,
+        "{what}: {pattern} waited {got:.3} s, planted {planted:.3} s"
+    );
+    eprintln!(
+        "{what}: {pattern} {got:.3} s by the daemon, {:.3} s by the ranks' clocks, planted {planted:.3} s",
+        truth.get(pattern).copied().unwrap_or(0.0)
+    );
+    assert_eq!(
+        sum(s, "mpi_job_wait_culprit_rank", &[("k", "1")]),
+        f64::from(culprit),
+        "{what}: the culprit"
+    );
+}
+
+/// Starts late.c's `mode` as a 4-rank job under the shim's `stats`,
+/// waiting at its go file, and a daemon observing it.
+fn start_plant(mpi: Mpi, dir: &Path, exe: &Path, mode: &str) -> (Job, Daemon, PathBuf) {
+    let go = dir.join(format!("go-{mode}"));
     let mut launcher = shim_launcher(mpi, NP, "stats");
     launcher.arg(exe).args([
-        plant.mode.to_string(),
+        mode.to_string(),
         ROUNDS.to_string(),
         DELAY_MS.to_string(),
         go.display().to_string(),
     ]);
     let job = Job::spawn(launcher, NP, go.clone());
-    let mut daemon = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
+    let daemon = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
+    (job, daemon, go)
+}
+
+/// Runs `plant` once and checks what the daemon says of it.
+fn run(mpi: Mpi, dir: &Path, exe: &Path, plant: &Plant) {
+    let (job, mut daemon, go) = start_plant(mpi, dir, exe, plant.mode);
     let what = format!("{mpi:?} {}", plant.mode);
     // The same run recorded, from before its first MPI call after the go
     // file to its exit.
@@ -464,50 +521,14 @@ fn run(mpi: Mpi, dir: &Path, exe: &PathBuf, plant: &Plant) {
         P2P_PERIOD as f64,
         "{what}"
     );
-    // Every pattern as the ranks' own timings say it happened (a loaded
-    // machine makes the late rank later than planted, and the others wait
-    // that long), within 5% or 1 ms an evaluated instance (the lone
-    // synchronising barrier: SYNC_NOISE_S); and the planted wait did
-    // happen.
     let truth = truth(&timings(&go, NP));
-    for p in PATTERNS {
-        let got = by(&s, "mpi_job_wait_seconds_total", "pattern", p);
-        let want = truth.get(p).copied().unwrap_or(0.0);
-        let n = by(&s, "mpi_job_wait_instances_total", "pattern", p);
-        let per_instance = if p == "wait_barrier" && p != plant.pattern {
-            SYNC_NOISE_S
-        } else {
-            0.001
-        };
-        let tolerance = (0.05 * want).max(per_instance * n * period(p) as f64);
-        assert!(
-            (got - want).abs() <= tolerance,
-            "{what}: {p} waited {got:.4} s by the daemon, {want:.4} s by the ranks' own clocks \
-             (planted: {})",
-            if p == plant.pattern {
-                "this one"
-            } else {
-                "another"
-            }
-        );
-    }
-    let planted = (DELAY_MS * ROUNDS) as f64 / 1000.0 * f64::from(plant.waiters);
-    let got = by(&s, "mpi_job_wait_seconds_total", "pattern", plant.pattern);
-    assert!(
-        got >= 0.5 * planted,
-        "{what}: {} waited {got:.3} s, planted {planted:.3} s",
-        plant.pattern
-    );
-    eprintln!(
-        "{what}: {} {got:.3} s by the daemon, {:.3} s by the ranks' clocks, planted {planted:.3} s",
+    against_truth(
+        &what,
+        &s,
+        &truth,
         plant.pattern,
-        truth.get(plant.pattern).copied().unwrap_or(0.0)
-    );
-    // The late rank is the culprit, as a value.
-    assert_eq!(
-        sum(&s, "mpi_job_wait_culprit_rank", &[("k", "1")]),
-        f64::from(plant.culprit),
-        "{what}: the culprit"
+        plant.waiters,
+        plant.culprit,
     );
     assert!(sum(&s, "mpi_job_wait_culprit_fraction_1m", &[("k", "1")]) > 0.0);
     // The rank that waited most is one the plant made wait: rank 0 where
@@ -731,10 +752,11 @@ fn truth_on_comms(mode: &str, ranks: &[Vec<Timed>]) -> BTreeMap<&'static str, f6
     out
 }
 
-/// Collectives on communicators the job made (splits, dups, dups of
-/// splits): each member numbers them alike, so the daemon matches them as
-/// it does those on `MPI_COMM_WORLD`, names the root of a sub-communicator
-/// by its world rank, and finds the plant with its culprit; nothing is
+/// Collectives and messages on communicators the job made (splits, dups,
+/// dups of splits): each member numbers them alike, so the daemon matches
+/// them as it does those on `MPI_COMM_WORLD`, names the root of a
+/// sub-communicator by its world rank, and finds the plant with its
+/// culprit; nothing is
 /// invalid, unresolved or mismatched (two dups made one after the other
 /// have distinct ids, and so have the halves of one split).
 fn plants_on_other_communicators_are_found(mpi: Mpi) {
@@ -745,16 +767,7 @@ fn plants_on_other_communicators_are_found(mpi: Mpi) {
     let exe = dir.join(format!("late-{}", mpi.name()));
     compile(mpi, &program("waits/late.c"), &exe, &[]);
     for plant in &ON_COMMS {
-        let go = dir.join(format!("go-{}", plant.mode));
-        let mut launcher = shim_launcher(mpi, NP, "stats");
-        launcher.arg(&exe).args([
-            plant.mode.to_string(),
-            ROUNDS.to_string(),
-            DELAY_MS.to_string(),
-            go.display().to_string(),
-        ]);
-        let job = Job::spawn(launcher, NP, go.clone());
-        let mut daemon = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
+        let (job, mut daemon, go) = start_plant(mpi, &dir, &exe, plant.mode);
         let what = format!("{mpi:?} {}", plant.mode);
         job.finish("OK ");
         let s = daemon.final_scrape();
@@ -776,39 +789,8 @@ fn plants_on_other_communicators_are_found(mpi: Mpi) {
             assert_eq!(sum(&s, name, &[]), 0.0, "{what}: {name}");
         }
         let truth = truth_on_comms(plant.mode, &timings(&go, NP));
-        for p in PATTERNS {
-            let got = by(&s, "mpi_job_wait_seconds_total", "pattern", p);
-            let want = truth.get(p).copied().unwrap_or(0.0);
-            let n = by(&s, "mpi_job_wait_instances_total", "pattern", p);
-            let per_instance = if p == "wait_barrier" && p != plant.pattern {
-                SYNC_NOISE_S
-            } else {
-                0.001
-            };
-            let tolerance = (0.05 * want).max(per_instance * n * period(p) as f64);
-            assert!(
-                (got - want).abs() <= tolerance,
-                "{what}: {p} waited {got:.4} s by the daemon, {want:.4} s by the ranks' own clocks"
-            );
-        }
-        // Messages as sampled: the kept rounds stand for the period's.
-        let planted = (DELAY_MS * ROUNDS) as f64 / 1000.0 * plant.waiters.len() as f64;
-        let got = by(&s, "mpi_job_wait_seconds_total", "pattern", plant.pattern);
-        assert!(
-            got >= 0.5 * planted,
-            "{what}: {} waited {got:.3} s, planted {planted:.3} s",
-            plant.pattern
-        );
-        eprintln!(
-            "{what}: {} {got:.3} s by the daemon, {:.3} s by the ranks' clocks, planted {planted:.3} s",
-            plant.pattern,
-            truth.get(plant.pattern).copied().unwrap_or(0.0)
-        );
-        assert_eq!(
-            sum(&s, "mpi_job_wait_culprit_rank", &[("k", "1")]),
-            f64::from(plant.culprit),
-            "{what}: the culprit"
-        );
+        let waiters = plant.waiters.len() as u32;
+        against_truth(&what, &s, &truth, plant.pattern, waiters, plant.culprit);
         let waiter = sum(&s, "mpi_job_wait_waiting_rank", &[("k", "1")]) as u32;
         assert!(
             plant.waiters.contains(&waiter),
@@ -841,16 +823,7 @@ fn isendrecv_messages_are_matched(mpi: Mpi) {
     let dir = scratch(&format!("waits-isendrecv-{}", mpi.name()));
     let exe = dir.join(format!("late-{}", mpi.name()));
     compile(mpi, &program("waits/late.c"), &exe, &[]);
-    let go = dir.join("go-isendrecv");
-    let mut launcher = shim_launcher(mpi, NP, "stats");
-    launcher.arg(&exe).args([
-        "isendrecv".to_string(),
-        ROUNDS.to_string(),
-        DELAY_MS.to_string(),
-        go.display().to_string(),
-    ]);
-    let job = Job::spawn(launcher, NP, go.clone());
-    let mut daemon = Daemon::start(&[vec!["--no-bpf".to_string()], job.pid_args()].concat());
+    let (job, mut daemon, go) = start_plant(mpi, &dir, &exe, "isendrecv");
     job.finish("OK ");
     let s = daemon.final_scrape();
     let what = format!("{mpi:?} isendrecv");
