@@ -95,7 +95,23 @@ fn scale_reduced() {
         "only the rank dashboard's peer panels may need /metrics/ranks: {:?}",
         ranks_only.iter().map(|e| &e.panel).collect::<Vec<_>>()
     );
-    for e in exprs.iter().filter(|e| !e.ranks_only) {
+    // The nodes' clock uncertainty exists only for a job whose daemons are
+    // given each other (--waits.peers; tests/tests/e2e/waits_nodes.rs), which
+    // the simulated nodes are not: its panel need only be a valid query.
+    const ACROSS_NODES_ONLY: &str = "mpi_job_wait_clock_uncertainty_seconds";
+    for e in exprs.iter().filter(|e| e.raw.contains(ACROSS_NODES_ONLY)) {
+        let q = substitute(&e.raw, &vars);
+        if let Err(why) = p.query(&q) {
+            empty.push(format!(
+                "{} / {}: {q}: not valid: {why:?}",
+                e.dashboard, e.panel
+            ));
+        }
+    }
+    for e in exprs
+        .iter()
+        .filter(|e| !e.ranks_only && !e.raw.contains(ACROSS_NODES_ONLY))
+    {
         let q = substitute(&e.raw, &vars);
         // Recording rules need an evaluation or two after the first scrapes.
         let deadline = Instant::now() + Duration::from_secs(30);
