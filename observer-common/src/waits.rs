@@ -74,9 +74,10 @@ pub mod kind {
     /// (a `Recv`, a `Sendrecv`, a `Mrecv`, or a call of the Wait or Test
     /// families).
     pub const RECV: u8 = 3;
-    /// The end of a call's group of receives ([`super::flag::MULTI`]):
-    /// written after the last of them, with the call's thread and enter
-    /// time, and in `seq` how many receives the group has.
+    /// The end of a call's group of receives and completed sends
+    /// ([`super::flag::MULTI`]): written after the last of them, with the
+    /// call's thread and enter time, and in `seq` how many records the
+    /// group has.
     pub const GROUP_END: u8 = 4;
     /// When a receive completed later in another call was posted: `enter`
     /// is the enter of the call that posted it (`MPI_Irecv`, or the
@@ -84,6 +85,17 @@ pub mod kind {
     /// message as the [`RECV`] record written just after it does. Late
     /// Receiver measures the sender's wait up to this instant.
     pub const POSTED: u8 = 5;
+    /// When a nonblocking send (an `MPI_Isend` and its modes, or a
+    /// persistent one's `MPI_Start`) was completed, by a later call of the
+    /// Wait or Test family: `enter` and `leave` are that call's, `function`
+    /// it; `peer`, `tag` and `seq` name its message as the [`SEND`] record
+    /// (flagged [`super::flag::LATER`]) written when it was posted. With
+    /// [`super::flag::MULTI`] the call may complete several (`MPI_Waitall`,
+    /// `MPI_Waitsome`) and the send is one of its group, with
+    /// [`super::flag::TEST`] it waited for nothing (the Test family, or a
+    /// request freed or never tracked). Late Receiver measures a wait in the
+    /// completing call, as Scalasca does.
+    pub const SENT: u8 = 6;
 }
 
 /// Bits of [`Plain::flags`].
@@ -103,8 +115,11 @@ pub mod flag {
     /// A receive posted by the call it completed in (`MPI_Recv`,
     /// `MPI_Sendrecv(_replace)`, `MPI_Mrecv`): `enter` is also its post.
     pub const POSTED_HERE: u8 = 8;
+    /// A nonblocking send whose completion the shim records: a
+    /// [`super::kind::SENT`] record naming the same message follows.
+    pub const LATER: u8 = 16;
     /// Every bit the shim writes.
-    pub const KNOWN: u8 = MULTI | TEST | BLOCKING | POSTED_HERE;
+    pub const KNOWN: u8 = MULTI | TEST | BLOCKING | POSTED_HERE | LATER;
 }
 
 /// The ring's header, one cache line.

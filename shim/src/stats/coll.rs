@@ -332,6 +332,7 @@ fn track(row: usize, bytes: Bytes, args: &[usize], req: usize) {
                 bytes: 0,
                 recv_bytes: 0,
                 dest_tag: (-1, 0),
+                later: None,
             },
         );
     }
@@ -356,6 +357,7 @@ fn persist(row: usize, bytes: Bytes, args: &[usize], req: usize) {
                 bytes: send,
                 recv_bytes: recv,
                 dest_tag: (-1, 0),
+                later: None,
             },
         );
     }

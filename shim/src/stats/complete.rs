@@ -128,8 +128,9 @@ fn after_error(s: &State, reqs: usize, slots: &mut [u32]) {
     for i in 0..slots.len() {
         // SAFETY: the caller's array.
         if slots[i] != NO_SLOT && unsafe { s.abi.handle_at(reqs, i) } == s.abi.request_null {
-            // SAFETY: a null status: no figures are read.
-            unsafe { complete_at(s, slots, i, core::ptr::null(), &Call::new(How::One)) };
+            // SAFETY: a null status: no figures are read (and a send it
+            // completed is said to have waited for nothing).
+            unsafe { complete_at(s, slots, i, core::ptr::null(), &Call::new(How::Test)) };
         }
     }
     unpend_rest(s, slots);

@@ -19,7 +19,7 @@ use super::{
     requests::{self, Entry, Kind},
     segment::{NULL_PEER, State, state},
     trace,
-    waits::{self, Call, How, Post},
+    waits::{self, Call, Completes, How, Later, Post},
 };
 
 /// Calls the next level below `stats` for `row` with these words.
@@ -41,8 +41,9 @@ macro_rules! next {
 pub(crate) use next;
 
 /// Counts a send of `count` elements of `datatype` to `dest` with `tag` in
-/// `comm`, and numbers it for the wait records; `blocking`: the call
-/// completed it (`MPI_Send`, `MPI_Ssend`).
+/// `comm`, and numbers it for the wait records; `completes`: where it
+/// completes. Its peer (a world rank), its bytes, and for a sampled send
+/// completed later, its message's name.
 #[inline(always)]
 fn sent(
     s: &State,
@@ -51,16 +52,17 @@ fn sent(
     dest: usize,
     tag: usize,
     comm: usize,
-    blocking: bool,
-) -> (i32, Option<u64>) {
+    completes: Completes,
+) -> (i32, Option<u64>, Option<Later>) {
     let comm = s.abi.handle(comm);
     let p = peer(s, comm, int(dest));
     let bytes = s.abi.bytes(count, s.abi.handle(datatype));
+    let mut later = None;
     if p != NULL_PEER {
         s.message(p, SEND, bytes);
-        waits::sent(s, comm, p, int(tag), bytes, blocking);
+        later = waits::sent(s, comm, p, int(tag), bytes, completes);
     }
-    (p, bytes)
+    (p, bytes, later)
 }
 
 /// The status to hand the library: the caller's, or `own` in place of
@@ -77,11 +79,16 @@ pub(crate) fn status_or(s: &State, status: usize, own: &mut Status) -> usize {
 /// Scalasca's blocking sends, whose wait for the receiver is Late
 /// Receiver: the standard and synchronous modes (`MPI_Send`, `MPI_Ssend`).
 /// A buffered send never waits for it, a ready one must find it posted.
-const fn blocking(row: usize) -> bool {
-    row == F::Send as usize
+const fn blocking(row: usize) -> Completes {
+    if row == F::Send as usize
         || row == F::SendC as usize
         || row == F::Ssend as usize
         || row == F::SsendC as usize
+    {
+        Completes::Here
+    } else {
+        Completes::Else
+    }
 }
 
 /// Records the send of a blocking call (`MpiSend`) before the call, as
@@ -131,7 +138,9 @@ pub(crate) unsafe extern "C" fn isend<const ROW: usize, const L: bool>(
     if rc == 0
         && let Some(s) = state()
     {
-        let (p, bytes) = sent(s, count::<L>(n), dt, dest, tag, comm, false);
+        // Any mode: Scalasca counts a wait for the receiver in the call
+        // that completes a nonblocking send.
+        let (p, bytes, later) = sent(s, count::<L>(n), dt, dest, tag, comm, Completes::Later);
         // SAFETY: the library just stored the new request there.
         let handle = unsafe { s.abi.handle_at(req, 0) };
         let c = s.abi.handle(comm);
@@ -147,6 +156,7 @@ pub(crate) unsafe extern "C" fn isend<const ROW: usize, const L: bool>(
                 bytes: bytes.unwrap_or(0),
                 recv_bytes: 0,
                 dest_tag: (-1, 0),
+                later,
             },
         );
     }
@@ -190,6 +200,7 @@ pub(crate) unsafe extern "C" fn send_init<const ROW: usize, const L: bool>(
                 bytes: bytes.unwrap_or(0),
                 recv_bytes: 0,
                 dest_tag: (int(dest), int(tag)),
+                later: None,
             },
         );
     }
@@ -260,6 +271,7 @@ pub(crate) unsafe extern "C" fn irecv<const ROW: usize, const L: bool, const PER
                 bytes: s.abi.bytes(count::<L>(n), s.abi.handle(dt)).unwrap_or(0),
                 recv_bytes: 0,
                 dest_tag: (-1, 0),
+                later: None,
             },
         );
     }
@@ -289,7 +301,15 @@ pub(crate) unsafe extern "C" fn sendrecv<const ROW: usize, const L: bool>(
     trace_send(s, count::<L>(scount), stype, dest, stag, comm);
     let rc = next!(ROW; sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, st);
     if rc == 0 {
-        sent(s, count::<L>(scount), stype, dest, stag, comm, false);
+        sent(
+            s,
+            count::<L>(scount),
+            stype,
+            dest,
+            stag,
+            comm,
+            Completes::Else,
+        );
         let c = s.abi.handle(comm);
         // SAFETY: the library filled `st`.
         unsafe {
@@ -320,7 +340,7 @@ pub(crate) unsafe extern "C" fn sendrecv_replace<const ROW: usize, const L: bool
     trace_send(s, count::<L>(n), dt, dest, stag, comm);
     let rc = next!(ROW; buf, n, dt, dest, stag, src, rtag, comm, st);
     if rc == 0 {
-        sent(s, count::<L>(n), dt, dest, stag, comm, false);
+        sent(s, count::<L>(n), dt, dest, stag, comm, Completes::Else);
         let c = s.abi.handle(comm);
         // SAFETY: the library filled `st`.
         unsafe {
@@ -351,7 +371,15 @@ fn isendrecv_posted<const L: bool>(
     comm: usize,
     req: usize,
 ) {
-    let (_, bytes) = sent(s, count::<L>(scount), stype, dest, stag, comm, false);
+    let (_, bytes, _) = sent(
+        s,
+        count::<L>(scount),
+        stype,
+        dest,
+        stag,
+        comm,
+        Completes::Else,
+    );
     let comm = s.abi.handle(comm);
     trace::send(s, comm, int(dest), int(stag), bytes.unwrap_or(0), 0);
     // SAFETY: the library just stored the new request there.
@@ -379,6 +407,7 @@ fn isendrecv_posted<const L: bool>(
             recv_bytes: 0,
             // Its envelope as posted, for the wait records.
             dest_tag: if specific { (from, int(rtag)) } else { (-1, 0) },
+            later: None,
         },
     );
 }
@@ -601,6 +630,7 @@ pub(crate) unsafe extern "C" fn imrecv<const ROW: usize, const L: bool>(
                 bytes: s.abi.bytes(count::<L>(n), s.abi.handle(dt)).unwrap_or(0),
                 recv_bytes: 0,
                 dest_tag: (-1, 0),
+                later: None,
             },
         );
     }

@@ -18,7 +18,7 @@ use observer_common::segment::{REQUEST_SLOTS, request_state};
 
 use super::{
     segment::{State, now_ns},
-    waits::{self, Call, Post},
+    waits::{self, Call, How, Post},
 };
 
 const N: usize = REQUEST_SLOTS as usize;
@@ -42,6 +42,10 @@ pub(crate) enum Kind {
 const KIND_MASK: u64 = 3;
 const PERSISTENT: u64 = 4;
 const CANCELLED: u64 = 8;
+/// A send whose record was written ([`waits::Completes::Later`]): the call
+/// that completes it is recorded too, under [`LATER_SEQ`] and
+/// [`LATER_COMM`], [`LATER_PEER`] and `TAG`.
+const SAMPLED: u64 = 16;
 
 /// Per-slot private data: flags, a handle (communicator), a world rank and
 /// a byte count.
@@ -59,7 +63,14 @@ static POSTED: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// A persistent send's destination and tag, or an `MPI_Isendrecv`'s
 /// receive's source (a world rank) and tag ([`Entry::dest_tag`]).
 static DEST: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
+/// That tag, or a sampled nonblocking send's ([`SAMPLED`]).
 static TAG: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
+/// A [`SAMPLED`] send's number on its envelope, its communicator's
+/// wait-record id and its destination's world rank (a persistent one's
+/// `PEER` is not always that, and stays for its next starts).
+static LATER_SEQ: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+static LATER_COMM: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+static LATER_PEER: [AtomicI32; N] = [const { AtomicI32::new(0) }; N];
 /// Set while a thread is inside a completion call (or `MPI_Request_free`)
 /// for the slot's request. The library may free the handle inside that
 /// call and hand the same value to another thread's new request before the
@@ -119,6 +130,29 @@ pub(crate) struct Entry {
     /// `MPI_Isendrecv`'s receive's source (a world rank) and tag, for the
     /// wait records; else (-1, 0).
     pub(crate) dest_tag: (i32, i32),
+    /// A nonblocking send whose record was written: its message, for the
+    /// record of the call that completes it.
+    pub(crate) later: Option<waits::Later>,
+}
+
+/// Keeps sampled send `later` in slot `i`, whose flags are `flags`.
+#[cold]
+fn keep_later(i: usize, flags: u64, later: waits::Later) {
+    LATER_SEQ[i].store(later.seq, Relaxed);
+    LATER_COMM[i].store(later.comm, Relaxed);
+    LATER_PEER[i].store(later.peer, Relaxed);
+    TAG[i].store(later.tag, Relaxed);
+    FLAGS[i].store(flags | SAMPLED, Relaxed);
+}
+
+/// The sampled send slot `i` keeps ([`keep_later`]).
+fn later_of(i: usize) -> waits::Later {
+    waits::Later {
+        comm: LATER_COMM[i].load(Relaxed),
+        peer: LATER_PEER[i].load(Relaxed),
+        tag: TAG[i].load(Relaxed),
+        seq: LATER_SEQ[i].load(Relaxed),
+    }
 }
 
 /// Enters a request; counts `request_table_full` if there is no room.
@@ -138,6 +172,9 @@ pub(crate) fn track(s: &State, e: Entry) {
             RECV_BYTES[i].store(e.recv_bytes, Relaxed);
             DEST[i].store(e.dest_tag.0, Relaxed);
             TAG[i].store(e.dest_tag.1, Relaxed);
+            if let Some(l) = e.later {
+                keep_later(i, FLAGS[i].load(Relaxed), l);
+            }
             // Read only for a receive's completion; a persistent one's
             // is set by each MPI_Start (`started`).
             if !e.persistent && matches!(e.kind, Kind::Recv | Kind::Mrecv) {
@@ -159,6 +196,10 @@ pub(crate) fn track(s: &State, e: Entry) {
         }
     }
     s.add(&s.counters.request_table_full, 1);
+    // An untracked send's completion is never seen: its wait is not known.
+    if let Some(l) = e.later {
+        waits::completed(s, l, &Call::new(How::Test));
+    }
     // An untracked receive's completion is never seen: its message cannot
     // be attributed, nor numbered; nor can an untracked persistent send's
     // starts.
@@ -338,7 +379,12 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8, call: &Ca
         }
     } else {
         match flags & KIND_MASK {
-            0 => super::trace::request(super::trace::Kind::MpiIsendComplete, handle),
+            0 => {
+                if flags & SAMPLED != 0 {
+                    waits::completed(s, later_of(i), call);
+                }
+                super::trace::request(super::trace::Kind::MpiIsendComplete, handle)
+            }
             1 if !status.is_null() => {
                 // SAFETY: per the caller.
                 unsafe {
@@ -379,8 +425,8 @@ pub(crate) unsafe fn complete(s: &State, slot: u32, status: *const u8, call: &Ca
             _ => {}
         }
     }
-    if flags & CANCELLED != 0 {
-        FLAGS[i].store(flags & !CANCELLED, Relaxed);
+    if flags & (CANCELLED | SAMPLED) != 0 {
+        FLAGS[i].store(flags & !(CANCELLED | SAMPLED), Relaxed);
     }
     if flags & PERSISTENT != 0 {
         seg.state.store(request_state::PERSISTENT_INACTIVE, Release);
@@ -421,19 +467,21 @@ pub(crate) fn started(s: &State, slot: u32) {
                 Some(BYTES[i].load(Relaxed)),
             );
         }
-        // Numbered by its destination in the communicator, which on
-        // `MPI_COMM_WORLD` is the world rank (the peer is unknown when the
-        // size is).
-        let dest = DEST[i].load(Relaxed);
-        if dest != s.abi.c.proc_null {
-            waits::sent(
+        // Numbered by its destination's world rank, as its receiver numbers
+        // it (`PEER` is unknown when the size is).
+        let (comm, dest) = (COMM[i].load(Relaxed), DEST[i].load(Relaxed));
+        if dest != s.abi.c.proc_null
+            && waits::numbered(s, comm).is_some()
+            && let Some(l) = waits::sent(
                 s,
-                COMM[i].load(Relaxed),
-                dest,
+                comm,
+                super::comms::peer(s, comm, dest),
                 TAG[i].load(Relaxed),
                 Some(BYTES[i].load(Relaxed)).filter(|_| peer != super::comms::UNKNOWN_PEER),
-                false,
-            );
+                waits::Completes::Later,
+            )
+        {
+            keep_later(i, flags, l);
         }
         super::trace::send(
             s,
@@ -478,6 +526,10 @@ pub(crate) fn freed(s: &State, slot: u32) {
     if active && matches!(flags & KIND_MASK, 1 | 2) {
         s.add(&s.counters.unattributed_messages, 1);
         waits::lose(s, Some(COMM[i].load(Relaxed)));
+    }
+    // A sampled send freed while active: its completion is never seen.
+    if flags & SAMPLED != 0 {
+        waits::completed(s, later_of(i), &Call::new(How::Test));
     }
     release(s, i);
 }

@@ -462,10 +462,36 @@ fn other_numbered(s: &State, comm: usize) -> Option<u64> {
     super::comms::info(s, comm)?.waits_id
 }
 
+/// How a send completes, for Late Receiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Completes {
+    /// In the call that posted it, a blocking `MPI_Send` or `MPI_Ssend`
+    /// (Scalasca's blocking sends): its leave is recorded.
+    Here,
+    /// In a later call of the Wait or Test family (an `MPI_Isend` and its
+    /// modes, a persistent send's `MPI_Start`): when sampled, its request
+    /// keeps the message's name ([`Later`]) and [`completed`] records that
+    /// call.
+    Later,
+    /// Not a wait of Scalasca's (a buffered or ready send, the send half of
+    /// a `Sendrecv` or an `MPI_Isendrecv`).
+    Else,
+}
+
+/// A sampled send completed later: its message's name, kept beside its
+/// request until [`completed`] records the call that completes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Later {
+    pub(crate) comm: u64,
+    pub(crate) peer: i32,
+    pub(crate) tag: i32,
+    pub(crate) seq: u64,
+}
+
 /// A send to world rank `dest` with `tag` and `bytes`, on `comm` (a handle),
 /// posted by the call being timed: numbered, and recorded if sampled.
-/// `blocking`: the call completed it too (`MPI_Send`, `MPI_Ssend`), so its
-/// leave is recorded, for Late Receiver.
+/// `completes`: where it completes; for one completed later and recorded,
+/// its message's name, for its request to keep.
 #[inline(always)]
 pub(crate) fn sent(
     s: &State,
@@ -473,11 +499,35 @@ pub(crate) fn sent(
     dest: i32,
     tag: i32,
     bytes: Option<u64>,
-    blocking: bool,
-) {
+    completes: Completes,
+) -> Option<Later> {
     if let (Some(id), true) = (numbered(s, comm), dest >= 0) {
-        message(s, &SENDS, id, dest, tag, bytes, Half::Send { blocking });
+        let seq = message(s, &SENDS, id, dest, tag, bytes, Half::Send(completes))?;
+        return (completes == Completes::Later).then_some(Later {
+            comm: id,
+            peer: dest,
+            tag,
+            seq,
+        });
     }
+    None
+}
+
+/// A sampled send completed later ([`Completes::Later`]) was completed in
+/// `call`, the call being timed (a [`How::Test`] one: it waited for
+/// nothing, or its request was freed or never tracked): records that call,
+/// for its Late Receiver.
+#[cold]
+pub(crate) fn completed(s: &State, later: Later, call: &Call) {
+    record(
+        s,
+        later.seq,
+        later.comm,
+        later.peer,
+        later.tag,
+        None,
+        Half::Done(call),
+    );
 }
 
 /// Where a receive was posted, for Late Receiver.
@@ -560,13 +610,17 @@ pub(crate) fn lose(s: &State, comm: Option<usize>) {
     }
 }
 
-/// A message's half that this process numbers.
+/// A message's half that this process numbers, or the completion of a
+/// send it recorded.
 #[derive(Clone, Copy)]
 enum Half<'a> {
-    Send { blocking: bool },
+    Send(Completes),
     Recv { call: &'a Call, post: Post },
+    Done(&'a Call),
 }
 
+/// Numbers a message's half, and records it if sampled: its number if it
+/// was recorded.
 #[inline(always)]
 fn message(
     s: &State,
@@ -576,11 +630,14 @@ fn message(
     tag: i32,
     bytes: Option<u64>,
     half: Half<'_>,
-) {
+) -> Option<u64> {
     match table.count(key(comm, peer, tag), s.multi) {
-        Some(seq) if seq & s.p2p_mask != 0 => {}
-        Some(seq) => record(s, seq, comm, peer, tag, bytes, half),
-        None => skip(s),
+        Some(seq) if seq & s.p2p_mask != 0 => None,
+        Some(seq) => record(s, seq, comm, peer, tag, bytes, half).then_some(seq),
+        None => {
+            skip(s);
+            None
+        }
     }
 }
 
@@ -596,11 +653,19 @@ fn skip(s: &State) {
     }
 }
 
-/// Records sampled message `seq`: a send or a receive; before a receive
-/// posted by an earlier call, when that call was entered
-/// (`waits::kind::POSTED`).
+/// Records sampled message `seq`: a send, a receive, or the call that
+/// completed a send; before a receive posted by an earlier call, when that
+/// call was entered (`waits::kind::POSTED`). Whether it was recorded.
 #[inline(never)]
-fn record(s: &State, seq: u64, comm: u64, peer: i32, tag: i32, bytes: Option<u64>, half: Half<'_>) {
+fn record(
+    s: &State,
+    seq: u64,
+    comm: u64,
+    peer: i32,
+    tag: i32,
+    bytes: Option<u64>,
+    half: Half<'_>,
+) -> bool {
     let block = crate::depth::slot();
     // SAFETY: this thread's block.
     let (t0, row) = unsafe {
@@ -611,7 +676,8 @@ fn record(s: &State, seq: u64, comm: u64, peer: i32, tag: i32, bytes: Option<u64
     };
     let enter = crate::depth::start_in(t0, s.wait_ticks);
     let (Some(enter), false) = (enter, LOST.load(Relaxed)) else {
-        return skip(s);
+        skip(s);
+        return false;
     };
     let row = row as usize;
     let function = if row < FUNCTION_COUNT {
@@ -635,26 +701,34 @@ fn record(s: &State, seq: u64, comm: u64, peer: i32, tag: i32, bytes: Option<u64
         thread,
         bytes: bytes.unwrap_or(u64::MAX),
     };
+    // A completing call's: how it completes, counted in its group.
+    let completing = |c: &Call| match c.how {
+        How::One => 0,
+        How::Multi => {
+            c.enter.set(enter);
+            c.thread.set(thread);
+            c.recorded.set(c.recorded.get() + 1);
+            flag::MULTI
+        }
+        How::Test => flag::TEST,
+    };
     match half {
-        Half::Send { blocking: false } => {}
-        Half::Send { blocking: true } => {
+        Half::Send(Completes::Else) => {}
+        Half::Send(Completes::Later) => r.flags = flag::LATER,
+        Half::Send(Completes::Here) => {
             // The call has returned: now is its leave.
             r.leave = now(s.wait_ticks);
             r.flags = flag::BLOCKING;
         }
+        Half::Done(c) => {
+            r.kind = waits::kind::SENT;
+            r.leave = c.leave(s.wait_ticks);
+            r.flags = completing(c);
+        }
         Half::Recv { call: c, post } => {
             r.kind = waits::kind::RECV;
             r.leave = c.leave(s.wait_ticks);
-            r.flags = match c.how {
-                How::One => 0,
-                How::Multi => {
-                    c.enter.set(enter);
-                    c.thread.set(thread);
-                    c.recorded.set(c.recorded.get() + 1);
-                    flag::MULTI
-                }
-                How::Test => flag::TEST,
-            };
+            r.flags = completing(c);
             match post {
                 Post::Here => r.flags |= flag::POSTED_HERE,
                 Post::At(t) => {
@@ -676,6 +750,7 @@ fn record(s: &State, seq: u64, comm: u64, peer: i32, tag: i32, bytes: Option<u64
         }
     }
     push(s, &r);
+    true
 }
 
 #[cfg(test)]

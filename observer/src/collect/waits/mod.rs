@@ -451,6 +451,7 @@ impl Job {
             waits::kind::SEND
             | waits::kind::RECV
             | waits::kind::POSTED
+            | waits::kind::SENT
             | waits::kind::GROUP_END
                 if valid =>
             {

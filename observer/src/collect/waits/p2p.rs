@@ -19,9 +19,22 @@
 //! call's enter in a record of its own, written just before its receive's;
 //! a receive whose post is not known (that record lost) counts no wait if
 //! it completed in a call entered before the send (its post was earlier
-//! still), else it is unresolved. Scalasca also counts sends completed in
-//! `MPI_Wait` or `MPI_Waitall`; the shim does not record those completions
-//! yet (docs/waits.md, "Not yet").
+//! still), else it is unresolved.
+//!
+//! **Late Receiver in a later call**, as Scalasca counts it too
+//! (`MPI_SEND_COMPLETE` in its `MPI.pattern`): a nonblocking send (any
+//! mode, or a persistent one's start) completed in a blocking call W of
+//! the Wait family, entered at `E_W` and left at `L_W`, waited
+//! `P − E_W` if `L_W > P` (and `P > E_W`). The shim records W in a record
+//! of its own ([`kind::SENT`]), announced by the send's
+//! ([`flag::LATER`]). `MPI_Wait` and `MPI_Waitany` count it alone; an
+//! `MPI_Waitall` or `MPI_Waitsome` waited for its latest receiver only,
+//! the maximum over its sends, and for none when it waited for a late
+//! sender (Scalasca counts such a call's wait as the Late Sender's). A
+//! send completed by the Test family, freed, or not tracked, waited for
+//! nothing. One whose completion has not come 5 s after the rest of its
+//! message was evaluated counts no wait: its call was entered after the
+//! receive had completed, so after its post.
 //!
 //! **Matching.** The sender's record and the receiver's name one message by
 //! (sender, receiver, tag, its number on that envelope), which MPI's
@@ -55,8 +68,14 @@ use observer_common::{
 
 use super::{Charge, Job, MAX_PENDING, Pattern, Scale, TIMEOUT_NS, Unresolved, Wait, clocks};
 
-/// `MPI_Ssend`: a send that completes only once its receive is posted.
-const SSEND: u16 = FunctionId::Ssend as u16;
+/// `MPI_Ssend`, `MPI_Issend`: sends that complete only once their receive
+/// is posted.
+const SYNCHRONOUS: [u16; 4] = [
+    FunctionId::Ssend as u16,
+    FunctionId::SsendC as u16,
+    FunctionId::Issend as u16,
+    FunctionId::IssendC as u16,
+];
 
 /// A message: (sender, receiver, tag, number on the envelope).
 type Key = (u32, u32, i32, u64, u64);
@@ -73,7 +92,25 @@ struct Sent {
     bytes: u64,
     /// A blocking send's leave (Late Receiver).
     leave: Option<u64>,
+    /// A nonblocking send whose completing call is recorded
+    /// ([`Completed`]).
+    later: bool,
     /// The function of the call that posted it.
+    function: u16,
+}
+
+/// The call that completed a nonblocking send.
+#[derive(Clone, Copy, Debug)]
+struct Completed {
+    clock: u64,
+    /// The node whose daemon drained it (0: this one).
+    node: u16,
+    enter: u64,
+    leave: u64,
+    /// By the Test family, or not tracked: no wait.
+    test: bool,
+    group: Option<GroupKey>,
+    /// The function of that call.
     function: u16,
 }
 
@@ -94,8 +131,9 @@ struct Received {
     posted_here: bool,
 }
 
-/// A message waiting for a half.
-#[derive(Debug)]
+/// A message waiting for a half (or, in [`Messages::awaiting`], for its
+/// nonblocking send's completing call, since `first_ns`).
+#[derive(Clone, Copy, Debug)]
 struct Message {
     first_ns: u64,
     sent: Option<Sent>,
@@ -103,17 +141,26 @@ struct Message {
     /// When a receive posted by an earlier call was posted, and on which
     /// clock.
     posted: Option<(u64, u64)>,
+    /// The call that completed a nonblocking send.
+    completed: Option<Completed>,
 }
 
-/// A call's receives, while some are unmatched or more may come.
+/// A call's receives and sends, while some are unmatched or more may come.
 #[derive(Debug)]
 struct Group {
     first_ns: u64,
-    /// Its receives seen so far, and how many of them are settled.
+    /// Its receives and sends seen so far, and how many of them are
+    /// settled.
     members: u32,
     settled: u32,
-    /// One could not be matched: the group counts no wait.
+    /// Of the members, the sends (Late Receiver).
+    sends: u32,
+    /// A receive could not be matched: the group counts no wait.
     failed: bool,
+    /// A send could not be evaluated: the group counts no Late Receiver.
+    send_failed: bool,
+    /// The latest receiver so far: the send's wait for it and its rank.
+    receiver: Option<(Wait, u32)>,
     /// No more receives will come.
     whole: bool,
     /// The latest sender so far: the wait for it (from the call's enter,
@@ -131,6 +178,9 @@ struct Group {
 #[derive(Debug, Default)]
 pub(super) struct Messages {
     pending: HashMap<Key, Message>,
+    /// Messages evaluated but for their send's completing call
+    /// ([`Completed`]), which the sender's next records bring.
+    awaiting: HashMap<Key, Message>,
     groups: HashMap<GroupKey, Group>,
     /// The group each (receiver, thread) has open: the call's enter.
     open: HashMap<(u32, u32), u64>,
@@ -138,7 +188,7 @@ pub(super) struct Messages {
 
 impl Messages {
     pub(super) fn len(&self) -> usize {
-        self.pending.len()
+        self.pending.len() + self.awaiting.len()
     }
 
     /// Closes the group `(rank, thread)` has open, if the record with
@@ -155,7 +205,84 @@ impl Messages {
     }
 }
 
+impl Messages {
+    /// Adds a receive (or, with `send`, a send) completed by the call of
+    /// `rank` that record `r` names to that call's group: the group's key,
+    /// or `None` with no room for a new group.
+    fn join(&mut self, rank: u32, r: &waits::Plain, send: bool, now_ns: u64) -> Option<GroupKey> {
+        let g = (rank, r.thread, r.enter);
+        if !self.groups.contains_key(&g) && self.groups.len() >= MAX_PENDING {
+            return None;
+        }
+        let group = self.groups.entry(g).or_insert(Group {
+            first_ns: now_ns,
+            members: 0,
+            settled: 0,
+            sends: 0,
+            failed: false,
+            send_failed: false,
+            receiver: None,
+            whole: false,
+            latest: None,
+            unclear: 0,
+            function: r.function,
+        });
+        group.members += 1;
+        group.sends += u32::from(send);
+        self.open.insert((rank, r.thread), r.enter);
+        Some(g)
+    }
+}
+
 impl Job {
+    /// Takes the record of the call that completed `rank`'s nonblocking
+    /// send `key` ([`kind::SENT`]): kept with its message, which waits for
+    /// it, or evaluated with the rest of it if that has been. A completion
+    /// of a message neither kept nor awaited (its other records lost, or
+    /// it came after the message stopped waiting for it) is not kept: what
+    /// its message counted, it counted without it.
+    fn take_sent(
+        &mut self,
+        rank: u32,
+        clock: u64,
+        node: u16,
+        key: Key,
+        r: &waits::Plain,
+        now_ns: u64,
+    ) {
+        let m = &mut self.p2p;
+        let held = m.awaiting.get(&key).or(m.pending.get(&key));
+        match held.filter(|msg| msg.sent.is_some()) {
+            None => return,
+            Some(msg) if msg.completed.is_some() => {
+                self.figures.records_invalid += 1;
+                return;
+            }
+            Some(_) => {}
+        }
+        let test = r.flags & flag::TEST != 0;
+        let mut group = None;
+        if r.flags & flag::MULTI != 0 {
+            let Some(g) = m.join(rank, r, true, now_ns) else {
+                self.figures.unresolved[Unresolved::Overflow as usize] += 1;
+                return;
+            };
+            group = Some(g);
+        }
+        let c = Some(Completed {
+            clock,
+            node,
+            enter: r.enter,
+            leave: r.leave,
+            test,
+            group,
+            function: r.function,
+        });
+        if let Some(msg) = m.awaiting.get_mut(&key).or(m.pending.get_mut(&key)) {
+            msg.completed = c;
+        }
+    }
+
     /// Takes a send, receive or group-end record of `rank`, on a ring
     /// keeping `clock`.
     pub(super) fn take_p2p(
@@ -180,15 +307,19 @@ impl Job {
         }
         let send = r.kind == kind::SEND;
         let post = r.kind == kind::POSTED;
+        let done = r.kind == kind::SENT;
         let recv_flags = flag::MULTI | flag::TEST | flag::POSTED_HERE;
+        let one_way = r.flags & (flag::MULTI | flag::TEST) != flag::MULTI | flag::TEST;
         let valid = (0..i64::from(self.world_size)).contains(&i64::from(r.peer))
             && if send {
-                r.flags & !flag::BLOCKING == 0
+                r.flags & !(flag::BLOCKING | flag::LATER) == 0
+                    && r.flags != flag::BLOCKING | flag::LATER
             } else if post {
                 r.flags == 0
+            } else if done {
+                r.flags & !(flag::MULTI | flag::TEST) == 0 && one_way
             } else {
-                r.flags & !recv_flags == 0
-                    && r.flags & (flag::MULTI | flag::TEST) != flag::MULTI | flag::TEST
+                r.flags & !recv_flags == 0 && one_way
             };
         if !valid {
             self.figures.records_invalid += 1;
@@ -207,11 +338,14 @@ impl Job {
             m.seal(rank, r.thread, r.enter);
         }
         let peer = r.peer as u32;
-        let key = if send {
+        let key = if send || done {
             (rank, peer, r.tag, r.seq, r.comm)
         } else {
             (peer, rank, r.tag, r.seq, r.comm)
         };
+        if done {
+            return self.take_sent(rank, clock, node, key, r, now_ns);
+        }
         if !m.pending.contains_key(&key) && m.pending.len() >= max {
             // Once a message: at its receive, which every message has (a
             // send given up alone leaves its receive incomplete).
@@ -225,6 +359,7 @@ impl Job {
             sent: None,
             received: None,
             posted: None,
+            completed: None,
         });
         let twice = if send {
             msg.sent.is_some()
@@ -244,6 +379,7 @@ impl Job {
                 enter: r.enter,
                 bytes: r.bytes,
                 leave: (r.flags & flag::BLOCKING != 0).then_some(r.leave),
+                later: r.flags & flag::LATER != 0,
                 function: r.function,
             });
             return;
@@ -255,28 +391,13 @@ impl Job {
         let test = r.flags & flag::TEST != 0;
         let mut group = None;
         if r.flags & flag::MULTI != 0 && !test {
-            let g = (rank, r.thread, r.enter);
-            if !m.groups.contains_key(&g) && m.groups.len() >= MAX_PENDING {
+            let Some(g) = m.join(rank, r, false, now_ns) else {
                 // Without its group the receive cannot be counted right:
                 // given up, with its message.
                 m.pending.remove(&key);
                 self.figures.unresolved[Unresolved::Overflow as usize] += 1;
                 return;
-            }
-            m.groups
-                .entry(g)
-                .or_insert(Group {
-                    first_ns: now_ns,
-                    members: 0,
-                    settled: 0,
-                    failed: false,
-                    whole: false,
-                    latest: None,
-                    unclear: 0,
-                    function: r.function,
-                })
-                .members += 1;
-            m.open.insert((rank, r.thread), r.enter);
+            };
             group = Some(g);
         }
         if let Some(msg) = m.pending.get_mut(&key) {
@@ -328,22 +449,37 @@ impl Job {
                 (Some(s), Some(r)) => self.late_sender(k.1, &s, &r, now_ns),
                 _ => Err(Unresolved::Incomplete),
             };
-            if let (Ok(_), Some(s), Some(r)) = (&outcome, m.sent, m.received)
-                && s.leave.is_some()
-                && self.is_local(k.0)
-            {
-                match self.late_receiver(k.0, &s, &r, m.posted, now_ns) {
-                    Ok(w) => {
-                        let charge = Charge {
-                            culprit: k.1,
-                            period,
-                            now_ns,
-                            owner: k.0,
-                        };
-                        self.count(Pattern::LateReceiver, s.function, &[w], charge);
+            let charge = Charge {
+                culprit: k.1,
+                period,
+                now_ns,
+                owner: k.0,
+            };
+            match (&outcome, m.sent, m.received) {
+                (Ok(_), Some(s), Some(r)) if s.leave.is_some() && self.is_local(k.0) => {
+                    match self.late_receiver(k.0, &s, &r, m.posted, now_ns) {
+                        Ok(w) => self.count(Pattern::LateReceiver, s.function, &[w], charge),
+                        Err(why) => self.unresolved(why, k.0),
                     }
-                    Err(why) => self.unresolved(why, k.0),
                 }
+                (Ok(_), Some(s), Some(received)) if s.later && self.is_local(k.0) => {
+                    match m.completed {
+                        Some(c) => self.late_receiver_later(k, &s, &received, m.posted, c, now_ns),
+                        None if self.p2p.awaiting.len() >= self.max_messages() => {
+                            self.unresolved(Unresolved::Overflow, k.0);
+                        }
+                        None => {
+                            let a = Message {
+                                first_ns: now_ns,
+                                ..m
+                            };
+                            self.p2p.awaiting.insert(k, a);
+                        }
+                    }
+                }
+                // No Late Receiver: a completing call in a group settles
+                // there as one that could not be evaluated.
+                _ => self.send_settled(m.completed, None),
             }
             let group = m.received.and_then(|r| r.group);
             let test = m.received.is_some_and(|r| r.test);
@@ -387,6 +523,24 @@ impl Job {
                 }
             }
         }
+        // Messages whose send's completing call has come, or will not.
+        let done: Vec<Key> = self
+            .p2p
+            .awaiting
+            .iter()
+            .filter(|(_, a)| a.completed.is_some() || timed_out(a.first_ns))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in done {
+            let Some(a) = self.p2p.awaiting.remove(&k) else {
+                continue;
+            };
+            // None in 5 s: its call was entered after the receive had
+            // completed, so after it was posted, and waited for nothing.
+            if let (Some(s), Some(r), Some(c)) = (a.sent, a.received, a.completed) {
+                self.late_receiver_later(k, &s, &r, a.posted, c, now_ns);
+            }
+        }
         let ready: Vec<GroupKey> = self
             .p2p
             .groups
@@ -409,7 +563,8 @@ impl Job {
             if g.failed || g.settled < g.members {
                 continue;
             }
-            if g.latest.is_none_or(|(w, _)| w.ns < g.unclear) {
+            let receives = g.members - g.sends;
+            if receives > 0 && g.latest.is_none_or(|(w, _)| w.ns < g.unclear) {
                 // A sender whose wait the clocks cannot tell may have been
                 // the latest.
                 if g.unclear > 0 {
@@ -417,6 +572,7 @@ impl Job {
                 }
                 continue;
             }
+            let mut waited_for_sender = false;
             if let Some((w, sender)) = g.latest {
                 let charge = Charge {
                     culprit: sender,
@@ -424,8 +580,96 @@ impl Job {
                     now_ns,
                     owner: k.0,
                 };
+                waited_for_sender = w.ns > 0;
                 self.count(Pattern::LateSender, g.function, &[w], charge);
             }
+            // Its latest receiver's wait, unless it waited for a sender
+            // (Scalasca's rule: the call's wait is then the Late Sender's).
+            if let (Some((w, receiver)), false) = (g.receiver, g.send_failed) {
+                let charge = Charge {
+                    culprit: receiver,
+                    period,
+                    now_ns,
+                    owner: k.0,
+                };
+                let w = if waited_for_sender {
+                    Wait { ns: 0, ..w }
+                } else {
+                    w
+                };
+                self.count(Pattern::LateReceiver, g.function, &[w], charge);
+            }
+        }
+    }
+
+    /// Scalasca's Late Receiver of message `k`, a nonblocking send `s`
+    /// completed in call `c` ([`Completed`]), its receive `r`, posted as
+    /// `posted` says: counted for a call that completes one, kept in its
+    /// group for one that may complete several.
+    fn late_receiver_later(
+        &mut self,
+        k: Key,
+        s: &Sent,
+        r: &Received,
+        posted: Option<(u64, u64)>,
+        c: Completed,
+        now_ns: u64,
+    ) {
+        if c.test {
+            return;
+        }
+        // The wait is in the completing call; whether the send was
+        // synchronous is the posting call's.
+        let at = Sent {
+            clock: c.clock,
+            node: c.node,
+            enter: c.enter,
+            leave: Some(c.leave),
+            ..*s
+        };
+        let lr = self.late_receiver(k.0, &at, r, posted, now_ns);
+        if c.group.is_some() {
+            return self.send_settled(Some(c), Some((lr, k.1)));
+        }
+        match lr {
+            Ok(w) => {
+                let charge = Charge {
+                    culprit: k.1,
+                    period: self.figures.p2p_sample_period.max(1),
+                    now_ns,
+                    owner: k.0,
+                };
+                self.count(Pattern::LateReceiver, c.function, &[w], charge);
+            }
+            Err(why) => self.unresolved(why, k.0),
+        }
+    }
+
+    /// A send completed in call `c` of a group, if it was one, is settled:
+    /// with its Late Receiver and its receiver's rank, or `None` when it
+    /// could not be evaluated (the group then counts none).
+    fn send_settled(&mut self, c: Option<Completed>, lr: Option<(Result<Wait, Unresolved>, u32)>) {
+        let Some(key) = c.and_then(|c| c.group) else {
+            return;
+        };
+        if let Some((Err(why), _)) = lr {
+            self.unresolved(why, key.0);
+        }
+        let Some(g) = self.p2p.groups.get_mut(&key) else {
+            return;
+        };
+        g.settled += 1;
+        match lr {
+            Some((Ok(w), receiver)) => {
+                // The latest receiver; the lowest rank of equals.
+                let later = g
+                    .receiver
+                    .is_none_or(|(lw, lr)| (w.ns, lr) > (lw.ns, receiver));
+                if later {
+                    g.receiver = Some((w, receiver));
+                }
+            }
+            _ => g.send_failed = true,
         }
     }
 
@@ -609,7 +853,7 @@ impl Job {
         }
         // An MPI_Ssend completes only once its receive is posted: the post
         // bounds the offset, and the send surely waited for it.
-        let synchronous = s.function == SSEND;
+        let synchronous = SYNCHRONOUS.contains(&s.function);
         if synchronous && let Some(o) = self.nodes.offset_mut(r.node) {
             o.at_most(leave - i128::from(at), now_ns);
         }

@@ -483,3 +483,166 @@ fn the_bound_on_messages_grows_with_the_ranks_the_daemon_knows() {
     assert_eq!(w.pending(), 20_000);
     assert_eq!(j.unresolved, [0; 5]);
 }
+
+/// An MPI_Issend posted at `enter`, whose completing call is recorded.
+fn issend(dest: i32, tag: i32, seq: u64, enter: u64) -> Plain {
+    Plain {
+        flags: flag::LATER,
+        function: observer_common::FunctionId::Issend as u16,
+        ..send(dest, tag, seq, enter)
+    }
+}
+
+/// The call, entered at `enter` and left at `leave`, that completed the
+/// send of message (`dest`, `tag`, `seq`).
+fn sent_done(dest: i32, tag: i32, seq: u64, enter: u64, leave: u64, flags: u8) -> Plain {
+    Plain {
+        kind: kind::SENT,
+        leave,
+        flags,
+        bytes: u64::MAX,
+        function: observer_common::function_by_name("MPI_Wait").unwrap(),
+        ..send(dest, tag, seq, enter)
+    }
+}
+
+#[test]
+fn a_send_completed_in_a_wait_waits_there_for_its_late_receiver() {
+    // Rank 0 posts an MPI_Issend at 0 and waits in MPI_Wait from 1 ms;
+    // rank 1 posts its receive at 30 ms: rank 0 waited 29 ms there.
+    let per_rank = vec![
+        vec![issend(1, 4, 0, 0), sent_done(1, 4, 0, MS, 31 * MS, 0)],
+        vec![recv(1 - 1, 4, 0, 30 * MS, 31 * MS, flag::POSTED_HERE)],
+    ];
+    let (w, j) = run(2, 0, &per_rank, 100 * MS);
+    assert_eq!((j.waited_ns[LR], j.instances[LR]), (29 * MS, 1));
+    assert_eq!(j.ranks[&1].caused_ns[LR], 29 * MS);
+    let wait_fn = observer_common::function_by_name("MPI_Wait").unwrap();
+    assert!(j.functions.contains_key(&(wait_fn, Pattern::LateReceiver)));
+    assert_eq!(j.unresolved, [0; 5]);
+    assert_eq!(w.pending(), 0);
+    // Its completion comes after the rest was evaluated (another drain):
+    // the message waits for it.
+    let mut w = Waits::default();
+    let first = vec![vec![issend(1, 4, 0, 0)], per_rank[1].clone()];
+    feed(&mut w, 2, 0, &first, 50 * MS);
+    assert_eq!(w.figures("j").unwrap().instances[LR], 0);
+    assert_eq!(w.pending(), 1);
+    feed(&mut w, 2, 0, &[vec![per_rank[0][1]], vec![]], 60 * MS);
+    let j = w.figures("j").unwrap();
+    assert_eq!((j.waited_ns[LR], j.instances[LR]), (29 * MS, 1));
+    assert_eq!(w.pending(), 0);
+    // None comes: after 5 s the call is known to have been entered after
+    // the receive completed, and waited for nothing.
+    let mut w = Waits::default();
+    feed(&mut w, 2, 0, &first, 50 * MS);
+    w.settle(50 * MS + TIMEOUT_NS);
+    let j = w.figures("j").unwrap();
+    assert_eq!((j.instances[LR], j.unresolved), (0, [0; 5]));
+    assert_eq!(w.pending(), 0);
+    // Completed by the Test family: no wait, no instance.
+    let per_rank = vec![
+        vec![
+            issend(1, 4, 0, 0),
+            sent_done(1, 4, 0, 40 * MS, 41 * MS, flag::TEST),
+        ],
+        per_rank[1].clone(),
+    ];
+    let (w, j) = run(2, 0, &per_rank, 100 * MS);
+    assert_eq!((j.instances[LR], j.waited_ns[LR]), (0, 0));
+    assert_eq!(w.pending(), 0);
+    // A completing call entered after the post waited for nothing.
+    let per_rank = vec![
+        vec![issend(1, 4, 0, 0), sent_done(1, 4, 0, 35 * MS, 36 * MS, 0)],
+        vec![recv(0, 4, 0, 30 * MS, 31 * MS, flag::POSTED_HERE)],
+    ];
+    let (_, j) = run(2, 0, &per_rank, 100 * MS);
+    assert_eq!((j.waited_ns[LR], j.instances[LR]), (0, 1));
+}
+
+#[test]
+fn a_waitall_of_sends_waits_for_its_latest_receiver_unless_for_a_sender() {
+    // Rank 0 posts two MPI_Issends (to ranks 1 and 2) at 0 and one
+    // MPI_Irecv from rank 1, then waits in one MPI_Waitall from 1 ms to
+    // 41 ms; rank 1 posts its receive at 20 ms, rank 2 at 40 ms.
+    let group = |flags| {
+        let w = |dest, leave| Plain {
+            function: observer_common::function_by_name("MPI_Waitall").unwrap(),
+            ..sent_done(dest, 0, 0, MS, leave, flags)
+        };
+        [w(1, 41 * MS), w(2, 41 * MS)]
+    };
+    let [a, b] = group(flag::MULTI);
+    let end = Plain {
+        kind: kind::GROUP_END,
+        seq: 2,
+        peer: waits::NO_ROOT,
+        bytes: 0,
+        ..a
+    };
+    let per_rank = vec![
+        vec![issend(1, 0, 0, 0), issend(2, 0, 0, 0), a, b, end],
+        vec![recv(0, 0, 0, 20 * MS, 21 * MS, flag::POSTED_HERE)],
+        vec![recv(0, 0, 0, 40 * MS, 41 * MS, flag::POSTED_HERE)],
+    ];
+    let (w, j) = run(3, 0, &per_rank, 10 * TIMEOUT_NS);
+    // One instance: 39 ms, for rank 2.
+    assert_eq!((j.waited_ns[LR], j.instances[LR]), (39 * MS, 1));
+    assert_eq!(j.ranks[&2].caused_ns[LR], 39 * MS);
+    assert!(j.ranks.get(&1).is_none_or(|r| r.caused_ns[LR] == 0));
+    assert_eq!(w.pending(), 0);
+    // The same call also completes a receive whose sender, rank 1, was
+    // late (it sent at 30 ms): the call's wait is that Late Sender's.
+    let mut with_recv = per_rank.clone();
+    with_recv[0].insert(
+        4,
+        Plain {
+            function: observer_common::function_by_name("MPI_Waitall").unwrap(),
+            ..recv(1, 9, 0, MS, 41 * MS, flag::MULTI)
+        },
+    );
+    with_recv[1].insert(0, send(0, 9, 0, 30 * MS));
+    let (_, j) = run(3, 0, &with_recv, 10 * TIMEOUT_NS);
+    // (Ranks 1 and 2's receives are instances too, with no wait.)
+    assert_eq!((j.waited_ns[LS], j.instances[LS]), (29 * MS, 3));
+    assert_eq!((j.waited_ns[LR], j.instances[LR]), (0, 1));
+    // A send of the group whose receive never came: the group counts no
+    // Late Receiver, and the message is unresolved.
+    let per_rank = vec![per_rank[0].clone(), per_rank[1].clone(), vec![]];
+    let mut w = Waits::default();
+    feed(&mut w, 3, 0, &per_rank, 0);
+    w.settle(TIMEOUT_NS);
+    let j = w.figures("j").unwrap();
+    assert_eq!(j.instances[LR], 0);
+    assert_eq!(j.unresolved[Unresolved::Incomplete as usize], 1);
+    assert_eq!(w.pending(), 0);
+}
+
+#[test]
+fn completions_no_shim_writes_are_refused() {
+    let ok = sent_done(1, 0, 0, MS, 2 * MS, 0);
+    for bad in [
+        Plain {
+            flags: flag::MULTI | flag::TEST,
+            ..ok
+        },
+        Plain {
+            flags: flag::POSTED_HERE,
+            ..ok
+        },
+        Plain {
+            flags: flag::BLOCKING | flag::LATER,
+            ..issend(1, 0, 0, 0)
+        },
+    ] {
+        let (_, j) = run(2, 0, &[vec![bad], vec![]], 0);
+        assert_eq!(j.records_invalid, 1, "{bad:?}");
+    }
+    // Twice for one send.
+    let per_rank = vec![vec![issend(1, 0, 0, 0), ok, ok], vec![]];
+    let (_, j) = run(2, 0, &per_rank, 0);
+    assert_eq!(j.records_invalid, 1);
+    // A completion of a send never seen is not kept.
+    let (w, j) = run(2, 0, &[vec![ok], vec![]], 0);
+    assert_eq!((j.records_invalid, w.pending()), (0, 0));
+}
