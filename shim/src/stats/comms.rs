@@ -236,10 +236,33 @@ fn describe(s: &State, comm: usize) -> Option<CommInfo> {
 
 /// A constructor made `comm` (never `MPI_COMM_NULL`): describes it afresh
 /// (a handle value freed and reused names a new communicator), under the
-/// wait-record id `waits_id` for an intra-communicator.
-pub(crate) fn made(s: &State, comm: usize, waits_id: impl FnOnce(&CommInfo) -> Option<u64>) {
+/// wait-record id `waits_id` for an intra-communicator. `dup_of`: it is a
+/// duplicate of that communicator whose request has not completed
+/// (`MPI_Comm_idup`), which may not be used yet, not even to describe it;
+/// a duplicate has its parent's group in its parent's order, so it is
+/// described as its parent is (nothing if the parent is not known).
+pub(crate) fn made(
+    s: &State,
+    comm: usize,
+    dup_of: Option<usize>,
+    waits_id: impl FnOnce(&CommInfo) -> Option<u64>,
+) {
     forget(comm);
-    let Some(mut built) = describe(s, comm) else {
+    let built = match dup_of {
+        None => describe(s, comm),
+        Some(parent) => info(s, parent).map(|p| CommInfo {
+            rank: p.rank,
+            size: p.size,
+            inter: p.inter,
+            world: p.world.clone(),
+            trace_id: NEXT_TRACE_ID.fetch_add(1, Relaxed),
+            announced: AtomicU64::new(0),
+            waits_id: None,
+            coll_seq: AtomicU64::new(0),
+            made: AtomicU64::new(0),
+        }),
+    };
+    let Some(mut built) = built else {
         return;
     };
     if !built.inter {

@@ -114,6 +114,8 @@ fn wrapped() -> Vec<(usize, Raw)> {
         // Communicator constructors: name what they make (waits).
         w!(comm_dup, CommDup),
         w!(comm_dup_with_info, CommDupWithInfo),
+        w!(comm_idup, CommIdup),
+        w!(comm_idup_with_info, CommIdupWithInfo),
         w!(comm_split, CommSplit),
         w!(comm_split_type, CommSplitType),
         w!(comm_create, CommCreate),
