@@ -386,7 +386,9 @@ fn render(how: Exposition) -> String {
                 Duration::from_millis(3)
             })
         }
-        Exposition::Ranks => metrics::render_ranks(&snap, &state.selfm, state.render, None),
+        Exposition::Ranks => {
+            metrics::render_ranks(&snap, &state.selfm, state.render, None, &state.waits)
+        }
     }
 }
 

@@ -567,15 +567,16 @@ pub struct Carried<'a> {
 enum Path<'a> {
     /// The bounded `/metrics`, with what it carries across collections.
     Metrics(Carried<'a>),
-    /// `/metrics/ranks`: full per-rank series of these jobs (`None`: all).
-    Ranks(Option<&'a [String]>),
+    /// `/metrics/ranks`: full per-rank series of these jobs (`None`: all),
+    /// with the jobs' wait states.
+    Ranks(Option<&'a [String]>, &'a crate::collect::waits::Waits),
 }
 
 impl Path<'_> {
     fn as_str(&self) -> &'static str {
         match self {
             Path::Metrics(..) => budget::PATHS[0],
-            Path::Ranks(_) => budget::PATHS[1],
+            Path::Ranks(..) => budget::PATHS[1],
         }
     }
 }
@@ -624,17 +625,19 @@ pub fn render_metrics(
 
 /// Renders `/metrics/ranks`: the full per-rank series (as `/metrics` with
 /// `--per-rank-detail` has them) of the ranks of the jobs named in
-/// `jobids` (every job without), no self-metrics. What the budget dropped
-/// is counted in `selfm`, shown on `/metrics`.
+/// `jobids` (every job without), their wait states per rank from `waits`,
+/// no self-metrics. What the budget dropped is counted in `selfm`, shown
+/// on `/metrics`.
 pub fn render_ranks(
     snap: &Snapshot,
     selfm: &SelfMetrics,
     opts: RenderOptions,
     jobids: Option<&[String]>,
+    waits: &crate::collect::waits::Waits,
 ) -> String {
     let mut out = String::from(crate::export::names::RANKS_MARK);
     out.push('\n');
-    out.push_str(&exposition(snap, selfm, opts, Path::Ranks(jobids)));
+    out.push_str(&exposition(snap, selfm, opts, Path::Ranks(jobids, waits)));
     out
 }
 
@@ -649,8 +652,8 @@ fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: P
         None => snap,
     };
     let ranks: Vec<&RankSnapshot> = match &path {
-        Path::Metrics(..) | Path::Ranks(None) => snap.ranks.iter().collect(),
-        Path::Ranks(Some(jobs)) => snap
+        Path::Metrics(..) | Path::Ranks(None, _) => snap.ranks.iter().collect(),
+        Path::Ranks(Some(jobs), _) => snap
             .ranks
             .iter()
             .filter(|r| jobs.contains(&r.identity.jobid))
@@ -694,6 +697,10 @@ fn exposition(snap: &Snapshot, selfm: &SelfMetrics, opts: RenderOptions, path: P
     fams.push(hist);
     rank::minimal(&mut fams, &ranks, &full, snap.taken);
     rank::segments(&mut fams, &full, &wide);
+    match &path {
+        Path::Metrics(c) => waits::ranks(&mut fams, &full, c.waits),
+        Path::Ranks(_, w) => waits::ranks(&mut fams, &full, w),
+    }
     if let Path::Metrics(c) = path {
         rank::marks(&mut fams, &ranks, c.detail);
         job::families(

@@ -144,7 +144,13 @@ fn no_two_series_share_a_label_set_whatever_the_ranks_claim() {
             };
             let selfm = SelfMetrics::new();
             assert_unique(&render(&snap, &selfm, opts, || Duration::ZERO));
-            assert_unique(&render_ranks(&snap, &selfm, opts, None));
+            assert_unique(&render_ranks(
+                &snap,
+                &selfm,
+                opts,
+                None,
+                &Default::default(),
+            ));
         }
     }
 }
@@ -532,7 +538,7 @@ fn ranks_path_has_the_named_jobs_in_full_and_no_self_metrics() {
     snap.ranks.push(rank(500, other, 3));
     let opts = RenderOptions::default();
     let selfm = SelfMetrics::new();
-    let all = render_ranks(&snap, &selfm, opts, None);
+    let all = render_ranks(&snap, &selfm, opts, None, &Default::default());
     assert!(
         !all.contains("mpi_observer_") && !all.contains("mpi_job_"),
         "{all}"
@@ -542,7 +548,13 @@ fn ranks_path_has_the_named_jobs_in_full_and_no_self_metrics() {
         all.contains("mpi_calls_total{jobid=\"big\",uid=\"0\",rank=\"3\""),
         "{all}"
     );
-    let one = render_ranks(&snap, &selfm, opts, Some(&["small".to_string()]));
+    let one = render_ranks(
+        &snap,
+        &selfm,
+        opts,
+        Some(&["small".to_string()]),
+        &Default::default(),
+    );
     assert_eq!(one.matches("mpi_rank_info{").count(), 1);
     assert!(
         one.contains("jobid=\"small\"") && !one.contains("jobid=\"big\""),

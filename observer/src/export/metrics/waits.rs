@@ -6,7 +6,10 @@
 
 use super::budget::{Family, Tier};
 use crate::{
-    collect::waits::{Pattern, Unresolved, Waits},
+    collect::{
+        snapshot::{Labels, RankSnapshot},
+        waits::{Pattern, Unresolved, Waits},
+    },
     export::names,
 };
 
@@ -27,7 +30,7 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
     let mut instances = Family::new(
         "mpi_job_wait_instances_total",
         "counter",
-        "Sampled instances evaluated for wait states, per pattern: collective instances, for late_sender the blocking calls that completed sampled receives, and for late_receiver the sampled messages whose send completed in MPI_Send or MPI_Ssend.",
+        "Sampled instances evaluated for wait states, per pattern: collective instances, for late_sender the blocking calls that completed sampled receives, and for late_receiver the sampled messages whose send completed in MPI_Send or MPI_Ssend and the calls of the Wait family that completed sampled nonblocking sends.",
     );
     let mut unresolved = Family::new(
         "mpi_job_wait_unresolved_total",
@@ -187,4 +190,64 @@ pub fn families(fams: &mut Vec<Family>, waits: &Waits) {
         waiter_rate,
         uncertainty,
     ]);
+}
+
+/// The per-rank wait-state families of `ranks` (the full per-rank series:
+/// `/metrics/ranks`, the detail ranks, every rank with
+/// `--per-rank-detail`): what each rank waited, and what others waited
+/// with it as their root cause, per pattern. A pattern appears once it is
+/// not zero, so a rank costs as many series as the patterns it met.
+pub fn ranks(fams: &mut Vec<Family>, ranks: &[&RankSnapshot], waits: &Waits) {
+    let d = Tier::Detail;
+    let mut waited = Family::new(
+        "mpi_rank_wait_seconds_total",
+        "counter",
+        "Seconds this rank waited in MPI for a late rank, per wait-state pattern (as mpi_job_wait_seconds_total, for one rank); present once not zero.",
+    );
+    let mut caused = Family::new(
+        "mpi_rank_wait_caused_seconds_total",
+        "counter",
+        "Seconds other ranks waited with this rank as their root cause (its own lateness, and what ranks late only from waiting for it passed on: docs/waits.md, Root causes), per pattern of the wait; present once not zero.",
+    );
+    for r in ranks {
+        // A process whose rank another of its job also claims was given
+        // a label of its own (`rank="0#pid…"`): the figures are the
+        // rank's, shown once, under its own label.
+        let Ok(rank) = r.identity.rank.parse::<u32>() else {
+            continue;
+        };
+        if r.labels != Labels::new(&r.identity) {
+            continue;
+        }
+        let Some(w) = waits
+            .figures(&r.labels.job)
+            .and_then(|j| j.ranks.get(&rank))
+        else {
+            continue;
+        };
+        for p in Pattern::ALL {
+            let (i, l) = (p as usize, p.label());
+            if w.waited_ns[i] > 0 {
+                waited.line(
+                    d,
+                    format_args!(
+                        "mpi_rank_wait_seconds_total{{{},pattern=\"{l}\"}} {}",
+                        r.labels.rank,
+                        secs(w.waited_ns[i])
+                    ),
+                );
+            }
+            if w.caused_ns[i] > 0 {
+                caused.line(
+                    d,
+                    format_args!(
+                        "mpi_rank_wait_caused_seconds_total{{{},pattern=\"{l}\"}} {}",
+                        r.labels.rank,
+                        secs(w.caused_ns[i])
+                    ),
+                );
+            }
+        }
+    }
+    fams.extend([waited, caused]);
 }

@@ -347,7 +347,8 @@ impl State {
     /// job with `None`).
     pub fn scrape_ranks(&mut self, jobids: Option<&[String]>) -> String {
         let snap = self.collect();
-        metrics::render_ranks(&snap, &self.selfm, self.render, jobids)
+        self.drain_waits();
+        metrics::render_ranks(&snap, &self.selfm, self.render, jobids, &self.waits)
     }
 }
 
