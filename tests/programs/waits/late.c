@@ -17,8 +17,14 @@
  *            others send at once (a Late Sender: the latest, the last);
  *   receiver the last rank sleeps, then MPI_Recvs from every other rank in
  *            turn, 0 first; every other rank MPI_Ssends to it and waits
- *            until its receive is posted (a Late Receiver for each).
- * Three more plant on communicators other than MPI_COMM_WORLD, made
+ *            until its receive is posted (a Late Receiver for each);
+ *   issend   as receiver, but every other rank MPI_Issends and waits in
+ *            MPI_Wait (a Late Receiver in the call that completes it);
+ *   issendall as issend with two MPI_Issends each, tags 14 and 15,
+ *            completed in one MPI_Waitall; the last rank receives every
+ *            tag 14 message, then every tag 15 one (the Waitall waits for
+ *            its latest receiver, its tag 15 receive).
+ * Five more plant on communicators other than MPI_COMM_WORLD, made
  * before READY: HALF by MPI_Comm_split into even and odd world ranks (key
  * the world rank), D1 and D2 two MPI_Comm_dups of HALF in a row, DUP an
  * MPI_Comm_dup of MPI_COMM_WORLD:
@@ -26,6 +32,8 @@
  *            rounds and D2 in odd ones: only the other ranks of its half
  *            wait;
  *   dup      rank 2 (mod size) sleeps before each MPI_Allreduce on DUP;
+ *   idup     the same on IDUP, an MPI_Comm_idup of MPI_COMM_WORLD made
+ *            after DUP (completed at once by MPI_Wait);
  *   subbcast each half broadcasts from its rank 1 (world rank 2 or 3)
  *            over HALF; the last rank, root of its half, sleeps first;
  *   subsender each half's rank 1 MPI_Sends to its rank 0 over HALF, which
@@ -89,11 +97,14 @@ int main(int argc, char **argv) {
     const char *mode = argv[1];
     int iters = atoi(argv[2]);
     useconds_t delay = (useconds_t)atoi(argv[3]) * 1000;
-    MPI_Comm half, d1, d2, dup;
+    MPI_Comm half, d1, d2, dup, idup;
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
     MPI_Comm_dup(half, &d1);
     MPI_Comm_dup(half, &d2);
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    MPI_Request iq;
+    MPI_Comm_idup(MPI_COMM_WORLD, &idup, &iq);
+    MPI_Wait(&iq, MPI_STATUS_IGNORE);
     printf("READY %d %d\n", rank, (int)getpid());
     fflush(stdout);
     char path[4096];
@@ -186,13 +197,37 @@ int main(int argc, char **argv) {
                 int v = 100 * it + rank;
                 TIMED("MPI_Ssend", it, last, MPI_Ssend(&v, 1, MPI_INT, last, 9, MPI_COMM_WORLD));
             }
+        } else if (!strcmp(mode, "issend") || !strcmp(mode, "issendall")) {
+            int two = !strcmp(mode, "issendall");
+            if (rank == last) {
+                usleep(delay);
+                for (int t = 0; t <= two; t++)
+                    for (int r = 0; r < last; r++) {
+                        int v = -1;
+                        TIMED("MPI_Recv", it, r,
+                              MPI_Recv(&v, 1, MPI_INT, r, 14 + t, MPI_COMM_WORLD,
+                                       MPI_STATUS_IGNORE));
+                        if (v != 100 * it + 10 * t + r) fail(mode, rank, it);
+                    }
+            } else {
+                int v[2] = {100 * it + rank, 100 * it + 10 + rank};
+                MPI_Request q[2];
+                for (int t = 0; t <= two; t++)
+                    TIMED("MPI_Issend", it, last,
+                          MPI_Issend(&v[t], 1, MPI_INT, last, 14 + t, MPI_COMM_WORLD, &q[t]));
+                if (two)
+                    TIMED("MPI_Waitall", it, last, MPI_Waitall(2, q, MPI_STATUSES_IGNORE));
+                else
+                    TIMED("MPI_Wait", it, last, MPI_Wait(&q[0], MPI_STATUS_IGNORE));
+            }
         } else if (!strcmp(mode, "split")) {
             if (rank == last) usleep(delay);
             TIMED("MPI_Barrier", it, -1, MPI_Barrier(it % 2 ? d2 : d1));
-        } else if (!strcmp(mode, "dup")) {
+        } else if (!strcmp(mode, "dup") || !strcmp(mode, "idup")) {
             if (rank == 2 % size) usleep(delay);
             int v = rank + it, sum = 0;
-            TIMED("MPI_Allreduce", it, -1, MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, dup));
+            TIMED("MPI_Allreduce", it, -1,
+                  MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, mode[0] == 'i' ? idup : dup));
             if (sum != size * (size - 1) / 2 + size * it) fail("allreduce on a dup", rank, it);
         } else if (!strcmp(mode, "subbcast")) {
             int hr, hs;
@@ -241,6 +276,7 @@ int main(int argc, char **argv) {
         }
     }
     fclose(times);
+    MPI_Comm_free(&idup);
     MPI_Comm_free(&dup);
     MPI_Comm_free(&d2);
     MPI_Comm_free(&d1);

@@ -34,6 +34,14 @@ the daemon, and applies the formulas of docs/waits.md (Scalasca's
   event, with the same request, was written), the sender waited
   `P - E_S` if `E_S < P < L_S`; the culprit is the receiver. Every
   sampled message sent in a blocking send is an instance, waited or not.
+  A nonblocking send (its MpiIsend event) completed in a call W of the
+  Wait family (the call its MpiIsendComplete event, with the same
+  request, was written in), entered at E_W and left at L_W, waited
+  `P - E_W` if `E_W < P < L_W`: MPI_Wait and MPI_Waitany are an instance
+  each; an MPI_Waitall or MPI_Waitsome that completed sampled sends is
+  one, whose wait is the maximum over them, or none if that call waited
+  for a late sender (Scalasca's rule). Completions in the Test family
+  count nothing.
 
 Prints one JSON object, every figure in nanoseconds:
 
@@ -80,6 +88,10 @@ WAITING_CALLS = {
 POSTING_CALLS = {"MPI_Recv", "MPI_Sendrecv", "MPI_Sendrecv_replace", "MPI_Mrecv"}
 # Scalasca's blocking sends, the only ones a Late Receiver can wait in.
 BLOCKING_SENDS = {"MPI_Send", "MPI_Ssend"}
+# The calls a nonblocking send's Late Receiver can wait in: alone, or the
+# latest receiver of several.
+COMPLETING_ONE = {"MPI_Wait", "MPI_Waitany"}
+COMPLETING_MANY = {"MPI_Waitall", "MPI_Waitsome"}
 PATTERNS = [
     "wait_barrier", "wait_nxn", "late_broadcast", "early_reduce", "late_sender",
     "late_receiver",
@@ -119,6 +131,11 @@ def main(anchor, period):
         posts = defaultdict(list)       # (s, r, tag) -> [P or None]
         open_sends = defaultdict(list)  # location -> [[E_S, L_S]] in the call
         irecv_posts = {}                # (location, request) -> P
+        # Nonblocking sends: each is {"call": the call that completed it},
+        # kept in `blocking` as well, and live until its MpiIsendComplete.
+        isends = {}                     # (location, request) -> that dict
+        open_done = defaultdict(list)   # location -> [those dicts] in the call
+        done_calls = {}                 # call id -> (rank, name, enter, leave)
 
         for location, event in trace.events:
             lid = id(location)
@@ -134,6 +151,11 @@ def main(anchor, period):
                 if not stack:
                     for send in open_sends.pop(lid, []):
                         send[1] = event.time
+                    if open_done[lid]:
+                        call = (lid, enter)
+                        done_calls[call] = (me, name, enter, event.time)
+                        for send in open_done.pop(lid):
+                            send["call"] = call
                 if lid in open_coll:
                     op, root, e = open_coll.pop(lid)
                     colls[me].append((op, root, e, event.time))
@@ -157,7 +179,14 @@ def main(anchor, period):
                     if kind == "MpiSend" and stack[0][0] in BLOCKING_SENDS:
                         send = [stack[0][1], None]
                         open_sends[lid].append(send)
+                    elif kind == "MpiIsend":
+                        send = {"call": None}
+                        isends[(lid, event.request_id)] = send
                     blocking[key].append(send)
+            elif kind == "MpiIsendComplete":
+                send = isends.pop((lid, event.request_id), None)
+                if send is not None and stack:
+                    open_done[lid].append(send)
             elif kind == "MpiIrecvRequest":
                 # A nonblocking receive posted (MPI_Irecv, MPI_Imrecv, the
                 # MPI_Start of a persistent one): its request is live until
@@ -217,6 +246,7 @@ def main(anchor, period):
     # Late Sender: pair the k-th send and receive of each envelope.
     unmatched = 0
     by_call = defaultdict(list)  # call id -> [(sender, send enter)]
+    late_sender_of = {}          # call id -> its Late Sender, unsampled
     for key, completions in recvs.items():
         posted = sends.get(key, [])
         for k, call in enumerate(completions):
@@ -231,6 +261,7 @@ def main(anchor, period):
             continue
         patterns["late_sender"]["instances"] += 1
         sender, ns = max(((s, wait(enter, e_s, leave)) for s, e_s in senders), key=lambda x: x[1])
+        late_sender_of[call] = ns
         ns *= period
         waited[rank]["late_sender"] += ns
         late[sender]["late_sender"] += ns
@@ -239,20 +270,51 @@ def main(anchor, period):
     # Late Receiver: the k-th blocking send of each envelope against the
     # post of its k-th receive.
     unposted = 0
+    many = defaultdict(list)  # call id -> [(receiver, wait)], unsampled
+
+    def charge_lr(sender, receiver, ns):
+        waited[sender]["late_receiver"] += ns
+        late[receiver]["late_receiver"] += ns
+        patterns["late_receiver"]["waited_ns"] += ns
+
     for key, sent in blocking.items():
         posted = posts.get(key, [])
         for k, send in enumerate(sent):
             if send is None or k % period != 0 or k >= len(posted):
                 continue
+            p = posted[k]
+            if isinstance(send, dict):
+                # Completed in a later call, if in one of the Wait family.
+                if send["call"] is None:
+                    continue
+                _, name, e_w, l_w = done_calls[send["call"]]
+                if name not in COMPLETING_ONE and name not in COMPLETING_MANY:
+                    continue
+                if p is None:
+                    unposted += 1
+                    continue
+                ns = p - e_w if e_w < p < l_w else 0
+                if name in COMPLETING_MANY:
+                    many[send["call"]].append((key[1], ns))
+                    continue
+                patterns["late_receiver"]["instances"] += 1
+                charge_lr(key[0], key[1], ns * period)
+                continue
             patterns["late_receiver"]["instances"] += 1
-            (e_s, l_s), p = send, posted[k]
+            (e_s, l_s) = send
             if l_s is None or p is None:
                 unposted += 1
                 continue
             ns = (p - e_s if e_s < p < l_s else 0) * period
-            waited[key[0]]["late_receiver"] += ns
-            late[key[1]]["late_receiver"] += ns
-            patterns["late_receiver"]["waited_ns"] += ns
+            charge_lr(key[0], key[1], ns)
+    # A call completing several sends waited for its latest receiver,
+    # unless it waited for a late sender.
+    for call, waits in many.items():
+        patterns["late_receiver"]["instances"] += 1
+        if late_sender_of.get(call, 0) > 0:
+            continue
+        receiver, ns = max(waits, key=lambda x: (x[1], -x[0]))
+        charge_lr(done_calls[call][0], receiver, ns * period)
 
     out = {
         "patterns": patterns,

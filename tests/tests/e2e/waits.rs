@@ -6,7 +6,9 @@
 //! Open MPI and MPICH. Two more modes plant Late Senders: a blocking
 //! receive each, and an `MPI_Waitall` whose latest sender is late; one
 //! plants Late Receivers: an `MPI_Ssend` each to a rank that posts its
-//! receives late, one after the other.
+//! receives late, one after the other; two more the same with
+//! `MPI_Issend`, waiting in the call that completes it: an `MPI_Wait`, or
+//! one `MPI_Waitall` of two sends, which waits for its latest receiver.
 //!
 //! Messages are sampled as shipped, one in 8 per envelope: 16 rounds keep
 //! 2 of each, which stand for all 16. The planted wait is DELAY × ROUNDS =
@@ -103,8 +105,9 @@ struct Plant {
     /// (a round's messages share their numbers, so all of its receives are
     /// sampled together).
     receiving_calls: u32,
-    /// Envelopes whose messages are sent in `MPI_Send` or `MPI_Ssend`
-    /// (Late Receiver's instances: every such message, a wait or not).
+    /// Late Receiver's instances a round, a wait or not: envelopes whose
+    /// messages are sent in `MPI_Send` or `MPI_Ssend`, and calls of the
+    /// Wait family that complete nonblocking sends.
     blocking_sends: u32,
 }
 
@@ -126,7 +129,7 @@ impl Plant {
     }
 }
 
-const PLANTS: [Plant; 7] = [
+const PLANTS: [Plant; 9] = [
     Plant {
         mode: "barrier",
         pattern: "wait_barrier",
@@ -187,6 +190,28 @@ const PLANTS: [Plant; 7] = [
         culprit: 3,
         // The last rank's MPI_Recvs, each of a sender in time.
         receiving_calls: 3,
+        blocking_sends: 3,
+    },
+    Plant {
+        mode: "issend",
+        pattern: "late_receiver",
+        // Every rank but the last, in the MPI_Wait of its MPI_Issend.
+        waiters: 3,
+        culprit: 3,
+        receiving_calls: 3,
+        // Each sender's MPI_Wait.
+        blocking_sends: 3,
+    },
+    Plant {
+        mode: "issendall",
+        pattern: "late_receiver",
+        // Every rank but the last, in the MPI_Waitall of its two
+        // MPI_Issends, for its later receive.
+        waiters: 3,
+        culprit: 3,
+        // Two MPI_Recvs of the last rank per sender.
+        receiving_calls: 6,
+        // Each sender's MPI_Waitall.
         blocking_sends: 3,
     },
 ];
@@ -337,7 +362,8 @@ pub(crate) fn waited(ranks: &[Vec<Timed>]) -> Vec<Waited> {
     // Messages: the sampled rounds, each standing for the period's. A
     // round sends one message per envelope, so the round is its number.
     let sampled = |round: i64| round >= 0 && (round as u64).is_multiple_of(P2P_PERIOD);
-    let is_send = |c: &Timed| matches!(c.name.as_str(), "MPI_Send" | "MPI_Ssend");
+    let is_send = |c: &Timed| matches!(c.name.as_str(), "MPI_Send" | "MPI_Ssend" | "MPI_Issend");
+    let is_blocking = |c: &Timed| matches!(c.name.as_str(), "MPI_Send" | "MPI_Ssend");
     // The send of the message from `from` to `to` in `round`.
     let sent = |from: usize, to: usize, round: i64| {
         let from = ranks.get(from).expect("a sender of the job");
@@ -355,8 +381,9 @@ pub(crate) fn waited(ranks: &[Vec<Timed>]) -> Vec<Waited> {
                     let ns = P2P_PERIOD * wait(e, s.enter, l);
                     add("late_sender", r, from, ns, margin(e, s.enter, l));
                 }
-                // The latest of its senders.
-                "MPI_Waitall" => {
+                // The latest of its senders (waitall's; issendall's
+                // complete sends, to one peer).
+                "MPI_Waitall" if c.peer < 0 => {
                     let (from, s) = ranks
                         .iter()
                         .enumerate()
@@ -376,7 +403,7 @@ pub(crate) fn waited(ranks: &[Vec<Timed>]) -> Vec<Waited> {
     // enter of the MPI_Recv that received it or the MPI_Irecv that posted
     // it: the sender waited P - E_S if it was still in its send then.
     for (r, calls) in ranks.iter().enumerate() {
-        for s in calls.iter().filter(|c| sampled(c.round) && is_send(c)) {
+        for s in calls.iter().filter(|c| sampled(c.round) && is_blocking(c)) {
             let to = usize::try_from(s.peer).expect("a send to one rank");
             let posted = ranks[to]
                 .iter()
@@ -387,22 +414,53 @@ pub(crate) fn waited(ranks: &[Vec<Timed>]) -> Vec<Waited> {
                 })
                 .expect("its receive")
                 .enter;
-            let ns = if s.leave > posted && posted > s.enter {
-                posted - s.enter
-            } else {
-                0
-            };
-            // Posted before the send completed: how long after it was
-            // entered; else how long after it completed.
-            let margin = if posted < s.leave {
-                posted as i64 - s.enter as i64
-            } else {
-                s.leave as i64 - posted as i64
-            };
+            let (ns, margin) = late_receiver(s.enter, s.leave, posted);
+            add("late_receiver", r, to, P2P_PERIOD * ns, margin);
+        }
+        // The same in the call W that completed MPI_Issends (entered at
+        // E_W, left at L_W): P - E_W if W was still running then, for
+        // the latest of its receives' posts (a Waitall waits for its
+        // latest receiver; issendall's send to one peer only).
+        for w in calls
+            .iter()
+            .filter(|c| sampled(c.round) && matches!(c.name.as_str(), "MPI_Wait" | "MPI_Waitall"))
+        {
+            let issends =
+                |x: &&Timed| x.name == "MPI_Issend" && x.round == w.round && x.peer == w.peer;
+            if !calls.iter().any(|x| issends(&x)) {
+                continue;
+            }
+            let to = usize::try_from(w.peer).expect("sends to one rank");
+            let posted = ranks[to]
+                .iter()
+                .filter(|c| c.name == "MPI_Recv" && c.peer == r as i64 && c.round == w.round)
+                .map(|c| c.enter)
+                .max()
+                .expect("its receives");
+            let (ns, margin) = late_receiver(w.enter, w.leave, posted);
             add("late_receiver", r, to, P2P_PERIOD * ns, margin);
         }
     }
     out
+}
+
+/// Late Receiver of a call entered at `enter` and left at `leave` that
+/// waited for a receive posted at `posted`: its wait, `posted − enter` if
+/// the call was still running then, and its margin: posted before the
+/// call returned, how long after it was entered; else how long after it
+/// returned (negative).
+fn late_receiver(enter: u64, leave: u64, posted: u64) -> (u64, i64) {
+    let ns = if leave > posted && posted > enter {
+        posted - enter
+    } else {
+        0
+    };
+    let margin = if posted < leave {
+        posted as i64 - enter as i64
+    } else {
+        leave as i64 - posted as i64
+    };
+    (ns, margin)
 }
 
 fn by(samples: &[Sample], name: &str, label: &str, value: &str) -> f64 {
@@ -541,7 +599,53 @@ fn run(mpi: Mpi, dir: &Path, exe: &Path, plant: &Plant) {
         assert_ne!(waiter, f64::from(plant.culprit), "{what}: the waiting rank");
     }
     assert!(sum(&s, "mpi_job_wait_waiting_fraction_1m", &[("k", "1")]) > 0.0);
+    per_rank_series(&what, &daemon, &s, plant);
     let _ = daemon.stop(e2e::signal::TERM);
+}
+
+/// `/metrics/ranks` says, rank by rank, what the job's series sum: the
+/// planted pattern's seconds are the waiting ranks' (the late rank waited
+/// hardly any of them), and the late rank is their root cause.
+fn per_rank_series(what: &str, daemon: &Daemon, job: &[Sample], plant: &Plant) {
+    let (status, body) = e2e::http_get(&daemon.addr, "/metrics/ranks").expect("/metrics/ranks");
+    assert_eq!(status, 200, "{what}: {body}");
+    let r = e2e::parse_metrics(&body);
+    let p = plant.pattern;
+    let total = by(job, "mpi_job_wait_seconds_total", "pattern", p);
+    let waited: f64 = (0..NP)
+        .map(|k| {
+            sum(
+                &r,
+                "mpi_rank_wait_seconds_total",
+                &[("rank", &k.to_string()), ("pattern", p)],
+            )
+        })
+        .sum();
+    assert!(
+        (waited - total).abs() <= 1e-6 * total.max(1.0),
+        "{what}: {p}: the ranks waited {waited} s, the job {total} s"
+    );
+    let culprit = plant.culprit.to_string();
+    let late = sum(
+        &r,
+        "mpi_rank_wait_seconds_total",
+        &[("rank", &culprit), ("pattern", p)],
+    );
+    // Only as the others may be late to it by chance (the synchronising
+    // barrier after the start, a rank descheduled).
+    assert!(
+        late <= 0.05 * total,
+        "{what}: the late rank waited {late} s of {total} s under {p}"
+    );
+    let caused = sum(
+        &r,
+        "mpi_rank_wait_caused_seconds_total",
+        &[("rank", &culprit), ("pattern", p)],
+    );
+    assert!(
+        caused >= 0.5 * total,
+        "{what}: rank {culprit} caused {caused} s of {total} s under {p}"
+    );
 }
 
 /// The daemon's `/report.json` against Scalasca's formulas applied to the
@@ -657,7 +761,7 @@ struct OnComms {
     culprit: u32,
 }
 
-const ON_COMMS: [OnComms; 4] = [
+const ON_COMMS: [OnComms; 5] = [
     // Each half's barrier, on two dups of it in turn: rank 1 waits for 3.
     OnComms {
         mode: "split",
@@ -668,6 +772,15 @@ const ON_COMMS: [OnComms; 4] = [
     },
     OnComms {
         mode: "dup",
+        pattern: "wait_nxn",
+        instances: &[("wait_nxn", ROUNDS)],
+        waiters: &[0, 1, 3],
+        culprit: 2,
+    },
+    // The same on an MPI_Comm_idup of the world (nonblocking: described as
+    // its parent is).
+    OnComms {
+        mode: "idup",
         pattern: "wait_nxn",
         instances: &[("wait_nxn", ROUNDS)],
         waiters: &[0, 1, 3],
@@ -699,7 +812,7 @@ const ON_COMMS: [OnComms; 4] = [
 
 /// Scalasca's formulas on the ranks' own timings of a plant on other
 /// communicators: per pattern, seconds waited, each round's instance made
-/// of the ranks of one half (`split`, `subbcast`) or of all (`dup`, and the
+/// of the ranks of one half (`split`, `subbcast`) or of all (`dup`, `idup`, and the
 /// synchronising barrier), the root of a half's broadcast its rank 1.
 fn truth_on_comms(mode: &str, ranks: &[Vec<Timed>]) -> BTreeMap<&'static str, f64> {
     if mode == "subsender" {
@@ -712,7 +825,7 @@ fn truth_on_comms(mode: &str, ranks: &[Vec<Timed>]) -> BTreeMap<&'static str, f6
     let mut groups = Groups::new();
     for (r, calls) in ranks.iter().enumerate() {
         for c in calls {
-            let half = if c.round >= 0 && mode != "dup" {
+            let half = if c.round >= 0 && !matches!(mode, "dup" | "idup") {
                 r % 2
             } else {
                 2
