@@ -125,7 +125,7 @@ pub const RULES: &[Rule] = &[
             ("its share of the job's MPI time, at least", 0.05),
         ],
         finding: "{seconds} s of waiting ({wait_share} of all waiting) is sends waiting for their receivers to post the receive, most in {function}.",
-        next: "Post receives early (MPI_Irecv before the computation), or send with MPI_Isend and complete it after the computation: an MPI_Ssend always waits for its receive, and an MPI_Send does too when its message is over the library's eager limit, a setting per transport (Open MPI's `ompi_info --all` and MPICH's `mpivars` list them).",
+        next: "Post receives early (MPI_Irecv before the computation), or send with MPI_Isend and complete it (MPI_Wait) after the computation, not before: an MPI_Ssend or MPI_Issend always waits for its receive, and an MPI_Send or MPI_Isend does too when its message is over the library's eager limit, a setting per transport (Open MPI's `ompi_info --all` and MPICH's `mpivars` list them).",
         check: late_receiver,
     },
     Rule {

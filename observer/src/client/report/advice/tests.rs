@@ -286,9 +286,10 @@ fn sends_waiting_for_late_receivers_are_told_to_post_receives_early() {
     assert_eq!(
         f[1].next,
         "Post receives early (MPI_Irecv before the computation), or send with MPI_Isend and \
-         complete it after the computation: an MPI_Ssend always waits for its receive, and an \
-         MPI_Send does too when its message is over the library's eager limit, a setting per \
-         transport (Open MPI's `ompi_info --all` and MPICH's `mpivars` list them)."
+         complete it (MPI_Wait) after the computation, not before: an MPI_Ssend or MPI_Issend \
+         always waits for its receive, and an MPI_Send or MPI_Isend does too when its message \
+         is over the library's eager limit, a setting per transport (Open MPI's `ompi_info \
+         --all` and MPICH's `mpivars` list them)."
     );
     assert_eq!(f[1].seconds, 6.0);
     assert!(f[1].ranks.is_empty());
