@@ -22,7 +22,10 @@
 //!   and [`SETTLE`] later, so every timed batch runs on the injected shim.
 //!   The goal: `stats`' added cost per call, (stats − empty) / 2 (a one-way
 //!   trip is one send and one receive on its critical path), taken within
-//!   each round ([`paired`]), at most two TSC reads + 5 ns.
+//!   each round ([`paired`]), at most two TSC reads + 5 ns. With
+//!   [`BEFORE_VAR`] set, the empty list and `stats` also run on that other
+//!   build's shim, in the same rounds; the second goal: `stats` grows by at
+//!   most [`GOAL_GROWTH_NS`] a call, (stats − before's stats) / 2 paired.
 //! - Profile: where a timed call's nanoseconds go
 //!   ([`crate::bench_shim_profile`]).
 //! - Start-up: the wall time of a process that exits at once, without and
@@ -61,8 +64,8 @@ use crate::{
 /// measure instead of this tree's.
 const BUILD_VAR: &str = "BENCH_SHIM_BUILD";
 /// Names a directory with another build's shim (say, the commit before a
-/// change) whose dispatch cost is measured beside this build's, in the
-/// same rounds.
+/// change) whose dispatch cost and ping-pong latency (empty list and
+/// `stats`) are measured beside this build's, in the same rounds.
 const BEFORE_VAR: &str = "BENCH_SHIM_BEFORE";
 
 /// Rounds; odd, so the median is a run.
@@ -72,6 +75,9 @@ const ROUNDS: usize = 9;
 const SETTLE: Duration = Duration::from_millis(1000);
 /// The goal's allowance for `stats`' bookkeeping over its two clock reads.
 const GOAL_BOOKKEEPING_NS: f64 = 5.0;
+/// The goal's allowance for the growth of `stats`' per-call cost on the
+/// ping-pong over the [`BEFORE_VAR`] build's.
+const GOAL_GROWTH_NS: f64 = 5.0;
 
 /// The MPIs measured.
 const MPIS: [Mpi; 2] = [Mpi::OpenMpi, Mpi::Mpich];
@@ -227,23 +233,29 @@ fn dispatch_configs(b: &Built, before: Option<&Path>) -> Vec<Dispatch> {
     v
 }
 
-/// The ping-pong's configurations.
+/// The ping-pong's configurations, in the order a round runs them.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Pp {
     Bare,
     Empty,
+    /// The empty list on the [`BEFORE_VAR`] build's shim.
+    EmptyBefore,
     TwoTools,
     Stats,
+    /// `stats` on the [`BEFORE_VAR`] build's shim.
+    StatsBefore,
     StatsNoSites,
     Injected,
 }
 
 impl Pp {
-    const ALL: [Pp; 6] = [
+    const ALL: [Pp; 8] = [
         Pp::Bare,
         Pp::Empty,
+        Pp::EmptyBefore,
         Pp::TwoTools,
         Pp::Stats,
+        Pp::StatsBefore,
         Pp::StatsNoSites,
         Pp::Injected,
     ];
@@ -252,8 +264,10 @@ impl Pp {
         match self {
             Pp::Bare => "bare",
             Pp::Empty => "shim, empty list",
+            Pp::EmptyBefore => "before: shim, empty list",
             Pp::TwoTools => "shim + 2 pass-through tools",
             Pp::Stats => "shim + `stats`",
+            Pp::StatsBefore => "before: shim + `stats`",
             Pp::StatsNoSites => "shim + `stats`, call-site table off",
             Pp::Injected => "`attach --inject` (`stats`)",
         }
@@ -262,17 +276,53 @@ impl Pp {
     fn index(self) -> usize {
         Pp::ALL.iter().position(|&p| p == self).expect("in ALL")
     }
+
+    /// Whether it runs the [`BEFORE_VAR`] build's shim (and so only with
+    /// that set).
+    fn is_before(self) -> bool {
+        matches!(self, Pp::EmptyBefore | Pp::StatsBefore)
+    }
+
+    /// The empty list of its own build, which its added cost is taken
+    /// against (None: it is one, or has no shim).
+    fn empty(self) -> Option<Pp> {
+        match self {
+            Pp::Bare | Pp::Empty | Pp::EmptyBefore => None,
+            Pp::StatsBefore => Some(Pp::EmptyBefore),
+            Pp::TwoTools | Pp::Stats | Pp::StatsNoSites | Pp::Injected => Some(Pp::Empty),
+        }
+    }
+
+    /// The configurations a round runs: the `before:` ones only with
+    /// [`BEFORE_VAR`] set.
+    fn run(before: bool) -> Vec<Pp> {
+        Pp::ALL
+            .into_iter()
+            .filter(|c| before || !c.is_before())
+            .collect()
+    }
 }
 
 /// One run of the ping-pong in configuration `c`: its one-way ns, the
-/// median and the fastest of its batches.
-fn pingpong(mpi: Mpi, b: &Built, observer: &Path, shim: &Path, c: Pp) -> Result<(f64, f64)> {
+/// median and the fastest of its batches. `before` is the
+/// [`BEFORE_VAR`] build's shim, for the `before:` configurations.
+fn pingpong(
+    mpi: Mpi,
+    b: &Built,
+    observer: &Path,
+    shim: &Path,
+    before: Option<&Path>,
+    c: Pp,
+) -> Result<(f64, f64)> {
     let two = list(&b.tools[..2]);
+    let old = || before.with_context(|| format!("`{}` needs {BEFORE_VAR}", c.name()));
     let preload = match c {
         Pp::Bare | Pp::Injected => None,
         Pp::Empty => Some((shim, "")),
+        Pp::EmptyBefore => Some((old()?, "")),
         Pp::TwoTools => Some((shim, two.as_str())),
         Pp::Stats | Pp::StatsNoSites => Some((shim, "stats")),
+        Pp::StatsBefore => Some((old()?, "stats")),
     };
     let env = if c == Pp::StatsNoSites {
         CALLSITES_OFF
@@ -301,10 +351,26 @@ fn pingpong(mpi: Mpi, b: &Built, observer: &Path, shim: &Path, c: Pp) -> Result<
 /// whim (see BENCHMARKS.md); a round's runs, seconds apart, mostly share
 /// one, so its difference holds where a median of either side may not.
 fn paired(pingpong: &[Vec<f64>], c: Pp, base: Pp) -> f64 {
-    let d: Vec<f64> = pingpong[c.index()]
+    paired_sum(pingpong, &[(c, 1.0), (base, -1.0)])
+}
+
+/// The median over rounds of each round's Σ weight × latency / 2 over
+/// `terms`: [`paired`] for any signed sum of configurations, such as a
+/// difference of two differences.
+fn paired_sum(pingpong: &[Vec<f64>], terms: &[(Pp, f64)]) -> f64 {
+    let rounds = terms
         .iter()
-        .zip(&pingpong[base.index()])
-        .map(|(x, e)| (x - e) / 2.0)
+        .map(|(c, _)| pingpong[c.index()].len())
+        .min()
+        .unwrap_or(0);
+    let d: Vec<f64> = (0..rounds)
+        .map(|r| {
+            terms
+                .iter()
+                .map(|&(c, w)| w * pingpong[c.index()][r])
+                .sum::<f64>()
+                / 2.0
+        })
         .collect();
     median(&d)
 }
@@ -381,6 +447,8 @@ pub fn run(root: &Path) -> Result<()> {
             profile::SHIM_FILE
         );
     }
+    let before_shim = before.as_ref().map(|d| d.join(profile::SHIM_FILE));
+    let pps = Pp::run(before.is_some());
     let configs: Vec<Vec<Dispatch>> = built
         .iter()
         .map(|b| dispatch_configs(b, before.as_deref()))
@@ -423,8 +491,8 @@ pub fn run(root: &Path) -> Result<()> {
                 job.args(d.calls);
                 samples[i].dispatch[k].push(measure(job, "dispatch_ns")?);
             }
-            for c in Pp::ALL {
-                let (lat, fastest) = pingpong(mpi, b, &observer, &shim, c)?;
+            for &c in &pps {
+                let (lat, fastest) = pingpong(mpi, b, &observer, &shim, before_shim.as_deref(), c)?;
                 samples[i].pingpong[c.index()].push(lat);
                 samples[i].fastest[c.index()].push(fastest);
             }
@@ -531,8 +599,7 @@ pub fn run(root: &Path) -> Result<()> {
             )?;
         }
         // Ping-pong latency.
-        let pp: Vec<f64> = s.pingpong.iter().map(|v| median(v)).collect();
-        let at = |c: Pp| pp[c.index()];
+        let at = |c: Pp| median(&s.pingpong[c.index()]);
         writeln!(
             report,
             "## {}: 8-byte ping-pong, one-way latency (2 ranks)\n\n\
@@ -541,14 +608,13 @@ pub fn run(root: &Path) -> Result<()> {
              |---|---:|---:|---:|---:|---:|---:|",
             mpi.name()
         )?;
-        for c in Pp::ALL {
-            let (vs_empty, paired) = if matches!(c, Pp::Bare | Pp::Empty) {
-                ("-".into(), "-".into())
-            } else {
-                (
-                    format!("{:+.1} ns", (at(c) - at(Pp::Empty)) / 2.0),
-                    format!("{:+.1} ns", paired(&s.pingpong, c, Pp::Empty)),
-                )
+        for &c in &pps {
+            let (vs_empty, paired) = match c.empty() {
+                None => ("-".into(), "-".into()),
+                Some(e) => (
+                    format!("{:+.1} ns", (at(c) - at(e)) / 2.0),
+                    format!("{:+.1} ns", paired(&s.pingpong, c, e)),
+                ),
             };
             writeln!(
                 report,
@@ -561,6 +627,8 @@ pub fn run(root: &Path) -> Result<()> {
             )?;
         }
         // Paired within rounds: see `paired`.
+        let two = find("shim, 2 layers").context("no 2-layer dispatch row")?;
+        let stats = find("shim + `stats`").context("no `stats` dispatch row")?;
         let added = paired(&s.pingpong, Pp::Stats, Pp::Empty);
         let goal = 2.0 * tsc_ns + GOAL_BOOKKEEPING_NS;
         let verdict = if added <= goal { "PASS" } else { "MISS" };
@@ -588,11 +656,47 @@ pub fn run(root: &Path) -> Result<()> {
             added - 2.0 * tsc_ns,
             paired(&s.pingpong, Pp::Stats, Pp::StatsNoSites),
             paired(&s.pingpong, Pp::Injected, Pp::Empty),
-            med[3] - med[1],
+            med[two] - med[1],
             paired(&s.pingpong, Pp::TwoTools, Pp::Empty),
-            med[5] - med[1],
-            med[5] - med[1] - 2.0 * tsc_ns,
+            med[stats] - med[1],
+            med[stats] - med[1] - 2.0 * tsc_ns,
         )?;
+        // This build against the other one (BEFORE_VAR), paired per round.
+        if let Some(d) = &before {
+            let grown = paired(&s.pingpong, Pp::Stats, Pp::StatsBefore);
+            let verdict = if grown <= GOAL_GROWTH_NS {
+                "PASS"
+            } else {
+                "MISS"
+            };
+            goals.push(format!("{} this − before: {verdict}", mpi.name()));
+            writeln!(
+                report,
+                "**8 B ping-pong under `stats`, this build − before's, paired per round: \
+                 {grown:+.1} ns a call (goal ≤ {GOAL_GROWTH_NS:.0} ns: {verdict}).** (stats − \
+                 before: stats) / 2 in each round, the median over the rounds; the `before:` rows \
+                 ran the shim in `{}` ({BEFORE_VAR}) in the same rounds, their added cost taken \
+                 against its own empty list. The difference of the medians, ({:.1} − {:.1}) / 2, \
+                 is {:+.1} ns. The empty list, this build − before's: {:+.1} ns a call (paired); \
+                 `stats`' own added cost over its build's empty list, this build − before's: \
+                 {:+.1} ns a call (((stats − empty) − (before: stats − before: empty)) / 2, \
+                 paired).\n",
+                d.display(),
+                at(Pp::Stats),
+                at(Pp::StatsBefore),
+                (at(Pp::Stats) - at(Pp::StatsBefore)) / 2.0,
+                paired(&s.pingpong, Pp::Empty, Pp::EmptyBefore),
+                paired_sum(
+                    &s.pingpong,
+                    &[
+                        (Pp::Stats, 1.0),
+                        (Pp::Empty, -1.0),
+                        (Pp::StatsBefore, -1.0),
+                        (Pp::EmptyBefore, 1.0),
+                    ],
+                ),
+            )?;
+        }
         writeln!(
             report,
             "## {}: where `stats`' nanoseconds go (perf profile of the ping-pong)\n",
