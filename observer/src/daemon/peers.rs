@@ -104,14 +104,38 @@ pub struct Peer {
     cursor: u64,
     epoch: Option<u64>,
     failing: bool,
+    /// Whether it may be asked for some jobs only: until it refuses.
+    filters: bool,
 }
 
 impl Peer {
-    /// The URL of the records after `after`.
-    fn records_url(&self, after: u64) -> Url {
-        self.url
-            .with_path(&format!("{}/waits/records?after={after}", self.prefix))
+    /// The URL of the records after `after`, of the jobs `jobs` names
+    /// (`K,K,...`: their keys) or of every job.
+    fn records_url(&self, after: u64, jobs: Option<&str>) -> Url {
+        let jobs = jobs.map(|j| format!("&jobs={j}")).unwrap_or_default();
+        self.url.with_path(&format!(
+            "{}/waits/records?after={after}{jobs}",
+            self.prefix
+        ))
     }
+}
+
+/// The `jobs=` filter of the jobs held here, `K,K,...` (empty for none);
+/// `None` (every job) when they are more than a filter names.
+fn filter(state: &Mutex<State>) -> Option<String> {
+    let st = state.lock().unwrap_or_else(|p| p.into_inner());
+    let keys: std::collections::BTreeSet<u64> = st
+        .ranks
+        .values()
+        .map(|r| outbox::job_key(&r.labels.job))
+        .collect();
+    drop(st);
+    (keys.len() <= outbox::MAX_FILTER).then(|| {
+        keys.iter()
+            .map(|k| format!("{k:016x}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    })
 }
 
 /// Parses `--waits.peers`: each URL as [`Url::parse`] reads it, a daemon's
@@ -152,6 +176,7 @@ pub fn parse_peers(given: &[String], ca_file: bool) -> Result<Vec<Peer>, PeerErr
             cursor: 0,
             epoch: None,
             failing: false,
+            filters: true,
         });
     }
     Ok(peers)
@@ -331,10 +356,22 @@ fn pull(p: &mut Peer, client: &Client, state: &Mutex<State>, stop: &AtomicBool, 
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let got = client
-            .get(&p.records_url(p.cursor), TIMEOUT)
-            .map_err(|e| crate::one_line(&e))
-            .and_then(|body| parse_answer(&body, p.cursor).map_err(|e| e.to_string()));
+        let jobs = p.filters.then(|| filter(state)).flatten();
+        let got = match client.get(&p.records_url(p.cursor, jobs.as_deref()), TIMEOUT) {
+            Err(FetchError::Status { status, .. })
+                if jobs.is_some() && status.split(' ').nth(1) == Some("400") =>
+            {
+                p.filters = false;
+                log::info!(
+                    "--waits.peers {} does not filter by job (a daemon of an older version): the records of all its jobs are fetched",
+                    p.given
+                );
+                continue;
+            }
+            got => got
+                .map_err(|e| crate::one_line(&e))
+                .and_then(|body| parse_answer(&body, p.cursor).map_err(|e| e.to_string())),
+        };
         let a = match got {
             Ok(a) => a,
             Err(why) => {
@@ -441,11 +478,11 @@ mod tests {
         .unwrap();
         assert_eq!(p[0].given, "http://10.0.0.2:9479");
         assert_eq!(
-            p[0].records_url(7).shown(),
-            "http://10.0.0.2:9479/waits/records?after=7"
+            p[0].records_url(7, Some("00000000000000ff")).shown(),
+            "http://10.0.0.2:9479/waits/records?after=7&jobs=00000000000000ff"
         );
         assert_eq!(
-            p[1].records_url(0).shown(),
+            p[1].records_url(0, None).shown(),
             "https://n3:9479/obs/waits/records?after=0"
         );
         for (bad, says) in [
@@ -469,7 +506,7 @@ mod tests {
         // A bare HOST:PORT is http://, as for `report --url`.
         let p = parse_peers(&["n2:9479".into()], false).unwrap();
         assert_eq!(
-            p[0].records_url(1).shown(),
+            p[0].records_url(1, None).shown(),
             "http://n2:9479/waits/records?after=1"
         );
         assert_eq!(p[0].given, "n2:9479");
@@ -589,25 +626,38 @@ mod tests {
     /// A peer of one connection: answers `status` and `body` to the one
     /// request it takes, and hands back the request's first line.
     fn one_answer(status: &'static str, body: String) -> (String, std::thread::JoinHandle<String>) {
+        let (url, h) = answers(vec![(status, body)]);
+        (url, std::thread::spawn(move || h.join().unwrap().remove(0)))
+    }
+
+    /// A peer of one connection a request: answers them in turn, and hands
+    /// back their first lines.
+    fn answers(
+        answers: Vec<(&'static str, String)>,
+    ) -> (String, std::thread::JoinHandle<Vec<String>>) {
         use std::io::{BufRead as _, BufReader, Write as _};
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", l.local_addr().unwrap());
         let h = std::thread::spawn(move || {
-            let (s, _) = l.accept().unwrap();
-            let mut r = BufReader::new(s);
-            let mut first = String::new();
-            r.read_line(&mut first).unwrap();
-            let mut line = String::new();
-            while r.read_line(&mut line).unwrap() > 2 {
-                line.clear();
+            let mut firsts = Vec::new();
+            for (status, body) in answers {
+                let (s, _) = l.accept().unwrap();
+                let mut r = BufReader::new(s);
+                let mut first = String::new();
+                r.read_line(&mut first).unwrap();
+                let mut line = String::new();
+                while r.read_line(&mut line).unwrap() > 2 {
+                    line.clear();
+                }
+                let mut s = r.into_inner();
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                firsts.push(first.trim_end().to_string());
             }
-            let mut s = r.into_inner();
-            let _ = write!(
-                s,
-                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            first.trim_end().to_string()
+            firsts
         });
         (url, h)
     }
@@ -645,7 +695,12 @@ mod tests {
             &AtomicBool::new(false),
             &c,
         );
-        assert_eq!(h.join().unwrap(), "GET /waits/records?after=0 HTTP/1.1");
+        // Asked for the job held here only.
+        let key = format!("{:016x}", outbox::job_key(&job));
+        assert_eq!(
+            h.join().unwrap(),
+            format!("GET /waits/records?after=0&jobs={key} HTTP/1.1")
+        );
         assert_eq!((p.cursor, p.epoch, p.failing), (4, Some(3), false));
         assert_eq!((c.errors.get(), c.lost.get()), (0, 0));
         let st = state.lock().unwrap();
@@ -675,7 +730,10 @@ mod tests {
             &AtomicBool::new(false),
             &c,
         );
-        assert_eq!(h.join().unwrap(), "GET /waits/records?after=4 HTTP/1.1");
+        assert_eq!(
+            h.join().unwrap(),
+            format!("GET /waits/records?after=4&jobs={key} HTTP/1.1")
+        );
         assert_eq!((p.cursor, p.failing, c.errors.get()), (4, true, 2));
         // An answer longer than the client reads: refused before it is
         // read, counted.
@@ -685,5 +743,71 @@ mod tests {
         pull(&mut p, &small, &state, &AtomicBool::new(false), &c);
         h.join().unwrap();
         assert_eq!((p.cursor, c.errors.get()), (4, 3));
+    }
+
+    #[test]
+    fn a_peer_that_refuses_the_filter_is_asked_for_every_job() {
+        let state = Mutex::new(State::new(
+            None,
+            Vec::new(),
+            false,
+            crate::export::metrics::RenderOptions::default(),
+        ));
+        let c = counters();
+        // Holding no job: the filter names none.
+        let mut o = Outbox::new(5);
+        o.push(shipped("jobid=\"other\",uid=\"0\"", 2), 0, 0);
+        let (url, h) = answers(vec![("200 OK", o.answer_jobs_json(0, Some(&[])))]);
+        let mut p = parse_peers(std::slice::from_ref(&url), false)
+            .unwrap()
+            .remove(0);
+        pull(
+            &mut p,
+            &Client::default(),
+            &state,
+            &AtomicBool::new(false),
+            &c,
+        );
+        assert_eq!(
+            h.join().unwrap(),
+            ["GET /waits/records?after=0&jobs= HTTP/1.1"]
+        );
+        // Nothing shipped, the cursor past the other job's records.
+        assert_eq!((p.cursor, p.filters, c.errors.get()), (2, true, 0));
+        // An older daemon: 400 to the filter, then asked without it, at
+        // once and from then on; no error counted.
+        o.push(shipped("jobid=\"other\",uid=\"0\"", 1), 0, 0);
+        let (url, h) = answers(vec![
+            (
+                "400 Bad Request",
+                "the /waits/records query takes only after=N\n".into(),
+            ),
+            ("200 OK", o.answer_json(2)),
+            ("200 OK", o.answer_json(3)),
+        ]);
+        p.url = Url::parse(&url).unwrap();
+        pull(
+            &mut p,
+            &Client::default(),
+            &state,
+            &AtomicBool::new(false),
+            &c,
+        );
+        pull(
+            &mut p,
+            &Client::default(),
+            &state,
+            &AtomicBool::new(false),
+            &c,
+        );
+        assert_eq!(
+            h.join().unwrap(),
+            [
+                "GET /waits/records?after=2&jobs= HTTP/1.1",
+                "GET /waits/records?after=2 HTTP/1.1",
+                "GET /waits/records?after=3 HTTP/1.1",
+            ]
+        );
+        assert_eq!((p.cursor, p.filters, c.errors.get()), (3, false, 0));
     }
 }

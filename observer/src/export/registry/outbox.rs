@@ -15,6 +15,10 @@
 //! records no longer held learns it from `first` and counts them itself.
 //! `epoch`, drawn at random when the daemon starts, tells a peer that the
 //! cursors started over.
+//!
+//! A peer may name the jobs it wants ([`job_key`], at most [`MAX_FILTER`]):
+//! the answer then carries only their drains, and its `next` still passes
+//! the others', which that peer will never ask for.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -31,6 +35,20 @@ pub const MAX_ANSWER: usize = 8_192;
 /// stops within [`CHUNK`] of [`MAX_ANSWER`] and a peer knows an answer of
 /// more than `MAX_ANSWER - CHUNK` records was cut ([`full`]).
 pub const CHUNK: usize = 1_024;
+
+/// Jobs a filter names at most: a peer holding more asks for every job.
+pub const MAX_FILTER: usize = 64;
+
+/// A job's key in a filter (`jobs=` of `/waits/records`): the 64-bit
+/// FNV-1a hash of its label set (`jobid="..",uid=".."`), a function fixed
+/// forever, so that daemons of different versions agree. Two jobs of one
+/// key only cost the traffic the filter saves: the puller matches the
+/// label sets it receives.
+pub fn job_key(job: &str) -> u64 {
+    job.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
 
 /// Whether an answer of `records` records was cut short of what the
 /// outbox held: ask again at once.
@@ -124,6 +142,8 @@ pub struct Answer {
 struct Entry {
     cursor: u64,
     at_ns: u64,
+    /// [`job_key`] of the drain's job.
+    key: u64,
     drain: Shipped,
 }
 
@@ -226,6 +246,7 @@ impl Outbox {
             dropped += skip as u64;
         }
         self.end += skip as u64;
+        let key = job_key(&d.job);
         for part in records[skip..].chunks(CHUNK) {
             while self.held + part.len() > MAX_RECORDS {
                 let Some(largest) = self
@@ -242,6 +263,7 @@ impl Outbox {
             q.entries.push_back(Entry {
                 cursor: self.end,
                 at_ns: now_ns,
+                key,
                 drain: Shipped {
                     records: part.to_vec(),
                     job: d.job.clone(),
@@ -299,6 +321,13 @@ impl Outbox {
     /// one drain's whatever its size), in the order they came, and where to
     /// ask next.
     pub fn answer(&mut self, after: u64) -> Answer {
+        self.answer_jobs(after, None)
+    }
+
+    /// [`Outbox::answer`] of the jobs whose [`job_key`] is in `jobs` only
+    /// (every job's if `None`): the others' drains are passed over, `next`
+    /// after them, and count as served.
+    pub fn answer_jobs(&mut self, after: u64, jobs: Option<&[u64]>) -> Answer {
         let mut drains = Vec::new();
         let mut n = 0;
         let mut next = after.max(self.first()).min(self.end);
@@ -326,6 +355,10 @@ impl Outbox {
             let start = next.max(e.cursor);
             let from = usize::try_from(start - e.cursor).unwrap_or(usize::MAX);
             let records = e.drain.records.get(from..).unwrap_or_default();
+            if jobs.is_some_and(|k| !k.contains(&e.key)) {
+                next = start + records.len() as u64;
+                continue;
+            }
             if n > 0 && n + records.len() > MAX_ANSWER {
                 break;
             }
@@ -350,6 +383,11 @@ impl Outbox {
     /// [`Outbox::answer`] as JSON.
     pub fn answer_json(&mut self, after: u64) -> String {
         json(&self.answer(after))
+    }
+
+    /// [`Outbox::answer_jobs`] as JSON.
+    pub fn answer_jobs_json(&mut self, after: u64, jobs: Option<&[u64]>) -> String {
+        json(&self.answer_jobs(after, jobs))
     }
 }
 
@@ -392,6 +430,60 @@ mod tests {
             .iter()
             .flat_map(|d| d.records.iter().map(|r| r.seq))
             .collect()
+    }
+
+    #[test]
+    fn a_filter_carries_the_jobs_named_and_passes_the_others() {
+        // FNV-1a 64's published values: the key may never change.
+        assert_eq!(job_key(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(job_key("a"), 0xaf63_dc4c_8601_ec8c);
+        let other = |mut d: Shipped| {
+            d.job = "jobid=\"8\",uid=\"1001\"".into();
+            d
+        };
+        let mut o = Outbox::new(1);
+        o.push(drain(0, 0..3), 1000, 0);
+        o.push(other(drain(0, 100..104)), 1001, 0);
+        o.push(drain(1, 3..5), 1000, 0);
+        o.push(other(drain(1, 104..105)), 1001, 0);
+        let seven = [job_key("jobid=\"7\",uid=\"1000\"")];
+        let a = o.answer_jobs(0, Some(&seven));
+        // The other job's records are passed: `next` is the end.
+        assert_eq!((seqs(&a), a.first, a.next), (vec![0, 1, 2, 3, 4], 0, 10));
+        assert!(a.drains.iter().all(|d| d.job == drain(0, 0..0).job));
+        // From the middle: what follows, of that job only.
+        let a = o.answer_jobs(4, Some(&seven));
+        assert_eq!((seqs(&a), a.next), (vec![3, 4], 10));
+        // No job named: nothing, and the cursor at the end.
+        let a = o.answer_jobs(0, Some(&[]));
+        assert!(a.drains.is_empty() && a.next == 10);
+        // Both, or no filter: all of it, in order.
+        let both = [seven[0], job_key("jobid=\"8\",uid=\"1001\"")];
+        let all = vec![0, 1, 2, 100, 101, 102, 103, 3, 4, 104];
+        assert_eq!(seqs(&o.answer_jobs(0, Some(&both))), all);
+        assert_eq!(seqs(&o.answer(0)), all);
+        // A cut answer stops at the job's drain that does not fit, after
+        // the other job's records before it, never past one it skipped
+        // for want of room.
+        let mut o = Outbox::new(1);
+        let big = (MAX_ANSWER - CHUNK) as u64;
+        for i in 0..(big / CHUNK as u64) {
+            o.push(drain(0, i * 1024..(i + 1) * 1024), 1000, 0);
+        }
+        o.push(other(drain(0, 0..5)), 1001, 0);
+        o.push(drain(0, big..big + 2 * CHUNK as u64), 1000, 0);
+        let a = o.answer_jobs(0, Some(&seven));
+        let n = a.drains.iter().map(|d| d.records.len()).sum::<usize>();
+        assert_eq!(
+            (n as u64, a.next),
+            (big + CHUNK as u64, big + 5 + CHUNK as u64)
+        );
+        assert!(full(n));
+        let a = o.answer_jobs(a.next, Some(&seven));
+        assert_eq!(
+            (seqs(&a), a.next),
+            ((big + 1024..big + 2048).collect(), big + 5 + 2048)
+        );
     }
 
     #[test]

@@ -27,25 +27,69 @@ const LANDING: &str = "<!doctype html><html><head><title>mpi-observer</title></h
 <p><a href=\"/metrics\">Metrics</a> (bounded: per job, a few series per rank) &middot; \
 <a href=\"/metrics/ranks\">Per-rank metrics</a> (every rank in full; <code>?jobid=J</code> for chosen jobs) &middot; \
 <a href=\"/report.json\">Report data</a> (for <code>mpi-observer report --url</code>) &middot; \
-<a href=\"/waits/records\">Wait records</a> (of jobs spanning nodes, for <code>--waits.peers</code>; <code>?after=N</code>)</p></body></html>\n";
+<a href=\"/waits/records\">Wait records</a> (of jobs spanning nodes, for <code>--waits.peers</code>; <code>?after=N&amp;jobs=K,...</code>)</p></body></html>\n";
 
 /// The one line of a refused `/waits/records` query.
-const WAITS_QUERY_ERROR: &str = "the /waits/records query takes only after=N, N a decimal cursor from 0 to 18446744073709551615 (the `next` of the last answer)\n";
+const WAITS_QUERY_ERROR: &str = "the /waits/records query takes after=N, N a decimal cursor from 0 to 18446744073709551615 (the `next` of the last answer), and optionally &jobs=K,K,... (at most 64 job keys of 16 lowercase hex digits, none for no job), each once\n";
 
-/// The cursor of a `/waits/records` query: `after=N`, N decimal digits
-/// that fit a u64, or nothing (0). A user's input: anything else, a sign,
-/// an escape, a second parameter, is refused, and nothing of it is said
-/// back.
-pub(super) fn waits_query(query: Option<&str>) -> Result<u64, &'static str> {
-    let Some(q) = query.filter(|q| !q.is_empty()) else {
-        return Ok(0);
+/// A `/waits/records` query: the cursor, and the jobs asked for.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct WaitsQuery {
+    /// `after=N`: 0 if not given.
+    pub after: u64,
+    /// `jobs=K,...`: their [`outbox::job_key`]s; every job's if not given.
+    ///
+    /// [`outbox::job_key`]: crate::export::registry::outbox::job_key
+    pub jobs: Option<Vec<u64>>,
+}
+
+/// Reads a `/waits/records` query: `after=N`, N decimal digits that fit a
+/// u64, and `jobs=K,K,...`, at most [`MAX_FILTER`] keys of exactly 16
+/// lowercase hex digits (none: no job), each parameter at most once, in
+/// either order; nothing is `after=0` of every job. A user's input:
+/// anything else, a sign, an escape, another parameter, is refused, and
+/// nothing of it is said back.
+///
+/// [`MAX_FILTER`]: crate::export::registry::outbox::MAX_FILTER
+pub(super) fn waits_query(query: Option<&str>) -> Result<WaitsQuery, &'static str> {
+    use crate::export::registry::outbox::MAX_FILTER;
+    let mut q = WaitsQuery {
+        after: 0,
+        jobs: None,
     };
-    let n = q.strip_prefix("after=").ok_or(WAITS_QUERY_ERROR)?;
-    // 20 digits at most: u64's; parse refuses what overflows.
-    if n.is_empty() || n.len() > 20 || !n.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(WAITS_QUERY_ERROR);
+    let Some(query) = query.filter(|q| !q.is_empty()) else {
+        return Ok(q);
+    };
+    let mut after = false;
+    for param in query.split('&') {
+        if let Some(n) = param.strip_prefix("after=") {
+            // 20 digits at most: u64's; parse refuses what overflows.
+            if after || n.is_empty() || n.len() > 20 || !n.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(WAITS_QUERY_ERROR);
+            }
+            q.after = n.parse::<u64>().map_err(|_| WAITS_QUERY_ERROR)?;
+            after = true;
+        } else if let Some(keys) = param.strip_prefix("jobs=") {
+            if q.jobs.is_some() {
+                return Err(WAITS_QUERY_ERROR);
+            }
+            let mut jobs = Vec::new();
+            // `jobs=` alone names no job.
+            let keys = (!keys.is_empty()).then(|| keys.split(','));
+            for k in keys.into_iter().flatten() {
+                let hex =
+                    k.len() == 16 && k.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                if !hex || jobs.len() == MAX_FILTER {
+                    return Err(WAITS_QUERY_ERROR);
+                }
+                jobs.push(u64::from_str_radix(k, 16).map_err(|_| WAITS_QUERY_ERROR)?);
+            }
+            q.jobs = Some(jobs);
+        } else {
+            return Err(WAITS_QUERY_ERROR);
+        }
     }
-    n.parse::<u64>().map_err(|_| WAITS_QUERY_ERROR)
+    Ok(q)
 }
 
 impl Server {
@@ -103,7 +147,7 @@ impl Server {
             },
             (&Method::GET, "/report.json") => self.report().await,
             (&Method::GET, "/waits/records") => match waits_query(req.uri.query()) {
-                Ok(after) => self.waits_records(after).await,
+                Ok(q) => self.waits_records(q).await,
                 Err(e) => text(StatusCode::BAD_REQUEST, e),
             },
             (&Method::GET, "/") => {
@@ -177,9 +221,10 @@ impl Server {
 
     /// The wait records after cursor `after` of jobs that span nodes
     /// (crate::export::registry::outbox), for another node's daemon.
-    async fn waits_records(self: &Arc<Self>, after: u64) -> Response<Body> {
+    async fn waits_records(self: &Arc<Self>, q: WaitsQuery) -> Response<Body> {
         self.json_off_pool(move |state| {
-            crate::export::registry::outbox::json(&state.outbox.answer(after)).into_bytes()
+            let a = state.outbox.answer_jobs(q.after, q.jobs.as_deref());
+            crate::export::registry::outbox::json(&a).into_bytes()
         })
         .await
     }
@@ -205,19 +250,52 @@ impl Server {
 
 #[cfg(test)]
 mod tests {
-    use super::waits_query;
+    use super::{WaitsQuery, waits_query};
+
+    fn q(after: u64, jobs: Option<Vec<u64>>) -> Result<WaitsQuery, &'static str> {
+        Ok(WaitsQuery { after, jobs })
+    }
 
     #[test]
-    fn the_waits_query_is_a_cursor_or_nothing() {
-        assert_eq!(waits_query(None), Ok(0));
-        assert_eq!(waits_query(Some("")), Ok(0));
-        assert_eq!(waits_query(Some("after=0")), Ok(0));
-        assert_eq!(waits_query(Some("after=0042")), Ok(42));
+    fn the_waits_query_is_a_cursor_and_jobs_or_nothing() {
+        assert_eq!(waits_query(None), q(0, None));
+        assert_eq!(waits_query(Some("")), q(0, None));
+        assert_eq!(waits_query(Some("after=0")), q(0, None));
+        assert_eq!(waits_query(Some("after=0042")), q(42, None));
         assert_eq!(
             waits_query(Some("after=18446744073709551615")),
-            Ok(u64::MAX)
+            q(u64::MAX, None)
         );
+        assert_eq!(waits_query(Some("after=3&jobs=")), q(3, Some(vec![])));
+        assert_eq!(
+            waits_query(Some("jobs=00000000000000ff,ffffffffffffffff&after=3")),
+            q(3, Some(vec![255, u64::MAX]))
+        );
+        assert_eq!(
+            waits_query(Some("jobs=0123456789abcdef")),
+            q(0, Some(vec![0x0123_4567_89ab_cdef]))
+        );
+        let most = vec!["0000000000000001"; 64].join(",");
+        assert_eq!(
+            waits_query(Some(&format!("after=1&jobs={most}"))),
+            q(1, Some(vec![1; 64]))
+        );
+        let too_many = format!("after=1&jobs={most},0000000000000001");
         for bad in [
+            too_many.as_str(),
+            "jobs=1",
+            "jobs=00000000000000FF",
+            "jobs=000000000000000g",
+            "jobs=+000000000000001",
+            "jobs=00000000000000001",
+            "jobs=0000000000000001,",
+            "jobs=,0000000000000001",
+            "jobs=0000000000000001,,0000000000000002",
+            "jobs=&jobs=",
+            "jobs=%30000000000000001",
+            "after=1&jobs",
+            "after=1&",
+            "&after=1",
             "after=",
             "after=-1",
             "after=+1",
@@ -239,7 +317,7 @@ mod tests {
         ] {
             let e = waits_query(Some(bad)).unwrap_err();
             assert!(e.ends_with('\n') && e.matches('\n').count() == 1, "{bad}");
-            assert!(e.contains("after=N"), "{bad}: {e}");
+            assert!(e.contains("after=N") && e.contains("jobs="), "{bad}: {e}");
         }
     }
 }
