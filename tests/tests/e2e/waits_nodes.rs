@@ -691,6 +691,70 @@ impl Daemons {
         }
     }
 
+    /// `/waits/records`' job filter, over HTTP on each daemon, just after
+    /// the job ended (its last records are under 10 s old): the job's key,
+    /// FNV-1a 64 of its label set computed here from the hash's
+    /// definition, carries its drains and no other; a key of no job, none,
+    /// with the cursor still past them; a malformed key is a 400. What
+    /// failed, if anything.
+    fn filter_checks(&self, jobid: &str) -> Vec<String> {
+        let fnv = |s: &str| {
+            s.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            })
+        };
+        let get = |a: &str, q: &str| -> Value {
+            let (code, body) = http_get(a, &format!("/waits/records?{q}")).expect(q);
+            assert_eq!(code, 200, "{a} /waits/records?{q}: {body}");
+            serde_json::from_str(&body).expect("/waits/records' JSON")
+        };
+        let drains = |v: &Value| -> Vec<String> {
+            v["drains"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|d| d["job"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        let mut failed = Vec::new();
+        for a in &self.addrs {
+            let all = get(a, "after=0");
+            let Some(job) = drains(&all)
+                .into_iter()
+                .find(|j| j.contains(&format!("jobid=\"{jobid}\"")))
+            else {
+                failed.push(format!("{a} ships no records of job {jobid}"));
+                continue;
+            };
+            let key = format!("{:016x}", fnv(&job));
+            let only = get(a, &format!("after=0&jobs={key}"));
+            let got = drains(&only);
+            if got.is_empty() || got.iter().any(|j| *j != job) {
+                failed.push(format!(
+                    "{a}: asked for {job} (key {key}), it answered drains of {got:?}"
+                ));
+            }
+            let none = get(a, &format!("after=0&jobs={:016x}", !fnv(&job)));
+            let next = |v: &Value| v["next"].as_u64().unwrap_or(0);
+            if !drains(&none).is_empty() || next(&none) < next(&all) {
+                failed.push(format!(
+                    "{a}: asked for no job of its own, it answered drains of {:?}, next {} \
+                     (unfiltered: {})",
+                    drains(&none),
+                    next(&none),
+                    next(&all)
+                ));
+            }
+            let (code, _) = http_get(a, "/waits/records?after=0&jobs=zz").expect("a bad key");
+            if code != 400 {
+                failed.push(format!(
+                    "{a}: a malformed job key was answered {code}, not 400"
+                ));
+            }
+        }
+        failed
+    }
+
     /// Stops them (SIGTERM, so each removes its probes) and waits.
     fn stop(mut self) {
         for d in &self.procs {
@@ -871,6 +935,9 @@ fn run(cluster: &Cluster, daemons: &Daemons, plant: &Plant, failed: &mut Vec<Str
     };
     let (job, go, jobid) = cluster.launch(daemons, plant, "peers");
     job.finish("OK ");
+    for msg in daemons.filter_checks(&jobid) {
+        check(false, format!("{what}: {msg}"));
+    }
     let s = daemons.settled(&jobid, |_| true);
 
     // The truth, on one clock: each node's offset taken off.
