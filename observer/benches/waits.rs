@@ -20,7 +20,8 @@
 //!   to and receiving from its 4 neighbours once an iteration, one message
 //!   in 8 recorded per envelope (`MPI_OBSERVER_WAITS_P2P=8`, the default):
 //!   left and right by `MPI_Irecv` + `MPI_Isend` + `MPI_Waitall` (post
-//!   records, receives flagged MULTI, a group end), up and down by a
+//!   records, sends flagged LATER and their SENT records from the
+//!   Waitall, receives flagged MULTI, a group end), up and down by a
 //!   blocking `MPI_Send` and an `MPI_Recv` (POSTED_HERE), so Late Sender,
 //!   Late Receiver and the groups all run. The same jitter and late rank.
 //!   At 1 k messages a second per rank besides the 10 k and 100 k asked
@@ -370,13 +371,27 @@ impl Times {
             bytes: HALO_BYTES,
         };
         let ids = &self.ids;
-        // Irecv left at e, right at e + 100; Isend left, right.
+        // Irecv left at e, right at e + 100; Isend left, right, each
+        // flagged: its completion is recorded too (Late Receiver).
         for (peer, at) in [(left, e + 200), (right, e + 300)] {
-            out.push((at, msg(kind::SEND, ids.isend, peer, 1, at, at)));
+            let isend = Plain {
+                flags: flag::LATER,
+                ..msg(kind::SEND, ids.isend, peer, 1, at, at)
+            };
+            out.push((at, isend));
         }
-        // The Waitall completes both receives: for each, its post, then
-        // the receive; then the group's end.
+        // The Waitall completes both sends and both receives: for each
+        // send, the call that completed it; for each receive, its post,
+        // then the receive; then the group's end.
         let (w, wl) = (e + 400, self.h_leave[ru]);
+        for peer in [left, right] {
+            let sent = Plain {
+                flags: flag::MULTI,
+                bytes: u64::MAX,
+                ..msg(kind::SENT, ids.waitall, peer, 1, w, wl)
+            };
+            out.push((wl, sent));
+        }
         for (peer, post) in [(left, e), (right, e + 100)] {
             let rec = Plain {
                 flags: flag::MULTI,
