@@ -119,6 +119,7 @@ fn wrapped() -> Vec<(usize, Raw)> {
         w!(comm_split, CommSplit),
         w!(comm_split_type, CommSplitType),
         w!(comm_create, CommCreate),
+        w!(comm_create_group, CommCreateGroup),
         w!(cart_create, CartCreate),
         w!(cart_sub, CartSub),
         w!(graph_create, GraphCreate),

@@ -197,6 +197,19 @@ pub(crate) fn constructing(s: &State, parent: usize) -> Option<Option<(u64, u64)
     Some(p.waits_id.map(|id| (id, k)))
 }
 
+/// A constructor collective over a group of `parent`'s members only
+/// (`MPI_Comm_create_group`) made a communicator: `parent`'s wait-record
+/// id, counting nothing on it (its other members do not call it).
+///
+/// `None` when the records are off; `Some(None)` when the parent's
+/// collectives are not numbered.
+pub(crate) fn group_parent(s: &State, parent: usize) -> Option<Option<u64>> {
+    if !s.world_numbered || s.wait_records.is_empty() {
+        return None;
+    }
+    Some(super::comms::info(s, s.abi.handle(parent)).and_then(|p| p.waits_id))
+}
+
 /// The wait-record id of a communicator made by the `k`-th constructor
 /// called on the communicator of id `parent`, whose rank 0 is world rank
 /// `first` and which has `size` members: the same on each of its members,
@@ -206,15 +219,19 @@ pub(crate) fn derive((parent, k): (u64, u64), first: i32, size: i32) -> Option<u
     if first < 0 || size <= 0 {
         return None;
     }
-    let mut h = 0x6d70_695f_636f_6d6d_u64;
-    for v in [parent, k, first as u64, size as u64] {
-        // splitmix64's finaliser over the running value.
-        h = (h ^ v).wrapping_add(0x9E37_79B9_7F4A_7C15);
-        h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        h ^= h >> 31;
-    }
+    let h = [parent, k, first as u64, size as u64]
+        .into_iter()
+        .fold(0x6d70_695f_636f_6d6d_u64, mix);
     Some(h | 1)
+}
+
+/// splitmix64's finaliser over the running value `h` and `v`: what
+/// [`derive`] folds its words with.
+pub(crate) fn mix(h: u64, v: u64) -> u64 {
+    let h = (h ^ v).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^ (h >> 31)
 }
 
 /// A blocking collective numbered by [`number`] is about to enter the

@@ -24,7 +24,7 @@
  *            completed in one MPI_Waitall; the last rank receives every
  *            tag 14 message, then every tag 15 one (the Waitall waits for
  *            its latest receiver, its tag 15 receive).
- * Five more plant on communicators other than MPI_COMM_WORLD, made
+ * Six more plant on communicators other than MPI_COMM_WORLD, made
  * before READY: HALF by MPI_Comm_split into even and odd world ranks (key
  * the world rank), D1 and D2 two MPI_Comm_dups of HALF in a row, DUP an
  * MPI_Comm_dup of MPI_COMM_WORLD:
@@ -34,6 +34,12 @@
  *   dup      rank 2 (mod size) sleeps before each MPI_Allreduce on DUP;
  *   idup     the same on IDUP, an MPI_Comm_idup of MPI_COMM_WORLD made
  *            after DUP (completed at once by MPI_Wait);
+ *   cgroup   the odd ranks only: an MPI_Allreduce on G1 in even rounds
+ *            and G2 in odd ones, two MPI_Comm_create_groups of the odd
+ *            ranks' half over MPI_COMM_WORLD with tag 7, made before DUP
+ *            by the odd ranks only (so DUP and IDUP are numbered alike on
+ *            every rank only if they count nothing on the world); the
+ *            last rank sleeps first: only the other odd ranks wait;
  *   subbcast each half broadcasts from its rank 1 (world rank 2 or 3)
  *            over HALF; the last rank, root of its half, sleeps first;
  *   subsender each half's rank 1 MPI_Sends to its rank 0 over HALF, which
@@ -101,6 +107,14 @@ int main(int argc, char **argv) {
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
     MPI_Comm_dup(half, &d1);
     MPI_Comm_dup(half, &d2);
+    MPI_Comm g1 = MPI_COMM_NULL, g2 = MPI_COMM_NULL;
+    if (rank % 2) {
+        MPI_Group odd;
+        MPI_Comm_group(half, &odd);
+        MPI_Comm_create_group(MPI_COMM_WORLD, odd, 7, &g1);
+        MPI_Comm_create_group(MPI_COMM_WORLD, odd, 7, &g2);
+        MPI_Group_free(&odd);
+    }
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     MPI_Request iq;
     MPI_Comm_idup(MPI_COMM_WORLD, &idup, &iq);
@@ -229,6 +243,15 @@ int main(int argc, char **argv) {
             TIMED("MPI_Allreduce", it, -1,
                   MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, mode[0] == 'i' ? idup : dup));
             if (sum != size * (size - 1) / 2 + size * it) fail("allreduce on a dup", rank, it);
+        } else if (!strcmp(mode, "cgroup")) {
+            if (rank % 2) {
+                if (rank == last) usleep(delay);
+                int v = rank + it, sum = 0, want = 0;
+                for (int r = 1; r < size; r += 2) want += r + it;
+                TIMED("MPI_Allreduce", it, -1,
+                      MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, it % 2 ? g2 : g1));
+                if (sum != want) fail("allreduce on a create_group", rank, it);
+            }
         } else if (!strcmp(mode, "subbcast")) {
             int hr, hs;
             MPI_Comm_rank(half, &hr);
@@ -276,6 +299,8 @@ int main(int argc, char **argv) {
         }
     }
     fclose(times);
+    if (g1 != MPI_COMM_NULL) MPI_Comm_free(&g1);
+    if (g2 != MPI_COMM_NULL) MPI_Comm_free(&g2);
     MPI_Comm_free(&idup);
     MPI_Comm_free(&dup);
     MPI_Comm_free(&d2);

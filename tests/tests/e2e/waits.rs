@@ -749,7 +749,7 @@ e2e::per_mpi!(
 );
 
 /// A plant on communicators other than `MPI_COMM_WORLD` (late.c's `split`,
-/// `dup`, `subbcast` and `subsender`): the pattern, the instances of each
+/// `dup`, `idup`, `cgroup`, `subbcast` and `subsender`): the pattern, the instances of each
 /// pattern over the run (but the synchronising barrier on
 /// `MPI_COMM_WORLD`), the ranks that wait (their world ranks) and the
 /// culprit.
@@ -761,7 +761,7 @@ struct OnComms {
     culprit: u32,
 }
 
-const ON_COMMS: [OnComms; 5] = [
+const ON_COMMS: [OnComms; 6] = [
     // Each half's barrier, on two dups of it in turn: rank 1 waits for 3.
     OnComms {
         mode: "split",
@@ -785,6 +785,15 @@ const ON_COMMS: [OnComms; 5] = [
         instances: &[("wait_nxn", ROUNDS)],
         waiters: &[0, 1, 3],
         culprit: 2,
+    },
+    // Allreduces of the odd ranks on two MPI_Comm_create_groups of their
+    // half, which the even ranks never call: rank 1 waits for 3.
+    OnComms {
+        mode: "cgroup",
+        pattern: "wait_nxn",
+        instances: &[("wait_nxn", ROUNDS)],
+        waiters: &[1],
+        culprit: 3,
     },
     // Each half broadcasts from its rank 1: rank 1 waits for world rank 3.
     OnComms {
