@@ -662,6 +662,21 @@ mod tests {
         (url, h)
     }
 
+    /// A daemon's state holding no rank.
+    fn no_ranks() -> Mutex<State> {
+        Mutex::new(State::new(
+            None,
+            Vec::new(),
+            false,
+            crate::export::metrics::RenderOptions::default(),
+        ))
+    }
+
+    /// One pull of `p` by a default client, never stopped.
+    fn pull_from(p: &mut Peer, state: &Mutex<State>, c: &Counters) {
+        pull(p, &Client::default(), state, &AtomicBool::new(false), c);
+    }
+
     fn counters() -> Counters {
         Counters {
             lost: IntCounter::new("lost", "l").unwrap(),
@@ -671,12 +686,7 @@ mod tests {
 
     #[test]
     fn a_pull_asks_from_the_cursor_and_gives_the_jobs_held_here() {
-        let state = Mutex::new(State::new(
-            None,
-            Vec::new(),
-            false,
-            crate::export::metrics::RenderOptions::default(),
-        ));
+        let state = no_ranks();
         let here = crate::export::registry::Rank::synthetic(100, 0, "77");
         let job = here.labels.job.clone();
         state.lock().unwrap().ranks.insert(100, here);
@@ -688,13 +698,7 @@ mod tests {
             .unwrap()
             .remove(0);
         let c = counters();
-        pull(
-            &mut p,
-            &Client::default(),
-            &state,
-            &AtomicBool::new(false),
-            &c,
-        );
+        pull_from(&mut p, &state, &c);
         // Asked for the job held here only.
         let key = format!("{:016x}", outbox::job_key(&job));
         assert_eq!(
@@ -712,24 +716,12 @@ mod tests {
         // cursor kept.
         let (url, h) = one_answer("200 OK", "{\"epoch\":".into());
         p.url = Url::parse(&url).unwrap();
-        pull(
-            &mut p,
-            &Client::default(),
-            &state,
-            &AtomicBool::new(false),
-            &c,
-        );
+        pull_from(&mut p, &state, &c);
         h.join().unwrap();
         assert_eq!((p.cursor, p.failing, c.errors.get()), (4, true, 1));
         let (url, h) = one_answer("500 Internal Server Error", String::new());
         p.url = Url::parse(&url).unwrap();
-        pull(
-            &mut p,
-            &Client::default(),
-            &state,
-            &AtomicBool::new(false),
-            &c,
-        );
+        pull_from(&mut p, &state, &c);
         assert_eq!(
             h.join().unwrap(),
             format!("GET /waits/records?after=4&jobs={key} HTTP/1.1")
@@ -747,12 +739,7 @@ mod tests {
 
     #[test]
     fn a_peer_that_refuses_the_filter_is_asked_for_every_job() {
-        let state = Mutex::new(State::new(
-            None,
-            Vec::new(),
-            false,
-            crate::export::metrics::RenderOptions::default(),
-        ));
+        let state = no_ranks();
         let c = counters();
         // Holding no job: the filter names none.
         let mut o = Outbox::new(5);
@@ -761,13 +748,7 @@ mod tests {
         let mut p = parse_peers(std::slice::from_ref(&url), false)
             .unwrap()
             .remove(0);
-        pull(
-            &mut p,
-            &Client::default(),
-            &state,
-            &AtomicBool::new(false),
-            &c,
-        );
+        pull_from(&mut p, &state, &c);
         assert_eq!(
             h.join().unwrap(),
             ["GET /waits/records?after=0&jobs= HTTP/1.1"]
@@ -786,20 +767,8 @@ mod tests {
             ("200 OK", o.answer_json(3)),
         ]);
         p.url = Url::parse(&url).unwrap();
-        pull(
-            &mut p,
-            &Client::default(),
-            &state,
-            &AtomicBool::new(false),
-            &c,
-        );
-        pull(
-            &mut p,
-            &Client::default(),
-            &state,
-            &AtomicBool::new(false),
-            &c,
-        );
+        pull_from(&mut p, &state, &c);
+        pull_from(&mut p, &state, &c);
         assert_eq!(
             h.join().unwrap(),
             [
