@@ -159,6 +159,12 @@ fn parse_env(e: &str) -> Result<(String, String)> {
 /// The host variables the guest gets too, when set.
 const PASSED_ON: &[&str] = &["CI", "RUST_BACKTRACE", "RUST_LOG", "CARGO_TARGET_DIR"];
 
+/// Set once KVM failed to bring a guest to its first console line in this
+/// process: the next guests of the run go to TCG at once, instead of
+/// waiting out KVM's first-line timeout again (45 s a kernel where KVM
+/// hangs, as on this project's machines).
+static KVM_HANGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Boots `o.kernel`, runs `command` in it as root in the checkout, and
 /// returns what it did. The guest's own failures (no boot, a hang, a
 /// panic) are errors; the command's failure is the outcome's status.
@@ -227,7 +233,10 @@ pub fn run(o: &Options, command: &[String]) -> Result<Outcome> {
         AccelChoice::Kvm => true,
         // KVM runs a guest of the host's own instruction set only.
         AccelChoice::Auto => {
-            boot::kvm_opens() && cfg!(target_arch = "x86_64") && k.arch == Arch::X86_64
+            boot::kvm_opens()
+                && cfg!(target_arch = "x86_64")
+                && k.arch == Arch::X86_64
+                && !KVM_HANGS.load(std::sync::atomic::Ordering::Relaxed)
         }
     };
     let mut ended = None;
@@ -241,8 +250,9 @@ pub fn run(o: &Options, command: &[String]) -> Result<Outcome> {
             | Ended::NoFirstLine(_)
                 if o.accel == AccelChoice::Auto =>
             {
+                KVM_HANGS.store(true, std::sync::atomic::Ordering::Relaxed);
                 eprintln!(
-                    "vm: KVM did not bring {} to its first console line ({}): using TCG",
+                    "vm: KVM did not bring {} to its first console line ({}): using TCG, for the rest of this run too",
                     k.package,
                     match &e {
                         Ended::NoFirstLine(t) => format!("none in {:.0} s", t.as_secs_f64()),
