@@ -76,10 +76,11 @@ pub(crate) fn status_or(s: &State, status: usize, own: &mut Status) -> usize {
     }
 }
 
-/// Scalasca's blocking sends, whose wait for the receiver is Late
-/// Receiver: the standard and synchronous modes (`MPI_Send`, `MPI_Ssend`).
-/// A buffered send never waits for it, a ready one must find it posted.
-const fn blocking(row: usize) -> Completes {
+/// Where the blocking send of `row` completes, for Late Receiver: `Here`
+/// for Scalasca's blocking sends, the standard and synchronous modes
+/// (`MPI_Send`, `MPI_Ssend`); a buffered send never waits for its receiver,
+/// a ready one must find it posted.
+const fn send_completes(row: usize) -> Completes {
     if row == F::Send as usize
         || row == F::SendC as usize
         || row == F::Ssend as usize
@@ -119,7 +120,7 @@ pub(crate) unsafe extern "C" fn send<const ROW: usize, const L: bool>(
     trace_send(s, count::<L>(n), dt, dest, tag, comm);
     let rc = next!(ROW; buf, n, dt, dest, tag, comm);
     if rc == 0 {
-        sent(s, count::<L>(n), dt, dest, tag, comm, blocking(ROW));
+        sent(s, count::<L>(n), dt, dest, tag, comm, send_completes(ROW));
     }
     rc
 }

@@ -531,9 +531,9 @@ pub(crate) fn sent(
 }
 
 /// A sampled send completed later ([`Completes::Later`]) was completed in
-/// `call`, the call being timed (a [`How::Test`] one: it waited for
-/// nothing, or its request was freed or never tracked): records that call,
-/// for its Late Receiver.
+/// `call`, the call being timed: records that call, for its Late Receiver.
+/// A [`How::Test`] `call` says it waited for nothing (the Test family, or a
+/// request freed or never tracked).
 #[cold]
 pub(crate) fn completed(s: &State, later: Later, call: &Call) {
     record(
