@@ -2,7 +2,7 @@
  *
  * Each step does a ring exchange (Isend/Irecv/Waitall), a halo Sendrecv,
  * an Allreduce, and every 10th step a Bcast, an Alltoall and a Barrier.
- * Rank 3 computes three times as long each step, so the others wait for
+ * Rank 3 computes eight times as long each step, so the others wait for
  * it: in the collectives, and rank 0 for its ring message. The live table
  * shows that imbalance as MPI time; under the shim's stats layer the
  * report names rank 3 as the rank that makes the others wait.
@@ -10,15 +10,27 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
+/* Seconds of this thread's CPU time. */
+static double cpu_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* A step's computation: 1.5 ms of CPU on ranks 0-2, 12 ms on rank 3.
+ * Counted in CPU time, not iterations, so the imbalance is the same on a
+ * fast CPU and a slow one; and far above the scheduler's time slice, so
+ * that on a node with fewer cores than ranks, where a busy-polling MPI
+ * (MPICH) keeps every core taken, the imbalance, not which rank the
+ * machine happened to deschedule, is what the report finds. */
 static double work(int rank, int step) {
-    double x = 0;
-    /* A few ms a step: far above the scheduler's time slice, so the
-     * imbalance, not which rank the machine happened to deschedule, is
-     * what the report finds. */
-    long n = 2000000 + (rank == 3 ? 4000000 : 0);
-    for (long i = 0; i < n; i++) x += (double)((i ^ step) & 7) * 1e-9;
+    double x = 0, until = cpu_seconds() + (rank == 3 ? 12e-3 : 1.5e-3);
+    do {
+        for (long i = 0; i < 20000; i++) x += (double)((i ^ step) & 7) * 1e-9;
+    } while (cpu_seconds() < until);
     return x;
 }
 
