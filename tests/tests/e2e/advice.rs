@@ -1,5 +1,5 @@
 //! The report's findings on a real job (issue 37): the demo's own program
-//! (xtask/demo/traffic.c: 4 ranks, rank 3 computing three times as long),
+//! (xtask/demo/traffic.c: 4 ranks, rank 3 computing eight times as long),
 //! run as the demo runs it, under the shim's `stats` layer with every
 //! message recorded (`MPI_OBSERVER_WAITS_P2P=1`), on Open MPI and MPICH,
 //! observed by a
@@ -153,6 +153,20 @@ fn the_first_finding_names_the_late_rank(mpi: Mpi) {
     assert!(
         line1.contains("(called from ") && line1.contains("traffic.c:"),
         "{what}: the first finding names no call site: {line1}"
+    );
+    // Each call named once, though MPI_Waitall waits under two patterns.
+    let named: Vec<&str> = line1
+        .split("MPI_")
+        .skip(1)
+        .filter_map(|c| c.split_once(" (called from ").map(|(f, _)| f))
+        .collect();
+    let mut once = named.clone();
+    once.sort();
+    once.dedup();
+    assert_eq!(
+        once.len(),
+        named.len(),
+        "{what}: a call named twice: {line1}"
     );
     eprintln!("{what}: {line1}");
     for want in ["@--- Time split", "@--- Wait states"] {

@@ -350,14 +350,23 @@ fn culprit(rep: &Report, l: &Limits) -> Option<Culprit> {
         [one] => format!("Rank {one} waits"),
         many => format!("Ranks {} wait", rank_list(many)),
     };
-    // The call waited in most, and the next if it has a quarter of that.
-    let most = w.functions.first().map_or(0.0, |f| f.seconds);
-    let functions: Vec<String> = w
-        .functions
+    // The call waited in most, and the next if it has a quarter of that:
+    // a call's seconds summed over its patterns (MPI_Waitall waits both
+    // for late senders and for late receivers), so it is named once.
+    let mut by_function: Vec<(&str, f64)> = Vec::new();
+    for f in &w.functions {
+        match by_function.iter_mut().find(|(n, _)| *n == f.function) {
+            Some((_, s)) => *s += f.seconds,
+            None => by_function.push((&f.function, f.seconds)),
+        }
+    }
+    by_function.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let most = by_function.first().map_or(0.0, |f| f.1);
+    let functions: Vec<String> = by_function
         .iter()
         .take(2)
-        .filter(|f| f.seconds >= most / 4.0)
-        .map(|f| called_from(rep, &f.function))
+        .filter(|f| f.1 >= most / 4.0)
+        .map(|f| called_from(rep, f.0))
         .collect();
     let functions = if functions.is_empty() {
         "MPI calls".to_string()

@@ -142,6 +142,31 @@ fn the_demos_first_finding_names_its_late_rank_and_what_to_do() {
 }
 
 #[test]
+fn a_call_waited_in_under_two_patterns_is_named_once_with_their_sum() {
+    // MPI_Waitall waits for late senders and late receivers: 5 + 2 s, more
+    // than MPI_Allreduce's 6 s, so it comes first, and only once.
+    let mut r = demo();
+    r.waits.as_mut().unwrap().functions = wait_states(
+        &[],
+        &[],
+        &[],
+        &[
+            ("MPI_Allreduce", "wait_nxn", 6.0),
+            ("MPI_Waitall", "late_sender", 5.0),
+            ("MPI_Waitall", "late_receiver", 2.0),
+        ],
+    )
+    .functions;
+    let f = findings(&r);
+    assert!(
+        f[0].text
+            .contains(" in MPI_Waitall and MPI_Allreduce, mostly"),
+        "{}",
+        f[0].text
+    );
+}
+
+#[test]
 fn ranks_that_passed_a_wait_on_are_named_as_such() {
     let mut r = demo();
     r.waits.as_mut().unwrap().passers = vec![0, 1];
