@@ -237,11 +237,17 @@ fn test(filter: Option<String>) -> Result<()> {
     }
     // The tests share two cores, BPF and mpirun: one at a time.
     e2e.args(["--test-threads=1"]);
-    test_log::run(&mut e2e, &test_log_path("e2e"))?;
-    if filter.is_none() {
-        suite::run(suite::Parts::All)?;
+    let host = test_log::run(&mut e2e, &test_log_path("e2e"));
+    if filter.is_some() {
+        return host;
     }
-    Ok(())
+    // The guests run whatever the host's tests did: one run says every
+    // failure, not only the first step's.
+    match (host, suite::run(suite::Parts::All)) {
+        (Ok(()), guests) => guests,
+        (Err(host), Ok(())) => Err(host),
+        (Err(host), Err(guests)) => Err(anyhow::anyhow!("{host:#}\n{guests:#}")),
+    }
 }
 
 /// Where a test run's whole output is kept (`test_log`).
