@@ -261,13 +261,17 @@ fn top_on_an_observer_endpoint() {
         "1",
         "top draws on the alternate screen"
     );
-    // A narrower terminal is redrawn to its new size, the job still there.
+    // A narrower terminal is redrawn to its new size, the job still there,
+    // with the keys line at its new bottom. Until top redraws, tmux shows
+    // the old 120 x 32 frame cut to 72 x 24: the job's row without the keys
+    // line, which was on row 32. So the wait is for the keys line too.
     let o = t.tmux(&["resize-window", "-t", "0", "-x", "72", "-y", "24"]);
     assert!(o.status.success(), "resize-window: {o:?}");
-    let s = t.wait_screen("the redraw at 72 columns", Duration::from_secs(10), |s| {
-        s.contains(&id) && s.lines().all(|l| l.chars().count() <= 72)
-    });
-    assert!(s.contains("q quit"), "the keys line is there: {s}");
+    t.wait_screen(
+        "the redraw at 72 x 24, the keys line on it",
+        Duration::from_secs(10),
+        |s| s.contains(&id) && s.contains("q quit") && s.lines().all(|l| l.chars().count() <= 72),
+    );
     let o = t.tmux(&["resize-window", "-t", "0", "-x", "120", "-y", "32"]);
     assert!(o.status.success(), "resize-window: {o:?}");
     assert_jobs_screen(&t, &id);
